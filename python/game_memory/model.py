@@ -1,0 +1,537 @@
+"""The data shared by every layer: game moments, memories, queries and search metrics.
+
+All models are immutable pydantic v2 models validated on construction, with the bounds of
+the reference design. Time is *game* time only: a :class:`GameMoment` is a tick on a named
+timeline, and nothing here ever reads the wall clock.
+
+"Ordinal" order (ids, tags) is the order of UTF-16 code units, as in the reference
+implementation, so that saves sort identically whichever runtime wrote them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from enum import Enum, IntEnum
+from types import MappingProxyType
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    field_validator,
+    model_validator,
+)
+
+__all__ = [
+    "MAXIMUM_ID_CHARACTERS",
+    "GameMemory",
+    "GameMemoryKind",
+    "GameMemoryQuery",
+    "GameMemorySearchSnapshot",
+    "GameMemorySearchStage",
+    "GameMemorySearchStageKind",
+    "GameMoment",
+    "derive_memory_id",
+    "memory_matches_query",
+    "ordinal_key",
+]
+
+MAXIMUM_ID_CHARACTERS = 1_024
+MAXIMUM_PAYLOAD_CHARACTERS = 10_000_000
+MAXIMUM_PAYLOAD_DEPTH = 128
+MAXIMUM_SEARCHABLE_TEXT_CHARACTERS = 1_000_000
+MAXIMUM_TAGS = 256
+MAXIMUM_METADATA_ENTRIES = 256
+MAXIMUM_METADATA_KEY_CHARACTERS = 256
+MAXIMUM_METADATA_VALUE_CHARACTERS = 65_536
+MAXIMUM_QUERY_LIMIT = 100_000
+MAXIMUM_QUERY_TEXT_CHARACTERS = 1_000_000
+MAXIMUM_SNAPSHOT_MEMORIES = 1_000_000
+MAXIMUM_STAGES = 64
+MAXIMUM_STAGE_COUNT = 1_000_000
+MAXIMUM_STAGE_MILLISECONDS = 86_400_000.0
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+
+
+def ordinal_key(text: str) -> bytes:
+    """Sort key that orders strings by UTF-16 code units (.NET ``StringComparer.Ordinal``)."""
+    return text.encode("utf-16-be", "surrogatepass")
+
+
+def _check_unicode(value: str, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} contains an unpaired surrogate and is not valid Unicode") from exc
+
+
+def check_bounded_id(value: str, what: str = "id", maximum: int = MAXIMUM_ID_CHARACTERS) -> str:
+    """Validate an identifier: a non-blank string of at most ``maximum`` characters."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string")
+    if not value.strip():
+        raise ValueError(f"{what} must not be blank")
+    if len(value) > maximum:
+        raise ValueError(f"{what} is {len(value)} characters long; the limit is {maximum}")
+    _check_unicode(value, what)
+    return value
+
+
+def _bounded_id(value: Any) -> str:
+    return check_bounded_id(value)
+
+
+BoundedId = Annotated[str, BeforeValidator(_bounded_id)]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"JSON object has a duplicate property name {key!r}")
+        result[key] = value
+    return result
+
+
+def _json_depth(value: Any) -> int:
+    depth = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in item)
+    return depth
+
+
+def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_PAYLOAD_DEPTH) -> Any:
+    """Parse JSON rejecting duplicate keys, NaN/Infinity and nesting deeper than the bound."""
+    try:
+        value = json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
+        )
+    except RecursionError as exc:
+        raise ValueError(f"{what} is nested too deeply") from exc
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from exc
+    if _json_depth(value) > maximum_depth:
+        raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
+    return value
+
+
+class GameMemoryKind(str, Enum):
+    """What a memory records. The declaration order is the reference's ordinal order."""
+
+    EVENT = "event"
+    FACT = "fact"
+    RELATIONSHIP = "relationship"
+    GOAL = "goal"
+    REFLECTION = "reflection"
+    PROCEDURE = "procedure"
+
+    @property
+    def ordinal(self) -> int:
+        """The reference implementation's integer for this kind (Event=0 ... Procedure=5)."""
+        return _KIND_ORDER.index(self)
+
+    @property
+    def reference_name(self) -> str:
+        """The reference implementation's PascalCase name (``"Fact"``)."""
+        return self.value.capitalize()
+
+    @classmethod
+    def parse(cls, value: object) -> GameMemoryKind:
+        """Accept a kind, its value or name in any case (``"fact"``, ``"Fact"``), or an ordinal."""
+        if isinstance(value, GameMemoryKind):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            if 0 <= value < len(_KIND_ORDER):
+                return _KIND_ORDER[value]
+            raise ValueError(f"memory kind ordinal {value} is not defined")
+        if isinstance(value, str):
+            try:
+                return cls(value.lower())
+            except ValueError:
+                pass
+        names = ", ".join(kind.value for kind in _KIND_ORDER)
+        raise ValueError(f"unknown memory kind {value!r}; expected one of {names}")
+
+
+_KIND_ORDER: tuple[GameMemoryKind, ...] = tuple(GameMemoryKind)
+
+Kind = Annotated[GameMemoryKind, BeforeValidator(GameMemoryKind.parse)]
+
+
+def _strict_int(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a tick must be an integer, not a boolean")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("a tick must be a whole number")
+        return int(value)
+    return value
+
+
+class GameMoment(BaseModel):
+    """A point in game time: a tick on one timeline.
+
+    Moments compare only within one timeline; comparing moments of two timelines raises
+    ``ValueError`` (a save loaded from another branch of history is not "earlier").
+    ``calendar_json`` is carried through persistence but never interpreted.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    timeline_id: BoundedId
+    tick: Annotated[int, BeforeValidator(_strict_int), Field(ge=_INT64_MIN, le=_INT64_MAX)]
+    calendar_json: str | None = None
+
+    @field_validator("calendar_json")
+    @classmethod
+    def _calendar_is_json(cls, value: str | None) -> str | None:
+        if value is not None:
+            if len(value) > MAXIMUM_METADATA_VALUE_CHARACTERS:
+                raise ValueError("calendar_json is longer than 65,536 characters")
+            parse_strict_json(value, "calendar_json")
+        return value
+
+    def _comparable(self, other: object) -> GameMoment:
+        if not isinstance(other, GameMoment):
+            raise TypeError("a game moment compares only with another game moment")
+        if other.timeline_id != self.timeline_id:
+            raise ValueError(
+                f"moments on timelines {self.timeline_id!r} and {other.timeline_id!r} "
+                "cannot be ordered"
+            )
+        return other
+
+    def __lt__(self, other: object) -> bool:
+        return self.tick < self._comparable(other).tick
+
+    def __le__(self, other: object) -> bool:
+        return self.tick <= self._comparable(other).tick
+
+    def __gt__(self, other: object) -> bool:
+        return self.tick > self._comparable(other).tick
+
+    def __ge__(self, other: object) -> bool:
+        return self.tick >= self._comparable(other).tick
+
+
+def _tags(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise ValueError("tags must be a list of strings, not one string")
+    unique = {check_bounded_id(tag, "tag") for tag in value}
+    if len(unique) > MAXIMUM_TAGS:
+        raise ValueError(f"a memory has {len(unique)} distinct tags; the limit is {MAXIMUM_TAGS}")
+    return tuple(sorted(unique, key=ordinal_key))
+
+
+def _metadata(value: Any) -> Mapping[str, str]:
+    if value is None:
+        return MappingProxyType({})
+    if not isinstance(value, Mapping):
+        raise ValueError("metadata must be a mapping of strings to strings")
+    if len(value) > MAXIMUM_METADATA_ENTRIES:
+        raise ValueError(f"metadata has {len(value)} entries; the limit is {MAXIMUM_METADATA_ENTRIES}")
+    copied: dict[str, str] = {}
+    for key, item in value.items():
+        check_bounded_id(key, "metadata key", MAXIMUM_METADATA_KEY_CHARACTERS)
+        if not isinstance(item, str):
+            raise ValueError(f"metadata value of {key!r} must be a string")
+        if len(item) > MAXIMUM_METADATA_VALUE_CHARACTERS:
+            raise ValueError(f"metadata value of {key!r} is longer than 65,536 characters")
+        _check_unicode(item, f"metadata value of {key!r}")
+        copied[key] = item
+    return MappingProxyType(copied)
+
+
+Metadata = Annotated[
+    Mapping[str, str],
+    BeforeValidator(_metadata),
+    PlainSerializer(lambda value: dict(value), return_type=dict[str, str]),
+]
+Tags = Annotated[tuple[str, ...], BeforeValidator(_tags)]
+
+
+def _importance(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("importance must be a number, not a boolean")
+    if isinstance(value, int | float) and not math.isfinite(value):
+        raise ValueError("importance must be finite")
+    return value
+
+
+Importance = Annotated[float, BeforeValidator(_importance), Field(ge=0.0, le=1.0)]
+
+
+class GameMemory(BaseModel):
+    """One immutable memory of one NPC (its *owner*) in one save (its *session*).
+
+    Identity is the triple ``(session_id, owner_id, memory_id)``. Two memories are
+    content-equivalent when every field is equal (``==``); re-appending an equivalent
+    memory is a no-op, and reusing an id for different content is a conflict.
+    ``payload_json`` is the memory's structured content as JSON text; ``searchable_text``
+    is the prose lexical and semantic recall read first.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_id: BoundedId
+    session_id: BoundedId
+    owner_id: BoundedId
+    scope: BoundedId
+    kind: Kind
+    payload_json: str
+    moment: GameMoment
+    importance: Importance = 0.5
+    searchable_text: str | None = None
+    tags: Tags = ()
+    source_input_id: BoundedId | None = None
+    expires_at: GameMoment | None = None
+    metadata: Metadata = Field(default_factory=lambda: MappingProxyType({}))
+
+    @field_validator("payload_json")
+    @classmethod
+    def _payload_is_json(cls, value: str) -> str:
+        if len(value) > MAXIMUM_PAYLOAD_CHARACTERS:
+            raise ValueError(
+                f"payload_json is {len(value)} characters long; "
+                f"the limit is {MAXIMUM_PAYLOAD_CHARACTERS}"
+            )
+        parse_strict_json(value, "payload_json")
+        return value
+
+    @field_validator("searchable_text")
+    @classmethod
+    def _searchable_text_bounded(cls, value: str | None) -> str | None:
+        if value is not None:
+            if len(value) > MAXIMUM_SEARCHABLE_TEXT_CHARACTERS:
+                raise ValueError("searchable_text is longer than 1,000,000 characters")
+            _check_unicode(value, "searchable_text")
+        return value
+
+    @model_validator(mode="after")
+    def _expiry_follows_moment(self) -> GameMemory:
+        expiry = self.expires_at
+        if expiry is not None:
+            if expiry.timeline_id != self.moment.timeline_id:
+                raise ValueError("expires_at must be on the same timeline as moment")
+            if expiry.tick < self.moment.tick:
+                raise ValueError("expires_at must not be before moment")
+        return self
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The identity triple ``(session_id, owner_id, memory_id)``."""
+        return (self.session_id, self.owner_id, self.memory_id)
+
+
+def _unique_ids(value: Any, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        raise ValueError(f"{what} must be a list of strings, not one string")
+    seen: dict[str, None] = {}
+    for item in value:
+        seen.setdefault(check_bounded_id(item, what[:-1] if what.endswith("s") else what), None)
+    if len(seen) > MAXIMUM_TAGS:
+        raise ValueError(f"a query has {len(seen)} {what}; the limit is {MAXIMUM_TAGS}")
+    return tuple(seen)
+
+
+def _unique_kinds(value: Any) -> tuple[GameMemoryKind, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    seen: dict[GameMemoryKind, None] = {}
+    for item in value:
+        seen.setdefault(GameMemoryKind.parse(item), None)
+    return tuple(seen)
+
+
+class GameMemoryQuery(BaseModel):
+    """What to recall: one session, optionally one owner, filters, text and a game moment.
+
+    ``at_or_before`` is the game moment the question is asked at: memories from later
+    ticks, from other timelines, or expired at that moment (expiry is exclusive) are
+    invisible. Without it there is no time filtering at all. ``limit`` 0 is legal and
+    recalls nothing.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: BoundedId
+    limit: Annotated[int, BeforeValidator(_strict_int), Field(ge=0, le=MAXIMUM_QUERY_LIMIT)]
+    owner_id: BoundedId | None = None
+    scopes: Annotated[tuple[str, ...], BeforeValidator(lambda v: _unique_ids(v, "scopes"))] = ()
+    kinds: Annotated[tuple[GameMemoryKind, ...], BeforeValidator(_unique_kinds)] = ()
+    tags: Annotated[tuple[str, ...], BeforeValidator(lambda v: _unique_ids(v, "tags"))] = ()
+    text: str | None = None
+    at_or_before: GameMoment | None = None
+    minimum_importance: Importance = 0.0
+
+    @field_validator("text")
+    @classmethod
+    def _text_bounded(cls, value: str | None) -> str | None:
+        if value is not None:
+            if len(value) > MAXIMUM_QUERY_TEXT_CHARACTERS:
+                raise ValueError("query text is longer than 1,000,000 characters")
+            _check_unicode(value, "query text")
+        return value
+
+
+def memory_matches_query(memory: GameMemory, query: GameMemoryQuery) -> bool:
+    """Return whether ``memory`` is visible to ``query`` (the canonical visibility predicate).
+
+    Same session (and owner, if the query names one); scope and kind in the query's sets
+    when those are non-empty; every query tag present; importance at least the minimum;
+    and, when ``at_or_before`` is set, on the same timeline, not after it, and not expired
+    at it (``at.tick < expires_at.tick``). Every recall path applies exactly this rule.
+    """
+    if memory.session_id != query.session_id:
+        return False
+    if query.owner_id is not None and memory.owner_id != query.owner_id:
+        return False
+    if query.scopes and memory.scope not in query.scopes:
+        return False
+    if query.kinds and memory.kind not in query.kinds:
+        return False
+    if query.tags:
+        memory_tags = memory.tags
+        if not all(tag in memory_tags for tag in query.tags):
+            return False
+    if memory.importance < query.minimum_importance:
+        return False
+    at = query.at_or_before
+    if at is not None:
+        moment = memory.moment
+        if moment.timeline_id != at.timeline_id or moment.tick > at.tick:
+            return False
+        expiry = memory.expires_at
+        if expiry is not None and not at.tick < expiry.tick:
+            return False
+    return True
+
+
+class GameMemorySearchStageKind(IntEnum):
+    """The stages of one search, in the reference's ordinal order."""
+
+    STORAGE_MIGRATION = 0
+    AUTHORITATIVE_SNAPSHOT = 1
+    LEXICAL_SEARCH = 2
+    VECTOR_INDEX_READ = 3
+    EMBEDDING = 4
+    VECTOR_SCORING = 5
+    RERANK = 6
+
+
+class GameMemorySearchStage(BaseModel):
+    """How long one stage of a search took and how much it touched: never text or ids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: GameMemorySearchStageKind
+    duration_ms: Annotated[float, Field(ge=0.0, le=MAXIMUM_STAGE_MILLISECONDS, allow_inf_nan=False)]
+    scanned_count: Annotated[int, Field(ge=0, le=MAXIMUM_STAGE_COUNT)] = 0
+    candidate_count: Annotated[int, Field(ge=0, le=MAXIMUM_STAGE_COUNT)] = 0
+    reused: bool = False
+
+    @classmethod
+    def measured(
+        cls,
+        stage: GameMemorySearchStageKind,
+        seconds: float,
+        scanned: int = 0,
+        candidates: int = 0,
+        reused: bool = False,
+    ) -> GameMemorySearchStage:
+        """Build a stage from a duration in seconds, clamping counts to the bounds."""
+        return cls(
+            stage=stage,
+            duration_ms=min(max(seconds * 1000.0, 0.0), MAXIMUM_STAGE_MILLISECONDS),
+            scanned_count=min(scanned, MAXIMUM_STAGE_COUNT),
+            candidate_count=min(candidates, MAXIMUM_STAGE_COUNT),
+            reused=reused,
+        )
+
+
+class GameMemorySearchSnapshot(BaseModel):
+    """A search result: the ranked memories, the authoritative snapshot they came from, stages.
+
+    ``authoritative_memories`` is the exact bounded session (or session and owner)
+    partition the search read; every returned memory is one of them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memories: Annotated[tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)]
+    authoritative_memories: Annotated[
+        tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)
+    ]
+    stages: Annotated[tuple[GameMemorySearchStage, ...], Field(max_length=MAXIMUM_STAGES)]
+
+    def stage(self, kind: GameMemorySearchStageKind) -> GameMemorySearchStage | None:
+        """Return the first stage of ``kind``, or ``None`` when the search had none."""
+        return next((stage for stage in self.stages if stage.stage == kind), None)
+
+
+_MEMORY_ID_DOMAIN = "OpenGameAgent.ExtensionOperationId.v1"
+_MEMORY_ID_PREFIX = "oga-memory-v1:"
+
+
+def derive_memory_id(
+    session_id: str,
+    owner_id: str,
+    source_input_id: str,
+    moment: GameMoment,
+    turn: int = 1,
+    call_index: int = 0,
+    operation: str = "remember_game_memory",
+) -> str:
+    """Derive the idempotent id of one logical "remember" call.
+
+    The id is a versioned SHA-256 digest of the session, owner (actor), source input,
+    game moment, agent turn (first turn is 1) and call position within the turn, each
+    length-prefixed (4-byte big-endian) so no two field lists collide. Retrying the same
+    logical call yields the same id, so a retry is a no-op and a retry with different
+    content fails closed with ``MemoryConflictError``. Compatible with the reference.
+    """
+    if turn < 1:
+        raise ValueError("turn starts at 1")
+    if call_index < 0:
+        raise ValueError("call_index starts at 0")
+    fields: Iterable[str] = (
+        _MEMORY_ID_DOMAIN,
+        check_bounded_id(session_id, "session_id"),
+        check_bounded_id(owner_id, "owner_id"),
+        check_bounded_id(source_input_id, "source_input_id"),
+        moment.timeline_id,
+        str(moment.tick),
+        str(turn),
+        str(call_index),
+        operation,
+    )
+    digest = hashlib.sha256()
+    for field in fields:
+        data = field.encode("utf-8")
+        digest.update(len(data).to_bytes(4, "big"))
+        digest.update(data)
+    return _MEMORY_ID_PREFIX + digest.hexdigest()

@@ -1,0 +1,1 @@
+"""The authoritative, partitioned, crash-safe file store of memories and its lexical search."""

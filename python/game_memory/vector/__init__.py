@@ -1,0 +1,1 @@
+"""Semantic recall: embedding identity and provider protocol, derived index, fusion, reranker."""
