@@ -28,6 +28,7 @@ from game_memory.model import (
     derive_memory_id,
     memory_matches_query,
 )
+from game_memory.vector.hashing import HashingEmbeddingProvider
 from game_memory.vector.identity import MemoryEmbeddingIdentity
 from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
 
@@ -48,6 +49,7 @@ __all__ = [
     "GameMemorySearchStage",
     "GameMemorySearchStageKind",
     "GameMoment",
+    "HashingEmbeddingProvider",
     "InvalidArgumentError",
     "MemoryConflictError",
     "MemoryEmbeddingIdentity",
