@@ -1,0 +1,436 @@
+"""The bounded inference engine both ONNX providers run on.
+
+One engine owns one model. It admits a bounded number of operations, runs a bounded number
+at once on its own worker threads (never on the event loop), batches texts greedily in
+order, checks every run's tensor size before starting it, terminates onnxruntime when an
+operation is cancelled or late, and emits one metrics record per operation.
+
+Life of an operation, in order (the order is the contract):
+
+1. closed? -> ``CLOSED``; a text too long or holding NUL -> ``INVALID_CONFIGURATION``;
+2. take an admission ticket without waiting; none left -> ``QUEUE_FULL`` (nothing started);
+3. wait up to ``queue_timeout`` for an inference slot -> ``QUEUE_TIMEOUT``;
+4. on a worker thread, under ``inference_timeout`` -> ``TIMEOUT``: tokenize, plan batches,
+   and per batch pad, check the tensor estimate, run, check the output, pool, normalize.
+
+A caller's cancellation (``task.cancel()``) propagates as ``asyncio.CancelledError``; the
+engine's ``aclose()`` fails waiting and running operations with ``CANCELLED``. Either way
+the onnxruntime run is told to terminate, and the inference slot is only freed when the
+worker thread really ends, so abandoned runs can never pile up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.errors import InvalidArgumentError
+from game_memory.onnx.batching import estimate_tensor_bytes, pad_batch, plan_batches
+from game_memory.onnx.errors import OnnxEmbeddingError, OnnxFailureKind, onnx_error
+from game_memory.onnx.limits import EngineLimits
+from game_memory.onnx.metrics import (
+    MetricsSink,
+    OnnxEmbeddingOperationMetrics,
+    OnnxOperation,
+    publish_metrics,
+)
+from game_memory.onnx.pooling import Pooling, pool
+from game_memory.onnx.tokens import BatchInference, RunControl, TextTokenizer, TokenizedText
+
+__all__ = ["OnnxInferenceEngine"]
+
+Vector = npt.NDArray[np.float32]
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True)
+class _Stats:
+    """Counters of one operation; the worker thread writes, the loop reads at the end."""
+
+    text_count: int = 0
+    queue_milliseconds: float = 0.0
+    tokenization_milliseconds: float = 0.0
+    inference_milliseconds: float = 0.0
+    batch_count: int = 0
+    largest_batch: int = 0
+    token_count: int = 0
+    truncated_count: int = 0
+
+
+class _Terminated(Exception):
+    """The worker noticed its operation was cancelled; the caller already reported why."""
+
+
+def _milliseconds(since: float) -> float:
+    return max(0.0, (time.perf_counter() - since) * 1000.0)
+
+
+class OnnxInferenceEngine:
+    """Run a tokenizer and a model within bounds; see the module docstring for the contract.
+
+    Args:
+        limits: The validated bounds.
+        tokenizer: Turns texts into ids (called on worker threads).
+        inference: Runs padded batches (called on worker threads).
+        pooling: CLS or masked mean.
+        metrics: Receives one record per operation; may be ``None``.
+    """
+
+    def __init__(
+        self,
+        limits: EngineLimits,
+        tokenizer: TextTokenizer,
+        inference: BatchInference,
+        pooling: Pooling,
+        metrics: MetricsSink | None = None,
+    ) -> None:
+        self._limits = limits
+        self._tokenizer = tokenizer
+        self._inference = inference
+        self._pooling = pooling
+        self._metrics = metrics
+        self._hidden_size = inference.hidden_size
+        self._executor = ThreadPoolExecutor(
+            max_workers=limits.maximum_concurrent_inferences,
+            thread_name_prefix="game-memory-onnx",
+        )
+        self._tickets = limits.maximum_concurrent_inferences + limits.maximum_queued_operations
+        self._slots = asyncio.Semaphore(limits.maximum_concurrent_inferences)
+        self._active: dict[RunControl, asyncio.Future[list[Vector]]] = {}
+        self._closing: asyncio.Future[None] | None = None
+        self._state = _State.OPEN
+
+    @property
+    def limits(self) -> EngineLimits:
+        """The bounds this engine enforces."""
+        return self._limits
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``aclose()`` has been called."""
+        return self._state is not _State.OPEN
+
+    async def embed(self, texts: Sequence[str], operation: OnnxOperation) -> list[Vector]:
+        """Embed ``texts`` into unit float32 vectors, one per text, in order.
+
+        Safe to call concurrently from one event loop. Emits exactly one metrics record.
+
+        Raises:
+            InvalidArgumentError: ``texts`` is empty, too long, or holds a non-string.
+            OnnxEmbeddingError: With the kind of the failure (module docstring).
+            asyncio.CancelledError: The caller cancelled; the run was terminated.
+        """
+        self._check_arguments(texts)
+        started = time.perf_counter()
+        stats = _Stats(text_count=len(texts))
+        failure: OnnxFailureKind | None = None
+        try:
+            return await self._admit_and_run(texts, stats)
+        except OnnxEmbeddingError as exc:
+            failure = exc.kind
+            raise
+        except asyncio.CancelledError:
+            failure = OnnxFailureKind.CANCELLED
+            raise
+        finally:
+            publish_metrics(
+                self._metrics,
+                OnnxEmbeddingOperationMetrics(
+                    operation=operation,
+                    failure=failure,
+                    total_milliseconds=_milliseconds(started),
+                    queue_milliseconds=stats.queue_milliseconds,
+                    tokenization_milliseconds=stats.tokenization_milliseconds,
+                    inference_milliseconds=stats.inference_milliseconds,
+                    text_count=stats.text_count,
+                    inference_batch_count=stats.batch_count,
+                    maximum_inference_batch_size=stats.largest_batch,
+                    token_count=stats.token_count,
+                    truncated_text_count=min(stats.truncated_count, stats.text_count),
+                    succeeded=failure is None,
+                ),
+            )
+
+    async def aclose(self) -> None:
+        """Cancel waiting and running operations, wait for their threads, release the model.
+
+        Idempotent and safe to call concurrently; every call returns once the model is
+        released. Operations cut short fail with ``CANCELLED``; later calls with ``CLOSED``.
+        If the model ignores termination, this waits for its run to end.
+        """
+        if self._state is _State.CLOSED:
+            return
+        if self._state is _State.OPEN:
+            self._state = _State.CLOSING
+            closing = self._closing_future()
+            if not closing.done():
+                closing.set_result(None)
+            for control in list(self._active):
+                control.cancel()
+        running = list(self._active.values())
+        if running:
+            await asyncio.wait(running)
+        if self._state is _State.CLOSING:
+            self._state = _State.CLOSED
+            self._executor.shutdown(wait=False)
+            self._inference.close()
+
+    def _check_arguments(self, texts: Sequence[str]) -> None:
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise InvalidArgumentError("texts must be a sequence of strings")
+        if not texts:
+            raise InvalidArgumentError("texts must hold at least one text")
+        if len(texts) > self._limits.maximum_texts_per_call:
+            raise InvalidArgumentError(
+                f"{len(texts)} texts exceed maximum_texts_per_call="
+                f"{self._limits.maximum_texts_per_call}; split the call"
+            )
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InvalidArgumentError(f"text {index} is {type(text).__name__}, not str")
+
+    def _check_texts(self, texts: Sequence[str]) -> None:
+        limit = self._limits.maximum_characters_per_text
+        for index, text in enumerate(texts):
+            if len(text) > limit:
+                raise onnx_error(
+                    OnnxFailureKind.INVALID_CONFIGURATION,
+                    f"text {index} has {len(text)} characters; maximum_characters_per_text "
+                    f"is {limit}",
+                )
+            if "\0" in text:
+                raise onnx_error(
+                    OnnxFailureKind.INVALID_CONFIGURATION, f"text {index} contains a NUL character"
+                )
+
+    async def _admit_and_run(self, texts: Sequence[str], stats: _Stats) -> list[Vector]:
+        if self._state is not _State.OPEN:
+            raise onnx_error(
+                OnnxFailureKind.CLOSED, "the ONNX embedding provider is closed; create a new one"
+            )
+        self._check_texts(texts)
+        if self._tickets <= 0:
+            limits = self._limits
+            raise onnx_error(
+                OnnxFailureKind.QUEUE_FULL,
+                f"the embedding queue is full ({limits.maximum_concurrent_inferences} running, "
+                f"{limits.maximum_queued_operations} queued); retry later",
+            )
+        self._tickets -= 1
+        try:
+            queued = time.perf_counter()
+            await self._acquire_slot()
+            stats.queue_milliseconds = _milliseconds(queued)
+            if self._state is not _State.OPEN:
+                self._slots.release()
+                raise onnx_error(
+                    OnnxFailureKind.CANCELLED,
+                    "the ONNX embedding provider was closed while the operation waited",
+                )
+            return await self._run(texts, stats)
+        finally:
+            self._tickets += 1
+
+    def _closing_future(self) -> asyncio.Future[None]:
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+        return self._closing
+
+    async def _acquire_slot(self) -> None:
+        slots = self._slots
+        if not slots.locked():
+            # A free slot and no one waiting: acquire() returns without suspending.
+            await slots.acquire()
+            return
+        closing = self._closing_future()
+        acquire = asyncio.get_running_loop().create_task(slots.acquire())
+        try:
+            done, _ = await asyncio.wait(
+                (acquire, closing),
+                timeout=self._limits.queue_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except asyncio.CancelledError:
+            self._abandon(acquire)
+            raise
+        if acquire in done:
+            return
+        self._abandon(acquire)
+        if closing.done():
+            raise onnx_error(
+                OnnxFailureKind.CANCELLED,
+                "the ONNX embedding provider was closed while the operation waited",
+            )
+        raise onnx_error(
+            OnnxFailureKind.QUEUE_TIMEOUT,
+            f"the operation waited queue_timeout={self._limits.queue_timeout}s for an "
+            "inference slot; the provider is overloaded, retry later",
+        )
+
+    def _abandon(self, acquire: asyncio.Task[bool]) -> None:
+        # If the slot was granted after all, give it back now or as soon as it is.
+        def give_back(task: asyncio.Task[bool]) -> None:
+            if not task.cancelled() and task.exception() is None:
+                self._slots.release()
+
+        if acquire.done():
+            give_back(acquire)
+        else:
+            acquire.cancel()
+            acquire.add_done_callback(give_back)
+
+    async def _run(self, texts: Sequence[str], stats: _Stats) -> list[Vector]:
+        # The slot is held until the worker thread ends (see _settle), not until we stop
+        # waiting: a terminated run still occupies its thread for a moment.
+        control = RunControl()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, self._work, texts, control, stats)
+        self._active[control] = future
+        future.add_done_callback(partial(self._settle, control))
+        closing = self._closing_future()
+        try:
+            await asyncio.wait(
+                (future, closing),
+                timeout=self._limits.inference_timeout,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        except asyncio.CancelledError:
+            control.cancel()
+            raise
+        if future.done() and not isinstance(future.exception(), _Terminated):
+            return future.result()
+        control.cancel()
+        if closing.done():
+            raise onnx_error(
+                OnnxFailureKind.CANCELLED,
+                "the ONNX embedding provider was closed while the operation ran",
+            )
+        raise onnx_error(
+            OnnxFailureKind.TIMEOUT,
+            f"embedding {len(texts)} text(s) ran past inference_timeout="
+            f"{self._limits.inference_timeout}s and was terminated",
+        )
+
+    def _settle(self, control: RunControl, future: asyncio.Future[list[Vector]]) -> None:
+        self._active.pop(control, None)
+        self._slots.release()
+        if not future.cancelled():
+            future.exception()  # mark it retrieved: an abandoned run's error is expected
+
+    # ---- worker thread -------------------------------------------------------------
+
+    def _work(self, texts: Sequence[str], control: RunControl, stats: _Stats) -> list[Vector]:
+        try:
+            tokenized = self._tokenize(texts, control, stats)
+            return self._infer(tokenized, control, stats)
+        except (OnnxEmbeddingError, _Terminated):
+            raise
+        except Exception as exc:
+            if control.cancelled:
+                raise _Terminated from exc
+            raise onnx_error(
+                OnnxFailureKind.INFERENCE, f"embedding failed unexpectedly: {exc!r}"
+            ) from exc
+
+    def _tokenize(
+        self, texts: Sequence[str], control: RunControl, stats: _Stats
+    ) -> list[TokenizedText]:
+        started = time.perf_counter()
+        limit = self._limits.maximum_tokens
+        tokenized = []
+        try:
+            for text in texts:
+                if control.cancelled:
+                    raise _Terminated
+                try:
+                    item = self._tokenizer.tokenize(text)
+                except OnnxEmbeddingError:
+                    raise
+                except Exception as exc:
+                    raise onnx_error(
+                        OnnxFailureKind.TOKENIZATION, f"the tokenizer failed: {exc!r}"
+                    ) from exc
+                if not 1 <= len(item.ids) <= limit:
+                    raise onnx_error(
+                        OnnxFailureKind.TOKENIZATION,
+                        f"the tokenizer returned {len(item.ids)} ids; expected 1..{limit}",
+                    )
+                tokenized.append(item)
+                stats.token_count += len(item.ids)
+                stats.truncated_count += item.truncated
+        finally:
+            stats.tokenization_milliseconds = _milliseconds(started)
+        if stats.token_count > self._limits.maximum_texts_per_call * limit:
+            raise onnx_error(
+                OnnxFailureKind.INVALID_CONFIGURATION,
+                f"the call has {stats.token_count} tokens, more than maximum_texts_per_call x "
+                "maximum_tokens",
+            )
+        return tokenized
+
+    def _infer(
+        self, tokenized: list[TokenizedText], control: RunControl, stats: _Stats
+    ) -> list[Vector]:
+        limits = self._limits
+        hidden_size = self._hidden_size
+        batches = plan_batches(
+            [len(item.ids) for item in tokenized],
+            limits.maximum_batch_size,
+            limits.maximum_batch_tokens,
+        )
+        vectors: list[Vector] = []
+        started = time.perf_counter()
+        try:
+            for batch in batches:
+                if control.cancelled:
+                    raise _Terminated
+                input_ids, attention_mask = pad_batch(
+                    [tokenized[index].ids for index in batch], self._tokenizer.pad_id
+                )
+                size, sequence = input_ids.shape
+                estimate = estimate_tensor_bytes(size, sequence, hidden_size)
+                if estimate > limits.maximum_tensor_bytes:
+                    raise onnx_error(
+                        OnnxFailureKind.INVALID_CONFIGURATION,
+                        f"a batch of {size} x {sequence} tokens needs about {estimate} bytes, "
+                        f"more than maximum_tensor_bytes={limits.maximum_tensor_bytes}; lower "
+                        "maximum_batch_size or maximum_batch_tokens",
+                    )
+                hidden = self._inference.run(input_ids, attention_mask, control)
+                if control.cancelled:
+                    raise _Terminated
+                if (
+                    not isinstance(hidden, np.ndarray)
+                    or hidden.shape != (size, sequence, hidden_size)
+                    or hidden.dtype != np.float32
+                ):
+                    shape = getattr(hidden, "shape", None)
+                    raise onnx_error(
+                        OnnxFailureKind.INVALID_OUTPUT,
+                        f"the model returned last_hidden_state of shape {shape}; expected "
+                        f"float32 {(size, sequence, hidden_size)}",
+                    )
+                vectors.extend(pool(hidden, attention_mask, self._pooling))
+                stats.batch_count += 1
+                stats.largest_batch = max(stats.largest_batch, size)
+        finally:
+            stats.inference_milliseconds = _milliseconds(started)
+        if len(vectors) != len(tokenized):
+            raise onnx_error(
+                OnnxFailureKind.INVALID_OUTPUT,
+                f"the model returned {len(vectors)} vectors for {len(tokenized)} texts",
+            )
+        return vectors

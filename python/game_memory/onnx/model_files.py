@@ -1,0 +1,210 @@
+"""Verify a model folder's files: inside the folder, present, bounded, and hashing as expected.
+
+Nothing here trusts the folder: each file is resolved (symbolic links included) and must
+stay inside it, its size must be within a bound and equal any size the host supplied, and
+its SHA-256 (read in 1 MiB chunks) must equal any hash the host supplied.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from game_memory.onnx.errors import OnnxFailureKind, onnx_error
+
+__all__ = [
+    "ModelFileManifest",
+    "ModelFileRecord",
+    "read_json_document",
+    "sha256_file",
+    "verify_model_files",
+]
+
+_CHUNK = 1 << 20
+_MAXIMUM_JSON_DEPTH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFileRecord:
+    """One verified file: its path relative to the folder (``/``-separated), size and hash."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFileManifest:
+    """The verified files of one model folder, in verification order."""
+
+    directory: Path
+    files: tuple[ModelFileRecord, ...]
+
+    def record(self, path: str) -> ModelFileRecord:
+        """The record of ``path``; raises ``KeyError`` if it was not verified."""
+        for record in self.files:
+            if record.path == path:
+                return record
+        raise KeyError(path)
+
+    def absolute(self, path: str) -> Path:
+        """The absolute location of a verified file."""
+        return self.directory / self.record(path).path
+
+
+def sha256_file(path: Path, cancelled: Callable[[], bool] | None = None) -> str:
+    """Hash a whole file in 1 MiB chunks; stop early (``CANCELLED``) when ``cancelled()``.
+
+    Raises:
+        OSError: The file cannot be read (callers translate it).
+        OnnxEmbeddingError: ``CANCELLED`` when ``cancelled`` turned true mid-way.
+    """
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            if cancelled is not None and cancelled():
+                raise onnx_error(OnnxFailureKind.CANCELLED, f"hashing {path} was cancelled")
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _inside(directory: Path, candidate: Path) -> bool:
+    root = os.path.normcase(str(directory))
+    target = os.path.normcase(str(candidate))
+    return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def verify_model_files(
+    directory: Path,
+    files: Sequence[tuple[str, int]],
+    *,
+    expected_file_bytes: Mapping[str, int] | None = None,
+    expected_sha256: Mapping[str, str] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> ModelFileManifest:
+    """Check each ``(relative path, maximum bytes)`` of ``directory`` in order.
+
+    Args:
+        directory: The model folder; it must exist.
+        files: The files to check and the largest size each may have.
+        expected_file_bytes: Sizes the host requires, by relative path.
+        expected_sha256: Lower-case SHA-256 digests the host requires, by relative path.
+        cancelled: Polled between chunks while hashing.
+
+    Returns:
+        The manifest of every file, with its size and SHA-256.
+
+    Raises:
+        OnnxEmbeddingError: ``INVALID_CONFIGURATION`` if the folder is missing or a file
+            resolves outside it; ``MISSING_MODEL_FILE`` if a file is absent;
+            ``MODEL_INTEGRITY`` for an empty, oversized, unreadable or mismatching file.
+    """
+    try:
+        root = directory.resolve(strict=True)
+    except OSError as exc:
+        raise onnx_error(
+            OnnxFailureKind.INVALID_CONFIGURATION,
+            f"the model folder {directory} does not exist; point model_directory at it",
+        ) from exc
+    if not root.is_dir():
+        raise onnx_error(
+            OnnxFailureKind.INVALID_CONFIGURATION, f"the model folder {directory} is not a folder"
+        )
+    expected_file_bytes = expected_file_bytes or {}
+    expected_sha256 = expected_sha256 or {}
+    records = []
+    for relative, maximum in files:
+        location = (root / relative).resolve()
+        if not _inside(root, location):
+            raise onnx_error(
+                OnnxFailureKind.INVALID_CONFIGURATION,
+                f"the model file {relative} resolves to {location}, outside {root}; "
+                "model files must live inside the model folder",
+            )
+        if not location.exists():
+            raise onnx_error(
+                OnnxFailureKind.MISSING_MODEL_FILE,
+                f"the model file {relative} is missing from {root}",
+            )
+        try:
+            if not location.is_file():
+                raise onnx_error(
+                    OnnxFailureKind.MODEL_INTEGRITY, f"the model file {location} is not a file"
+                )
+            size = location.stat().st_size
+            if size < 1 or size > maximum:
+                raise onnx_error(
+                    OnnxFailureKind.MODEL_INTEGRITY,
+                    f"the model file {location} has {size} bytes; it must have 1..{maximum}",
+                )
+            wanted = expected_file_bytes.get(relative)
+            if wanted is not None and wanted != size:
+                raise onnx_error(
+                    OnnxFailureKind.MODEL_INTEGRITY,
+                    f"the model file {location} has {size} bytes, not the expected {wanted}",
+                )
+            digest = sha256_file(location, cancelled)
+        except OSError as exc:
+            raise onnx_error(
+                OnnxFailureKind.MODEL_INTEGRITY, f"cannot read the model file {location}: {exc}"
+            ) from exc
+        wanted_digest = expected_sha256.get(relative)
+        if wanted_digest is not None and wanted_digest != digest:
+            raise onnx_error(
+                OnnxFailureKind.MODEL_INTEGRITY,
+                f"the model file {location} has SHA-256 {digest}, not the expected "
+                f"{wanted_digest}; replace it with the intended file",
+            )
+        records.append(ModelFileRecord(path=relative, size=size, sha256=digest))
+    return ModelFileManifest(directory=root, files=tuple(records))
+
+
+def _depth(value: Any) -> int:
+    depth = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in item)
+    return depth
+
+
+def read_json_document(path: Path, maximum_bytes: int) -> dict[str, Any]:
+    """Read a JSON object of at most ``maximum_bytes`` bytes and nesting depth 32.
+
+    Raises:
+        OnnxEmbeddingError: ``MODEL_INTEGRITY`` if it is unreadable, too large, not
+            UTF-8 JSON, too deep, or not an object.
+    """
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(maximum_bytes + 1)
+    except OSError as exc:
+        raise onnx_error(OnnxFailureKind.MODEL_INTEGRITY, f"cannot read {path}: {exc}") from exc
+    if len(raw) > maximum_bytes:
+        raise onnx_error(
+            OnnxFailureKind.MODEL_INTEGRITY, f"{path} is larger than {maximum_bytes} bytes"
+        )
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise onnx_error(
+            OnnxFailureKind.MODEL_INTEGRITY, f"{path} is not valid UTF-8 JSON: {exc}"
+        ) from exc
+    if _depth(document) > _MAXIMUM_JSON_DEPTH:
+        raise onnx_error(
+            OnnxFailureKind.MODEL_INTEGRITY,
+            f"{path} nests deeper than {_MAXIMUM_JSON_DEPTH} levels",
+        )
+    if not isinstance(document, dict):
+        raise onnx_error(OnnxFailureKind.MODEL_INTEGRITY, f"{path} is not a JSON object")
+    return document

@@ -1,0 +1,77 @@
+"""What every in-process ONNX provider shares: the ``EmbeddingProvider`` surface on an engine."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.errors import InvalidArgumentError
+from game_memory.onnx.engine import OnnxInferenceEngine
+from game_memory.onnx.metrics import OnnxOperation
+from game_memory.vector.identity import MemoryEmbeddingIdentity
+
+__all__ = ["OnnxEmbeddingProviderBase"]
+
+
+class OnnxEmbeddingProviderBase:
+    """An ``EmbeddingProvider`` whose vectors come from an :class:`OnnxInferenceEngine`.
+
+    Vectors are float32 and already L2-normalized. Safe to call concurrently from one
+    event loop; inference never runs on the loop. Use ``async with`` or call ``aclose()``.
+    """
+
+    def __init__(self, identity: MemoryEmbeddingIdentity, engine: OnnxInferenceEngine) -> None:
+        self._identity = identity
+        self._engine = engine
+
+    @property
+    def identity(self) -> MemoryEmbeddingIdentity:
+        """Provider, model, version (weights, tokenizer, preprocessing) and width."""
+        return self._identity
+
+    @property
+    def engine(self) -> OnnxInferenceEngine:
+        """The engine running this provider's model."""
+        return self._engine
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """Embed one query text (same preprocessing as documents).
+
+        Raises:
+            InvalidArgumentError: ``text`` is not a string.
+            OnnxEmbeddingError: With the failure's kind; see ``docs/embeddings.md``.
+            asyncio.CancelledError: The caller cancelled; the run was terminated.
+        """
+        if not isinstance(text, str):
+            raise InvalidArgumentError(f"text must be a str, not {type(text).__name__}")
+        (vector,) = await self._engine.embed((text,), OnnxOperation.QUERY)
+        return vector
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
+        """Embed 1..``maximum_texts_per_call`` texts; one vector per text, in order.
+
+        Raises:
+            InvalidArgumentError: ``texts`` is empty, too long or holds a non-string.
+            OnnxEmbeddingError: With the failure's kind; see ``docs/embeddings.md``.
+            asyncio.CancelledError: The caller cancelled; the run was terminated.
+        """
+        return await self._engine.embed(texts, OnnxOperation.DOCUMENTS)
+
+    async def aclose(self) -> None:
+        """Cancel running work and release the model; idempotent. Later calls fail ``CLOSED``."""
+        await self._engine.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
