@@ -1,0 +1,194 @@
+"""The one table from failures to stable JSON-RPC error codes.
+
+Every error the bridge sends is built here. :data:`ERROR_TABLE` maps each
+:class:`~game_memory.errors.GameMemoryError` (and pydantic's ``ValidationError``) to its
+:class:`ErrorCode`; anything else becomes ``INTERNAL_ERROR`` with a fixed message, so a
+traceback never reaches a client. The most specific class comes first in the table
+(``EmbeddingTimeoutError`` before ``EmbeddingUnavailableError``).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from game_memory.errors import (
+    CapacityExceededError,
+    DerivedIndexError,
+    EmbeddingTimeoutError,
+    EmbeddingUnavailableError,
+    InvalidArgumentError,
+    MemoryConflictError,
+    PersistenceError,
+    StoreBusyError,
+    StoreClosedError,
+)
+
+__all__ = [
+    "ERROR_ADVICE",
+    "ERROR_TABLE",
+    "ErrorCode",
+    "RpcError",
+    "describe_validation_error",
+    "error_from_exception",
+]
+
+_MAXIMUM_DETAIL_CHARACTERS = 300
+_MAXIMUM_MESSAGE_CHARACTERS = 2_000
+_MAXIMUM_LISTED_FIELDS = 3
+
+
+class ErrorCode(IntEnum):
+    """The stable error codes of protocol version 1."""
+
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+    UNAUTHORIZED = -32001
+    CONFLICT = -32002
+    CAPACITY_EXCEEDED = -32003
+    REBUILD_REQUIRED = -32004
+    EMBEDDING_UNAVAILABLE = -32005
+    STORAGE_CORRUPT = -32006
+    BUSY = -32007
+    TIMEOUT = -32008
+    SHUTTING_DOWN = -32009
+
+
+#: What a person should do about each code; appended to messages that lack advice.
+ERROR_ADVICE: dict[ErrorCode, str] = {
+    ErrorCode.PARSE_ERROR: "send one complete UTF-8 JSON value per line or text frame",
+    ErrorCode.INVALID_REQUEST: "send a JSON-RPC 2.0 request object as docs/protocol.md shows",
+    ErrorCode.METHOD_NOT_FOUND: "call one of the methods listed in docs/protocol.md",
+    ErrorCode.INVALID_PARAMS: "fix the named parameter and send the request again",
+    ErrorCode.INTERNAL_ERROR: "the server log (stderr) has the details; report it as a bug",
+    ErrorCode.UNAUTHORIZED: "call initialize first, with the token from the ready line",
+    ErrorCode.CONFLICT: "use a new memory_id, or omit it to get a content digest",
+    ErrorCode.CAPACITY_EXCEEDED: "stay under the named bound (data.bound)",
+    ErrorCode.REBUILD_REQUIRED: "call memory.rebuild for the session, then try again",
+    ErrorCode.EMBEDDING_UNAVAILABLE: (
+        "run 'game-memory models prepare' and restart the server, or recall without "
+        "require_semantic"
+    ),
+    ErrorCode.STORAGE_CORRUPT: (
+        "restore the save from a backup or run 'game-memory check --fix'; the save was not changed"
+    ),
+    ErrorCode.BUSY: "wait for running requests to finish, then try again",
+    ErrorCode.TIMEOUT: "try again later, or ask for less (a smaller limit or batch)",
+    ErrorCode.SHUTTING_DOWN: "the server is stopping; start a new one and reconnect",
+}
+
+#: The one mapping from exception classes to codes, most specific first.
+ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
+    (ValidationError, ErrorCode.INVALID_PARAMS),
+    (InvalidArgumentError, ErrorCode.INVALID_PARAMS),
+    (MemoryConflictError, ErrorCode.CONFLICT),
+    (CapacityExceededError, ErrorCode.CAPACITY_EXCEEDED),
+    (DerivedIndexError, ErrorCode.REBUILD_REQUIRED),
+    (EmbeddingTimeoutError, ErrorCode.TIMEOUT),
+    (EmbeddingUnavailableError, ErrorCode.EMBEDDING_UNAVAILABLE),
+    (PersistenceError, ErrorCode.STORAGE_CORRUPT),
+    (StoreBusyError, ErrorCode.BUSY),
+    (StoreClosedError, ErrorCode.SHUTTING_DOWN),
+    (TimeoutError, ErrorCode.TIMEOUT),
+)
+
+
+class RpcError(Exception):
+    """A JSON-RPC error the bridge sends as it is: code, message and optional ``data``.
+
+    Raised by the bridge itself (unknown method, bad token, busy, deadline) and built by
+    :func:`error_from_exception` from any other failure.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON-RPC ``error`` object."""
+        error: dict[str, Any] = {"code": int(self.code), "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+def _clip(text: str, limit: int = _MAXIMUM_DETAIL_CHARACTERS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 3] + "..."
+
+
+def _with_advice(message: str, code: ErrorCode) -> str:
+    message = message.rstrip().rstrip(".")
+    return f"{message}; {ERROR_ADVICE[code]}"
+
+
+def describe_validation_error(
+    error: ValidationError, renames: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """Summarize a pydantic error as ``(message, first_field)`` without echoing inputs.
+
+    Args:
+        error: The validation error.
+        renames: Model field names to show under their protocol names
+            (``{"payload_json": "payload"}``).
+
+    Returns:
+        A message naming up to three fields with what is wrong with each, and the dotted
+        path of the first field (``"params"`` when the error is about the whole object).
+    """
+    renames = renames or {}
+    parts: list[str] = []
+    fields: list[str] = []
+    for detail in error.errors(include_url=False, include_input=False):
+        path = ".".join(renames.get(str(item), str(item)) for item in detail["loc"]) or "params"
+        fields.append(path)
+        if len(parts) < _MAXIMUM_LISTED_FIELDS:
+            reason = str(detail["msg"])
+            if reason.startswith("Value error, "):
+                reason = reason[len("Value error, ") :]
+            parts.append(f"{path}: {_clip(reason)}")
+    more = len(fields) - len(parts)
+    text = "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+    return text, (fields[0] if fields else "params")
+
+
+def error_from_exception(error: BaseException, method: str | None = None) -> RpcError:
+    """Translate a failure into the error the client receives.
+
+    Args:
+        error: What the method raised (or the bridge's own :class:`RpcError`).
+        method: The method that failed, named in validation messages.
+
+    Returns:
+        The :class:`RpcError`; ``data.kind`` names the failure class, ``data.bound`` the
+        bound of a capacity error and ``data.field`` the first invalid parameter.
+        Unknown exceptions map to ``INTERNAL_ERROR`` with a message that leaks nothing.
+    """
+    if isinstance(error, RpcError):
+        return error
+    code = next((code for kind, code in ERROR_TABLE if isinstance(error, kind)), None)
+    if code is None:
+        return RpcError(
+            ErrorCode.INTERNAL_ERROR,
+            _with_advice("internal error", ErrorCode.INTERNAL_ERROR),
+            {"kind": "InternalError"},
+        )
+    data: dict[str, Any] = {"kind": type(error).__name__}
+    if isinstance(error, ValidationError):
+        text, field = describe_validation_error(error)
+        where = f" for {method}" if method else ""
+        message = f"invalid params{where}: {text}"
+        data["field"] = field
+    else:
+        message = _clip(str(error), _MAXIMUM_MESSAGE_CHARACTERS) or type(error).__name__
+    if isinstance(error, CapacityExceededError):
+        data["bound"] = error.bound
+    return RpcError(code, _with_advice(message, code), data)

@@ -1,0 +1,136 @@
+"""Turn validated bridge params into the core's models (memories and queries).
+
+Pure functions. The default ``memory_id`` of a remember is a content digest, so a game that
+resends the same remember after a lost response creates nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import JsonValue, ValidationError
+
+from game_memory.bridge.codes import ErrorCode, RpcError, describe_validation_error
+from game_memory.bridge.params import RecallParams, RememberParams
+from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
+
+__all__ = ["build_memory", "build_query", "canonical_json", "content_memory_id"]
+
+_DIGEST_DOMAIN = "game-memory.bridge.remember.v1"
+_RENAMES = {"payload_json": "payload", "searchable_text": "text"}
+
+
+def canonical_json(value: JsonValue) -> str:
+    """Serialize a JSON value canonically: sorted keys, no spaces, UTF-8 kept as is."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def content_memory_id(
+    session_id: str,
+    owner_id: str,
+    moment: GameMoment,
+    kind: GameMemoryKind,
+    scope: str,
+    text: str,
+    payload_json: str,
+) -> str:
+    """Return the default id of a remembered memory: ``"gm-"`` and 32 hex digits.
+
+    The digest is SHA-256 over a domain string and then session, owner, timeline, tick
+    (decimal), kind (lower case), scope, text and canonical payload JSON, each as UTF-8
+    preceded by its byte length as a 4-byte big-endian integer; the id keeps the first
+    32 hex digits (128 bits). Equal content always yields the equal id.
+    """
+    digest = hashlib.sha256()
+    for field in (
+        _DIGEST_DOMAIN,
+        session_id,
+        owner_id,
+        moment.timeline_id,
+        str(moment.tick),
+        kind.value,
+        scope,
+        text,
+        payload_json,
+    ):
+        data = field.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(4, "big"))
+        digest.update(data)
+    return "gm-" + digest.hexdigest()[:32]
+
+
+def _invalid(method: str, error: ValidationError) -> RpcError:
+    text, field = describe_validation_error(error, _RENAMES)
+    return RpcError(
+        ErrorCode.INVALID_PARAMS,
+        f"invalid params for {method}: {text}; fix the named parameter and send it again",
+        {"kind": "ValidationError", "field": field},
+    )
+
+
+def build_memory(params: RememberParams) -> GameMemory:
+    """Build the memory a ``memory.remember`` stores.
+
+    ``text`` becomes ``searchable_text``; ``payload`` (default ``{"text": text}``) is
+    stored as canonical JSON; ``memory_id`` defaults to :func:`content_memory_id`.
+
+    Raises:
+        RpcError: ``INVALID_PARAMS`` naming the protocol field the core model refused
+            (a blank id, a payload nested too deeply, ``expires_at`` before ``moment``).
+    """
+    payload: JsonValue = params.payload if params.payload_given else {"text": params.text}
+    payload_json = canonical_json(payload)
+    memory_id = params.memory_id
+    if memory_id is None:
+        memory_id = content_memory_id(
+            params.session_id,
+            params.owner_id,
+            params.moment,
+            params.kind,
+            params.scope,
+            params.text,
+            payload_json,
+        )
+    try:
+        return GameMemory(
+            memory_id=memory_id,
+            session_id=params.session_id,
+            owner_id=params.owner_id,
+            scope=params.scope,
+            kind=params.kind,
+            payload_json=payload_json,
+            moment=params.moment,
+            importance=params.importance,
+            searchable_text=params.text,
+            tags=tuple(params.tags),
+            source_input_id=params.source_input_id,
+            expires_at=params.expires_at,
+            metadata=params.metadata or {},
+        )
+    except ValidationError as exc:
+        raise _invalid("memory.remember", exc) from exc
+
+
+def build_query(params: RecallParams) -> GameMemoryQuery:
+    """Build the query a ``memory.recall`` runs (``require_semantic`` is not part of it).
+
+    Raises:
+        RpcError: ``INVALID_PARAMS`` naming the field the core model refused.
+    """
+    try:
+        return GameMemoryQuery(
+            session_id=params.session_id,
+            limit=params.limit,
+            owner_id=params.owner_id,
+            scopes=tuple(params.scopes),
+            kinds=tuple(params.kinds),
+            tags=tuple(params.tags),
+            text=params.text,
+            at_or_before=params.at_or_before,
+            minimum_importance=params.minimum_importance,
+        )
+    except ValidationError as exc:
+        raise _invalid("memory.recall", exc) from exc

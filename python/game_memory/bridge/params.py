@@ -1,0 +1,161 @@
+"""The params of every bridge method, as pydantic models (snake_case, unknown fields refused).
+
+The models check shapes and protocol bounds only; :mod:`game_memory.bridge.convert` turns
+them into the core's models, whose validators check the rest (blank ids, payload depth).
+Numbers may arrive as whole floats (Godot's JSON parser makes every number a float), so
+integer fields accept ``8.0`` but refuse ``8.5``, ``"8"`` and booleans.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictBool
+
+from game_memory.model import GameMemoryKind, GameMoment
+
+__all__ = [
+    "MAXIMUM_RECALL_LIMIT",
+    "MAXIMUM_RECALL_MANY_QUERIES",
+    "METHOD_PARAMS",
+    "InitializeParams",
+    "MigrateParams",
+    "RebuildParams",
+    "RecallManyParams",
+    "RecallParams",
+    "RememberParams",
+    "StatusParams",
+]
+
+#: Largest ``limit`` of one recall.
+MAXIMUM_RECALL_LIMIT = 100
+#: Most queries in one ``memory.recall_many``.
+MAXIMUM_RECALL_MANY_QUERIES = 64
+
+_MAXIMUM_ID = 1_024
+_MAXIMUM_LIST = 256
+
+
+def _whole_number(value: Any) -> Any:
+    if isinstance(value, bool | str):
+        raise ValueError("must be a whole number")
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise ValueError("must be a whole number")
+        return int(value)
+    return value
+
+
+def _real_number(value: Any) -> Any:
+    if isinstance(value, bool | str):
+        raise ValueError("must be a number")
+    return value
+
+
+def _kind(value: Any) -> GameMemoryKind:
+    if isinstance(value, bool):
+        raise ValueError("a memory kind is a string such as 'event'")
+    return GameMemoryKind.parse(value)
+
+
+def _string_list(value: Any) -> Any:
+    if isinstance(value, str):
+        raise ValueError("must be a list of strings, not one string")
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=_MAXIMUM_ID)]
+Kind = Annotated[GameMemoryKind, BeforeValidator(_kind)]
+Unit = Annotated[float, BeforeValidator(_real_number), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+IdList = Annotated[list[Id], BeforeValidator(_string_list), Field(max_length=_MAXIMUM_LIST)]
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class InitializeParams(_Params):
+    """``initialize``: the protocol version the client speaks and, over WebSocket, the token."""
+
+    protocol_version: Annotated[int, BeforeValidator(_whole_number)]
+    token: str | None = None
+
+
+class RememberParams(_Params):
+    """``memory.remember``: one memory of one NPC at one game moment.
+
+    ``payload`` defaults to ``{"text": text}`` when absent (an explicit ``null`` is kept);
+    ``memory_id`` defaults to a content digest, so resending the same remember is a no-op.
+    """
+
+    session_id: Id
+    owner_id: Id
+    text: Annotated[str, Field(max_length=1_000_000)]
+    moment: GameMoment
+    kind: Kind = GameMemoryKind.EVENT
+    scope: Id = "personal"
+    importance: Unit = 0.5
+    tags: IdList = Field(default_factory=list)
+    payload: JsonValue = None
+    memory_id: Id | None = None
+    expires_at: GameMoment | None = None
+    source_input_id: Id | None = None
+    metadata: dict[str, str] | None = None
+
+    @property
+    def payload_given(self) -> bool:
+        """Whether the client sent ``payload`` (possibly ``null``)."""
+        return "payload" in self.model_fields_set
+
+
+class RecallParams(_Params):
+    """``memory.recall``: what to recall, as of which game moment, and how many."""
+
+    session_id: Id
+    owner_id: Id | None = None
+    text: Annotated[str | None, Field(max_length=1_000_000)] = None
+    at_or_before: GameMoment | None = None
+    limit: Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=MAXIMUM_RECALL_LIMIT)] = 8
+    scopes: IdList = Field(default_factory=list)
+    kinds: Annotated[list[Kind], Field(max_length=_MAXIMUM_LIST)] = Field(default_factory=list)
+    tags: IdList = Field(default_factory=list)
+    minimum_importance: Unit = 0.0
+    require_semantic: StrictBool = False
+
+
+class RecallManyParams(_Params):
+    """``memory.recall_many``: 1..64 recall params, each validated on its own."""
+
+    queries: Annotated[
+        list[dict[str, Any]], Field(min_length=1, max_length=MAXIMUM_RECALL_MANY_QUERIES)
+    ]
+
+
+class StatusParams(_Params):
+    """``memory.status``: the session whose index status to report."""
+
+    session_id: Id
+
+
+class RebuildParams(_Params):
+    """``memory.rebuild``: re-embed a session; ``force`` re-embeds ready entries too."""
+
+    session_id: Id
+    force: StrictBool = False
+
+
+class MigrateParams(_Params):
+    """``memory.migrate``: no params."""
+
+
+#: Every method the bridge serves and the model its params must match.
+METHOD_PARAMS: dict[str, type[BaseModel]] = {
+    "initialize": InitializeParams,
+    "memory.remember": RememberParams,
+    "memory.recall": RecallParams,
+    "memory.recall_many": RecallManyParams,
+    "memory.status": StatusParams,
+    "memory.rebuild": RebuildParams,
+    "memory.migrate": MigrateParams,
+}

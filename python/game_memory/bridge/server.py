@@ -1,0 +1,196 @@
+"""The async dispatcher: drives each connection's protocol core and awaits the service.
+
+:class:`BridgeServer` is transport-independent. A transport opens a :class:`Session` per
+client, feeds it what it receives, and sends what the session's outbox yields. Calls run
+as tasks, so one connection's requests may run concurrently and answer out of order (ids
+match them). Each call has a server-side deadline (TIMEOUT, -32008); on shutdown new calls
+are refused (SHUTTING_DOWN, -32009), running ones get a grace period and are then
+cancelled and answered with SHUTTING_DOWN.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from game_memory.bridge.codes import ErrorCode, RpcError
+from game_memory.bridge.handlers import MethodExecutor
+from game_memory.bridge.limits import DEFAULT_LIMITS, BridgeLimits
+from game_memory.bridge.outbox import Outbox
+from game_memory.bridge.protocol import BridgeConnection, Call, CloseIntent, Received, ServerInfo
+from game_memory.bridge.results import diagnostic_to_json
+from game_memory.bridge.service import BridgeService, DiagnosticView
+
+__all__ = ["BridgeServer", "Session"]
+
+logger = logging.getLogger("game_memory.bridge")
+
+
+class Session:
+    """One client connection: its protocol core, its outbox and its running calls.
+
+    Created by :meth:`BridgeServer.open_session`; the transport must call :meth:`detach`
+    when the client is gone.
+    """
+
+    def __init__(self, server: BridgeServer, connection: BridgeConnection) -> None:
+        self._server = server
+        self.connection = connection
+        limits = server.limits
+        self.outbox = Outbox(limits.outbox_messages, limits.outbox_bytes)
+
+    async def receive(self, data: str | bytes) -> CloseIntent | None:
+        """Feed one text frame or line; return a close intent if the client must go."""
+        return await self._apply(self.connection.receive(data))
+
+    async def receive_binary(self, size: int) -> CloseIntent | None:
+        """Feed the news of a binary frame of ``size`` bytes (refused)."""
+        return await self._apply(self.connection.receive_binary(size))
+
+    async def receive_oversized(self, size: int | None) -> CloseIntent | None:
+        """Feed the news of a message over the size cap (refused, not read)."""
+        return await self._apply(self.connection.receive_oversized(size))
+
+    def notify(self, method: str, params: dict[str, Any], force: bool = False) -> None:
+        """Queue a notification for this client if it is initialized; never waits."""
+        text = self.connection.notification(method, params)
+        if text is not None and not self.outbox.offer(text, force=force):
+            logger.debug("dropped a %s notification for a client that is not reading", method)
+
+    def detach(self) -> None:
+        """Forget the client: drop queued and later output; running calls still finish."""
+        self.connection.close()
+        self.outbox.close(discard=True)
+        self._server._sessions.discard(self)
+
+    async def _apply(self, received: Received) -> CloseIntent | None:
+        for call in received.calls:
+            self._server._start(self, call)
+        # Waiting here when the outbox is full stops reading from a client that does not read.
+        for message in received.messages:
+            await self.outbox.put(message)
+        return received.close
+
+    async def _run(self, call: Call) -> None:
+        limits = self._server.limits
+        seconds = (
+            limits.rebuild_timeout_seconds
+            if call.method == "memory.rebuild"
+            else limits.request_timeout_seconds
+        )
+        deadline = asyncio.timeout(seconds)
+        try:
+            async with deadline:
+                result = await self._server.executor.execute(call, self.notify)
+        except asyncio.CancelledError:
+            for message in self.connection.fail(call, _shutting_down(call.method)):
+                self.outbox.offer(message, force=True)
+            raise
+        except TimeoutError as exc:
+            error: BaseException = exc
+            if deadline.expired():
+                error = RpcError(
+                    ErrorCode.TIMEOUT,
+                    f"timeout: {call.method} did not finish within the server's deadline of "
+                    f"{seconds:g} s and was cancelled; try again or ask for less",
+                    {"kind": "RequestTimeout", "bound": "request_timeout_seconds"},
+                )
+            messages = self.connection.fail(call, error)
+        except Exception as exc:
+            messages = self.connection.fail(call, exc)
+        else:
+            messages = self.connection.complete(call, result)
+        for message in messages:
+            await self.outbox.put(message)
+
+
+def _shutting_down(method: str) -> RpcError:
+    return RpcError(
+        ErrorCode.SHUTTING_DOWN,
+        f"{method} was abandoned because the server is shutting down; nothing was left "
+        "half-written; start a new server and send it again",
+        {"kind": "ShuttingDown"},
+    )
+
+
+class BridgeServer:
+    """Serve one memory to many sessions.
+
+    Args:
+        service: The memory to serve.
+        info: What ``initialize`` reports.
+        limits: The bounds to enforce.
+
+    Use from one event loop; only :meth:`broadcast_diagnostic` may be called from another
+    thread.
+    """
+
+    def __init__(
+        self, service: BridgeService, info: ServerInfo, limits: BridgeLimits = DEFAULT_LIMITS
+    ) -> None:
+        self.info = info
+        self.limits = limits
+        self.executor = MethodExecutor(service)
+        self._sessions: set[Session] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._shutting_down = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    @property
+    def session_count(self) -> int:
+        """Connected sessions."""
+        return len(self._sessions)
+
+    @property
+    def running_calls(self) -> int:
+        """Calls running on behalf of any session, detached or not."""
+        return len(self._tasks)
+
+    def open_session(self, *, token: str | None) -> Session:
+        """Start a session for a new client; ``token`` is what it must present (``None``: none)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._loop_thread = threading.get_ident()
+        connection = BridgeConnection(self.info, token=token, limits=self.limits)
+        if self._shutting_down:
+            connection.begin_shutdown()
+        session = Session(self, connection)
+        self._sessions.add(session)
+        return session
+
+    def broadcast_diagnostic(self, diagnostic: DiagnosticView) -> None:
+        """Send ``memory.diagnostic`` to every initialized session; never blocks.
+
+        Safe to call from any thread. A session whose queue is full loses it.
+        """
+        loop = self._loop
+        if loop is not None and threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(self.broadcast_diagnostic, diagnostic)
+            return
+        params = diagnostic_to_json(diagnostic)
+        for session in list(self._sessions):
+            session.notify("memory.diagnostic", params)
+
+    async def shutdown(self) -> None:
+        """Refuse new calls, let running ones finish within the grace period, cancel the rest.
+
+        Idempotent. Afterwards no call is running, so the service can be closed.
+        """
+        self._shutting_down = True
+        for session in self._sessions:
+            session.connection.begin_shutdown()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=self.limits.shutdown_grace_seconds)
+        remaining = set(self._tasks)
+        for task in remaining:
+            task.cancel()
+        if remaining:
+            await asyncio.wait(remaining)
+
+    def _start(self, session: Session, call: Call) -> None:
+        task = asyncio.get_running_loop().create_task(session._run(call))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
