@@ -5,6 +5,8 @@ recall fuses lexical and semantic search and reranks on *game* time. Everything 
 importable from here (and the in-process ONNX providers from ``game_memory.onnx``).
 """
 
+import contextlib as _contextlib
+
 from game_memory.errors import (
     CapacityExceededError,
     DerivedIndexError,
@@ -28,6 +30,10 @@ from game_memory.model import (
     derive_memory_id,
     memory_matches_query,
 )
+from game_memory.store.check import StoreCheckReport
+from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.store.migration import FileGameMemoryMigrationResult
+from game_memory.store.protocol import GameMemoryStore
 from game_memory.vector.hashing import HashingEmbeddingProvider
 from game_memory.vector.identity import MemoryEmbeddingIdentity
 from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
@@ -41,6 +47,8 @@ __all__ = [
     "EmbeddingTimeoutError",
     "EmbeddingUnavailableError",
     "EmbeddingVector",
+    "FileGameMemoryMigrationResult",
+    "FileGameMemoryStore",
     "GameMemory",
     "GameMemoryError",
     "GameMemoryKind",
@@ -48,6 +56,7 @@ __all__ = [
     "GameMemorySearchSnapshot",
     "GameMemorySearchStage",
     "GameMemorySearchStageKind",
+    "GameMemoryStore",
     "GameMoment",
     "HashingEmbeddingProvider",
     "InvalidArgumentError",
@@ -55,16 +64,16 @@ __all__ = [
     "MemoryEmbeddingIdentity",
     "PersistenceError",
     "StoreBusyError",
+    "StoreCheckReport",
     "StoreClosedError",
     "derive_memory_id",
     "memory_matches_query",
 ]
 
+# Show the public path in reprs and tracebacks (httpx does the same).
 for _name in __all__:
     _obj = globals()[_name]
-    if hasattr(_obj, "__module__") and not isinstance(_obj, str):
-        try:
+    if isinstance(_obj, type) or callable(_obj):
+        with _contextlib.suppress(AttributeError, TypeError):
             _obj.__module__ = "game_memory"
-        except (AttributeError, TypeError):
-            pass
 del _name, _obj

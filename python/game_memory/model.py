@@ -14,7 +14,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any
 
@@ -133,7 +133,7 @@ def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_PAYLOAD
     return value
 
 
-class GameMemoryKind(str, Enum):
+class GameMemoryKind(StrEnum):
     """What a memory records. The declaration order is the reference's ordinal order."""
 
     EVENT = "event"
@@ -249,7 +249,9 @@ def _metadata(value: Any) -> Mapping[str, str]:
     if not isinstance(value, Mapping):
         raise ValueError("metadata must be a mapping of strings to strings")
     if len(value) > MAXIMUM_METADATA_ENTRIES:
-        raise ValueError(f"metadata has {len(value)} entries; the limit is {MAXIMUM_METADATA_ENTRIES}")
+        raise ValueError(
+            f"metadata has {len(value)} entries; the limit is {MAXIMUM_METADATA_ENTRIES}"
+        )
     copied: dict[str, str] = {}
     for key, item in value.items():
         check_bounded_id(key, "metadata key", MAXIMUM_METADATA_KEY_CHARACTERS)

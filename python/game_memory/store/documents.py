@@ -1,0 +1,204 @@
+"""Memory documents: this store's own record payload, and the reference's v1 JSON format.
+
+Our payload is ``{"format_version": 1, "memory": <GameMemory as snake_case JSON>}``.
+The legacy format is what the C# runtime writes (``System.Text.Json`` defaults): PascalCase
+properties, ``FormatVersion`` 1, the kind as its PascalCase name, ``PayloadJson`` as a JSON
+string, non-ASCII and HTML-sensitive characters ``\\u``-escaped. Legacy documents are read
+strictly (case-sensitive names, duplicate properties rejected, unknown properties ignored)
+and written byte-for-byte like the C# runtime, so tests and benchmarks can produce
+faithful legacy saves.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from game_memory.model import GameMemory, GameMemoryKind, GameMoment, parse_strict_json
+
+__all__ = [
+    "DOCUMENT_FORMAT_VERSION",
+    "DocumentError",
+    "decode_document",
+    "decode_legacy_document",
+    "encode_document",
+    "encode_legacy_document",
+]
+
+DOCUMENT_FORMAT_VERSION = 1
+_LEGACY_MAXIMUM_DEPTH = 64
+
+
+class DocumentError(Exception):
+    """A document that cannot be decoded; the caller names the file and fails closed."""
+
+
+def encode_document(memory: GameMemory) -> bytes:
+    """Serialize ``memory`` as this store's record payload (compact UTF-8 JSON)."""
+    return b'{"format_version":1,"memory":' + memory.model_dump_json().encode("utf-8") + b"}"
+
+
+def decode_document(payload: bytes) -> GameMemory:
+    """Decode and fully validate a record payload written by :func:`encode_document`."""
+    try:
+        document = json.loads(payload)
+    except ValueError as exc:
+        raise DocumentError(f"the record is not valid JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise DocumentError("the record is not a JSON object")
+    version = document.get("format_version")
+    if version != DOCUMENT_FORMAT_VERSION:
+        raise DocumentError(
+            f"the record has format version {version!r}; this game-memory reads version "
+            f"{DOCUMENT_FORMAT_VERSION} (a newer release may have written it)"
+        )
+    try:
+        return GameMemory.model_validate(document.get("memory"))
+    except ValidationError as exc:
+        raise DocumentError(f"the record holds an invalid memory: {exc}") from exc
+
+
+def _legacy_moment(value: Any, name: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise DocumentError(f"{name} must be an object")
+    return {
+        "timeline_id": value.get("TimelineId"),
+        "tick": _integer(value.get("Tick"), f"{name}.Tick"),
+        "calendar_json": value.get("CalendarJson"),
+    }
+
+
+def _integer(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DocumentError(f"{name} must be an integer")
+    return value
+
+
+def decode_legacy_document(data: bytes) -> GameMemory:
+    """Decode a v1 memory document as written by the reference C# runtime.
+
+    Raises:
+        DocumentError: invalid JSON, duplicate properties, wrong ``FormatVersion``, an
+            unknown kind, or data the memory model rejects.
+    """
+    try:
+        text = data.decode("utf-8-sig")
+        document = parse_strict_json(text, "the legacy document", _LEGACY_MAXIMUM_DEPTH)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DocumentError(str(exc)) from exc
+    if not isinstance(document, dict):
+        raise DocumentError("the legacy document is not a JSON object")
+    if document.get("FormatVersion") != 1:
+        raise DocumentError(
+            f"unsupported legacy format version {document.get('FormatVersion')!r} (expected 1)"
+        )
+    kind_name = document.get("Kind")
+    kinds = {kind.reference_name: kind for kind in GameMemoryKind}
+    if not isinstance(kind_name, str) or kind_name not in kinds:
+        raise DocumentError(f"unsupported memory kind {kind_name!r}")
+    if "Moment" not in document or document["Moment"] is None:
+        raise DocumentError("the legacy document has no Moment")
+    importance = document.get("Importance", 0.0)
+    if isinstance(importance, bool) or not isinstance(importance, int | float):
+        raise DocumentError("Importance must be a number")
+    fields = {
+        "memory_id": document.get("MemoryId"),
+        "session_id": document.get("SessionId"),
+        "owner_id": document.get("OwnerId"),
+        "scope": document.get("Scope"),
+        "kind": kinds[kind_name],
+        "payload_json": document.get("PayloadJson"),
+        "moment": _legacy_moment(document["Moment"], "Moment"),
+        "importance": float(importance),
+        "searchable_text": document.get("SearchableText"),
+        "tags": document.get("Tags") or (),
+        "source_input_id": document.get("SourceInputId"),
+        "expires_at": _legacy_moment(document.get("ExpiresAt"), "ExpiresAt"),
+        "metadata": document.get("Metadata") or {},
+    }
+    try:
+        return GameMemory.model_validate(fields)
+    except ValidationError as exc:
+        raise DocumentError(f"the legacy document contains invalid data: {exc}") from exc
+
+
+_SHORT_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", "\\": "\\\\"}
+_HTML_SENSITIVE = frozenset("\"&'+<>`")
+
+
+def _unicode_escape(code: int) -> str:
+    if code <= 0xFFFF:
+        return f"\\u{code:04X}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
+
+
+def _legacy_string(value: str) -> str:
+    parts = ['"']
+    for char in value:
+        code = ord(char)
+        if char in _SHORT_ESCAPES:
+            parts.append(_SHORT_ESCAPES[char])
+        elif code < 0x20 or code > 0x7E or char in _HTML_SENSITIVE:
+            parts.append(_unicode_escape(code))
+        else:
+            parts.append(char)
+    parts.append('"')
+    return "".join(parts)
+
+
+def _legacy_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return _legacy_string(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_legacy_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ",".join(f"{_legacy_string(k)}:{_legacy_value(v)}" for k, v in value.items())
+            + "}"
+        )
+    raise TypeError(f"cannot encode {type(value).__name__}")
+
+
+def _legacy_moment_dict(moment: GameMoment | None) -> dict[str, Any] | None:
+    if moment is None:
+        return None
+    return {
+        "TimelineId": moment.timeline_id,
+        "Tick": moment.tick,
+        "CalendarJson": moment.calendar_json,
+    }
+
+
+def encode_legacy_document(memory: GameMemory) -> bytes:
+    """Serialize ``memory`` exactly as the reference C# runtime writes a v1 document."""
+    document: dict[str, Any] = {
+        "FormatVersion": 1,
+        "MemoryId": memory.memory_id,
+        "SessionId": memory.session_id,
+        "OwnerId": memory.owner_id,
+        "Scope": memory.scope,
+        "Kind": memory.kind.reference_name,
+        "PayloadJson": memory.payload_json,
+        "Moment": _legacy_moment_dict(memory.moment),
+        "Importance": memory.importance,
+        "SearchableText": memory.searchable_text,
+        "Tags": list(memory.tags),
+        "SourceInputId": memory.source_input_id,
+        "ExpiresAt": _legacy_moment_dict(memory.expires_at),
+        "Metadata": dict(memory.metadata),
+    }
+    return _legacy_value(document).encode("utf-8")

@@ -1,0 +1,338 @@
+"""``FileGameMemoryStore``: the authoritative save of memories, partitioned by session and owner.
+
+Guarantees (see ``docs/storage-format.md`` for the format):
+
+* **Durable**: when ``append`` returns, the memory is on disk (fsynced, including new folder
+  entries); it survives a ``kill -9`` or power loss at any later instant.
+* **Atomic**: an append interrupted at any instant is either wholly present or absent
+  afterwards, and the store always reopens.
+* **Safe across processes and tasks**: appends are serialized by a cross-process lock;
+  reads take no lock and see only complete records.
+* **Fail closed**: corruption, a symbolic link, or a file from a newer format raises
+  ``PersistenceError``; nothing is guessed.
+* **Bounded**: capacity is enforced from the ledger count without rescanning; every
+  snapshot is bounded; the parsed-partition cache is bounded.
+
+Blocking file work runs in a small thread pool owned by the store, never on the event loop.
+Cancelling an awaiting task does not interrupt an append already running: it completes (or
+not) atomically in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TypeVar
+
+from game_memory.errors import InvalidArgumentError, StoreClosedError
+from game_memory.model import (
+    GameMemory,
+    GameMemoryQuery,
+    GameMemorySearchSnapshot,
+    GameMemorySearchStage,
+    GameMemorySearchStageKind,
+)
+from game_memory.store import fs
+from game_memory.store.check import StoreCheckReport, check_store
+from game_memory.store.engine import StoreEngine
+from game_memory.store.lexical import LexicalHit, lexical_search
+from game_memory.store.migration import (
+    FileGameMemoryMigrationResult,
+    has_legacy_layout,
+    migrate_legacy_layout,
+)
+from game_memory.store.view import PartitionView
+
+__all__ = ["FileGameMemoryStore", "LexicalSearchResult"]
+
+_T = TypeVar("_T")
+MAXIMUM_ENTRIES_LIMIT = 1_000_000
+MAXIMUM_SNAPSHOT_LIMIT = 1_000_000
+
+
+class _State(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalSearchResult:
+    """A lexical search with everything a hybrid search reuses.
+
+    ``hits`` are the ranked results with their BM25 scores; ``views`` are the partitions
+    of the authoritative snapshot (sorted by owner), ``visible_count`` the memories the
+    query could see, and ``stages`` the metrics so far.
+    """
+
+    hits: list[LexicalHit]
+    views: list[PartitionView]
+    visible_count: int
+    stages: list[GameMemorySearchStage]
+
+    @property
+    def authoritative_memories(self) -> tuple[GameMemory, ...]:
+        """Every memory of the snapshot, ordered by owner then id."""
+        return tuple(memory for view in self.views for memory in view.ordered)
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgumentError(f"{name} must be an integer from {low:,} to {high:,}")
+    return value
+
+
+class FileGameMemoryStore:
+    """The authoritative file store of one save.
+
+    Args:
+        directory: The save folder. Created if missing; it and its ancestors must not be
+            symbolic links. Legacy (reference v1) documents found in it are migrated on
+            first use.
+        maximum_entries: Store-wide capacity, 1..1,000,000.
+        maximum_file_bytes: Largest file the store writes or reads (one memory must fit;
+            partition logs roll over to a new segment at this size), 1,024..1,000,000,000.
+        lock_timeout: Seconds to wait for another writer before ``StoreBusyError``.
+        cache_entries: Parsed memories kept in memory across partitions (default: the
+            smaller of ``maximum_entries`` and 200,000).
+        max_workers: Threads of the store's I/O pool.
+
+    Raises:
+        PersistenceError: the folder (or an ancestor) is a symbolic link.
+        InvalidArgumentError: an option is out of range.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        maximum_entries: int = 100_000,
+        maximum_file_bytes: int = 4_000_000,
+        lock_timeout: float = 30.0,
+        cache_entries: int | None = None,
+        max_workers: int = 4,
+    ) -> None:
+        _check_range("maximum_entries", maximum_entries, 1, MAXIMUM_ENTRIES_LIMIT)
+        _check_range("maximum_file_bytes", maximum_file_bytes, 1_024, 1_000_000_000)
+        _check_range("max_workers", max_workers, 1, 64)
+        if not 0 < lock_timeout <= 3_600:
+            raise InvalidArgumentError("lock_timeout must be between 0 and 3,600 seconds")
+        if cache_entries is None:
+            cache_entries = min(maximum_entries, 200_000)
+        _check_range("cache_entries", cache_entries, 1, 10_000_000)
+        self.directory = Path(os.path.abspath(os.fspath(directory)))
+        self.maximum_entries = maximum_entries
+        self._engine = StoreEngine(
+            self.directory,
+            maximum_entries=maximum_entries,
+            maximum_file_bytes=maximum_file_bytes,
+            lock_timeout=lock_timeout,
+            cache_entries=cache_entries,
+        )
+        fs.check_no_symlinks(self.directory)
+        self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="game-memory-store")
+        self._state = _State.OPEN
+        self._ready = False
+        self._ready_lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"FileGameMemoryStore({str(self.directory)!r}, state={self._state.value})"
+
+    async def __aenter__(self) -> FileGameMemoryStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    async def _run(self, function: Callable[[], _T]) -> _T:
+        if self._state is _State.CLOSED:
+            raise StoreClosedError(
+                f"the memory store at {self.directory} is closed; open a new one"
+            )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, function)
+
+    async def _ensure_ready(self) -> FileGameMemoryMigrationResult:
+        """Open the layout and migrate legacy documents once per store object.
+
+        Returns what this call migrated (nothing after the first call) and the store size,
+        for the STORAGE_MIGRATION stage.
+        """
+        async with self._ready_lock:
+            if not self._ready:
+
+                def prepare() -> FileGameMemoryMigrationResult:
+                    self._engine.open_layout()
+                    if has_legacy_layout(self.directory):
+                        return migrate_legacy_layout(self._engine)
+                    return FileGameMemoryMigrationResult(
+                        migrated_entries=0, partitioned_entries=self._engine.ledger.count()
+                    )
+
+                result = await self._run(prepare)
+                self._ready = True
+                return result
+        count = await self._run(self._engine.ledger.count)
+        return FileGameMemoryMigrationResult(migrated_entries=0, partitioned_entries=count)
+
+    # -- public API ---------------------------------------------------------------------
+
+    async def append(self, memory: GameMemory) -> bool:
+        """Durably add ``memory`` to its owner's partition.
+
+        Idempotent: appending an equivalent memory again returns ``False`` and writes
+        nothing. Atomic and durable (see the class docstring).
+
+        Returns:
+            ``True`` if the memory was added, ``False`` if it was already there.
+
+        Raises:
+            MemoryConflictError: the id already holds different content (nothing changes).
+            CapacityExceededError: ``maximum_entries`` or ``maximum_file_bytes`` reached.
+            PersistenceError: the save is corrupt or unsafe.
+            StoreBusyError: another writer held the lock longer than ``lock_timeout``.
+            StoreClosedError: the store was closed.
+        """
+        if not isinstance(memory, GameMemory):
+            raise InvalidArgumentError("append takes a GameMemory")
+        await self._ensure_ready()
+        return await self._run(lambda: self._engine.append(memory))
+
+    async def search(self, query: GameMemoryQuery) -> list[GameMemory]:
+        """Recall up to ``query.limit`` visible memories, best first (BM25 + importance).
+
+        Visibility follows ``memory_matches_query``: memories after ``query.at_or_before``
+        (game time), on another timeline, or expired at that moment are never returned.
+        """
+        if query.limit == 0:
+            return []
+        return list((await self.search_snapshot(query)).memories)
+
+    async def search_snapshot(
+        self, query: GameMemoryQuery, maximum_snapshot_entries: int | None = None
+    ) -> GameMemorySearchSnapshot:
+        """Recall with the bounded authoritative snapshot and stage metrics.
+
+        Reads only the query owner's partition when ``owner_id`` is set, else only the
+        query session's partitions. Stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT,
+        LEXICAL_SEARCH.
+
+        Raises:
+            CapacityExceededError: the snapshot holds more than ``maximum_snapshot_entries``.
+        """
+        result = await self.search_lexical(query, maximum_snapshot_entries)
+        return GameMemorySearchSnapshot.model_construct(
+            memories=tuple(hit.memory for hit in result.hits),
+            authoritative_memories=result.authoritative_memories,
+            stages=tuple(result.stages),
+        )
+
+    async def search_lexical(
+        self, query: GameMemoryQuery, maximum_snapshot_entries: int | None = None
+    ) -> LexicalSearchResult:
+        """Like :meth:`search_snapshot`, but keeping scores and partition views.
+
+        This is the capability a hybrid store uses to validate derived vectors against the
+        same snapshot without reading the save twice.
+        """
+        if not isinstance(query, GameMemoryQuery):
+            raise InvalidArgumentError("search takes a GameMemoryQuery")
+        bound = self.maximum_entries
+        if maximum_snapshot_entries is not None:
+            _check_range(
+                "maximum_snapshot_entries", maximum_snapshot_entries, 1, MAXIMUM_SNAPSHOT_LIMIT
+            )
+            bound = min(bound, maximum_snapshot_entries)
+        started = time.perf_counter()
+        migration = await self._ensure_ready()
+        migrated = time.perf_counter()
+
+        def read() -> LexicalSearchResult:
+            begun = time.perf_counter()
+            views = self._engine.views(query.session_id, query.owner_id, bound)
+            snapshot_size = sum(len(view) for view in views)
+            snapshot_done = time.perf_counter()
+            hits, visible = lexical_search(views, query, query.limit)
+            lexical_done = time.perf_counter()
+            stages = [
+                GameMemorySearchStage.measured(
+                    GameMemorySearchStageKind.STORAGE_MIGRATION,
+                    migrated - started,
+                    migration.migrated_entries,
+                    migration.partitioned_entries,
+                ),
+                GameMemorySearchStage.measured(
+                    GameMemorySearchStageKind.AUTHORITATIVE_SNAPSHOT,
+                    snapshot_done - begun,
+                    snapshot_size,
+                    snapshot_size,
+                ),
+                GameMemorySearchStage.measured(
+                    GameMemorySearchStageKind.LEXICAL_SEARCH,
+                    lexical_done - snapshot_done,
+                    snapshot_size,
+                    len(hits),
+                ),
+            ]
+            return LexicalSearchResult(hits, views, visible, stages)
+
+        return await self._run(read)
+
+    async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
+        """Every memory of a session (or of one owner), ordered by owner then memory id.
+
+        Raises:
+            CapacityExceededError: more than ``maximum_entries`` memories.
+        """
+        await self._ensure_ready()
+        views = await self._run(
+            lambda: self._engine.views(session_id, owner_id, self.maximum_entries)
+        )
+        return [memory for view in views for memory in view.ordered]
+
+    async def count(self) -> int:
+        """How many memories the store holds (from the ledger; no scan)."""
+        await self._ensure_ready()
+        return await self._run(self._engine.ledger.count)
+
+    async def migrate_legacy_layout(self) -> FileGameMemoryMigrationResult:
+        """Migrate legacy documents now (idempotent; also done on first use).
+
+        Serialized across processes; every document is validated before anything moves;
+        a corrupt or conflicting document fails closed with the legacy files untouched; a
+        crash or cancellation is resumed by running it again.
+        """
+        await self._ensure_ready()
+
+        def migrate() -> FileGameMemoryMigrationResult:
+            return migrate_legacy_layout(self._engine)
+
+        return await self._run(migrate)
+
+    async def check(self, *, fix: bool = False) -> StoreCheckReport:
+        """Verify the whole save against its ledger (reads every record, bypassing caches).
+
+        With ``fix=True``, applies the documented repairs only: cut torn tails and resolve
+        pending intents. Anything else is reported, never "repaired".
+        """
+        await self._ensure_ready()
+        return await self._run(lambda: check_store(self._engine, fix=fix))
+
+    async def aclose(self) -> None:
+        """Close the store; idempotent. Waits for running operations to finish."""
+        if self._state is _State.CLOSED:
+            return
+        self._state = _State.CLOSED
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)

@@ -1,0 +1,296 @@
+"""Safe file primitives: no symbolic links, durable writes, and translated OS errors.
+
+Every path the store touches goes through here. Files are opened with ``O_NOFOLLOW`` and
+checked to be regular files; directories are checked with ``lstat``; a symbolic link
+anywhere (the root, its ancestors, or anything enumerated) raises ``PersistenceError``.
+Durability follows the classic recipe: write, ``fsync`` the file, ``rename`` over the target
+when replacing, then ``fsync`` the directory so the new name itself survives a power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from game_memory.errors import PersistenceError
+
+__all__ = [
+    "append_bytes",
+    "atomic_write",
+    "check_no_symlinks",
+    "ensure_directory",
+    "fsync_directory",
+    "list_directory",
+    "open_append",
+    "read_file",
+    "sync_filesystem",
+]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+def _translate(exc: OSError, path: Path, action: str) -> PersistenceError:
+    if exc.errno == errno.ELOOP:
+        return PersistenceError(
+            f"refusing to {action} {path}: it is a symbolic link. A save folder must contain "
+            "only real files and folders; replace the link with the real folder."
+        )
+    return PersistenceError(f"could not {action} {path}: {exc.strerror or exc}")
+
+
+def check_no_symlinks(path: Path) -> None:
+    """Raise ``PersistenceError`` if ``path`` or any existing ancestor is a symbolic link."""
+    current = path
+    while True:
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise _translate(exc, current, "inspect") from exc
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise PersistenceError(
+                f"refusing to use {path}: {current} is a symbolic link. Point the store at "
+                "the real folder instead."
+            )
+        parent = current.parent
+        if parent == current:
+            return
+        current = parent
+
+
+def ensure_directory(path: Path, *, create: bool = True) -> bool:
+    """Make sure ``path`` is a real directory (not a link); return whether it was created.
+
+    A newly created directory's parent is fsynced so the new entry is durable.
+    """
+    created = False
+    if create:
+        try:
+            os.mkdir(path, 0o755)
+            created = True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise _translate(exc, path, "create the folder") from exc
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise PersistenceError(f"the folder {path} is missing") from exc
+    except OSError as exc:
+        raise _translate(exc, path, "inspect") from exc
+    if stat.S_ISLNK(info.st_mode):
+        raise PersistenceError(
+            f"refusing to use {path}: it is a symbolic link, not a folder of the save"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise PersistenceError(f"{path} should be a folder but is a file")
+    if created:
+        fsync_directory(path.parent)
+    return created
+
+
+def fsync_directory(path: Path) -> None:
+    """Flush a directory's entries (new, renamed or removed names) to disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        raise _translate(exc, path, "open the folder") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise _translate(exc, path, "flush the folder") from exc
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: Path, flags: int, action: str, mode: int = 0o644) -> int:
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as exc:
+        raise _translate(exc, path, action) from exc
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise _translate(exc, path, action) from exc
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise PersistenceError(f"{path} should be a regular file")
+    return fd
+
+
+def read_file(
+    path: Path, maximum_bytes: int, *, offset: int = 0
+) -> tuple[bytes, os.stat_result] | None:
+    """Read a regular file from ``offset``; ``None`` if it does not exist.
+
+    Raises ``PersistenceError`` if it is a link, not a regular file, or larger than
+    ``maximum_bytes``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _translate(exc, path, "read") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PersistenceError(f"{path} should be a regular file")
+        if info.st_size > maximum_bytes:
+            raise PersistenceError(
+                f"{path} is {info.st_size:,} bytes, more than the limit of {maximum_bytes:,}; "
+                "it is not a file this store wrote"
+            )
+        chunks: list[bytes] = []
+        remaining = info.st_size - offset
+        position = offset
+        while remaining > 0:
+            chunk = os.pread(fd, min(remaining, 1 << 20), position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks), info
+    except OSError as exc:
+        raise _translate(exc, path, "read") from exc
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def open_append(path: Path) -> Iterator[tuple[int, bool]]:
+    """Open ``path`` for appending, creating it if needed; yield ``(fd, created)``.
+
+    When the file was created, its directory is fsynced before the context exits, so a
+    durable record inside a new file is also reachable by name after a power loss.
+    """
+    created = False
+    try:
+        fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, "create")
+        created = True
+    except PersistenceError as exc:
+        if not isinstance(exc.__cause__, FileExistsError):
+            raise
+        fd = _open_regular(path, os.O_WRONLY | os.O_APPEND, "append to")
+    try:
+        yield fd, created
+    finally:
+        os.close(fd)
+    if created:
+        fsync_directory(path.parent)
+
+
+def append_bytes(fd: int, data: bytes, path: Path) -> None:
+    """Append ``data`` in one ``write`` call (retrying short writes) and fsync the file."""
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    except OSError as exc:
+        raise _translate(exc, path, "write") from exc
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Writes ``<path>.<uuid>.tmp`` beside the target, fsyncs it, renames it over the target and
+    fsyncs the folder. A crash leaves either the old file or the new one, never a mix; a
+    leftover temporary file is harmless and ignored by readers.
+    """
+    temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = _open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "create")
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise PersistenceError(f"refusing to replace {path}: it is not a regular file")
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise _translate(exc, path, "write") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    fsync_directory(path.parent)
+
+
+def list_directory(path: Path) -> list[os.DirEntry[str]]:
+    """List a real directory's entries (sorted by name); links inside are refused.
+
+    Returns an empty list when the directory does not exist.
+    """
+    try:
+        with os.scandir(path) as entries:
+            listed = sorted(entries, key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError as exc:
+        raise PersistenceError(f"{path} should be a folder but is a file") from exc
+    except OSError as exc:
+        raise _translate(exc, path, "list") from exc
+    for entry in listed:
+        if entry.is_symlink():
+            raise PersistenceError(
+                f"refusing to read {entry.path}: it is a symbolic link. A save folder must "
+                "contain only real files and folders."
+            )
+    return listed
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def sync_filesystem(path: Path, files: list[Path]) -> None:
+    """Make every write under ``path`` durable with one barrier.
+
+    Uses Linux ``syncfs`` on the folder's file system (one call instead of thousands of
+    fsyncs); elsewhere fsyncs each of ``files`` and their folders.
+    """
+    global _libc
+    if hasattr(os, "sched_getaffinity"):  # Linux
+        try:
+            if _libc is None:
+                _libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(path, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+            try:
+                if _libc.syncfs(fd) == 0:
+                    return
+            finally:
+                os.close(fd)
+        except (OSError, AttributeError):
+            pass
+    folders: set[Path] = set()
+    for file in files:
+        fd = _open_regular(file, os.O_RDONLY, "flush")
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        folders.add(file.parent)
+    for folder in sorted(folders):
+        fsync_directory(folder)

@@ -1,0 +1,134 @@
+"""The commit ledger: one fixed-size intent record per memory ever added to the store.
+
+The ledger is how the store knows its size without rescanning (``count = file size / 128``)
+and how it recovers from a crash. A writer, holding the store lock, appends and fsyncs the
+*intent* (session, owner and memory hashes) **before** it appends the memory record to its
+partition. So at any instant every partition record has an intent, and at most the newest
+intent (or, during a migration batch, the intents after the journal's mark) can lack its
+record. Recovery checks exactly those and drops the ones whose record never landed.
+
+Record layout (128 bytes, little-endian): magic ``GML\\x01`` | kind u32 (1 = add) |
+sequence u64 (the record's own index) | sha256(session) | sha256(owner) | sha256(memory_id)
+| CRC-32 of the preceding 112 bytes | 12 zero bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from game_memory.errors import PersistenceError
+from game_memory.store import fs
+
+__all__ = ["RECORD_BYTES", "Ledger", "LedgerEntry"]
+
+RECORD_BYTES = 128
+_MAGIC = b"GML\x01"
+_BODY = struct.Struct("<4sIQ32s32s32s")
+_KIND_ADD = 1
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One intent: the hex SHA-256 hashes naming a memory's partition and id."""
+
+    session_hash: str
+    owner_hash: str
+    memory_hash: str
+
+
+class Ledger:
+    """The ledger file of one store. Mutating methods must be called under the store lock."""
+
+    def __init__(self, path: Path, maximum_entries: int) -> None:
+        self.path = path
+        self._maximum_bytes = (maximum_entries + 1) * RECORD_BYTES * 2
+
+    def stat(self) -> os.stat_result | None:
+        """``lstat`` of the ledger, or ``None`` when no memory was ever added."""
+        try:
+            return os.lstat(self.path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PersistenceError(f"could not inspect {self.path}: {exc.strerror}") from exc
+
+    def count(self) -> int:
+        """How many intents the ledger holds (a torn partial record is not counted)."""
+        info = self.stat()
+        return 0 if info is None else info.st_size // RECORD_BYTES
+
+    def read(self, start: int = 0, stop: int | None = None) -> list[LedgerEntry]:
+        """Decode and verify intents ``start`` to ``stop`` (default: the end)."""
+        read = fs.read_file(self.path, self._maximum_bytes, offset=start * RECORD_BYTES)
+        if read is None:
+            return []
+        data, _ = read
+        available = len(data) // RECORD_BYTES
+        stop = available + start if stop is None else min(stop, available + start)
+        entries: list[LedgerEntry] = []
+        for index in range(start, stop):
+            offset = (index - start) * RECORD_BYTES
+            entries.append(self._decode(data[offset : offset + RECORD_BYTES], index))
+        return entries
+
+    def encode(self, entries: list[LedgerEntry], first_index: int) -> bytes:
+        """Frame ``entries`` as records numbered from ``first_index``."""
+        chunks: list[bytes] = []
+        for index, entry in enumerate(entries, first_index):
+            body = _BODY.pack(
+                _MAGIC,
+                _KIND_ADD,
+                index,
+                bytes.fromhex(entry.session_hash),
+                bytes.fromhex(entry.owner_hash),
+                bytes.fromhex(entry.memory_hash),
+            )
+            chunks.append(body + struct.pack("<I", zlib.crc32(body)) + bytes(12))
+        return b"".join(chunks)
+
+    def append(self, entries: list[LedgerEntry], *, first_index: int) -> None:
+        """Append intents durably (one write, one fsync)."""
+        with fs.open_append(self.path) as (fd, _):
+            fs.append_bytes(fd, self.encode(entries, first_index), self.path)
+
+    def truncate(self, count: int) -> None:
+        """Cut the ledger to its first ``count`` records, durably."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        except OSError as exc:
+            raise PersistenceError(f"could not open {self.path}: {exc.strerror}") from exc
+        try:
+            os.ftruncate(fd, count * RECORD_BYTES)
+            os.fsync(fd)
+        except OSError as exc:
+            raise PersistenceError(f"could not truncate {self.path}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+
+    def rewrite(self, entries: list[LedgerEntry]) -> None:
+        """Replace the whole ledger atomically (migration recovery only)."""
+        fs.atomic_write(self.path, self.encode(entries, 0))
+
+    def torn_bytes(self) -> int:
+        """Bytes of an incomplete final record (a writer died mid-append)."""
+        info = self.stat()
+        return 0 if info is None else info.st_size % RECORD_BYTES
+
+    def _decode(self, record: bytes, index: int) -> LedgerEntry:
+        body = record[: _BODY.size]
+        magic, kind, sequence, session, owner, memory = _BODY.unpack(body)
+        (checksum,) = struct.unpack_from("<I", record, _BODY.size)
+        if magic != _MAGIC or kind != _KIND_ADD or zlib.crc32(body) != checksum:
+            raise PersistenceError(
+                f"{self.path} is corrupt at record {index}; restore the save from a backup"
+            )
+        if sequence != index:
+            raise PersistenceError(
+                f"{self.path} record {index} carries sequence {sequence}: records were lost "
+                "or reordered; restore the save from a backup"
+            )
+        return LedgerEntry(session.hex(), owner.hex(), memory.hex())

@@ -1,0 +1,143 @@
+"""Lexical recall: BM25 plus importance and tag bonus over one snapshot, reference-exact.
+
+For the visible memories of a snapshot (the visibility predicate applied), with
+``terms`` = the distinct tokens of the query text:
+
+* ``score = importance + 0.1 × (query tags on the memory) + Σ_t idf(t) · tf·(k1+1) /
+  (tf + k1·(1 − b + b·len/avgdl))`` with ``k1 = 1.2``, ``b = 0.75``,
+  ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``; ``N``, ``df`` and ``avgdl`` (mean of
+  ``max(1, len)``) are taken over all visible memories of the snapshot;
+* only memories containing at least one term are candidates;
+* text that yields no tokens (punctuation only) keeps memories containing it as a
+  case-insensitive substring; no text keeps every visible memory (score = base);
+* order: score, then tick (newest first), then ``memory_id`` (ordinal), then owner.
+
+Statistics are summed across owner partitions, so a session-wide search ranks exactly as
+if the session were one document collection.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.model import GameMemory, GameMemoryQuery, ordinal_key
+from game_memory.store.tokenizer import tokenize
+from game_memory.store.view import PartitionView
+
+__all__ = ["BM25_B", "BM25_K1", "LexicalHit", "lexical_search"]
+
+BM25_K1 = 1.2
+BM25_B = 0.75
+TAG_BONUS = 0.1
+_FULL_SORT_LIMIT = 2_048
+
+
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    """One lexical result: the memory and its score."""
+
+    memory: GameMemory
+    score: float
+
+
+def _distinct_terms(text: str) -> list[str]:
+    return list(dict.fromkeys(tokenize(text)))
+
+
+def lexical_search(
+    views: Sequence[PartitionView], query: GameMemoryQuery, limit: int
+) -> tuple[list[LexicalHit], int]:
+    """Rank the visible memories of ``views`` for ``query``; return the top ``limit``.
+
+    Returns:
+        The hits in rank order and the number of visible memories (for stage metrics).
+    """
+    masks = [view.columns.mask(query) for view in views]
+    visible = sum(int(mask.sum()) for mask in masks)
+    if limit <= 0 or visible == 0:
+        return [], visible
+    base_bonus = TAG_BONUS * len(query.tags)
+    text = query.text
+    terms = _distinct_terms(text) if text is not None else []
+    scores: list[npt.NDArray[np.float64]] = []
+    candidates: list[npt.NDArray[np.int64]] = []
+    if not terms:
+        needle = text.lower() if text is not None else None
+        for view, mask in zip(views, masks, strict=True):
+            indices = np.flatnonzero(mask)
+            if needle:
+                indices = np.asarray(
+                    [i for i in indices if _contains(view.memories[i], needle)], np.int64
+                )
+            candidates.append(indices)
+            scores.append(view.columns.importance[indices] + base_bonus)
+    else:
+        total_length = 0.0
+        frequencies = dict.fromkeys(terms, 0)
+        for view, mask in zip(views, masks, strict=True):
+            total_length += float(np.maximum(view.lexical.lengths[mask], 1).sum())
+            for term in terms:
+                documents, _ = view.lexical.postings(term)
+                frequencies[term] += int(mask[documents].sum())
+        average_length = total_length / visible
+        idf = {
+            term: math.log(1.0 + (visible - df + 0.5) / (df + 0.5))
+            for term, df in frequencies.items()
+        }
+        for view, mask in zip(views, masks, strict=True):
+            partial = np.zeros(len(view), dtype=np.float64)
+            matched = np.zeros(len(view), dtype=np.bool_)
+            norms = BM25_K1 * (1.0 - BM25_B + BM25_B * view.lexical.lengths / average_length)
+            for term in terms:
+                documents, tf = view.lexical.postings(term)
+                if documents.size == 0:
+                    continue
+                partial[documents] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms[documents])
+                matched[documents] = True
+            indices = np.flatnonzero(matched & mask)
+            candidates.append(indices)
+            scores.append(view.columns.importance[indices] + base_bonus + partial[indices])
+    return _top(views, candidates, scores, limit), visible
+
+
+def _contains(memory: GameMemory, needle: str) -> bool:
+    return needle in (memory.searchable_text or "").lower() or needle in memory.payload_json.lower()
+
+
+def _top(
+    views: Sequence[PartitionView],
+    candidates: list[npt.NDArray[np.int64]],
+    scores: list[npt.NDArray[np.float64]],
+    limit: int,
+) -> list[LexicalHit]:
+    total = sum(indices.size for indices in candidates)
+    if total == 0:
+        return []
+    if total > _FULL_SORT_LIMIT and total > limit:
+        # Keep only candidates scoring at least the limit-th best (ties included), then
+        # order those exactly; O(n) instead of a full sort of every candidate.
+        threshold = np.partition(np.concatenate(scores), total - limit)[total - limit]
+        kept = [score >= threshold for score in scores]
+        candidates = [indices[keep] for indices, keep in zip(candidates, kept, strict=True)]
+        scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]
+    rows: list[tuple[float, GameMemory]] = []
+    for view, indices, score in zip(views, candidates, scores, strict=True):
+        memories = view.memories
+        rows.extend(
+            (float(value), memories[index])
+            for index, value in zip(indices.tolist(), score.tolist(), strict=True)
+        )
+    rows.sort(
+        key=lambda row: (
+            -row[0],
+            -row[1].moment.tick,
+            ordinal_key(row[1].memory_id),
+            ordinal_key(row[1].owner_id),
+        )
+    )
+    return [LexicalHit(memory, score) for score, memory in rows[:limit]]

@@ -1,0 +1,89 @@
+"""A cross-process, cross-thread exclusive lock on one file, with a bounded wait."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from game_memory.errors import PersistenceError, StoreBusyError
+
+__all__ = ["ProcessLock"]
+
+_POLL_SECONDS = 0.02
+
+
+class ProcessLock:
+    """Serialize writers across threads of this process and across processes.
+
+    A ``threading.Lock`` orders this process's threads; an ``flock`` on the lock file orders
+    processes (the kernel releases it if the holder dies, even by ``kill -9``). Waiting is
+    bounded by ``timeout`` seconds, then ``StoreBusyError`` names the lock file.
+
+    Not reentrant. Lock files on network file systems may not exclude other machines.
+    """
+
+    def __init__(self, path: Path, timeout: float) -> None:
+        self._path = path
+        self._timeout = timeout
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise ``StoreBusyError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + self._timeout
+        if not self._thread_lock.acquire(timeout=self._timeout):
+            raise self._busy()
+        try:
+            fd = os.open(
+                self._path,
+                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC,
+                0o644,
+            )
+        except OSError as exc:
+            self._thread_lock.release()
+            raise PersistenceError(
+                f"could not open the lock file {self._path}: {exc.strerror or exc}"
+            ) from exc
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise self._busy() from None
+                    time.sleep(_POLL_SECONDS)
+        except BaseException:
+            os.close(fd)
+            self._thread_lock.release()
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (closing the descriptor drops the ``flock``)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+        self._thread_lock.release()
+
+    def _busy(self) -> StoreBusyError:
+        return StoreBusyError(
+            f"the store is locked by another writer ({self._path}) for more than "
+            f"{self._timeout:g} s; retry, or check for a stuck process using this save"
+        )
+
+    def __enter__(self) -> ProcessLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()

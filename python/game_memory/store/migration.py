@@ -1,0 +1,247 @@
+"""Migration of the reference runtime's saves into this store's layout.
+
+Two legacy layouts are read, both holding v1 documents (see documents.py):
+
+* the flat layout: ``<save>/<sha256(session\\nowner\\nmemory_id)>.memory.json``;
+* the C# runtime's partitioned layout: ``<save>/.memory-v2/s-<sha256(session)>/
+  o-<sha256(owner)>/<sha256(memory_id)>.memory.json``.
+
+The migration runs under the store lock, so it is serialized across processes, in four
+phases: (1) read and validate **every** legacy document, checking that its file name
+matches its identity; (2) resolve duplicates: an equivalent memory already migrated is
+skipped, a different one is a conflict; (3) write the new memories as one batch: journal
+mark, ledger intents, partition records, one file-system sync, journal removed; (4) only
+then delete the legacy documents. A failure in phases 1-2 changes nothing; a crash in
+phase 3 is rolled back or forward by recovery; a crash in phase 4 leaves legacy copies that
+the next run recognises as already migrated. Running it again is always safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
+from game_memory.model import GameMemory
+from game_memory.store import fs
+from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
+from game_memory.store.engine import StoreEngine
+from game_memory.store.ledger import LedgerEntry
+from game_memory.store.partitions import identity_hash
+from game_memory.store.records import encode_record
+
+__all__ = ["FileGameMemoryMigrationResult", "has_legacy_layout", "migrate_legacy_layout"]
+
+LEGACY_SUFFIX = ".memory.json"
+CSHARP_FOLDER = ".memory-v2"
+_HASH_FOLDER = re.compile(r"^[so]-[0-9a-f]{64}$")
+
+
+class FileGameMemoryMigrationResult(BaseModel):
+    """What a migration did: legacy documents migrated, and memories in the store after."""
+
+    model_config = ConfigDict(frozen=True)
+
+    migrated_entries: int = Field(ge=0)
+    partitioned_entries: int = Field(ge=0)
+
+    @property
+    def performed_work(self) -> bool:
+        """Whether any legacy document was found and migrated."""
+        return self.migrated_entries > 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    path: Path
+    expected_name: Callable[[GameMemory], Path]
+
+
+def _flat_name(root: Path) -> Callable[[GameMemory], Path]:
+    def name(memory: GameMemory) -> Path:
+        key = f"{memory.session_id}\n{memory.owner_id}\n{memory.memory_id}"
+        return root / (identity_hash(key) + LEGACY_SUFFIX)
+
+    return name
+
+
+def _csharp_name(root: Path) -> Callable[[GameMemory], Path]:
+    def name(memory: GameMemory) -> Path:
+        return (
+            root
+            / CSHARP_FOLDER
+            / f"s-{identity_hash(memory.session_id)}"
+            / f"o-{identity_hash(memory.owner_id)}"
+            / (identity_hash(memory.memory_id) + LEGACY_SUFFIX)
+        )
+
+    return name
+
+
+def has_legacy_layout(root: Path) -> bool:
+    """Whether ``root`` holds legacy documents or a C# partitioned folder (cheap listing)."""
+    return any(
+        entry.name.endswith(LEGACY_SUFFIX) or entry.name == CSHARP_FOLDER
+        for entry in fs.list_directory(root)
+    )
+
+
+def _sources(root: Path) -> list[_Source]:
+    sources: list[_Source] = []
+    flat = _flat_name(root)
+    for entry in fs.list_directory(root):
+        if entry.name.endswith(LEGACY_SUFFIX):
+            if not entry.is_file(follow_symlinks=False):
+                raise PersistenceError(f"{entry.path} should be a regular file")
+            sources.append(_Source(Path(entry.path), flat))
+    csharp = root / CSHARP_FOLDER
+    if os.path.lexists(csharp):
+        fs.ensure_directory(csharp, create=False)
+        named = _csharp_name(root)
+        for session in fs.list_directory(csharp):
+            if not _HASH_FOLDER.match(session.name):
+                continue  # layout.json, pending-add.json, temporary files
+            fs.ensure_directory(Path(session.path), create=False)
+            for owner in fs.list_directory(Path(session.path)):
+                if not _HASH_FOLDER.match(owner.name):
+                    continue
+                fs.ensure_directory(Path(owner.path), create=False)
+                for entry in fs.list_directory(Path(owner.path)):
+                    if entry.name.endswith(LEGACY_SUFFIX):
+                        if not entry.is_file(follow_symlinks=False):
+                            raise PersistenceError(f"{entry.path} should be a regular file")
+                        sources.append(_Source(Path(entry.path), named))
+    return sources
+
+
+def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[Path, GameMemory]]:
+    documents: list[tuple[Path, GameMemory]] = []
+    for source in sources:
+        read = fs.read_file(source.path, engine.maximum_file_bytes)
+        if read is None:
+            raise PersistenceError(f"{source.path} vanished during the migration; run it again")
+        try:
+            memory = decode_legacy_document(read[0])
+        except DocumentError as exc:
+            raise PersistenceError(
+                f"legacy memory document {source.path} is invalid ({exc}); nothing was "
+                "migrated and the legacy files are untouched. Repair or remove that file."
+            ) from exc
+        if source.expected_name(memory) != source.path:
+            raise PersistenceError(
+                f"legacy memory document {source.path} does not match its identity "
+                f"(session {memory.session_id!r}, owner {memory.owner_id!r}, id "
+                f"{memory.memory_id!r}); nothing was migrated"
+            )
+        documents.append((source.path, memory))
+    return documents
+
+
+def _conflict(memory: GameMemory, where: str) -> MemoryConflictError:
+    return MemoryConflictError(
+        f"legacy memory {memory.memory_id!r} of owner {memory.owner_id!r} conflicts with a "
+        f"different memory with the same id ({where}); nothing was migrated and the legacy "
+        "files are untouched"
+    )
+
+
+def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
+    """Migrate every legacy document of ``engine``'s folder (see the module docstring).
+
+    Raises:
+        PersistenceError: a legacy document is corrupt, misnamed, or a link.
+        MemoryConflictError: two documents (or a document and a stored memory) share an id
+            with different content.
+        CapacityExceededError: the migrated store would exceed ``maximum_entries``.
+    """
+    with engine.locked():
+        engine.recover()
+        sources = _sources(engine.root)
+        if not sources:
+            return FileGameMemoryMigrationResult(
+                migrated_entries=0, partitioned_entries=engine.ledger.count()
+            )
+        if len(sources) > engine.maximum_entries:
+            raise CapacityExceededError(
+                f"the legacy save holds {len(sources):,} documents, more than maximum_entries "
+                f"({engine.maximum_entries:,}); open the store with a larger maximum_entries",
+                bound="maximum_entries",
+            )
+        documents = _read_all(engine, sources)
+
+        unique: dict[tuple[str, str, str], GameMemory] = {}
+        for path, memory in documents:
+            seen = unique.setdefault(memory.key, memory)
+            if seen is not memory and seen != memory:
+                raise _conflict(memory, f"another legacy document, {path.name}")
+        groups: dict[tuple[str, str], list[GameMemory]] = {}
+        for memory in unique.values():
+            key = (identity_hash(memory.session_id), identity_hash(memory.owner_id))
+            groups.setdefault(key, []).append(memory)
+        new: dict[tuple[str, str], list[GameMemory]] = {}
+        for (session_hash, owner_hash), memories in groups.items():
+            state = engine.read_partition(session_hash, owner_hash)
+            for memory in memories:
+                existing = state.find(memory.memory_id)
+                if existing is None:
+                    new.setdefault((session_hash, owner_hash), []).append(memory)
+                elif existing != memory:
+                    raise _conflict(memory, "the migrated store")
+        before = engine.ledger.count()
+        added = sum(len(memories) for memories in new.values())
+        if before + added > engine.maximum_entries:
+            raise CapacityExceededError(
+                f"migrating {added:,} memories into a store holding {before:,} would exceed "
+                f"maximum_entries ({engine.maximum_entries:,})",
+                bound="maximum_entries",
+            )
+
+        if new:
+            engine.write_journal(before)
+            entries = [
+                LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))
+                for (session_hash, owner_hash), memories in new.items()
+                for memory in memories
+            ]
+            engine.ledger.append(entries, first_index=before)
+            touched: list[Path] = []
+            for (session_hash, owner_hash), memories in new.items():
+                fs.ensure_directory(engine.session_directory(session_hash))
+                state = engine.read_partition(session_hash, owner_hash)
+                records = [encode_record(encode_document(memory)) for memory in memories]
+                touched.extend(engine.write_records(state, records, durable=False))
+            fs.sync_filesystem(engine.data, touched)
+            engine.commit_journal()
+
+        for source in sources:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(source.path)
+        _remove_csharp_folder(engine.root / CSHARP_FOLDER)
+        fs.fsync_directory(engine.root)
+        return FileGameMemoryMigrationResult(
+            migrated_entries=len(sources), partitioned_entries=engine.ledger.count()
+        )
+
+
+def _remove_csharp_folder(folder: Path) -> None:
+    """Remove the emptied C# layout (its folders, layout.json, pending-add.json)."""
+    if not os.path.lexists(folder):
+        return
+    for session in fs.list_directory(folder):
+        if _HASH_FOLDER.match(session.name):
+            for owner in fs.list_directory(Path(session.path)):
+                with contextlib.suppress(OSError):
+                    os.rmdir(owner.path)
+            with contextlib.suppress(OSError):
+                os.rmdir(session.path)
+    for name in ("layout.json", "pending-add.json"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder / name)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)

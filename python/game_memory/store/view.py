@@ -1,0 +1,224 @@
+"""An immutable in-memory view of one owner partition, with columns for fast filtering.
+
+A :class:`PartitionView` holds one owner's memories in the order they were appended, as
+read at one version of the partition's files. Views are cached and shared by concurrent
+searches, so everything derived from them (predicate columns, the lexical index, the id
+order) is built once, lazily, and never mutated afterwards.
+
+Partitions only grow, so a view of a grown partition is built from the previous one: the
+new view keeps a reference to the previous view's *built* structures (never to the view
+itself, so versions do not chain up in memory) and extends them with the new memories
+only, instead of re-tokenizing the whole partition.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.model import GameMemory, GameMemoryQuery, ordinal_key
+from game_memory.store.tokenizer import tokenize
+
+__all__ = ["LexicalIndex", "PartitionView", "PredicateColumns", "document_text"]
+
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+_EMPTY_DOCUMENTS: IntArray = np.empty(0, np.int64)
+_EMPTY_FREQUENCIES: FloatArray = np.empty(0, np.float64)
+
+
+def document_text(memory: GameMemory) -> str:
+    """The text lexical search reads: searchable text, a newline, then the payload JSON."""
+    return (memory.searchable_text or "") + "\n" + memory.payload_json
+
+
+class _Codes:
+    """An append-only, thread-safe string → small integer table shared by view versions."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def code(self, value: str) -> int:
+        code = self._codes.get(value)
+        if code is None:
+            with self._lock:
+                code = self._codes.setdefault(value, len(self._codes))
+        return code
+
+    def get(self, value: str) -> int | None:
+        return self._codes.get(value)
+
+
+class PredicateColumns:
+    """The visibility predicate's inputs as numpy columns, for whole-partition masks."""
+
+    count: int
+    _timelines: _Codes
+    _scopes: _Codes
+
+    def __init__(
+        self, memories: Sequence[GameMemory], base: PredicateColumns | None = None
+    ) -> None:
+        start = base.count if base is not None else 0
+        new = memories[start:]
+        count = len(new)
+        self._timelines = base._timelines if base is not None else _Codes()
+        self._scopes = base._scopes if base is not None else _Codes()
+        ticks = np.fromiter((m.moment.tick for m in new), np.int64, count)
+        importance = np.fromiter((m.importance for m in new), np.float64, count)
+        timelines = np.fromiter(
+            (self._timelines.code(m.moment.timeline_id) for m in new), np.int32, count
+        )
+        has_expiry = np.fromiter((m.expires_at is not None for m in new), np.bool_, count)
+        expiry = np.fromiter(
+            (m.expires_at.tick if m.expires_at is not None else 0 for m in new), np.int64, count
+        )
+        scopes = np.fromiter((self._scopes.code(m.scope) for m in new), np.int32, count)
+        kinds = np.fromiter((m.kind.ordinal for m in new), np.int8, count)
+        tag_lists: dict[str, list[int]] = {}
+        for index, memory in enumerate(new, start):
+            for tag in memory.tags:
+                tag_lists.setdefault(tag, []).append(index)
+        if base is None:
+            self.ticks, self.importance, self.timeline_codes = ticks, importance, timelines
+            self.has_expiry, self.expiry_ticks = has_expiry, expiry
+            self.scope_codes, self.kind_codes = scopes, kinds
+            self._tags = {tag: np.asarray(docs, np.int64) for tag, docs in tag_lists.items()}
+        else:
+            self.ticks = np.concatenate((base.ticks, ticks))
+            self.importance = np.concatenate((base.importance, importance))
+            self.timeline_codes = np.concatenate((base.timeline_codes, timelines))
+            self.has_expiry = np.concatenate((base.has_expiry, has_expiry))
+            self.expiry_ticks = np.concatenate((base.expiry_ticks, expiry))
+            self.scope_codes = np.concatenate((base.scope_codes, scopes))
+            self.kind_codes = np.concatenate((base.kind_codes, kinds))
+            self._tags = dict(base._tags)
+            for tag, docs in tag_lists.items():
+                previous = self._tags.get(tag, _EMPTY_DOCUMENTS)
+                self._tags[tag] = np.concatenate((previous, np.asarray(docs, np.int64)))
+        self.count = start + count
+
+    def mask(self, query: GameMemoryQuery) -> BoolArray:
+        """Which memories of the partition the query may see (session/owner checked by caller)."""
+        mask = np.ones(self.count, dtype=np.bool_)
+        if query.scopes:
+            codes = [code for s in query.scopes if (code := self._scopes.get(s)) is not None]
+            mask &= np.isin(self.scope_codes, np.asarray(codes, np.int32))
+        if query.kinds:
+            mask &= np.isin(self.kind_codes, np.asarray([k.ordinal for k in query.kinds], np.int8))
+        for tag in query.tags:
+            has_tag = np.zeros(self.count, dtype=np.bool_)
+            docs = self._tags.get(tag)
+            if docs is not None:
+                has_tag[docs] = True
+            mask &= has_tag
+        if query.minimum_importance > 0.0:
+            mask &= self.importance >= query.minimum_importance
+        at = query.at_or_before
+        if at is not None:
+            code = self._timelines.get(at.timeline_id)
+            if code is None:
+                return np.zeros(self.count, dtype=np.bool_)
+            mask &= self.timeline_codes == code
+            mask &= self.ticks <= at.tick
+            mask &= ~self.has_expiry | (at.tick < self.expiry_ticks)
+        return mask
+
+
+class LexicalIndex:
+    """Token counts and an inverted index (term → documents, frequencies) of a partition."""
+
+    _postings: dict[str, tuple[IntArray, FloatArray]]
+    lengths: IntArray
+
+    def __init__(self, memories: Sequence[GameMemory], base: LexicalIndex | None = None) -> None:
+        start = len(base.lengths) if base is not None else 0
+        terms: dict[str, tuple[list[int], list[int]]] = {}
+        lengths = np.zeros(len(memories) - start, dtype=np.int64)
+        for offset, memory in enumerate(memories[start:]):
+            counts = Counter(tokenize(document_text(memory)))
+            lengths[offset] = sum(counts.values())
+            for term, frequency in counts.items():
+                documents, frequencies = terms.setdefault(term, ([], []))
+                documents.append(start + offset)
+                frequencies.append(frequency)
+        postings: dict[str, tuple[IntArray, FloatArray]] = (
+            dict(base._postings) if base is not None else {}
+        )
+        for term, (documents, frequencies) in terms.items():
+            new_documents = np.asarray(documents, np.int64)
+            new_frequencies = np.asarray(frequencies, np.float64)
+            previous = postings.get(term)
+            if previous is not None:
+                new_documents = np.concatenate((previous[0], new_documents))
+                new_frequencies = np.concatenate((previous[1], new_frequencies))
+            postings[term] = (new_documents, new_frequencies)
+        self._postings = postings
+        self.lengths: IntArray = (
+            np.concatenate((base.lengths, lengths)) if base is not None else lengths
+        )
+
+    def postings(self, term: str) -> tuple[IntArray, FloatArray]:
+        """Documents containing ``term`` and the term's frequency in each."""
+        return self._postings.get(term, (_EMPTY_DOCUMENTS, _EMPTY_FREQUENCIES))
+
+
+class PartitionView:
+    """One owner's memories at one version of the partition, in append order.
+
+    Args:
+        session_id: The partition's session.
+        owner_id: The partition's owner.
+        memories: Every memory of the partition, in append order, ids unique.
+        base: The view of an earlier version of the same partition whose memories are a
+            prefix of ``memories``; its built indexes are extended instead of rebuilt.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        owner_id: str,
+        memories: tuple[GameMemory, ...],
+        positions: dict[str, int],
+        base: PartitionView | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.owner_id = owner_id
+        self.memories = memories
+        self.positions = positions
+        self._lock = threading.Lock()
+        built = base.__dict__ if base is not None else {}
+        self._base_columns: PredicateColumns | None = built.get("columns")
+        self._base_lexical: LexicalIndex | None = built.get("lexical")
+
+    def __len__(self) -> int:
+        return len(self.memories)
+
+    def __repr__(self) -> str:
+        return f"PartitionView(owner={self.owner_id!r}, memories={len(self.memories)})"
+
+    @cached_property
+    def columns(self) -> PredicateColumns:
+        """Predicate columns, built (or extended from the previous version) on first use."""
+        with self._lock:
+            base, self._base_columns = self._base_columns, None
+            return PredicateColumns(self.memories, base)
+
+    @cached_property
+    def lexical(self) -> LexicalIndex:
+        """The lexical index, built (or extended from the previous version) on first use."""
+        with self._lock:
+            base, self._base_lexical = self._base_lexical, None
+            return LexicalIndex(self.memories, base)
+
+    @cached_property
+    def ordered(self) -> tuple[GameMemory, ...]:
+        """The memories sorted by ``memory_id`` (ordinal), the order snapshots report."""
+        return tuple(sorted(self.memories, key=lambda memory: ordinal_key(memory.memory_id)))
