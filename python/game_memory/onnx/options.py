@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.limits import EngineLimits
 from game_memory.onnx.metrics import MetricsSink
+from game_memory.onnx.prepared_manifest import MANIFEST_NAME
 
 __all__ = [
     "BGE_M3_REQUIRED_FILES",
@@ -36,7 +37,7 @@ BGE_M3_REQUIRED_FILES: tuple[str, ...] = (
 )
 
 #: The manifest ``game-memory models prepare`` writes into a sentence-encoder folder.
-SENTENCE_ENCODER_MANIFEST = "game-memory-model.json"
+SENTENCE_ENCODER_MANIFEST = MANIFEST_NAME
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -190,6 +191,11 @@ class BgeM3OnnxEmbeddingOptions(OnnxProviderOptions):
 
     required_files: ClassVar[tuple[str, ...]] = BGE_M3_REQUIRED_FILES
 
+    # Restated so type checkers see the positional model_directory (pydantic's synthesized
+    # signature is keyword-only).
+    def __init__(self, model_directory: str | os.PathLike[str], /, **data: Any) -> None:
+        super().__init__(model_directory, **data)
+
 
 class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
     """Options of :class:`SentenceEncoderOnnxEmbeddingProvider` (all-MiniLM-L6-v2 and kin).
@@ -213,3 +219,8 @@ class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
 
     maximum_tokens: int = Field(default=256, ge=3, le=8_192, strict=True)
     precision: Literal["int8", "fp32"] = "int8"
+
+    # Restated so type checkers see the positional model_directory (pydantic's synthesized
+    # signature is keyword-only).
+    def __init__(self, model_directory: str | os.PathLike[str], /, **data: Any) -> None:
+        super().__init__(model_directory, **data)

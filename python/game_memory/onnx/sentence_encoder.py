@@ -1,0 +1,229 @@
+"""``SentenceEncoderOnnxEmbeddingProvider``: BERT-family sentence encoders, mean pooled.
+
+It opens a folder written by ``game-memory models prepare`` (``game-memory-model.json``,
+``config.json``, ``tokenizer.json``, ``onnx/model_int8.onnx`` and ``onnx/model.onnx``),
+checks every file against the manifest's sizes and SHA-256, tokenizes with WordPiece,
+runs the encoder in onnxruntime and returns the L2-normalized mean of the real tokens'
+states. :class:`MiniLmOnnxEmbeddingProvider` is the same provider for the default model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from game_memory.onnx.bert_config import BertConfig
+from game_memory.onnx.engine import OnnxInferenceEngine
+from game_memory.onnx.errors import OnnxFailureKind, onnx_error
+from game_memory.onnx.loader import load_off_loop
+from game_memory.onnx.model_files import (
+    ModelFileManifest,
+    read_json_document,
+    verify_model_files,
+)
+from game_memory.onnx.options import SENTENCE_ENCODER_MANIFEST, SentenceEncoderOnnxEmbeddingOptions
+from game_memory.onnx.pooling import Pooling
+from game_memory.onnx.prepared_manifest import PreparedModelManifest
+from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
+from game_memory.onnx.session import OnnxSessionInference
+from game_memory.onnx.tokens import BatchInference, TextTokenizer
+from game_memory.onnx.wordpiece_tokenizer import WORDPIECE_PREPROCESSING, WordPieceTokenizer
+from game_memory.vector.identity import MemoryEmbeddingIdentity
+
+__all__ = [
+    "MiniLmOnnxEmbeddingProvider",
+    "SentenceEncoderOnnxEmbeddingProvider",
+    "sentence_encoder_identity",
+]
+
+CONFIG = "config.json"
+TOKENIZER = "tokenizer.json"
+MODEL_FILES = {"int8": "onnx/model_int8.onnx", "fp32": "onnx/model.onnx"}
+_JSON_BYTES = 1_048_576
+_TOKENIZER_BYTES = 16_777_216
+
+
+def sentence_encoder_identity(
+    options: SentenceEncoderOnnxEmbeddingOptions,
+    manifest: ModelFileManifest,
+    prepared: PreparedModelManifest,
+) -> MemoryEmbeddingIdentity:
+    """The identity: model id, precision, weights and tokenizer hashes, preprocessing.
+
+    ``version`` is ``model_version`` if set, else ``<precision>-<16 hex of the ONNX
+    file's SHA-256>-<16 hex of tokenizer.json's>``; ``+bert-wordpiece-mean-l2-v1-max<N>``
+    follows, e.g. ``onnx-in-process/sentence-transformers/all-MiniLM-L6-v2@int8-<16 hex>-
+    <16 hex>+bert-wordpiece-mean-l2-v1-max256:384``.
+    """
+    model_file = MODEL_FILES[options.precision]
+    version = options.model_version or (
+        f"{options.precision}-{manifest.record(model_file).sha256[:16]}-"
+        f"{manifest.record(TOKENIZER).sha256[:16]}"
+    )
+    return MemoryEmbeddingIdentity(
+        provider_id=options.provider_id,
+        model_id=prepared.model_id,
+        version=f"{version}+{WORDPIECE_PREPROCESSING}-max{options.maximum_tokens}",
+        dimensions=prepared.hidden_size,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    manifest: ModelFileManifest
+    prepared: PreparedModelManifest
+    tokenizer: WordPieceTokenizer
+    inference: OnnxSessionInference
+
+
+def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], bool]) -> _Loaded:
+    directory = options.model_directory
+    host_bytes = options.expected_file_bytes or {}
+    host_sha256 = options.expected_sha256 or {}
+    verify_model_files(
+        directory,
+        [(SENTENCE_ENCODER_MANIFEST, _JSON_BYTES)],
+        expected_file_bytes=host_bytes,
+        expected_sha256=host_sha256,
+        cancelled=cancelled,
+    )
+    prepared = PreparedModelManifest.read(directory)
+    model_file = MODEL_FILES[options.precision]
+    files = [(CONFIG, _JSON_BYTES), (TOKENIZER, _TOKENIZER_BYTES)]
+    files.append((model_file, options.maximum_model_bytes))
+    listed = {path: prepared.file(path) for path, _ in files}
+    manifest = verify_model_files(
+        directory,
+        files,
+        # The host's expectations win where given; the manifest's cover the rest.
+        expected_file_bytes={
+            path: host_bytes.get(path, entry.bytes) for path, entry in listed.items()
+        },
+        expected_sha256={
+            path: host_sha256.get(path, entry.sha256) for path, entry in listed.items()
+        },
+        cancelled=cancelled,
+    )
+    try:
+        config = BertConfig.from_document(
+            read_json_document(manifest.absolute(CONFIG), _JSON_BYTES)
+        )
+    except ValueError as exc:
+        raise onnx_error(
+            OnnxFailureKind.UNSUPPORTED_MODEL, f"the model in {directory} is unsupported: {exc}"
+        ) from exc
+    if config.hidden_size != prepared.hidden_size:
+        raise onnx_error(
+            OnnxFailureKind.UNSUPPORTED_MODEL,
+            f"config.json hidden_size {config.hidden_size} differs from the manifest's "
+            f"{prepared.hidden_size}",
+        )
+    if options.maximum_tokens > config.max_position_embeddings:
+        raise onnx_error(
+            OnnxFailureKind.UNSUPPORTED_MODEL,
+            f"maximum_tokens={options.maximum_tokens} exceeds the model's position limit "
+            f"{config.max_position_embeddings}; lower maximum_tokens",
+        )
+    tokenizer = WordPieceTokenizer(
+        manifest.absolute(TOKENIZER), options.maximum_tokens, config.pad_token_id
+    )
+    if cancelled():
+        raise onnx_error(OnnxFailureKind.CANCELLED, "loading the sentence encoder was abandoned")
+    inference = OnnxSessionInference(
+        manifest.absolute(model_file),
+        hidden_size=config.hidden_size,
+        intra_op_threads=options.intra_op_threads,
+        inter_op_threads=options.inter_op_threads,
+    )
+    return _Loaded(manifest, prepared, tokenizer, inference)
+
+
+class SentenceEncoderOnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
+    """A prepared BERT-family sentence encoder, in process; an ``EmbeddingProvider``.
+
+    Create it with ``await SentenceEncoderOnnxEmbeddingProvider.create(options)``. The
+    constructor is the injection seam for tests.
+
+    Args:
+        options: The validated options.
+        manifest: The verified files (their hashes make up the identity).
+        prepared: The folder's manifest (model id, width).
+        tokenizer: Produces the model's ids.
+        inference: Produces ``last_hidden_state`` of the manifest's width.
+
+    Raises:
+        OnnxEmbeddingError: ``UNSUPPORTED_MODEL`` if ``inference`` has the wrong width.
+    """
+
+    def __init__(
+        self,
+        options: SentenceEncoderOnnxEmbeddingOptions,
+        manifest: ModelFileManifest,
+        prepared: PreparedModelManifest,
+        tokenizer: TextTokenizer,
+        inference: BatchInference,
+    ) -> None:
+        if inference.hidden_size != prepared.hidden_size:
+            raise onnx_error(
+                OnnxFailureKind.UNSUPPORTED_MODEL,
+                f"the inference is {inference.hidden_size} wide; the manifest says "
+                f"{prepared.hidden_size}",
+            )
+        engine = OnnxInferenceEngine(
+            options.engine_limits(), tokenizer, inference, Pooling.MEAN, options.metrics
+        )
+        super().__init__(sentence_encoder_identity(options, manifest, prepared), engine)
+        self._options = options
+        self._manifest = manifest
+        self._prepared = prepared
+
+    @classmethod
+    async def create(
+        cls, options: SentenceEncoderOnnxEmbeddingOptions
+    ) -> SentenceEncoderOnnxEmbeddingProvider:
+        """Verify the prepared folder, load tokenizer and model off the loop.
+
+        Emits one ``MODEL_LOAD`` metrics record.
+
+        Raises:
+            OnnxEmbeddingError: ``INVALID_CONFIGURATION`` (folder missing),
+                ``MISSING_MODEL_FILE`` (not prepared: run ``game-memory models prepare``),
+                ``MODEL_INTEGRITY`` (a size or hash differs from the manifest),
+                ``UNSUPPORTED_MODEL``, ``TOKENIZATION``, ``TIMEOUT`` (``load_timeout``).
+            asyncio.CancelledError: The caller cancelled; a late load is released.
+        """
+        if not isinstance(options, SentenceEncoderOnnxEmbeddingOptions):
+            raise onnx_error(
+                OnnxFailureKind.INVALID_CONFIGURATION,
+                "create() needs a SentenceEncoderOnnxEmbeddingOptions",
+            )
+        loaded = await load_off_loop(
+            lambda cancelled: _load(options, cancelled),
+            timeout=options.load_timeout,
+            dispose=lambda late: late.inference.close(),
+            metrics=options.metrics,
+        )
+        return cls(options, loaded.manifest, loaded.prepared, loaded.tokenizer, loaded.inference)
+
+    @property
+    def options(self) -> SentenceEncoderOnnxEmbeddingOptions:
+        """The options this provider was created with."""
+        return self._options
+
+    @property
+    def manifest(self) -> ModelFileManifest:
+        """The verified files this provider loaded: relative path, size and SHA-256."""
+        return self._manifest
+
+    @property
+    def prepared(self) -> PreparedModelManifest:
+        """The prepared folder's manifest."""
+        return self._prepared
+
+
+class MiniLmOnnxEmbeddingProvider(SentenceEncoderOnnxEmbeddingProvider):
+    """The default model, all-MiniLM-L6-v2 (384 wide, INT8), prepared from its PyPI wheel.
+
+    English in practice. Load it with ``await load_default_provider()``; it is a
+    :class:`SentenceEncoderOnnxEmbeddingProvider` in every other respect.
+    """

