@@ -1,0 +1,101 @@
+"""The one error table: every failure maps to its stable code with an actionable message."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from game_memory.bridge.codes import ERROR_ADVICE, ErrorCode, RpcError, error_from_exception
+from game_memory.bridge.params import RecallParams
+from game_memory.errors import (
+    CapacityExceededError,
+    DerivedIndexError,
+    EmbeddingTimeoutError,
+    EmbeddingUnavailableError,
+    GameMemoryError,
+    InvalidArgumentError,
+    MemoryConflictError,
+    PersistenceError,
+    StoreBusyError,
+    StoreClosedError,
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (InvalidArgumentError("limit is negative"), -32602),
+        (MemoryConflictError("memory m-1 exists with other content"), -32002),
+        (CapacityExceededError("too many entries", bound="maximum_entries"), -32003),
+        (DerivedIndexError("the index is stale"), -32004),
+        (EmbeddingUnavailableError("no model"), -32005),
+        (PersistenceError("journal.bin is truncated"), -32006),
+        (StoreBusyError("lock held"), -32007),
+        (EmbeddingTimeoutError("the model missed its deadline"), -32008),
+        (TimeoutError("slow disk"), -32008),
+        (StoreClosedError("closed"), -32009),
+    ],
+)
+def test_each_core_error_maps_to_its_stable_code(error: BaseException, code: int) -> None:
+    rpc = error_from_exception(error, "memory.recall")
+    assert int(rpc.code) == code
+    assert str(error) in rpc.message
+    assert rpc.data is not None and rpc.data["kind"] == type(error).__name__
+    assert rpc.message.endswith(ERROR_ADVICE[rpc.code])
+
+
+def test_a_timeout_maps_to_timeout_not_to_embedding_unavailable() -> None:
+    assert issubclass(EmbeddingTimeoutError, EmbeddingUnavailableError)
+    assert error_from_exception(EmbeddingTimeoutError("late")).code is ErrorCode.TIMEOUT
+
+
+def test_a_capacity_error_carries_its_bound() -> None:
+    rpc = error_from_exception(CapacityExceededError("full", bound="maximum_file_bytes"))
+    assert rpc.to_json()["data"] == {"kind": "CapacityExceededError", "bound": "maximum_file_bytes"}
+
+
+def test_a_validation_error_names_the_field_without_echoing_the_input() -> None:
+    secret = "s" * 2_000
+    with pytest.raises(ValidationError) as caught:
+        RecallParams.model_validate({"session_id": "s", "limit": secret})
+    rpc = error_from_exception(caught.value, "memory.recall")
+    assert rpc.code is ErrorCode.INVALID_PARAMS
+    assert rpc.message.startswith("invalid params for memory.recall: limit:")
+    assert secret not in rpc.message
+    assert rpc.data == {"kind": "ValidationError", "field": "limit"}
+
+
+def test_unknown_errors_are_internal_and_say_nothing_about_themselves() -> None:
+    rpc = error_from_exception(ZeroDivisionError("/home/user/secret"))
+    assert rpc.code is ErrorCode.INTERNAL_ERROR
+    assert "secret" not in rpc.message
+    assert "stderr" in rpc.message
+
+
+def test_a_bridge_error_passes_through_unchanged() -> None:
+    error = RpcError(ErrorCode.BUSY, "busy now")
+    assert error_from_exception(error) is error
+
+
+def test_every_game_memory_error_class_has_a_code_other_than_internal() -> None:
+    classes = [GameMemoryError]
+    found: list[type[BaseException]] = []
+    while classes:
+        cls = classes.pop()
+        found.append(cls)
+        classes.extend(cls.__subclasses__())
+    for cls in found:
+        if cls is GameMemoryError:
+            continue
+        if cls is CapacityExceededError:
+            error: BaseException = cls("x", bound="b")  # type: ignore[call-arg]
+        else:
+            try:
+                error = cls("x")
+            except TypeError:
+                continue  # classes with extra required arguments (e.g. a kind)
+        assert error_from_exception(error).code is not ErrorCode.INTERNAL_ERROR, cls
+
+
+def test_every_code_has_advice() -> None:
+    assert set(ERROR_ADVICE) == set(ErrorCode)
