@@ -101,8 +101,7 @@ def build_graph(
         numpy_helper.from_array(weights.value, "Wv"),
         numpy_helper.from_array(weights.output, "Wo"),
         numpy_helper.from_array(weights.output_bias, "bo"),
-        numpy_helper.from_array(np.array(0, np.int64), "zero"),
-        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([0], np.int64), "zero1d"),
         numpy_helper.from_array(np.array([1], np.int64), "axis1"),
         numpy_helper.from_array(np.array(1.0, np.float32), "onef"),
         numpy_helper.from_array(np.array(-10000.0, np.float32), "minus"),
@@ -115,10 +114,8 @@ def build_graph(
         ids = "ids64"
     nodes += [
         helper.make_node("Gather", ["E", ids], ["tokens"]),
-        helper.make_node("Shape", [ids], ["shape"]),
-        helper.make_node("Gather", ["shape", "one"], ["length"]),
-        helper.make_node("Range", ["zero", "length", "one"], ["position_ids"]),
-        helper.make_node("Gather", ["P", "position_ids"], ["positions"]),
+        helper.make_node("Shape", [ids], ["length"], start=1, end=2),
+        helper.make_node("Slice", ["P", "zero1d", "length", "zero1d"], ["positions"]),
         helper.make_node("Add", ["tokens", "positions"], ["x"]),
         helper.make_node("Cast", ["attention_mask"], ["maskf"], to=TensorProto.FLOAT),
         helper.make_node("Sub", ["onef", "maskf"], ["inverse"]),
