@@ -49,6 +49,13 @@ def test_a_timeout_maps_to_timeout_not_to_embedding_unavailable() -> None:
     assert error_from_exception(EmbeddingTimeoutError("late")).code is ErrorCode.TIMEOUT
 
 
+def test_an_embedding_error_that_is_also_busy_maps_to_busy() -> None:
+    class QueueFull(EmbeddingUnavailableError, StoreBusyError):
+        pass
+
+    assert error_from_exception(QueueFull("every ticket is taken")).code is ErrorCode.BUSY
+
+
 def test_a_capacity_error_carries_its_bound() -> None:
     rpc = error_from_exception(CapacityExceededError("full", bound="maximum_file_bytes"))
     assert rpc.to_json()["data"] == {"kind": "CapacityExceededError", "bound": "maximum_file_bytes"}

@@ -3,8 +3,9 @@
 Every error the bridge sends is built here. :data:`ERROR_TABLE` maps each
 :class:`~game_memory.errors.GameMemoryError` (and pydantic's ``ValidationError``) to its
 :class:`ErrorCode`; anything else becomes ``INTERNAL_ERROR`` with a fixed message, so a
-traceback never reaches a client. The most specific class comes first in the table
-(``EmbeddingTimeoutError`` before ``EmbeddingUnavailableError``).
+traceback never reaches a client. The most specific class comes first in the table:
+``EmbeddingTimeoutError`` and ``StoreBusyError`` come before ``EmbeddingUnavailableError``,
+so an ONNX provider's timeout or full queue (subclasses of both) maps to timeout or busy.
 """
 
 from __future__ import annotations
@@ -90,9 +91,9 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (CapacityExceededError, ErrorCode.CAPACITY_EXCEEDED),
     (DerivedIndexError, ErrorCode.REBUILD_REQUIRED),
     (EmbeddingTimeoutError, ErrorCode.TIMEOUT),
+    (StoreBusyError, ErrorCode.BUSY),
     (EmbeddingUnavailableError, ErrorCode.EMBEDDING_UNAVAILABLE),
     (PersistenceError, ErrorCode.STORAGE_CORRUPT),
-    (StoreBusyError, ErrorCode.BUSY),
     (StoreClosedError, ErrorCode.SHUTTING_DOWN),
     (TimeoutError, ErrorCode.TIMEOUT),
 )
