@@ -119,7 +119,7 @@ class Client:
         await self.connection.send(json.dumps(message))
         while True:
             async with asyncio.timeout(30):
-                reply = json.loads(await self.connection.recv())
+                reply: dict[str, Any] = json.loads(await self.connection.recv())
             if "id" not in reply:
                 self.notifications.append(reply)
                 continue
