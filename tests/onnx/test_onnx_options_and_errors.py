@@ -41,7 +41,7 @@ def test_the_defaults_are_the_reference_defaults(tmp_path: Path) -> None:
     assert options.maximum_tensor_bytes == 268_435_456
     assert options.expected_sha256 is None and options.metrics is None
     encoder = SentenceEncoderOnnxEmbeddingOptions(tmp_path)
-    assert (encoder.maximum_tokens, encoder.precision) == (256, "int8")
+    assert (encoder.maximum_tokens, encoder.precision) == (None, "int8")
 
 
 @pytest.mark.parametrize(

@@ -69,13 +69,11 @@ PIECES = ["##s", "##ed", "##ing", "##er"]
 
 
 def vocabulary() -> list[str]:
-    return [
-        *SPECIALS,
-        *WORDS,
-        *PIECES,
-        *"abcdefghijklmnopqrstuvwxyz",
-        *("##" + c for c in "abcdefghijklmnopqrstuvwxyz"),
-    ]
+    """Special tokens, whole words, suffixes, then any single letter not yet present."""
+    tokens = [*SPECIALS, *WORDS, *PIECES]
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    tokens += [c for c in letters if c not in tokens] + ["##" + c for c in letters]
+    return tokens
 
 
 def config(**overrides: object) -> dict[str, object]:

@@ -126,7 +126,11 @@ class BgeM3OnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
                 f"BGE-M3 inference must be {BGE_M3_HIDDEN_SIZE} wide, not {inference.hidden_size}",
             )
         engine = OnnxInferenceEngine(
-            options.engine_limits(), tokenizer, inference, Pooling.CLS, options.metrics
+            options.engine_limits(options.maximum_tokens),
+            tokenizer,
+            inference,
+            Pooling.CLS,
+            options.metrics,
         )
         super().__init__(bge_m3_identity(options, manifest, model_id), engine)
         self._options = options

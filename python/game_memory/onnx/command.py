@@ -107,9 +107,7 @@ def run_info(args: argparse.Namespace) -> int:
     )
     try:
         for precision in ("int8", "fp32"):
-            options = SentenceEncoderOnnxEmbeddingOptions(
-                directory, precision=precision, maximum_tokens=prepared.default_maximum_tokens
-            )
+            options = SentenceEncoderOnnxEmbeddingOptions(directory, precision=precision)
             identity = sentence_encoder_identity(options, files, prepared)
             out.print(f"identity ({precision}): {identity}", markup=False)
     except (OnnxEmbeddingError, KeyError) as exc:

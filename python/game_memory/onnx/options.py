@@ -35,8 +35,6 @@ BGE_M3_REQUIRED_FILES: tuple[str, ...] = (
     "onnx/model_int8.onnx",
 )
 
-#: The manifest ``game-memory models prepare`` writes into a sentence-encoder folder.
-
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -71,7 +69,6 @@ class OnnxProviderOptions(BaseModel):
     model_directory: Path
     provider_id: str = Field(default="onnx-in-process", min_length=1)
     model_version: str | None = None
-    maximum_tokens: int = Field(default=512, ge=3, le=8_192, strict=True)
     maximum_characters_per_text: int = Field(default=100_000, ge=1, le=1_000_000, strict=True)
     maximum_texts_per_call: int = Field(default=256, ge=1, le=4_096, strict=True)
     maximum_batch_size: int = Field(default=16, ge=1, le=256, strict=True)
@@ -152,17 +149,18 @@ class OnnxProviderOptions(BaseModel):
 
     @model_validator(mode="after")
     def _batch_tokens_fit_one_text(self) -> OnnxProviderOptions:
-        if self.maximum_batch_tokens < self.maximum_tokens:
+        maximum_tokens = getattr(self, "maximum_tokens", None)
+        if maximum_tokens is not None and self.maximum_batch_tokens < maximum_tokens:
             raise ValueError(
                 f"maximum_batch_tokens ({self.maximum_batch_tokens}) must be at least "
-                f"maximum_tokens ({self.maximum_tokens})"
+                f"maximum_tokens ({maximum_tokens})"
             )
         return self
 
-    def engine_limits(self) -> EngineLimits:
-        """The bounds the shared engine enforces for these options."""
+    def engine_limits(self, maximum_tokens: int) -> EngineLimits:
+        """The bounds the shared engine enforces, with the resolved ``maximum_tokens``."""
         return EngineLimits(
-            maximum_tokens=self.maximum_tokens,
+            maximum_tokens=maximum_tokens,
             maximum_characters_per_text=self.maximum_characters_per_text,
             maximum_texts_per_call=self.maximum_texts_per_call,
             maximum_batch_size=self.maximum_batch_size,
@@ -189,6 +187,8 @@ class BgeM3OnnxEmbeddingOptions(OnnxProviderOptions):
 
     required_files: ClassVar[tuple[str, ...]] = BGE_M3_REQUIRED_FILES
 
+    maximum_tokens: int = Field(default=512, ge=3, le=8_192, strict=True)
+
     # Restated so type checkers see the positional model_directory (pydantic's synthesized
     # signature is keyword-only).
     def __init__(self, model_directory: str | os.PathLike[str], /, **data: Any) -> None:
@@ -198,8 +198,9 @@ class BgeM3OnnxEmbeddingOptions(OnnxProviderOptions):
 class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
     """Options of :class:`SentenceEncoderOnnxEmbeddingProvider` (all-MiniLM-L6-v2 and kin).
 
-    The same bounds as BGE-M3 except ``maximum_tokens`` (default 256, the length the model
-    was trained on; at most the model's position limit, checked at load) and
+    The same bounds as BGE-M3 except ``maximum_tokens`` (default ``None``: the length the
+    model was trained with, from its manifest, 256 for all-MiniLM-L6-v2; at most the
+    model's position limit and ``maximum_batch_tokens``, checked at load) and
     ``precision``: ``"int8"`` (default, ``onnx/model_int8.onnx``) or ``"fp32"``
     (``onnx/model.onnx``, about 4x larger and 2-4x slower, batch-independent vectors).
 
@@ -215,7 +216,7 @@ class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
         "onnx/model.onnx",
     )
 
-    maximum_tokens: int = Field(default=256, ge=3, le=8_192, strict=True)
+    maximum_tokens: int | None = Field(default=None, ge=3, le=8_192, strict=True)
     precision: Literal["int8", "fp32"] = "int8"
 
     # Restated so type checkers see the positional model_directory (pydantic's synthesized

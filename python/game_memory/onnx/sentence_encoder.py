@@ -33,6 +33,7 @@ from game_memory.vector.identity import MemoryEmbeddingIdentity
 __all__ = [
     "MiniLmOnnxEmbeddingProvider",
     "SentenceEncoderOnnxEmbeddingProvider",
+    "resolved_maximum_tokens",
     "sentence_encoder_identity",
 ]
 
@@ -41,6 +42,13 @@ TOKENIZER = "tokenizer.json"
 MODEL_FILES = {"int8": "onnx/model_int8.onnx", "fp32": "onnx/model.onnx"}
 _JSON_BYTES = 1_048_576
 _TOKENIZER_BYTES = 16_777_216
+
+
+def resolved_maximum_tokens(
+    options: SentenceEncoderOnnxEmbeddingOptions, prepared: PreparedModelManifest
+) -> int:
+    """``maximum_tokens`` if set, else the length the model was trained with."""
+    return options.maximum_tokens or prepared.default_maximum_tokens
 
 
 def sentence_encoder_identity(
@@ -56,6 +64,7 @@ def sentence_encoder_identity(
     <16 hex>+bert-wordpiece-mean-l2-v1-max256:384``.
     """
     model_file = MODEL_FILES[options.precision]
+    maximum_tokens = resolved_maximum_tokens(options, prepared)
     version = options.model_version or (
         f"{options.precision}-{manifest.record(model_file).sha256[:16]}-"
         f"{manifest.record(TOKENIZER).sha256[:16]}"
@@ -63,7 +72,7 @@ def sentence_encoder_identity(
     return MemoryEmbeddingIdentity(
         provider_id=options.provider_id,
         model_id=prepared.model_id,
-        version=f"{version}+{WORDPIECE_PREPROCESSING}-max{options.maximum_tokens}",
+        version=f"{version}+{WORDPIECE_PREPROCESSING}-max{maximum_tokens}",
         dimensions=prepared.hidden_size,
     )
 
@@ -118,14 +127,21 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
             f"config.json hidden_size {config.hidden_size} differs from the manifest's "
             f"{prepared.hidden_size}",
         )
-    if options.maximum_tokens > config.max_position_embeddings:
+    maximum_tokens = resolved_maximum_tokens(options, prepared)
+    if maximum_tokens > config.max_position_embeddings:
         raise onnx_error(
             OnnxFailureKind.UNSUPPORTED_MODEL,
-            f"maximum_tokens={options.maximum_tokens} exceeds the model's position limit "
+            f"maximum_tokens={maximum_tokens} exceeds the model's position limit "
             f"{config.max_position_embeddings}; lower maximum_tokens",
         )
+    if maximum_tokens > options.maximum_batch_tokens:
+        raise onnx_error(
+            OnnxFailureKind.INVALID_CONFIGURATION,
+            f"maximum_batch_tokens={options.maximum_batch_tokens} cannot hold one text of "
+            f"maximum_tokens={maximum_tokens}; raise maximum_batch_tokens",
+        )
     tokenizer = WordPieceTokenizer(
-        manifest.absolute(TOKENIZER), options.maximum_tokens, config.pad_token_id
+        manifest.absolute(TOKENIZER), maximum_tokens, config.pad_token_id
     )
     if cancelled():
         raise onnx_error(OnnxFailureKind.CANCELLED, "loading the sentence encoder was abandoned")
@@ -170,7 +186,11 @@ class SentenceEncoderOnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
                 f"{prepared.hidden_size}",
             )
         engine = OnnxInferenceEngine(
-            options.engine_limits(), tokenizer, inference, Pooling.MEAN, options.metrics
+            options.engine_limits(resolved_maximum_tokens(options, prepared)),
+            tokenizer,
+            inference,
+            Pooling.MEAN,
+            options.metrics,
         )
         super().__init__(sentence_encoder_identity(options, manifest, prepared), engine)
         self._options = options
