@@ -32,6 +32,8 @@ from typing import Any, Literal
 from game_memory.errors import EmbeddingUnavailableError
 from game_memory.model import GameMemory, GameMemoryQuery, GameMemorySearchSnapshot
 from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.vector.hashing import HashingEmbeddingProvider
+from game_memory.vector.provider import EmbeddingProvider
 
 __all__ = [
     "DEFAULT_MODEL_UNAVAILABLE",
@@ -268,9 +270,50 @@ class OpenedMemory:
 
 
 _NO_MODEL = (
-    "no embedding model is loaded (the memory runs in lexical mode); run 'game-memory models "
-    "prepare' and start with --model default, or pass --model PATH"
+    "no embedding model is loaded, so the memory runs in lexical mode; to get semantic recall, "
+    "run 'game-memory models prepare' and restart with --model default (or --model PATH)"
 )
+
+
+async def _load_provider(
+    model: str, home: str | os.PathLike[str] | None
+) -> tuple[EmbeddingProvider | None, MemoryNotice | None]:
+    """Return the provider the ``model`` option names (``None``: lexical) and any notice."""
+    if model == "lexical":
+        return None, None
+    if model == "hashing":
+        return HashingEmbeddingProvider(), None
+    if model != "default":
+        from game_memory import onnx
+
+        return await onnx.load_provider_from_directory(model), None
+    try:
+        from game_memory import onnx
+    except ImportError as exc:  # a broken install: keep the game working, say why
+        return None, _fallback_notice(f"the embedding runtime cannot be imported ({exc})", None)
+    try:
+        provider = await onnx.load_default_provider(None if home is None else Path(home))
+    except EmbeddingUnavailableError as exc:
+        return None, _fallback_notice(str(exc), getattr(exc, "kind", None))
+    return provider, None
+
+
+def _fallback_notice(reason: str, kind: Any) -> MemoryNotice:
+    missing = getattr(kind, "value", None) == "missing_model_file"
+    advice = (
+        "restart"
+        if "models prepare" in reason
+        else "run 'game-memory models prepare', then restart"
+    )
+    return MemoryNotice(
+        code=DEFAULT_MODEL_UNAVAILABLE,
+        severity="warning" if missing else "error",
+        message=(
+            f"recall is lexical only because the default embedding model is unavailable: "
+            f"{reason.rstrip('.')}; {advice} the server to enable semantic recall"
+        ),
+        details=None if kind is None else {"kind": str(getattr(kind, "value", kind))},
+    )
 
 
 async def open_memory(
@@ -297,16 +340,18 @@ async def open_memory(
         PersistenceError: The save folder is unsafe (a symbolic link).
         EmbeddingUnavailableError: A model folder given as ``model`` cannot be loaded.
     """
+    provider, notice = await _load_provider(model, home)
     authoritative = FileGameMemoryStore(save_dir)
-    if model == "lexical":
+    if provider is None:
         return OpenedMemory(
             store=authoritative,
             mode="lexical",
             identity=None,
-            notice=None,
+            notice=notice,
             authoritative=authoritative,
         )
     await authoritative.aclose()
+    await provider.aclose()
     raise EmbeddingUnavailableError(
         f"model {model!r} needs the vector store, which is not available in this build; "
         "use --model lexical"

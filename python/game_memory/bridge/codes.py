@@ -20,6 +20,7 @@ from game_memory.errors import (
     DerivedIndexError,
     EmbeddingTimeoutError,
     EmbeddingUnavailableError,
+    GameMemoryError,
     InvalidArgumentError,
     MemoryConflictError,
     PersistenceError,
@@ -60,7 +61,9 @@ class ErrorCode(IntEnum):
     SHUTTING_DOWN = -32009
 
 
-#: What a person should do about each code; appended to messages that lack advice.
+#: What a person should do about each code. Appended to the messages of foreign failures
+#: (validation, a bare ``TimeoutError``, internal errors); a ``GameMemoryError`` message
+#: already says what to do and is sent as it is.
 ERROR_ADVICE: dict[ErrorCode, str] = {
     ErrorCode.PARSE_ERROR: "send one complete UTF-8 JSON value per line or text frame",
     ErrorCode.INVALID_REQUEST: "send a JSON-RPC 2.0 request object as docs/protocol.md shows",
@@ -186,10 +189,11 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     if isinstance(error, ValidationError):
         text, field = describe_validation_error(error)
         where = f" for {method}" if method else ""
-        message = f"invalid params{where}: {text}"
         data["field"] = field
-    else:
-        message = _clip(str(error), _MAXIMUM_MESSAGE_CHARACTERS) or type(error).__name__
+        return RpcError(code, _with_advice(f"invalid params{where}: {text}", code), data)
+    message = _clip(str(error), _MAXIMUM_MESSAGE_CHARACTERS) or type(error).__name__
     if isinstance(error, CapacityExceededError):
         data["bound"] = error.bound
-    return RpcError(code, _with_advice(message, code), data)
+    if not isinstance(error, GameMemoryError):
+        message = _with_advice(message, code)
+    return RpcError(code, message, data)
