@@ -1,0 +1,113 @@
+"""``open_memory``: one object over the real stores, in lexical and hybrid mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from game_memory.composition import (
+    DEFAULT_MODEL_UNAVAILABLE,
+    OpenedMemory,
+    default_index_dir,
+    open_memory,
+)
+from game_memory.errors import EmbeddingUnavailableError
+from game_memory.model import GameMemory, GameMemoryQuery, GameMoment
+
+
+def memory(
+    text: str, tick: int, owner: str = "npc-mira", memory_id: str | None = None
+) -> GameMemory:
+    return GameMemory(
+        memory_id=memory_id or f"m-{owner}-{tick}",
+        session_id="save-1",
+        owner_id=owner,
+        scope="personal",
+        kind="event",
+        payload_json="{}",
+        moment=GameMoment(timeline_id="main", tick=tick),
+        searchable_text=text,
+    )
+
+
+def query(text: str | None = None, at: int | None = None, **extra: object) -> GameMemoryQuery:
+    moment = None if at is None else GameMoment(timeline_id="main", tick=at)
+    return GameMemoryQuery(session_id="save-1", limit=8, text=text, at_or_before=moment, **extra)  # type: ignore[arg-type]
+
+
+def test_the_default_index_folder_is_a_sibling_of_the_save(tmp_path: Path) -> None:
+    assert default_index_dir(tmp_path / "saves" / "slot1") == tmp_path / "saves" / "slot1.index"
+    assert default_index_dir("relative").name == "relative.index"
+    assert default_index_dir("relative").is_absolute()
+
+
+async def test_lexical_mode_remembers_recalls_and_reports(tmp_path: Path) -> None:
+    async with await open_memory(tmp_path / "save", model="lexical") as opened:
+        assert (opened.mode, opened.identity, opened.notice) == ("lexical", None, None)
+        assert await opened.remember(memory("Bought a rusty sword", 100)) is True
+        assert await opened.remember(memory("Bought a rusty sword", 100)) is False
+        await opened.remember(memory("The forge burned down with the sword", 300))
+        await opened.remember(memory("Sword lessons", 200, owner="npc-tom"))
+
+        result = await opened.recall(query("sword", at=250, owner_id="npc-mira"))
+        assert [hit.memory.searchable_text for hit in result.hits] == ["Bought a rusty sword"]
+        (hit,) = result.hits
+        assert (hit.lexical_rank, hit.vector_rank, hit.vector_score) == (1, None, None)
+        assert hit.age_ticks == 150
+        assert hit.fused_score > 0
+        assert result.fallback is False
+        assert result.snapshot.memories == (hit.memory,)
+
+        everything = await opened.recall(query("sword"))
+        assert [h.lexical_rank for h in everything.hits] == [1, 2, 3]
+        assert all(h.age_ticks is None for h in everything.hits)
+
+        status = await opened.status("save-1")
+        assert (status.mode, status.state, status.active_identity) == ("lexical", "lexical", None)
+        assert (status.total_entries, status.ready_entries, status.pending_entries) == (3, 3, 0)
+        assert status.requires_rebuild is False
+        assert (await opened.status("other-save")).total_entries == 0
+
+        with pytest.raises(EmbeddingUnavailableError, match="no embedding model is loaded"):
+            await opened.rebuild("save-1")
+        with pytest.raises(EmbeddingUnavailableError):
+            await opened.recall(query("sword"), require_semantic=True)
+
+        report = await opened.migrate()
+        assert (report.migrated_entries, report.partitioned_entries, report.vector_entries) == (
+            0,
+            3,
+            0,
+        )
+    await opened.aclose()  # idempotent
+
+
+async def test_a_missing_default_model_falls_back_to_lexical_with_a_notice(tmp_path: Path) -> None:
+    opened = await open_memory(tmp_path / "save", model="default", home=tmp_path / "no-models")
+    try:
+        assert opened.mode == "lexical"
+        assert opened.notice is not None
+        assert opened.notice.code == DEFAULT_MODEL_UNAVAILABLE
+        assert opened.notice.severity == "warning"
+        assert "game-memory models prepare" in opened.notice.message
+        assert opened.notice.details == {"kind": "missing_model_file"}
+    finally:
+        await opened.aclose()
+
+
+async def test_a_model_folder_that_cannot_load_is_an_error_and_opens_nothing(
+    tmp_path: Path,
+) -> None:
+    with pytest.raises(EmbeddingUnavailableError, match="does not exist"):
+        await open_memory(tmp_path / "save", model=str(tmp_path / "no-such-model"))
+    assert not (tmp_path / "save").exists()
+
+
+async def test_the_opened_memory_serves_the_bridge_protocol(tmp_path: Path) -> None:
+    from game_memory.bridge.service import BridgeService
+
+    async with await open_memory(tmp_path / "save", model="lexical") as opened:
+        service: BridgeService = opened
+        assert service.mode == "lexical"
+        assert isinstance(opened, OpenedMemory)
