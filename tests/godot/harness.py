@@ -1,16 +1,13 @@
 """Run a Godot project in the official Godot 4.6 web runtime inside headless Chromium.
 
 ``run_project`` packs project folders (``project_pack``), serves the pack with the runtime
-(``index.js``/``index.wasm`` fetched by ``fetch_runtime.sh``) and a small harness page on
-127.0.0.1, opens the page in Debian's headless Chromium, and collects what the engine prints
-until it quits. The page forwards every ``print``/``printerr``/``alert``/page error and the
-exit code to the server with ordered POSTs, so nothing depends on Chromium's log format;
-Chromium's own log is kept for failure reports.
+(``index.js``/``index.wasm``, fetched by ``fetch_runtime.sh``) and the harness page on
+127.0.0.1 (``page_server``), opens the page in Debian's headless Chromium, and collects what
+the engine prints until it quits. Chromium's own log is kept for failure reports.
 
-The page server also answers ``GET /control/<name>`` (its origin is passed to the engine as
-the last user argument, ``--harness-url=...``) by calling a Python function the test
-registered (freeze, thaw or kill a sidecar) and replying only after it returned, so GDScript
-(``HTTPRequest``) knows the action happened before it goes on.
+The engine gets the page server's origin as its last user argument,
+``--harness-url=http://127.0.0.1:PORT``, where GDScript finds the test's
+``/control/<name>`` handlers.
 
 Chromium runs in its own session (process group); when the run ends the whole group is
 SIGKILLed and the harness waits until no live process of it is left (zombies, reaped late by
@@ -22,20 +19,18 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
+from .page_server import PAGE_PATH, ConsoleLine, ControlHandler, PageServer
 from .project_pack import build_project_pack
 
 __all__ = [
@@ -76,71 +71,10 @@ CHROMIUM_FLAGS = (
     "--enable-logging=stderr",
     "--v=0",
 )
-#: Engine output that means the project cannot run (a parse error in a script, a fatal
-#: alert); the run is ended shortly after instead of waiting for its timeout.
-_FATAL_OUTPUT = re.compile(r"Parse Error|Failed to load script|Compile Error|startGame failed")
-_FATAL_GRACE_SECONDS = 1.5
-_MAX_LOG_POST_BYTES = 8 * 1024 * 1024
 _BROWSER_LOG_TAIL_BYTES = 6000
-
-ControlHandler = Callable[[], object]
-
-_PAGE = """<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>game-memory engine run</title></head>
-<body style="margin:0"><canvas id="canvas"></canvas>
-<script src="index.js"></script>
-<script>
-(function () {
-  const queue = [];
-  let sending = false;
-  let seq = 0;
-  function flush() {
-    if (sending || queue.length === 0) return;
-    sending = true;
-    const batch = queue.splice(0, queue.length);
-    fetch('/log', {method: 'POST', headers: {'Content-Type': 'application/json'},
-                   body: JSON.stringify(batch)})
-      .catch(() => {})
-      .finally(() => { sending = false; flush(); });
-  }
-  function emit(stream, text) {
-    const line = String(text);
-    (stream === 'stdout' ? console.log : console.error)('[' + stream + '] ' + line);
-    queue.push({seq: seq++, stream: stream, text: line});
-    flush();
-  }
-  // Fatal engine errors use alert(), which would block a headless page forever.
-  window.alert = (message) => emit('alert', message);
-  window.addEventListener('error', (event) => emit('pageerror', event.message));
-  window.addEventListener('unhandledrejection', (event) => emit('pageerror', event.reason));
-  const params = new URLSearchParams(location.search);
-  const args = params.getAll('arg');
-  const canvas = document.getElementById('canvas');
-  // --headless on the web reads past DisplayServerHeadless unless the canvas is 0x0.
-  if (args.includes('--headless')) { canvas.width = 0; canvas.height = 0; }
-  const engine = new Engine({
-    executable: 'index', mainPack: params.get('pck'), args: args, canvas: canvas,
-    canvasResizePolicy: 0, unloadAfterInit: false,
-    onPrint: (...parts) => emit('stdout', parts.join(' ')),
-    onPrintError: (...parts) => emit('stderr', parts.join(' ')),
-    onExit: (code) => emit('exit', code),
-  });
-  engine.startGame().catch((error) => emit('exit', '255 startGame failed: ' + error));
-})();
-</script></body></html>
-"""
-
 
 class EngineUnavailableError(RuntimeError):
     """Chromium or the web runtime is missing; the message says how to install it."""
-
-
-@dataclass(frozen=True)
-class ConsoleLine:
-    """One line the page reported: ``stream`` is stdout, stderr, alert, pageerror or exit."""
-
-    stream: str
-    text: str
 
 
 @dataclass
@@ -213,109 +147,6 @@ def ensure_runtime(destination: Path = RUNTIME_DIR) -> Path:
     return destination
 
 
-class _PageState:
-    """What the page server shares with the run loop (guarded by one condition)."""
-
-    def __init__(self, controls: Mapping[str, ControlHandler]) -> None:
-        self.condition = threading.Condition()
-        self.pending: dict[int, ConsoleLine] = {}
-        self.lines: list[ConsoleLine] = []
-        self.next_seq = 0
-        self.exit_text: str | None = None
-        self.fatal_at: float | None = None
-        self.controls = dict(controls)
-        self.control_calls: list[str] = []
-
-    def add(self, entries: list[dict[str, Any]]) -> None:
-        with self.condition:
-            for entry in entries:
-                seq = int(entry.get("seq", -1))
-                if seq >= self.next_seq:
-                    self.pending[seq] = ConsoleLine(
-                        str(entry.get("stream", "")), str(entry.get("text", ""))
-                    )
-            while self.next_seq in self.pending:
-                line = self.pending.pop(self.next_seq)
-                self.next_seq += 1
-                for text in line.text.splitlines() or [""]:
-                    self.lines.append(ConsoleLine(line.stream, text))
-                if line.stream == "exit":
-                    self.exit_text = line.text
-                elif line.stream == "alert" or (
-                    line.stream != "stdout" and _FATAL_OUTPUT.search(line.text)
-                ):
-                    self.fatal_at = self.fatal_at or time.monotonic()
-            self.condition.notify_all()
-
-
-def _make_handler(files: Mapping[str, tuple[bytes | Path, str]], state: _PageState) -> type:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            return  # keep pytest output clean; the page reports what matters
-
-        def _reply(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            path = urlsplit(self.path).path
-            if path.startswith("/control/"):
-                self._control(path.removeprefix("/control/"))
-                return
-            entry = files.get(path.lstrip("/"))
-            if entry is None:
-                self._reply(404, b"not found", "text/plain")
-                return
-            content, content_type = entry
-            body = content.read_bytes() if isinstance(content, Path) else content
-            self._reply(200, body, content_type)
-
-        def _control(self, name: str) -> None:
-            handler = state.controls.get(name)
-            if handler is None:
-                self._reply(404, f"no control named {name!r}".encode(), "text/plain")
-                return
-            state.control_calls.append(name)
-            try:
-                outcome = handler()
-            except Exception as exc:  # reported to the GDScript side, which fails its check
-                self._reply(500, f"{type(exc).__name__}: {exc}".encode(), "text/plain")
-                return
-            self._reply(200, json.dumps({"ok": True, "result": repr(outcome)}).encode(),
-                        "application/json")
-
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", "0"))
-            if urlsplit(self.path).path != "/log" or not 0 < length <= _MAX_LOG_POST_BYTES:
-                self._reply(400, b"bad log post", "text/plain")
-                return
-            try:
-                entries = json.loads(self.rfile.read(length))
-            except ValueError:
-                self._reply(400, b"log post is not JSON", "text/plain")
-                return
-            if isinstance(entries, list):
-                state.add([entry for entry in entries if isinstance(entry, dict)])
-            self._reply(204, b"", "text/plain")
-
-    return Handler
-
-
-class _QuietServer(ThreadingHTTPServer):
-    """A page server that ignores clients vanishing mid-request (Chromium is SIGKILLed)."""
-
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return
-
-
 def _live_group_members(pgid: int) -> list[int]:
     """Return the pids of the process group that are not zombies (Linux /proc)."""
     members: list[int] = []
@@ -376,63 +207,37 @@ def run_pack(
             "Chromium is not installed; run `apt-get install -y chromium` to run engine tests"
         )
     runtime = ensure_runtime()
-    state = _PageState(controls or {})
     files: dict[str, tuple[bytes | Path, str]] = {
-        "index.html": (_PAGE.encode(), "text/html; charset=utf-8"),
+        "index.html": (PAGE_PATH, "text/html; charset=utf-8"),
         "index.js": (runtime / "index.js", "text/javascript"),
         "index.wasm": (runtime / "index.wasm", "application/wasm"),
         "game.pck": (pack, "application/octet-stream"),
     }
-    server = _QuietServer(("127.0.0.1", 0), _make_handler(files, state))
-    serving = threading.Thread(target=server.serve_forever, name="engine-page", daemon=True)
-    serving.start()
-    origin = f"http://127.0.0.1:{server.server_address[1]}"
+    server = PageServer(files, controls)
     engine_args = [*(["--headless"] if headless else []), "--", *user_args,
-                   f"--harness-url={origin}"]
+                   f"--harness-url={server.origin}"]
     query = urlencode([("pck", "game.pck"), *(("arg", arg) for arg in engine_args)])
-    url = f"{origin}/index.html?{query}"
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gm-chromium-") as scratch:
         log_path = Path(scratch) / "chromium.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={scratch}/profile", url],
+                [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={scratch}/profile",
+                 f"{server.origin}/index.html?{query}"],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
             try:
-                timed_out = _wait_for_exit(state, process, started + timeout)
+                timed_out = server.wait_for_exit(started + timeout,
+                                                 lambda: process.poll() is None)
             finally:
                 _kill_group(process)
-                server.shutdown()
-                server.server_close()
+                server.close()
         browser_log = log_path.read_bytes()[-_BROWSER_LOG_TAIL_BYTES:].decode(errors="replace")
-    with state.condition:
-        lines = list(state.lines)
-        exit_text = state.exit_text
-    exit_code: int | None = None
-    if exit_text is not None:
-        match = re.match(r"-?\d+", exit_text.strip())
-        exit_code = int(match.group(0)) if match else 255
-    return EngineRun(exit_code, lines, timed_out, time.monotonic() - started, browser_log,
-                     list(state.control_calls))
-
-
-def _wait_for_exit(state: _PageState, process: subprocess.Popen[bytes], deadline: float) -> bool:
-    """Wait for the page to report the engine's exit; returns True when ``deadline`` passed."""
-    with state.condition:
-        while state.exit_text is None:
-            now = time.monotonic()
-            if now >= deadline:
-                return True
-            if state.fatal_at is not None and now >= state.fatal_at + _FATAL_GRACE_SECONDS:
-                return False
-            if process.poll() is not None:
-                return False
-            state.condition.wait(timeout=0.1)
-    return False
+    return EngineRun(server.exit_code(), server.lines(), timed_out,
+                     time.monotonic() - started, browser_log, list(server.control_calls))
 
 
 def run_project(
