@@ -60,9 +60,23 @@ _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
 
 
-def ordinal_key(text: str) -> bytes:
-    """Sort key that orders strings by UTF-16 code units (.NET ``StringComparer.Ordinal``)."""
-    return text.encode("utf-16-be", "surrogatepass")
+def ordinal_key(text: str) -> str:
+    """Sort key that orders strings by UTF-16 code units (.NET ``StringComparer.Ordinal``).
+
+    For text inside the Basic Multilingual Plane code-point order already is UTF-16 order,
+    so the text is its own key; characters beyond it are spelled as their surrogate pairs.
+    """
+    if text.isascii() or max(text) < "\U00010000":
+        return text
+    return "".join(_surrogates(char) for char in text)
+
+
+def _surrogates(char: str) -> str:
+    code = ord(char)
+    if code < 0x10000:
+        return char
+    code -= 0x10000
+    return chr(0xD800 + (code >> 10)) + chr(0xDC00 + (code & 0x3FF))
 
 
 def _check_unicode(value: str, what: str) -> None:
@@ -118,17 +132,21 @@ def _json_depth(value: Any) -> int:
     return depth
 
 
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
+)
+
+
 def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_PAYLOAD_DEPTH) -> Any:
     """Parse JSON rejecting duplicate keys, NaN/Infinity and nesting deeper than the bound."""
     try:
-        value = json.loads(
-            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
-        )
+        value = _STRICT_DECODER.decode(text)
     except RecursionError as exc:
         raise ValueError(f"{what} is nested too deeply") from exc
     except ValueError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from exc
-    if _json_depth(value) > maximum_depth:
+    # Nesting deeper than the bound needs more opening brackets than the bound.
+    if text.count("{") + text.count("[") > maximum_depth and _json_depth(value) > maximum_depth:
         raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
     return value
 

@@ -18,7 +18,7 @@ from game_memory.errors import PersistenceError
 from game_memory.store import fs
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
-from game_memory.store.partitions import PartitionCache, identity_hash, owner_hashes
+from game_memory.store.partitions import PartitionCache, identity_hash
 
 __all__ = ["StoreCheckReport", "check_store"]
 
@@ -41,10 +41,10 @@ class StoreCheckReport(BaseModel):
         return not self.problems
 
 
-def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tuple[Path, int]]]:
+def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tuple[str, int]]]:
     records: Counter[LedgerEntry] = Counter()
     problems: list[str] = []
-    torn: list[tuple[Path, int]] = []
+    torn: list[tuple[str, int]] = []
     cache = PartitionCache(engine.maximum_file_bytes, 1)
     for session in fs.list_directory(engine.data):
         match = _SESSION.match(session.name)
@@ -54,7 +54,7 @@ def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tu
         directory = Path(session.path)
         try:
             fs.ensure_directory(directory, create=False)
-            hashes = owner_hashes(directory)
+            hashes = cache.owner_hashes(directory)
         except PersistenceError as exc:
             problems.append(str(exc))
             continue
@@ -77,13 +77,13 @@ def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tu
     return records, problems, torn
 
 
-def _problems(engine: StoreEngine) -> tuple[list[str], int, int, list[tuple[Path, int]]]:
+def _problems(engine: StoreEngine) -> tuple[list[str], int, int, list[tuple[str, int]]]:
     records, problems, torn = _scan(engine)
     for path, end in torn:
         problems.append(f"{path} ends with a torn record after byte {end}")
     if engine.ledger.torn_bytes():
         problems.append(f"{engine.ledger.path} ends with a torn record")
-    if fs.read_file(engine.journal_path, 65_536) is not None:
+    if fs.read_file(engine.journal_path, 1 << 24) is not None:
         problems.append(f"{engine.journal_path} marks an uncommitted migration batch")
     try:
         intents = Counter(engine.ledger.read())

@@ -17,8 +17,10 @@ durable; a crash leaves at most one pending intent, which the next writer resolv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,11 +36,11 @@ from game_memory.store import fs
 from game_memory.store.documents import encode_document
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.lock import ProcessLock
+from game_memory.store.packs import encode_pack, pack_path
 from game_memory.store.partitions import (
     PartitionCache,
     PartitionState,
     identity_hash,
-    owner_hashes,
     segment_path,
 )
 from game_memory.store.records import encode_record
@@ -47,6 +49,7 @@ from game_memory.store.view import PartitionView
 __all__ = ["DATA_FOLDER", "STORE_FORMAT_VERSION", "StoreEngine"]
 
 DATA_FOLDER = ".game-memory"
+_PACK_RELATIVE = re.compile(r"^s-[0-9a-f]{64}/p-[1-9][0-9]{0,8}\.pack$")
 STORE_FORMAT_VERSION = 1
 _FORMAT_NAME = "game-memory-store"
 
@@ -143,7 +146,7 @@ class StoreEngine:
         if owner_id is not None:
             hashes = [identity_hash(_validated_id(owner_id, "owner_id"))]
         else:
-            hashes = owner_hashes(self.session_directory(session_hash))
+            hashes = self.cache.owner_hashes(self.session_directory(session_hash))
         views: list[PartitionView] = []
         total = 0
         for owner_hash in hashes:
@@ -158,7 +161,8 @@ class StoreEngine:
                     bound="maximum_snapshot_entries",
                 )
             views.append(view)
-        views.sort(key=lambda view: ordinal_key(view.owner_id))
+        if len(views) > 1:
+            views.sort(key=lambda view: ordinal_key(view.owner_id))
         return views
 
     # -- writes -------------------------------------------------------------------------
@@ -207,7 +211,7 @@ class StoreEngine:
 
     def write_records(
         self, state: PartitionState, records: list[bytes], *, durable: bool
-    ) -> list[Path]:
+    ) -> list[str]:
         """Append framed ``records`` to a partition's last segment(s); return touched files.
 
         Cuts off a torn tail first and starts a new segment when one would grow past
@@ -220,15 +224,15 @@ class StoreEngine:
             self.cut_tail(tail.path, tail.end)
         index = len(state.segments) - 1 if tail is not None else 0
         size = tail.end if tail is not None else 0
-        touched: list[Path] = []
+        touched: list[str] = []
         pending: list[bytes] = []
 
         def flush() -> None:
             path = segment_path(directory, state.owner_hash, index)
             data = b"".join(pending)
             if durable:
-                with fs.open_append(path) as (fd, _):
-                    fs.append_bytes(fd, data, path)
+                with fs.open_append(Path(path)) as (fd, _):
+                    fs.append_bytes(fd, data, Path(path))
             else:
                 try:
                     fd = os.open(
@@ -258,7 +262,7 @@ class StoreEngine:
             flush()
         return touched
 
-    def cut_tail(self, path: Path, end: int) -> None:
+    def cut_tail(self, path: str, end: int) -> None:
         """Durably cut a segment back to ``end`` (dropping a torn tail). Call under the lock."""
         try:
             fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -287,13 +291,15 @@ class StoreEngine:
         torn = self.ledger.torn_bytes()
         if torn:
             self.ledger.truncate(self.ledger.count())
-        journal = fs.read_file(self.journal_path, 65_536)
+        journal = fs.read_file(self.journal_path, 1 << 24)
         if journal is not None:
-            before = self._journal_mark(journal[0])
-            entries = self.ledger.read()
-            kept = entries[:before] + [e for e in entries[before:] if self.is_present(e)]
-            if len(kept) != len(entries):
-                self.ledger.rewrite(kept)
+            # An uncommitted bulk batch: its legacy sources still exist, so undo it whole.
+            before, packs = self._read_journal(journal[0])
+            for path in packs:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            if self.ledger.count() > before:
+                self.ledger.truncate(before)
             self._remove(self.journal_path)
             self._verified = None
         info = self.ledger.stat()
@@ -318,21 +324,29 @@ class StoreEngine:
             return True
         return state.has_memory_hash(entry.memory_hash)
 
-    def write_journal(self, ledger_count: int) -> None:
-        """Mark the start of a migration batch (the ledger count before it)."""
-        document = {"format_version": 1, "ledger_records_before": ledger_count}
+    def write_journal(self, ledger_count: int, packs: list[str]) -> None:
+        """Mark the start of a bulk batch: the ledger count before it and the packs it adds."""
+        document = {
+            "format_version": 1,
+            "ledger_records_before": ledger_count,
+            "packs": [os.path.relpath(path, self.data) for path in packs],
+        }
         fs.atomic_write(self.journal_path, json.dumps(document).encode())
 
     def commit_journal(self) -> None:
-        """Mark the migration batch committed (all its records durable)."""
+        """Mark the bulk batch committed (all its records durable)."""
         self._remove(self.journal_path)
 
-    def _journal_mark(self, data: bytes) -> int:
+    def _read_journal(self, data: bytes) -> tuple[int, list[Path]]:
         try:
             document = json.loads(data)
             before = document["ledger_records_before"]
+            names = document["packs"]
             if document["format_version"] != 1 or not isinstance(before, int) or before < 0:
                 raise ValueError("bad fields")
+            packs = [self.data / name for name in names]
+            if any(not _PACK_RELATIVE.match(name) for name in names):
+                raise ValueError("a pack path is outside the store")
         except (ValueError, KeyError, TypeError) as exc:
             raise PersistenceError(
                 f"{self.journal_path} is corrupt ({exc}); restore the save from a backup"
@@ -342,7 +356,56 @@ class StoreEngine:
                 f"{self.journal_path} marks {before} intents but the ledger holds fewer; "
                 "the save cannot be reconciled safely. Restore it from a backup."
             )
-        return before
+        return before, packs
+
+    def plan_packs(
+        self, session_hash: str, groups: list[tuple[str, list[bytes]]]
+    ) -> list[tuple[str, list[tuple[str, list[bytes]]]]]:
+        """Split one session's ``(owner_hash, records)`` into packs of at most the file bound."""
+        directory = self.session_directory(session_hash)
+        number = len(self.cache.pack_indexes(directory)) + 1
+        budget = self.maximum_file_bytes - 4_096
+        planned: list[tuple[str, list[tuple[str, list[bytes]]]]] = []
+        current: list[tuple[str, list[bytes]]] = []
+        size = 0
+        for owner_hash, records in sorted(groups):
+            chunk: list[bytes] = []
+            for record in records:
+                if size + len(record) + 64 > budget and (current or chunk):
+                    if chunk:
+                        current.append((owner_hash, chunk))
+                    planned.append((pack_path(directory, number), current))
+                    number, current, chunk, size = number + 1, [], [], 0
+                chunk.append(record)
+                size += len(record) + 64
+            if chunk:
+                current.append((owner_hash, chunk))
+        if current:
+            planned.append((pack_path(directory, number), current))
+        return planned
+
+    def write_pack(self, path: str, groups: list[tuple[str, list[bytes]]]) -> None:
+        """Write a pack under a temporary name and rename it into place (not fsynced).
+
+        The caller makes the batch durable with one file-system sync before committing.
+        """
+        if os.path.lexists(path):
+            raise PersistenceError(f"refusing to overwrite the existing pack {path}")
+        temporary = f"{path}.{os.getpid()}.tmp"
+        data = encode_pack(groups)
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+            os.rename(temporary, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise PersistenceError(f"could not write the pack {path}: {exc.strerror}") from exc
 
     def _remove(self, path: Path) -> None:
         try:

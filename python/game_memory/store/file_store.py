@@ -164,28 +164,28 @@ class FileGameMemoryStore:
             )
         return await asyncio.get_running_loop().run_in_executor(self._executor, function)
 
-    async def _ensure_ready(self) -> FileGameMemoryMigrationResult:
-        """Open the layout and migrate legacy documents once per store object.
+    async def _ensure_ready(self) -> FileGameMemoryMigrationResult | None:
+        """Open the layout and migrate legacy documents, once per store object.
 
-        Returns what this call migrated (nothing after the first call) and the store size,
-        for the STORAGE_MIGRATION stage.
+        Returns what the first call did (its migration result), ``None`` afterwards.
         """
+        if self._ready:
+            return None
         async with self._ready_lock:
-            if not self._ready:
+            if self._ready:
+                return None
 
-                def prepare() -> FileGameMemoryMigrationResult:
-                    self._engine.open_layout()
-                    if has_legacy_layout(self.directory):
-                        return migrate_legacy_layout(self._engine)
-                    return FileGameMemoryMigrationResult(
-                        migrated_entries=0, partitioned_entries=self._engine.ledger.count()
-                    )
+            def prepare() -> FileGameMemoryMigrationResult:
+                self._engine.open_layout()
+                if has_legacy_layout(self.directory):
+                    return migrate_legacy_layout(self._engine)
+                return FileGameMemoryMigrationResult(
+                    migrated_entries=0, partitioned_entries=self._engine.ledger.count()
+                )
 
-                result = await self._run(prepare)
-                self._ready = True
-                return result
-        count = await self._run(self._engine.ledger.count)
-        return FileGameMemoryMigrationResult(migrated_entries=0, partitioned_entries=count)
+            result = await self._run(prepare)
+            self._ready = True
+            return result
 
     # -- public API ---------------------------------------------------------------------
 
@@ -256,10 +256,13 @@ class FileGameMemoryStore:
             )
             bound = min(bound, maximum_snapshot_entries)
         started = time.perf_counter()
-        migration = await self._ensure_ready()
+        first_use = await self._ensure_ready()
         migrated = time.perf_counter()
 
         def read() -> LexicalSearchResult:
+            migration = first_use or FileGameMemoryMigrationResult(
+                migrated_entries=0, partitioned_entries=self._engine.ledger.count()
+            )
             begun = time.perf_counter()
             views = self._engine.views(query.session_id, query.owner_id, bound)
             snapshot_size = sum(len(view) for view in views)
@@ -314,12 +317,10 @@ class FileGameMemoryStore:
         a corrupt or conflicting document fails closed with the legacy files untouched; a
         crash or cancellation is resumed by running it again.
         """
-        await self._ensure_ready()
-
-        def migrate() -> FileGameMemoryMigrationResult:
-            return migrate_legacy_layout(self._engine)
-
-        return await self._run(migrate)
+        first_use = await self._ensure_ready()
+        if first_use is not None:
+            return first_use
+        return await self._run(lambda: migrate_legacy_layout(self._engine))
 
     async def check(self, *, fix: bool = False) -> StoreCheckReport:
         """Verify the whole save against its ledger (reads every record, bypassing caches).

@@ -17,6 +17,7 @@ import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypeAlias
 
 from game_memory.errors import PersistenceError
 
@@ -29,15 +30,18 @@ __all__ = [
     "list_directory",
     "open_append",
     "read_file",
+    "read_range",
     "sync_filesystem",
 ]
+
+StrPath: TypeAlias = str | os.PathLike[str]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
-def _translate(exc: OSError, path: Path, action: str) -> PersistenceError:
+def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:
     if exc.errno == errno.ELOOP:
         return PersistenceError(
             f"refusing to {action} {path}: it is a symbolic link. A save folder must contain "
@@ -67,10 +71,11 @@ def check_no_symlinks(path: Path) -> None:
         current = parent
 
 
-def ensure_directory(path: Path, *, create: bool = True) -> bool:
+def ensure_directory(path: Path, *, create: bool = True, durable: bool = True) -> bool:
     """Make sure ``path`` is a real directory (not a link); return whether it was created.
 
-    A newly created directory's parent is fsynced so the new entry is durable.
+    A newly created directory's parent is fsynced so the new entry is durable, unless
+    ``durable=False`` (a batch that syncs the whole file system once).
     """
     created = False
     if create:
@@ -93,7 +98,7 @@ def ensure_directory(path: Path, *, create: bool = True) -> bool:
         )
     if not stat.S_ISDIR(info.st_mode):
         raise PersistenceError(f"{path} should be a folder but is a file")
-    if created:
+    if created and durable:
         fsync_directory(path.parent)
     return created
 
@@ -113,7 +118,7 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def _open_regular(path: Path, flags: int, action: str, mode: int = 0o644) -> int:
+def _open_regular(path: StrPath, flags: int, action: str, mode: int = 0o644) -> int:
     try:
         fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
     except OSError as exc:
@@ -130,7 +135,7 @@ def _open_regular(path: Path, flags: int, action: str, mode: int = 0o644) -> int
 
 
 def read_file(
-    path: Path, maximum_bytes: int, *, offset: int = 0
+    path: StrPath, maximum_bytes: int, *, offset: int = 0
 ) -> tuple[bytes, os.stat_result] | None:
     """Read a regular file from ``offset``; ``None`` if it does not exist.
 
@@ -163,6 +168,30 @@ def read_file(
             position += len(chunk)
             remaining -= len(chunk)
         return b"".join(chunks), info
+    except OSError as exc:
+        raise _translate(exc, path, "read") from exc
+    finally:
+        os.close(fd)
+
+
+def read_range(path: StrPath, offset: int, length: int) -> bytes:
+    """Read exactly ``length`` bytes at ``offset`` of a regular file (no links followed).
+
+    Raises:
+        PersistenceError: the file is missing, a link, or shorter than the range.
+    """
+    fd = _open_regular(path, os.O_RDONLY, "read")
+    try:
+        chunks: list[bytes] = []
+        position, remaining = offset, length
+        while remaining > 0:
+            chunk = os.pread(fd, min(remaining, 1 << 20), position)
+            if not chunk:
+                raise PersistenceError(f"{path} is shorter than expected; it may be truncated")
+            chunks.append(chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
     except OSError as exc:
         raise _translate(exc, path, "read") from exc
     finally:

@@ -10,10 +10,12 @@ The migration runs under the store lock, so it is serialized across processes, i
 phases: (1) read and validate **every** legacy document, checking that its file name
 matches its identity; (2) resolve duplicates: an equivalent memory already migrated is
 skipped, a different one is a conflict; (3) write the new memories as one batch: journal
-mark, ledger intents, partition records, one file-system sync, journal removed; (4) only
-then delete the legacy documents. A failure in phases 1-2 changes nothing; a crash in
-phase 3 is rolled back or forward by recovery; a crash in phase 4 leaves legacy copies that
-the next run recognises as already migrated. Running it again is always safe.
+(ledger mark and pack names), ledger intents, one pack per session, one file-system sync,
+journal removed (the commit); (4) only then move the legacy documents, untouched, into
+``.game-memory/legacy/`` (a backup the old runtime can read). A failure in phases 1-2
+changes nothing; a crash in phase 3 is rolled back whole by recovery (the legacy documents
+are still in place); a crash in phase 4 leaves legacy copies that the next run recognises
+as already migrated. Running it again is always safe.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = ["FileGameMemoryMigrationResult", "has_legacy_layout", "migrate_legacy
 
 LEGACY_SUFFIX = ".memory.json"
 CSHARP_FOLDER = ".memory-v2"
+LEGACY_BACKUP = "legacy"
 _HASH_FOLDER = re.compile(r"^[so]-[0-9a-f]{64}$")
 
 
@@ -59,26 +62,28 @@ class FileGameMemoryMigrationResult(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class _Source:
-    path: Path
-    expected_name: Callable[[GameMemory], Path]
+    path: str
+    expected_path: Callable[[GameMemory], str]
 
 
-def _flat_name(root: Path) -> Callable[[GameMemory], Path]:
-    def name(memory: GameMemory) -> Path:
+def _flat_name(root: Path) -> Callable[[GameMemory], str]:
+    prefix = os.path.join(root, "")
+
+    def name(memory: GameMemory) -> str:
         key = f"{memory.session_id}\n{memory.owner_id}\n{memory.memory_id}"
-        return root / (identity_hash(key) + LEGACY_SUFFIX)
+        return prefix + identity_hash(key) + LEGACY_SUFFIX
 
     return name
 
 
-def _csharp_name(root: Path) -> Callable[[GameMemory], Path]:
-    def name(memory: GameMemory) -> Path:
+def _csharp_name(root: Path) -> Callable[[GameMemory], str]:
+    prefix = os.path.join(root, CSHARP_FOLDER, "")
+
+    def name(memory: GameMemory) -> str:
         return (
-            root
-            / CSHARP_FOLDER
-            / f"s-{identity_hash(memory.session_id)}"
-            / f"o-{identity_hash(memory.owner_id)}"
-            / (identity_hash(memory.memory_id) + LEGACY_SUFFIX)
+            f"{prefix}s-{identity_hash(memory.session_id)}{os.sep}"
+            f"o-{identity_hash(memory.owner_id)}{os.sep}"
+            f"{identity_hash(memory.memory_id)}{LEGACY_SUFFIX}"
         )
 
     return name
@@ -99,7 +104,7 @@ def _sources(root: Path) -> list[_Source]:
         if entry.name.endswith(LEGACY_SUFFIX):
             if not entry.is_file(follow_symlinks=False):
                 raise PersistenceError(f"{entry.path} should be a regular file")
-            sources.append(_Source(Path(entry.path), flat))
+            sources.append(_Source(entry.path, flat))
     csharp = root / CSHARP_FOLDER
     if os.path.lexists(csharp):
         fs.ensure_directory(csharp, create=False)
@@ -116,14 +121,14 @@ def _sources(root: Path) -> list[_Source]:
                     if entry.name.endswith(LEGACY_SUFFIX):
                         if not entry.is_file(follow_symlinks=False):
                             raise PersistenceError(f"{entry.path} should be a regular file")
-                        sources.append(_Source(Path(entry.path), named))
+                        sources.append(_Source(entry.path, named))
     return sources
 
 
-def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[Path, GameMemory]]:
-    documents: list[tuple[Path, GameMemory]] = []
+def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[str, GameMemory]]:
+    documents: list[tuple[str, GameMemory]] = []
     for source in sources:
-        read = fs.read_file(source.path, engine.maximum_file_bytes)
+        read = fs.read_file(Path(source.path), engine.maximum_file_bytes)
         if read is None:
             raise PersistenceError(f"{source.path} vanished during the migration; run it again")
         try:
@@ -133,7 +138,7 @@ def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[Path, G
                 f"legacy memory document {source.path} is invalid ({exc}); nothing was "
                 "migrated and the legacy files are untouched. Repair or remove that file."
             ) from exc
-        if source.expected_name(memory) != source.path:
+        if source.expected_path(memory) != source.path:
             raise PersistenceError(
                 f"legacy memory document {source.path} does not match its identity "
                 f"(session {memory.session_id!r}, owner {memory.owner_id!r}, id "
@@ -179,13 +184,19 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
         for path, memory in documents:
             seen = unique.setdefault(memory.key, memory)
             if seen is not memory and seen != memory:
-                raise _conflict(memory, f"another legacy document, {path.name}")
+                raise _conflict(memory, f"another legacy document, {os.path.basename(path)}")
         groups: dict[tuple[str, str], list[GameMemory]] = {}
         for memory in unique.values():
             key = (identity_hash(memory.session_id), identity_hash(memory.owner_id))
             groups.setdefault(key, []).append(memory)
         new: dict[tuple[str, str], list[GameMemory]] = {}
+        existing_sessions = {
+            entry.name[2:] for entry in fs.list_directory(engine.data) if entry.name[:2] == "s-"
+        }
         for (session_hash, owner_hash), memories in groups.items():
+            if session_hash not in existing_sessions:
+                new.setdefault((session_hash, owner_hash), []).extend(memories)
+                continue
             state = engine.read_partition(session_hash, owner_hash)
             for memory in memories:
                 existing = state.find(memory.memory_id)
@@ -203,45 +214,59 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
             )
 
         if new:
-            engine.write_journal(before)
-            entries = [
-                LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))
-                for (session_hash, owner_hash), memories in new.items()
-                for memory in memories
-            ]
-            engine.ledger.append(entries, first_index=before)
-            touched: list[Path] = []
-            for (session_hash, owner_hash), memories in new.items():
-                fs.ensure_directory(engine.session_directory(session_hash))
-                state = engine.read_partition(session_hash, owner_hash)
-                records = [encode_record(encode_document(memory)) for memory in memories]
-                touched.extend(engine.write_records(state, records, durable=False))
-            fs.sync_filesystem(engine.data, touched)
-            engine.commit_journal()
+            _write_batch(engine, new, before)
 
-        for source in sources:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(source.path)
-        _remove_csharp_folder(engine.root / CSHARP_FOLDER)
-        fs.fsync_directory(engine.root)
+        _back_up(engine, sources)
         return FileGameMemoryMigrationResult(
             migrated_entries=len(sources), partitioned_entries=engine.ledger.count()
         )
 
 
-def _remove_csharp_folder(folder: Path) -> None:
-    """Remove the emptied C# layout (its folders, layout.json, pending-add.json)."""
-    if not os.path.lexists(folder):
-        return
-    for session in fs.list_directory(folder):
-        if _HASH_FOLDER.match(session.name):
-            for owner in fs.list_directory(Path(session.path)):
-                with contextlib.suppress(OSError):
-                    os.rmdir(owner.path)
-            with contextlib.suppress(OSError):
-                os.rmdir(session.path)
-    for name in ("layout.json", "pending-add.json"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(folder / name)
-    with contextlib.suppress(OSError):
-        os.rmdir(folder)
+def _write_batch(
+    engine: StoreEngine, new: dict[tuple[str, str], list[GameMemory]], before: int
+) -> None:
+    """Write new memories as packs: journal, ledger intents, packs, one sync, commit."""
+    sessions: dict[str, list[tuple[str, list[bytes]]]] = {}
+    entries: list[LedgerEntry] = []
+    for (session_hash, owner_hash), memories in sorted(new.items()):
+        records = [encode_record(encode_document(memory)) for memory in memories]
+        sessions.setdefault(session_hash, []).append((owner_hash, records))
+        entries.extend(
+            LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))
+            for memory in memories
+        )
+    plans = []
+    for session_hash, groups in sessions.items():
+        fs.ensure_directory(engine.session_directory(session_hash), durable=False)
+        plans.extend(engine.plan_packs(session_hash, groups))
+    engine.write_journal(before, [path for path, _ in plans])
+    engine.ledger.append(entries, first_index=before)
+    for path, groups in plans:
+        engine.write_pack(path, groups)
+    fs.sync_filesystem(engine.data, [Path(path) for path, _ in plans])
+    engine.commit_journal()
+
+
+def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
+    """Move the migrated legacy documents into ``.game-memory/legacy/``, untouched.
+
+    Renames (cheap, and freeing nothing) rather than deletes: the backup is what the old
+    runtime can read again if a game must roll back. Delete the folder when not needed.
+    """
+    backup = engine.data / LEGACY_BACKUP
+    fs.ensure_directory(backup)
+    flat = backup / "v1"
+    fs.ensure_directory(flat)
+    csharp = str(engine.root / CSHARP_FOLDER) + os.sep
+    for source in sources:
+        if not source.path.startswith(csharp):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(source.path, flat / os.path.basename(source.path))
+    if os.path.lexists(engine.root / CSHARP_FOLDER):
+        target = backup / "memory-v2"
+        if os.path.lexists(target):
+            target = backup / f"memory-v2-{os.getpid()}-{len(os.listdir(backup))}"
+        os.rename(engine.root / CSHARP_FOLDER, target)
+    fs.fsync_directory(flat)
+    fs.fsync_directory(backup)
+    fs.fsync_directory(engine.root)

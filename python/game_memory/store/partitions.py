@@ -1,12 +1,15 @@
-"""Owner partitions: append-only segment logs of memory records, and a cache of their views.
+"""Owner partitions: their packs and append-only logs, and a cache of their views.
 
-One owner's memories live in ``s-<sha256(session)>/o-<sha256(owner)>.log``, continued in
-``o-<hash>.1.log``, ``o-<hash>.2.log``... when a segment would grow past the store's
-``maximum_file_bytes``. Only the last segment is ever appended to.
+An owner's memories live in a session folder ``s-<sha256(session)>/``:
+
+* in packs ``p-1.pack``, ``p-2.pack``... (immutable bulk writes, see packs.py), as the
+  owner's range of each pack, and
+* in the owner's log ``o-<sha256(owner)>.log``, continued in ``o-<hash>.1.log``... when a
+  segment would grow past ``maximum_file_bytes``. Only the last segment is appended to.
 
 Reads take no lock: a reader sees every record completely written before it looked, and
-ignores a torn tail (a record still being written, or one whose writer died). Because the
-logs only grow, a cached partition is brought up to date by reading just the new bytes.
+ignores a torn log tail (a record still being written, or one whose writer died). Logs
+only grow, so a cached partition is brought up to date by reading just the new bytes.
 """
 
 from __future__ import annotations
@@ -24,18 +27,20 @@ from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_document
+from game_memory.store.packs import (
+    PACK_NAME,
+    PackIndex,
+    pack_path,
+    read_pack_index,
+    read_pack_range,
+)
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.view import PartitionView
 
-__all__ = [
-    "PartitionCache",
-    "PartitionState",
-    "identity_hash",
-    "owner_hashes",
-    "segment_path",
-]
+__all__ = ["PartitionCache", "PartitionState", "identity_hash", "segment_path"]
 
 _SEGMENT = re.compile(r"^o-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
+_PACK_CACHE = 4_096
 
 
 def identity_hash(value: str) -> str:
@@ -43,28 +48,17 @@ def identity_hash(value: str) -> str:
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
-def segment_path(session_directory: Path, owner_hash: str, index: int) -> Path:
-    """The path of segment ``index`` (0 = the first) of an owner partition."""
+def segment_path(session_directory: str | Path, owner_hash: str, index: int) -> str:
+    """The path of log segment ``index`` (0 = the first) of an owner partition."""
     suffix = "" if index == 0 else f".{index}"
-    return session_directory / f"o-{owner_hash}{suffix}.log"
-
-
-def owner_hashes(session_directory: Path) -> list[str]:
-    """The owner hashes with a partition in ``session_directory`` (sorted); links refused."""
-    hashes: set[str] = set()
-    for entry in fs.list_directory(session_directory):
-        match = _SEGMENT.match(entry.name)
-        if match is None:
-            continue  # temporary files and foreign droppings are not partitions
-        if not entry.is_file(follow_symlinks=False):
-            raise PersistenceError(f"{entry.path} should be a regular file")
-        hashes.add(match.group(1))
-    return sorted(hashes)
+    return f"{os.fspath(session_directory)}{os.sep}o-{owner_hash}{suffix}.log"
 
 
 @dataclass(frozen=True, slots=True)
 class _Segment:
-    path: Path
+    """One log segment as read: file identity, where valid records end, its memories."""
+
+    path: str
     device: int
     inode: int
     size: int
@@ -74,21 +68,29 @@ class _Segment:
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionState:
-    """One partition as read: its segments and the view of its memories.
+class _PackPart:
+    """One owner's range of one pack, as read."""
 
-    ``tail_path``/``tail_end``/``tail_torn`` describe the last segment, which a writer
-    appends to after cutting off a torn tail.
+    index: PackIndex
+    memories: tuple[GameMemory, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as read: its pack ranges, its log segments and the view of its memories.
+
+    ``tail`` is the last log segment, which a writer appends to after cutting off a torn tail.
     """
 
     session_hash: str
     owner_hash: str
+    packs: tuple[_PackPart, ...]
     segments: tuple[_Segment, ...]
     view: PartitionView | None
 
     @property
     def memory_count(self) -> int:
-        return sum(len(segment.memories) for segment in self.segments)
+        return len(self.view) if self.view is not None else 0
 
     @property
     def tail(self) -> _Segment | None:
@@ -109,10 +111,10 @@ class PartitionState:
 
 
 class PartitionCache:
-    """Read partitions through a bounded, thread-safe LRU cache of their parsed segments.
+    """Read partitions through a bounded, thread-safe LRU cache of their parsed records.
 
     Args:
-        maximum_file_bytes: Largest segment file accepted (and record payload bound).
+        maximum_file_bytes: Largest log segment or pack accepted (bounds record payloads).
         maximum_entries: How many memories the cache keeps parsed across partitions.
     """
 
@@ -120,34 +122,64 @@ class PartitionCache:
         self._maximum_file_bytes = maximum_file_bytes
         self._maximum_entries = maximum_entries
         self._states: OrderedDict[tuple[str, str], PartitionState] = OrderedDict()
+        self._packs: OrderedDict[str, PackIndex] = OrderedDict()
         self._entries = 0
         self._lock = threading.Lock()
 
+    # -- listing ------------------------------------------------------------------------
+
+    def pack_indexes(self, session_directory: Path) -> list[PackIndex]:
+        """The session's packs, in number order (``p-1``, ``p-2``... until one is missing)."""
+        indexes: list[PackIndex] = []
+        number = 1
+        while True:
+            path = pack_path(session_directory, number)
+            info = _lstat_regular(path)
+            if info is None:
+                return indexes
+            indexes.append(self._pack_index(path, info))
+            number += 1
+
+    def owner_hashes(self, session_directory: Path) -> list[str]:
+        """Every owner with records in the session (logs and packs), sorted; links refused."""
+        hashes: set[str] = set()
+        for entry in fs.list_directory(session_directory):
+            match = _SEGMENT.match(entry.name)
+            named = match is not None or PACK_NAME.match(entry.name)
+            if named and not entry.is_file(follow_symlinks=False):
+                raise PersistenceError(f"{entry.path} should be a regular file")
+            if match is not None:
+                hashes.add(match.group(1))
+        for index in self.pack_indexes(session_directory):
+            hashes.update(index.owners)
+        return sorted(hashes)
+
+    # -- reading ------------------------------------------------------------------------
+
     def read(self, session_directory: Path, session_hash: str, owner_hash: str) -> PartitionState:
-        """Return the partition's current state, reusing cached segments that did not change.
+        """Return the partition's current state, reusing what did not change since last read.
 
         Raises:
-            PersistenceError: a link, a corrupt record, a record in the wrong partition, or
-                one id holding two different memories.
+            PersistenceError: a link, a corrupt record or pack, a record in the wrong
+                partition, or one id holding two different memories.
         """
         key = (session_hash, owner_hash)
         with self._lock:
             cached = self._states.get(key)
+        packs = self._read_packs(session_directory, owner_hash, session_hash, cached)
+        same_packs = cached is not None and len(packs) == len(cached.packs)
+        if cached is not None and same_packs:
+            same_packs = all(a is b for a, b in zip(packs, cached.packs, strict=True))
         segments: list[_Segment] = []
         appended: list[GameMemory] = []
-        extends = cached is not None and cached.view is not None
-        changed = cached is None
+        extends = same_packs and cached is not None and cached.view is not None
+        changed = not same_packs
         index = 0
         while True:
             path = segment_path(session_directory, owner_hash, index)
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
+            info = _lstat_regular(path)
+            if info is None:
                 break
-            except OSError as exc:
-                raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
-            if not stat.S_ISREG(info.st_mode):
-                raise PersistenceError(f"{path} should be a regular file, not a link or folder")
             previous = cached.segments[index] if cached and index < len(cached.segments) else None
             segment = self._refresh(path, info, previous, session_hash, owner_hash)
             if segment is not previous:
@@ -159,7 +191,7 @@ class PartitionCache:
             segments.append(segment)
             index += 1
         if cached is not None and len(cached.segments) > len(segments):
-            changed = extends = False
+            changed, extends = True, False
         if not changed and cached is not None:
             with self._lock:
                 if key in self._states:
@@ -171,24 +203,66 @@ class PartitionCache:
                     f"{segment.path} ends with {segment.torn_bytes} bytes of an incomplete "
                     "record, but it is not the last segment: the save is corrupt"
                 )
-        base = cached.view if extends and cached is not None else None
-        memories = appended if base is not None else [m for seg in segments for m in seg.memories]
-        state = PartitionState(
-            session_hash, owner_hash, tuple(segments), _build_view(base, memories, segments)
-        )
+        if extends and cached is not None:
+            view = _build_view(cached.view, appended, session_directory)
+        else:
+            memories = [m for part in packs for m in part.memories]
+            memories.extend(m for segment in segments for m in segment.memories)
+            view = _build_view(None, memories, session_directory)
+        state = PartitionState(session_hash, owner_hash, tuple(packs), tuple(segments), view)
         self._remember(key, state)
         return state
 
     def forget(self, session_hash: str, owner_hash: str) -> None:
-        """Drop a partition from the cache (after this process wrote to it)."""
+        """Drop a partition from the cache."""
         with self._lock:
             state = self._states.pop((session_hash, owner_hash), None)
             if state is not None:
                 self._entries -= state.memory_count
 
+    def _pack_index(self, path: str, info: os.stat_result) -> PackIndex:
+        with self._lock:
+            index = self._packs.get(path)
+        if index is None or (index.inode, index.device, index.size) != (
+            info.st_ino,
+            info.st_dev,
+            info.st_size,
+        ):
+            index = read_pack_index(path, info, self._maximum_file_bytes)
+        with self._lock:
+            self._packs[path] = index
+            self._packs.move_to_end(path)
+            while len(self._packs) > _PACK_CACHE:
+                self._packs.popitem(last=False)
+        return index
+
+    def _read_packs(
+        self,
+        session_directory: Path,
+        owner_hash: str,
+        session_hash: str,
+        cached: PartitionState | None,
+    ) -> list[_PackPart]:
+        previous = {id(part.index): part for part in cached.packs} if cached is not None else {}
+        parts: list[_PackPart] = []
+        for index in self.pack_indexes(session_directory):
+            if owner_hash not in index.owners:
+                continue
+            part = previous.get(id(index))
+            if part is None or part.index is not index:
+                payloads = read_pack_range(
+                    index, owner_hash, self._maximum_file_bytes - HEADER_BYTES
+                )
+                memories = tuple(
+                    _decode(payload, index.path, session_hash, owner_hash) for payload in payloads
+                )
+                part = _PackPart(index, memories)
+            parts.append(part)
+        return parts
+
     def _refresh(
         self,
-        path: Path,
+        path: str,
         info: os.stat_result,
         previous: _Segment | None,
         session_hash: str,
@@ -218,20 +292,8 @@ class PartitionCache:
                 f"{path} is corrupt ({exc.reason} at byte {exc.offset}); restore the save from "
                 "a backup. game-memory never guesses at damaged data."
             ) from exc
-        memories: list[GameMemory] = list(previous.memories) if same_file and previous else []
-        for payload in scan.payloads:
-            try:
-                memory = decode_document(payload)
-            except DocumentError as exc:
-                raise PersistenceError(f"{path} holds an unreadable record: {exc}") from exc
-            if identity_hash(memory.session_id) != session_hash or (
-                identity_hash(memory.owner_id) != owner_hash
-            ):
-                raise PersistenceError(
-                    f"{path} holds a memory of another session or owner: a record escaped its "
-                    "partition, so the save is corrupt"
-                )
-            memories.append(memory)
+        memories = list(previous.memories) if same_file and previous is not None else []
+        memories.extend(_decode(data, path, session_hash, owner_hash) for data in scan.payloads)
         return _Segment(
             path,
             opened.st_dev,
@@ -254,8 +316,35 @@ class PartitionCache:
                 self._entries -= evicted.memory_count
 
 
+def _lstat_regular(path: str) -> os.stat_result | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise PersistenceError(f"{path} should be a regular file, not a link or folder")
+    return info
+
+
+def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> GameMemory:
+    try:
+        memory = decode_document(payload)
+    except DocumentError as exc:
+        raise PersistenceError(f"{path} holds an unreadable record: {exc}") from exc
+    if identity_hash(memory.session_id) != session_hash or (
+        identity_hash(memory.owner_id) != owner_hash
+    ):
+        raise PersistenceError(
+            f"{path} holds a memory of another session or owner: a record escaped its "
+            "partition, so the save is corrupt"
+        )
+    return memory
+
+
 def _build_view(
-    base: PartitionView | None, memories: list[GameMemory], segments: list[_Segment]
+    base: PartitionView | None, memories: list[GameMemory], folder: Path
 ) -> PartitionView | None:
     """Extend ``base`` with ``memories`` (or build from scratch when ``base`` is None)."""
     positions = dict(base.positions) if base is not None else {}
@@ -265,8 +354,8 @@ def _build_view(
         if position is not None:
             if ordered[position] != memory:
                 raise PersistenceError(
-                    f"{segments[-1].path} (or an earlier segment) holds two different memories "
-                    f"with one id {memory.memory_id!r}; the save is corrupt"
+                    f"a partition in {folder} holds two different memories with one id "
+                    f"{memory.memory_id!r}; the save is corrupt"
                 )
             continue
         positions[memory.memory_id] = len(ordered)

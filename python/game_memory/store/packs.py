@@ -1,0 +1,122 @@
+"""Packs: immutable files holding many owners' records of one session, for bulk writes.
+
+A migration (or any bulk import) would otherwise create one file per owner partition,
+which costs far more than the records themselves on most file systems. Instead it writes
+one pack per session: the records grouped by owner, then an index of the owner ranges.
+A reader of one owner's partition looks the owner up in the index and reads only that
+range, so owner isolation holds for packs exactly as for logs.
+
+Layout (little-endian)::
+
+    "GMPACK01"                                   8 bytes
+    records, grouped by owner (records.py framing)
+    index: per owner, sorted by hash: sha256(owner) 32 | offset u64 | length u64 | count u32
+    footer: index offset u64 | owner count u32 | CRC-32 of the index u32 | "GMPKEND1"
+
+A pack is written to a temporary name and renamed into place, so a pack that exists is
+complete; its bytes are made durable by the batch's file-system sync, and a batch that
+never committed is rolled back by the journal (see engine.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from game_memory.errors import PersistenceError
+from game_memory.store import fs
+from game_memory.store.records import RecordCorruption, scan_records
+
+__all__ = ["PackIndex", "encode_pack", "pack_path", "read_pack_index", "read_pack_range"]
+
+_MAGIC = b"GMPACK01"
+_END = b"GMPKEND1"
+_ENTRY = struct.Struct("<32sQQI")
+_FOOTER = struct.Struct("<QII8s")
+PACK_NAME = re.compile(r"^p-([1-9][0-9]{0,8})\.pack$")
+
+
+def pack_path(session_directory: str | Path, number: int) -> str:
+    """The path of pack ``number`` (1, 2, ...) of a session."""
+    return f"{os.fspath(session_directory)}{os.sep}p-{number}.pack"
+
+
+def encode_pack(groups: list[tuple[str, list[bytes]]]) -> bytes:
+    """Build a pack from ``(owner_hash, framed records)`` groups."""
+    body = [_MAGIC]
+    offset = len(_MAGIC)
+    index: list[bytes] = []
+    for owner_hash, records in sorted(groups):
+        data = b"".join(records)
+        index.append(_ENTRY.pack(bytes.fromhex(owner_hash), offset, len(data), len(records)))
+        body.append(data)
+        offset += len(data)
+    index_bytes = b"".join(index)
+    footer = _FOOTER.pack(offset, len(index), zlib.crc32(index_bytes), _END)
+    return b"".join(body) + index_bytes + footer
+
+
+@dataclass(frozen=True, slots=True)
+class PackIndex:
+    """The owner ranges of one pack, identified by the file's device, inode and size."""
+
+    path: str
+    device: int
+    inode: int
+    size: int
+    owners: dict[str, tuple[int, int, int]]
+
+
+def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> PackIndex:
+    """Read and verify a pack's index (not its records).
+
+    Raises:
+        PersistenceError: the pack is truncated, corrupt, or larger than ``maximum_bytes``.
+    """
+    if info.st_size > maximum_bytes or info.st_size < len(_MAGIC) + _FOOTER.size:
+        raise PersistenceError(f"{path} is not a valid pack ({info.st_size:,} bytes)")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+    except OSError as exc:
+        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+    try:
+        footer = os.pread(fd, _FOOTER.size, info.st_size - _FOOTER.size)
+        index_offset, owners, checksum, end = _FOOTER.unpack(footer)
+        index_length = owners * _ENTRY.size
+        if end != _END or index_offset + index_length + _FOOTER.size != info.st_size:
+            raise PersistenceError(f"{path} is corrupt: its footer is damaged")
+        index = os.pread(fd, index_length, index_offset)
+        header = os.pread(fd, len(_MAGIC), 0)
+    except OSError as exc:
+        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    if header != _MAGIC or zlib.crc32(index) != checksum:
+        raise PersistenceError(f"{path} is corrupt: its header or index checksum is wrong")
+    ranges: dict[str, tuple[int, int, int]] = {}
+    for position in range(0, index_length, _ENTRY.size):
+        owner, offset, length, count = _ENTRY.unpack_from(index, position)
+        if offset < len(_MAGIC) or offset + length > index_offset:
+            raise PersistenceError(f"{path} is corrupt: an owner range is out of bounds")
+        ranges[owner.hex()] = (offset, length, count)
+    return PackIndex(path, info.st_dev, info.st_ino, info.st_size, ranges)
+
+
+def read_pack_range(index: PackIndex, owner_hash: str, maximum_payload: int) -> list[bytes]:
+    """Read one owner's record payloads from a pack (empty if the owner is not in it)."""
+    entry = index.owners.get(owner_hash)
+    if entry is None:
+        return []
+    offset, length, count = entry
+    data = fs.read_range(index.path, offset, length)
+    try:
+        scan = scan_records(data, base_offset=offset, maximum_payload=maximum_payload)
+    except RecordCorruption as exc:
+        raise PersistenceError(f"{index.path} is corrupt ({exc}); restore a backup") from exc
+    if scan.torn_bytes or len(scan.payloads) != count:
+        raise PersistenceError(f"{index.path} is corrupt: an owner range is incomplete")
+    return scan.payloads
