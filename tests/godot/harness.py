@@ -235,7 +235,11 @@ def run_pack(
             finally:
                 _kill_group(process)
                 server.close()
-        browser_log = log_path.read_bytes()[-_BROWSER_LOG_TAIL_BYTES:].decode(errors="replace")
+        # Console lines are in ``lines`` already; keep Chromium's own messages (crashes).
+        browser_log = "".join(
+            line for line in log_path.read_text(errors="replace").splitlines(keepends=True)
+            if ":CONSOLE" not in line
+        )[-_BROWSER_LOG_TAIL_BYTES:]
     return EngineRun(server.exit_code(), server.lines(), timed_out,
                      time.monotonic() - started, browser_log, list(server.control_calls))
 
