@@ -116,6 +116,8 @@ func launch(command: String, arguments: PackedStringArray, timeout_seconds: floa
 		_fail("a web export cannot launch the game-memory sidecar; run `game-memory serve "
 				+ "--websocket 127.0.0.1:PORT` yourself and set GameMemory.server_url and token")
 		return
+	# On Unix a missing command still forks (the child fails in execvp), so that case shows up
+	# in poll() as an exit before the ready line; an empty result means no fork at all.
 	var pipes: Dictionary = OS.execute_with_pipe(command, arguments, false)
 	if pipes.is_empty():
 		_fail("could not start `%s`: is game-memory installed? Set GameMemory.sidecar_command "
@@ -140,16 +142,19 @@ func poll() -> void:
 	if _state == State.STARTING:
 		_read_ready_line()
 		if _state == State.STARTING and not running:
-			_fail("`%s` exited (code %d) before it was ready: %s"
-					% [_command, OS.get_process_exit_code(_pid), _stderr_summary()])
+			_fail("`%s` exited (status %d) before it was ready; is game-memory installed? "
+					% [_command, OS.get_process_exit_code(_pid)] + "Set "
+					+ "GameMemory.sidecar_command to its full path if it is not on the PATH. "
+					+ "Its stderr: %s" % _stderr_summary())
 		elif _state == State.STARTING and Time.get_ticks_msec() >= _ready_deadline_msec:
 			_fail("`%s` printed no ready line within %.1f s; raise GameMemory.startup_timeout "
 					% [_command, _ready_timeout_seconds] + "or check: %s" % _stderr_summary())
 	elif _state == State.RUNNING:
 		_discard_stdout()
 		if not running:
-			_fail("the game-memory sidecar exited (code %d): %s"
-					% [OS.get_process_exit_code(_pid), _stderr_summary()])
+			_fail("the game-memory sidecar exited (status %d); call GameMemory.start() to "
+					% OS.get_process_exit_code(_pid) + "launch it again. Its stderr: %s"
+					% _stderr_summary())
 	elif _state == State.STOPPING:
 		if not running:
 			_release()
