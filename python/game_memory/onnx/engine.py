@@ -119,6 +119,16 @@ class OnnxInferenceEngine:
         return self._limits
 
     @property
+    def tokenizer(self) -> TextTokenizer:
+        """The tokenizer (for diagnostics and benchmarks)."""
+        return self._tokenizer
+
+    @property
+    def inference(self) -> BatchInference:
+        """The model runner (for diagnostics and benchmarks)."""
+        return self._inference
+
+    @property
     def closed(self) -> bool:
         """Whether ``aclose()`` has been called."""
         return self._state is not _State.OPEN

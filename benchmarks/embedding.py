@@ -1,0 +1,193 @@
+"""Embedding benchmark: per provider and model, latency, throughput and provider overhead.
+
+Usage: ``python benchmarks/embedding.py [--home H] [--rounds N]``. Prints one JSON object.
+
+For each model (the prepared all-MiniLM-L6-v2 in INT8 and fp32, and BGE-M3 when
+``GAME_MEMORY_BGE_M3_DIR`` points to a folder) at 1 and 2 intra-op threads it measures:
+
+- the median latency of ``await provider.embed_query(query)``;
+- the median time of ``await provider.embed_documents(32 texts)`` and its throughput;
+- the median time of a bare ``InferenceSession.run`` of the same session on the same,
+  already tokenized and padded inputs, in the same rounds (interleaved with the provider
+  calls so both see the same machine state), and the ratio provider / bare.
+
+The default model is prepared first if needed (``game-memory models prepare``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from game_memory.onnx import (
+    OnnxEmbeddingProviderBase,
+    load_provider_from_directory,
+    prepare_default_model,
+)
+from game_memory.onnx.batching import pad_batch
+from game_memory.onnx.session import OnnxSessionInference
+
+QUERY = "What did the guard see near the old mill last night?"
+DOCUMENTS = [
+    "The guard saw a hooded thief slip past the old mill after midnight.",
+    "Mira the innkeeper remembers the bard who never paid for his ale.",
+    "A dragon flew over the northern village at dawn and burned two barns.",
+    "The blacksmith sold a silver sword to a traveller from the coast.",
+    "Wolves howled in the forest while the hunter slept beside the fire.",
+    "The merchant lost his purse on the bridge and blamed the children.",
+    "Children played by the river under the old willow tree all afternoon.",
+    "The queen's letter arrived sealed with red wax and smelled of roses.",
+    "Rain flooded the cellar of the tavern during the spring storm.",
+    "The miller's daughter hid a map beneath the loose floorboard.",
+    "An old soldier told stories of the siege to anyone who would listen.",
+    "The priest rang the bell three times when the stranger entered town.",
+    "A fox stole eggs from the farmer's coop two nights in a row.",
+    "The alchemist's tower glowed green every full moon.",
+    "Bandits ambushed the caravan on the mountain pass at dusk.",
+    "The baker gives free bread to the orphans every Sunday morning.",
+    "The ferryman refuses to cross the lake after sunset.",
+    "A wounded knight rested at the inn and left without a word.",
+    "The mayor promised to rebuild the bridge before winter.",
+    "Someone painted strange runes on the chapel door overnight.",
+    "The hunter traded three wolf pelts for a new bow.",
+    "The well in the square has tasted of iron since the earthquake.",
+    "Two guards argued about the missing key to the armory.",
+    "The herbalist sells a tea that cures fever and bad dreams.",
+    "A travelling circus camped in the meadow for a week.",
+    "The lighthouse keeper saw a ship with black sails on the horizon.",
+    "The tailor measured the prince for a wedding coat.",
+    "Snow blocked the road to the capital for ten days.",
+    "The old witch of the marsh knows the true name of the river.",
+    "A child found a golden coin in the mud near the mill.",
+    "The stable boy dreams of joining the king's cavalry.",
+    "The fisherman caught an eel as long as a man.",
+]
+
+
+def median_ms(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1000.0, 4)
+
+
+def bare_feeds(provider: OnnxEmbeddingProviderBase, texts: list[str]) -> dict[str, np.ndarray]:
+    engine = provider.engine
+    ids = [engine.tokenizer.tokenize(text).ids for text in texts]
+    input_ids, mask = pad_batch(ids, engine.tokenizer.pad_id)
+    inference = engine.inference
+    assert isinstance(inference, OnnxSessionInference)
+    return inference.feeds(input_ids, mask)
+
+
+async def measure(provider: OnnxEmbeddingProviderBase, rounds: int) -> dict[str, Any]:
+    inference = provider.engine.inference
+    assert isinstance(inference, OnnxSessionInference)
+    session = inference.session
+    query_feeds = bare_feeds(provider, [QUERY])
+    batch_feeds = bare_feeds(provider, DOCUMENTS)
+    for _ in range(5):  # warm-up: allocator, thread pool, caches
+        await provider.embed_query(QUERY)
+        session.run(["last_hidden_state"], query_feeds)
+    await provider.embed_documents(DOCUMENTS)
+    session.run(["last_hidden_state"], batch_feeds)
+
+    query, bare_query = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        session.run(["last_hidden_state"], query_feeds)
+        bare_query.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await provider.embed_query(QUERY)
+        query.append(time.perf_counter() - started)
+
+    batch, bare_batch = [], []
+    for _ in range(max(5, rounds // 10)):
+        started = time.perf_counter()
+        session.run(["last_hidden_state"], batch_feeds)
+        bare_batch.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await provider.embed_documents(DOCUMENTS)
+        batch.append(time.perf_counter() - started)
+
+    query_ms, bare_query_ms = median_ms(query), median_ms(bare_query)
+    batch_ms, bare_batch_ms = median_ms(batch), median_ms(bare_batch)
+    return {
+        "query_tokens": int(query_feeds["input_ids"].shape[1]),
+        "batch_padded_shape": list(batch_feeds["input_ids"].shape),
+        "single_query_median_ms": query_ms,
+        "bare_run_single_query_median_ms": bare_query_ms,
+        "single_query_overhead_ratio": round(query_ms / bare_query_ms, 3),
+        "batch32_median_ms": batch_ms,
+        "batch32_texts_per_second": round(len(DOCUMENTS) / (batch_ms / 1000.0), 1),
+        "bare_run_batch32_median_ms": bare_batch_ms,
+        "batch32_overhead_ratio": round(batch_ms / bare_batch_ms, 3),
+    }
+
+
+async def run(home: Path | None, rounds: int) -> dict[str, Any]:
+    folder = prepare_default_model(home)
+    models: list[tuple[Path, dict[str, Any]]] = [
+        (folder, {"precision": "int8"}),
+        (folder, {"precision": "fp32"}),
+    ]
+    skipped = []
+    bge = os.environ.get("GAME_MEMORY_BGE_M3_DIR", "").strip()
+    if bge:
+        models.append((Path(bge), {}))
+    else:
+        skipped.append(
+            {"model": "BAAI/bge-m3", "reason": "GAME_MEMORY_BGE_M3_DIR is not set (no weights)"}
+        )
+    results = []
+    for path, options in models:
+        for threads in (1, 2):
+            provider = await load_provider_from_directory(path, intra_op_threads=threads, **options)
+            try:
+                figures = await measure(provider, rounds)
+            finally:
+                await provider.aclose()
+            results.append(
+                {
+                    "provider": type(provider).__name__,
+                    "model": provider.identity.model_id,
+                    "identity": str(provider.identity),
+                    "precision": options.get("precision", "int8"),
+                    "threads": threads,
+                    **figures,
+                }
+            )
+    return {
+        "benchmark": "embedding",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+            "onnxruntime": ort.__version__,
+        },
+        "rounds": rounds,
+        "results": results,
+        "skipped": skipped,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    parser.add_argument("--rounds", type=int, default=200, help="single-query rounds (200)")
+    args = parser.parse_args(argv)
+    home = Path(args.home) if args.home else None
+    print(json.dumps(asyncio.run(run(home, max(10, args.rounds))), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The real default model (all-MiniLM-L6-v2, prepared from its PyPI wheel): quality checks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from game_memory.onnx import (
+    MiniLmOnnxEmbeddingProvider,
+    PreparedModelManifest,
+    load_provider_from_directory,
+)
+from game_memory.onnx.command import run_info
+
+pytestmark = pytest.mark.model
+
+PARAPHRASES = [
+    ("The guard saw a thief near the mill.", "A watchman spotted a burglar by the mill."),
+    ("The dragon burned the village.", "The village was set on fire by a dragon."),
+    ("I am hungry.", "I would like something to eat."),
+    ("The blacksmith sold me a sword.", "I bought a blade from the smith."),
+    ("It is raining heavily tonight.", "There is a downpour this evening."),
+]
+
+
+async def embed(folder: Path, texts: list[str], **options: object) -> np.ndarray:
+    async with await load_provider_from_directory(folder, **options) as provider:
+        assert isinstance(provider, MiniLmOnnxEmbeddingProvider)
+        return np.array(await provider.embed_documents(texts))
+
+
+async def test_paraphrases_score_above_unrelated_sentences(prepared_default_model: Path) -> None:
+    left = await embed(prepared_default_model, [a for a, _ in PARAPHRASES])
+    right = await embed(prepared_default_model, [b for _, b in PARAPHRASES])
+    similarity = left @ right.T
+    paired = np.diag(similarity)
+    unrelated = similarity[~np.eye(len(PARAPHRASES), dtype=bool)]
+    assert paired.min() > unrelated.max(), similarity
+    assert paired.mean() > 0.5 and unrelated.mean() < 0.2
+
+
+async def test_fp32_and_int8_agree(prepared_default_model: Path) -> None:
+    texts = [text for pair in PARAPHRASES for text in pair]
+    fp32 = await embed(prepared_default_model, texts, precision="fp32")
+    int8 = await embed(prepared_default_model, texts)
+    cosines = (fp32 * int8).sum(axis=1)
+    assert cosines.mean() > 0.98 and cosines.min() > 0.95, cosines
+
+
+async def test_the_identity_names_the_model_and_its_hashes(prepared_default_model: Path) -> None:
+    manifest = PreparedModelManifest.read(prepared_default_model)
+    async with await load_provider_from_directory(prepared_default_model) as provider:
+        identity = str(provider.identity)
+    onnx_sha = manifest.file("onnx/model_int8.onnx").sha256[:16]
+    tokenizer_sha = manifest.file("tokenizer.json").sha256[:16]
+    assert identity == (
+        f"onnx-in-process/sentence-transformers/all-MiniLM-L6-v2@int8-{onnx_sha}-"
+        f"{tokenizer_sha}+bert-wordpiece-mean-l2-v1-max256:384"
+    )
+
+
+def test_models_info_reports_an_intact_model(
+    prepared_default_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = prepared_default_model.parent.parent
+    assert run_info(argparse.Namespace(home=str(home))) == 0
+    assert "prepared and intact" in capsys.readouterr().out
