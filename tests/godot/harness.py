@@ -79,7 +79,18 @@ class EngineUnavailableError(RuntimeError):
 
 @dataclass
 class EngineRun:
-    """What one engine run printed, and how it ended."""
+    """What one engine run printed, and how it ended.
+
+    Attributes:
+        exit_code: what ``get_tree().quit(code)`` passed (255: the engine did not start), or
+            None when the run was ended before the engine quit.
+        lines: everything the page reported, in order (one entry per line).
+        timed_out: the run was ended at its timeout.
+        seconds: wall time from launching Chromium until its process group was gone.
+        browser_log: the tail of Chromium's own log, without the console lines.
+        control_calls: the ``/control/<name>`` names the engine called, in order.
+        process_group: Chromium's process group id (all of it is dead when the run returns).
+    """
 
     exit_code: int | None
     lines: list[ConsoleLine]
@@ -87,6 +98,7 @@ class EngineRun:
     seconds: float
     browser_log: str = ""
     control_calls: list[str] = field(default_factory=list)
+    process_group: int = 0
 
     def stdout(self) -> list[str]:
         """Return the engine's ``print`` output, line by line."""
@@ -214,8 +226,10 @@ def run_pack(
         "game.pck": (pack, "application/octet-stream"),
     }
     server = PageServer(files, controls)
-    engine_args = [*(["--headless"] if headless else []), "--", *user_args,
-                   f"--harness-url={server.origin}"]
+    # Without --headless the engine renders through WebGL2 (SwiftShader); audio stays Dummy,
+    # since the runtime's audio worklets are not served.
+    display = ["--headless"] if headless else ["--audio-driver", "Dummy"]
+    engine_args = [*display, "--", *user_args, f"--harness-url={server.origin}"]
     query = urlencode([("pck", "game.pck"), *(("arg", arg) for arg in engine_args)])
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gm-chromium-") as scratch:
@@ -241,7 +255,8 @@ def run_pack(
             if ":CONSOLE" not in line
         )[-_BROWSER_LOG_TAIL_BYTES:]
     return EngineRun(server.exit_code(), server.lines(), timed_out,
-                     time.monotonic() - started, browser_log, list(server.control_calls))
+                     time.monotonic() - started, browser_log, list(server.control_calls),
+                     process.pid)
 
 
 def run_project(
