@@ -11,6 +11,7 @@ extends RefCounted
 ## [br][br]
 ## Call [method poll] every frame; nothing happens between polls.
 
+#region Signals
 ## Emitted once, when [code]initialize[/code] succeeded, with its result
 ## ([code]protocol_version[/code], [code]server[/code], [code]mode[/code], [code]model[/code]).
 signal opened(server_info: Dictionary)
@@ -19,7 +20,10 @@ signal opened(server_info: Dictionary)
 signal closed(error: Dictionary)
 ## Emitted for every notification the sidecar sent, e.g. [code]memory.diagnostic[/code].
 signal notified(method: String, params: Dictionary)
+#endregion
 
+
+#region Enums and constants
 ## Where the connection is in its life; it only moves forward.
 enum State {
 	WAITING, ## Not opened yet: requests queue up.
@@ -35,7 +39,10 @@ const PROTOCOL_VERSION: int = 1
 const MAX_MESSAGE_BYTES: int = 1048576
 ## The most requests on the wire at once; more wait in the queue.
 const MAX_IN_FLIGHT: int = 64
+#endregion
 
+
+#region Private variables
 var _state: State = State.WAITING
 var _socket: WebSocketPeer = null
 var _url: String = ""
@@ -46,8 +53,10 @@ var _next_id: int = 1
 var _queue: Array[GameMemoryRequest] = []
 var _in_flight: Dictionary = {}
 var _initialize: GameMemoryRequest = null
+#endregion
 
 
+#region Public methods
 ## Returns where the connection is in its life.
 func get_state() -> State:
 	return _state
@@ -143,8 +152,10 @@ func poll() -> void:
 ## (an error dictionary). Emits [signal closed] unless the connection was already closed.
 func close(error: Dictionary) -> void:
 	_close_with(error)
+#endregion
 
 
+#region Private methods
 func _send_initialize() -> void:
 	_state = State.INITIALIZING
 	var params: Dictionary = {"protocol_version": PROTOCOL_VERSION, "token": _token}
@@ -295,3 +306,4 @@ func _close_with(error: Dictionary) -> void:
 	closed.emit(error)
 	for req: GameMemoryRequest in unresolved:
 		req.finish(GameMemoryError.failure_from(error))
+#endregion

@@ -7,9 +7,13 @@ extends RefCounted
 ## later attempts to resolve it are ignored. [method wait] never hangs, because the connection
 ## puts a deadline on every request it sends and fails every pending request when it closes.
 
+#region Signals
 ## Emitted once, when the request resolves, with the same dictionary [method wait] returns.
 signal completed(result: Dictionary)
+#endregion
 
+
+#region Variables
 ## The JSON-RPC id, unique on its connection.
 var id: int = 0
 ## The JSON-RPC method, e.g. [code]"memory.recall"[/code].
@@ -23,8 +27,10 @@ var deadline_msec: int = 0
 
 var _result: Dictionary = {}
 var _finished: bool = false
+#endregion
 
 
+#region Methods
 func _init(request_id: int, request_method: String, request_params: Dictionary,
 		timeout_seconds: float) -> void:
 	id = request_id
@@ -69,3 +75,4 @@ func wait() -> Dictionary:
 ## Returns the JSON-RPC message for this request.
 func to_message() -> Dictionary:
 	return {"jsonrpc": "2.0", "id": id, "method": method, "params": params}
+#endregion

@@ -11,12 +11,16 @@ extends RefCounted
 ## stores are crash-safe, so a kill never corrupts a save. Web exports cannot launch processes:
 ## there, connect to a running sidecar with [member GameMemory.server_url].
 
+#region Signals
 ## Emitted once, when the sidecar printed a valid ready line.
 signal started(url: String, token: String)
 ## Emitted once, when the sidecar could not be launched, was not ready in time, or exited
 ## while it was expected to run; [param error] is an error dictionary.
 signal failed(error: Dictionary)
+#endregion
 
+
+#region Enums and constants
 ## Where the process is in its life; it only moves forward.
 enum State {
 	IDLE, ## Not launched.
@@ -34,7 +38,10 @@ const EXIT_GRACE_MSEC: int = 3000
 const READY_OUTPUT_MAX_BYTES: int = 65536
 ## How much of the sidecar's stderr is kept for error messages, in bytes.
 const STDERR_TAIL_BYTES: int = 4096
+#endregion
 
+
+#region Private variables
 var _state: State = State.IDLE
 var _pid: int = -1
 var _stdio: FileAccess = null
@@ -45,8 +52,10 @@ var _command: String = ""
 var _ready_deadline_msec: int = 0
 var _ready_timeout_seconds: float = 0.0
 var _kill_at_msec: int = 0
+#endregion
 
 
+#region Public methods
 ## Parses one line of the sidecar's stdout. Returns [code]{"ok": true, "url", "token"}[/code]
 ## for a valid ready line, else a failed result that says what is wrong with it.
 static func parse_ready_line(line: String) -> Dictionary:
@@ -179,8 +188,10 @@ func kill() -> void:
 	if _pid > 0 and OS.is_process_running(_pid):
 		OS.kill(_pid)
 	_release()
+#endregion
 
 
+#region Private methods
 func _read_ready_line() -> void:
 	if _stdio == null:
 		return
@@ -243,3 +254,4 @@ func _release() -> void:
 	if _stderr != null:
 		_stderr.close()
 		_stderr = null
+#endregion
