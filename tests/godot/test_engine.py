@@ -75,6 +75,7 @@ def test_recall_many_for_several_npcs(core_run: EngineRun) -> None:
 def test_errors_are_surfaced_as_ok_false(core_run: EngineRun) -> None:
     assert_case_passed(core_run, "errors", {
         "unknown_option_is_refused",
+        "a_nan_option_is_refused_and_named",
         "a_message_over_1_mib_is_refused",
         "sidecar_refuses_an_invalid_kind",
         "sidecar_refuses_a_limit_over_100",

@@ -91,14 +91,21 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 
 ## Queues a call of [param method] with [param params] and returns its request. The request
 ## times out [param timeout_seconds] after it becomes sendable (at once when the connection is
-## open, else when it opens). It fails at once when the connection is closed or the message is
-## over [constant MAX_MESSAGE_BYTES].
+## open, else when it opens). It fails at once when the connection is closed, when
+## [param params] holds a NaN or infinite number, or when the message is over
+## [constant MAX_MESSAGE_BYTES].
 func request(method: String, params: Dictionary, timeout_seconds: float) -> GameMemoryRequest:
 	var req: GameMemoryRequest = GameMemoryRequest.new(_next_id, method, params, timeout_seconds)
 	_next_id += 1
 	if _state == State.CLOSED:
 		req.finish(GameMemoryError.failure(GameMemoryError.CONNECTION_LOST,
 				"%s was not sent: the connection to the game-memory sidecar is closed" % method))
+		return req
+	var bad_number: String = _find_non_finite(params, "params")
+	if not bad_number.is_empty():
+		req.finish(GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+				"%s was not sent: %s is NaN or infinite, which JSON cannot carry; give a finite "
+				% [method, bad_number] + "number"))
 		return req
 	var size: int = JSON.stringify(req.to_message()).to_utf8_buffer().size()
 	if size > MAX_MESSAGE_BYTES:
@@ -156,6 +163,25 @@ func close(error: Dictionary) -> void:
 
 
 #region Private methods
+func _find_non_finite(value: Variant, path: String, depth: int = 0) -> String:
+	if value is float:
+		return path if not is_finite(value) else ""
+	if depth > 32:
+		return ""
+	if value is Dictionary:
+		for key: Variant in value:
+			var found: String = _find_non_finite(value[key], "%s.%s" % [path, key], depth + 1)
+			if not found.is_empty():
+				return found
+	elif value is Array:
+		for index: int in value.size():
+			var found: String = _find_non_finite(value[index], "%s[%d]" % [path, index],
+					depth + 1)
+			if not found.is_empty():
+				return found
+	return ""
+
+
 func _send_initialize() -> void:
 	_state = State.INITIALIZING
 	var params: Dictionary = {"protocol_version": PROTOCOL_VERSION, "token": _token}

@@ -25,6 +25,11 @@ func _check_refused_before_sending() -> void:
 	var not_a_query: Dictionary = await memory.recall_many([{"owner_id": "npc"}, 42])
 	check("a_query_that_is_not_a_dictionary_is_named", not not_a_query["ok"]
 			and message_of(not_a_query).contains("query 1"), {"result": not_a_query})
+	var not_a_number: Dictionary = await memory.remember("npc", "text", moment(1),
+			{"importance": NAN})
+	check("a_nan_option_is_refused_and_named", not not_a_number["ok"]
+			and code_of(not_a_number) == GameMemoryError.INVALID_PARAMS
+			and message_of(not_a_number).contains("params.importance"), {"result": not_a_number})
 	var huge: Dictionary = await memory.remember("npc", "x".repeat(1100000), moment(1))
 	check("a_message_over_1_mib_is_refused", not huge["ok"]
 			and code_of(huge) == GameMemoryError.INVALID_PARAMS
