@@ -13,7 +13,7 @@ from game_memory.composition import (
     open_memory,
 )
 from game_memory.errors import EmbeddingUnavailableError
-from game_memory.model import GameMemory, GameMemoryQuery, GameMoment
+from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
 
 
 def memory(
@@ -24,7 +24,7 @@ def memory(
         session_id="save-1",
         owner_id=owner,
         scope="personal",
-        kind="event",
+        kind=GameMemoryKind.EVENT,
         payload_json="{}",
         moment=GameMoment(timeline_id="main", tick=tick),
         searchable_text=text,
