@@ -34,21 +34,37 @@ from game_memory.store.check import StoreCheckReport
 from game_memory.store.file_store import FileGameMemoryStore
 from game_memory.store.migration import FileGameMemoryMigrationResult
 from game_memory.store.protocol import GameMemoryStore
+from game_memory.vector.diagnostics import DiagnosticSeverity, MemoryVectorDiagnostic
+from game_memory.vector.file_index import FileVectorMemoryIndex
+from game_memory.vector.fusion import FusionMode, FusionOptions
 from game_memory.vector.hashing import HashingEmbeddingProvider
 from game_memory.vector.identity import MemoryEmbeddingIdentity
+from game_memory.vector.lifecycle import RuntimeMemoryLifecycle
+from game_memory.vector.options import VectorMemoryStoreOptions
+from game_memory.vector.projector import MemoryTextProjector
 from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
+from game_memory.vector.recall import RecallHit, RecallResult
+from game_memory.vector.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
+from game_memory.vector.status import VectorMemoryState, VectorMemoryStatus
+from game_memory.vector.store import VectorMemoryStore
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CapacityExceededError",
     "DerivedIndexError",
+    "DiagnosticSeverity",
     "EmbeddingProvider",
     "EmbeddingTimeoutError",
     "EmbeddingUnavailableError",
     "EmbeddingVector",
     "FileGameMemoryMigrationResult",
     "FileGameMemoryStore",
+    "FileVectorMemoryIndex",
+    "FusionMode",
+    "FusionOptions",
+    "GameAwareMemoryReranker",
+    "GameAwareMemoryRerankerOptions",
     "GameMemory",
     "GameMemoryError",
     "GameMemoryKind",
@@ -62,10 +78,19 @@ __all__ = [
     "InvalidArgumentError",
     "MemoryConflictError",
     "MemoryEmbeddingIdentity",
+    "MemoryTextProjector",
+    "MemoryVectorDiagnostic",
     "PersistenceError",
+    "RecallHit",
+    "RecallResult",
+    "RuntimeMemoryLifecycle",
     "StoreBusyError",
     "StoreCheckReport",
     "StoreClosedError",
+    "VectorMemoryState",
+    "VectorMemoryStatus",
+    "VectorMemoryStore",
+    "VectorMemoryStoreOptions",
     "derive_memory_id",
     "memory_matches_query",
 ]

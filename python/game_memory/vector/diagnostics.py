@@ -1,0 +1,98 @@
+"""Structured diagnostics: what went wrong on the derived side, without text or content."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["DiagnosticSeverity", "DiagnosticSink", "MemoryVectorDiagnostic"]
+
+_log = logging.getLogger("game_memory.vector")
+
+
+class DiagnosticSeverity(StrEnum):
+    """How bad a diagnostic is."""
+
+    INFORMATION = "information"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+class MemoryVectorDiagnostic(BaseModel):
+    """One event of the vector side, for logs and the Godot ``diagnostic_emitted`` signal.
+
+    Carries ids but never memory text, payloads or vectors. ``details`` is a small JSON
+    object (at most 65,536 characters serialized), e.g. ``{"exception": "TimeoutError"}``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str = Field(min_length=1, max_length=256)
+    severity: DiagnosticSeverity
+    message: str = Field(min_length=1, max_length=4_096)
+    session_id: str | None = Field(default=None, max_length=1_024)
+    owner_id: str | None = Field(default=None, max_length=1_024)
+    memory_id: str | None = Field(default=None, max_length=1_024)
+    details: dict[str, Any] | None = None
+
+    @field_validator("message")
+    @classmethod
+    def _no_nul(cls, value: str) -> str:
+        if "\0" in value or not value.strip():
+            raise ValueError("a diagnostic message must be non-blank text without NUL")
+        return value
+
+    @field_validator("details")
+    @classmethod
+    def _small_json(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(json.dumps(value)) > 65_536:
+            raise ValueError("diagnostic details are larger than 65,536 characters")
+        return value
+
+
+DiagnosticSink = Callable[[MemoryVectorDiagnostic], Awaitable[object] | object]
+
+
+class DiagnosticDispatcher:
+    """Deliver diagnostics to a sink without letting the sink change any outcome.
+
+    A synchronous sink is called inline; an asynchronous one is awaited for at most
+    ``timeout`` seconds, one at a time (a slow sink drops later diagnostics instead of
+    queueing them without bound). Exceptions from the sink are logged and swallowed.
+    """
+
+    def __init__(self, sink: DiagnosticSink | None, timeout: float) -> None:
+        self._sink = sink
+        self._timeout = timeout
+        self._slot = asyncio.Semaphore(1)
+
+    async def report(self, diagnostic: MemoryVectorDiagnostic) -> None:
+        """Deliver ``diagnostic`` (or drop it if the sink is busy or slow)."""
+        if self._sink is None:
+            return
+        try:
+            await asyncio.wait_for(self._slot.acquire(), self._timeout)
+        except TimeoutError:
+            _log.warning("diagnostic %s dropped: the sink is busy", diagnostic.code)
+            return
+        try:
+            result = self._sink(diagnostic)
+            if inspect.isawaitable(result):
+                await asyncio.wait_for(_as_coroutine(result), self._timeout)
+        except TimeoutError:
+            _log.warning("diagnostic %s dropped: the sink took too long", diagnostic.code)
+        except Exception:  # a sink must never change an outcome
+            _log.exception("diagnostic sink failed on %s", diagnostic.code)
+        finally:
+            self._slot.release()
+
+
+async def _as_coroutine(awaitable: Awaitable[object]) -> object:
+    return await awaitable

@@ -1,0 +1,155 @@
+"""The derived index's binary entry records and memory digests.
+
+An entry says, for one memory of one owner partition, whether a vector of some embedding
+identity exists and where. It holds no memory text: only ``sha256(memory_id)`` to find the
+memory and a content digest to prove the vector was computed from *this* content.
+
+Record (128 bytes, little-endian)::
+
+    0   magic "GMV\\x01"      4  state u8 (1 ready, 2 pending, 3 failed, 4 deleted), 3 zero
+    8   identity code u32     12 row u32 (0xFFFFFFFF = none)
+    16  sha256(memory_id)     48 content digest (sha256 of the memory's canonical JSON)
+    80  diagnostic code, ASCII, zero-padded to 32 bytes
+    112 12 zero bytes         124 CRC-32 of bytes 0..123
+
+Records are appended; the last record of a memory wins (a deleted state is a tombstone).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import IntEnum
+
+import numpy as np
+
+from game_memory.model import GameMemory
+
+__all__ = [
+    "ENTRY_BYTES",
+    "ENTRY_DTYPE",
+    "NO_VALUE",
+    "EntryRecord",
+    "EntryState",
+    "MemoryDigests",
+    "content_digest",
+    "decode_entries",
+    "encode_entry",
+]
+
+ENTRY_BYTES = 128
+NO_VALUE = 0xFFFFFFFF
+_MAGIC = b"GMV\x01"
+_LAYOUT = struct.Struct("<4sB3xII32s32s32s12x")
+ENTRY_DTYPE = np.dtype(
+    [
+        ("magic", "S4"),
+        ("state", "u1"),
+        ("pad", "V3"),
+        ("identity", "<u4"),
+        ("row", "<u4"),
+        ("memory", "S32"),
+        ("digest", "S32"),
+        ("code", "S32"),
+        ("reserved", "V12"),
+        ("crc", "<u4"),
+    ]
+)
+
+
+class EntryState(IntEnum):
+    """What an entry says about its memory's vector."""
+
+    READY = 1
+    PENDING = 2
+    FAILED = 3
+    DELETED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRecord:
+    """One decoded entry."""
+
+    state: EntryState
+    identity: int
+    row: int
+    memory_hash: bytes
+    digest: bytes
+    code: str
+
+
+def content_digest(memory: GameMemory) -> bytes:
+    """SHA-256 of the memory's canonical JSON: equal digests mean equal content."""
+    return hashlib.sha256(memory.model_dump_json().encode("utf-8")).digest()
+
+
+def memory_hash(memory_id: str) -> bytes:
+    """SHA-256 of a memory id (raw 32 bytes)."""
+    return hashlib.sha256(memory_id.encode("utf-8")).digest()
+
+
+def encode_entry(record: EntryRecord) -> bytes:
+    """Frame one entry record."""
+    body = _LAYOUT.pack(
+        _MAGIC,
+        int(record.state),
+        record.identity,
+        record.row,
+        record.memory_hash,
+        record.digest,
+        record.code.encode("ascii")[:32],
+    )
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode_entries(data: bytes) -> tuple[np.ndarray, int]:
+    """Parse whole records of ``data``; return them and the torn tail's length.
+
+    Raises:
+        ValueError: a complete record has a bad magic, state or checksum (``index``
+            attribute of the message names it).
+    """
+    whole = len(data) // ENTRY_BYTES * ENTRY_BYTES
+    records = np.frombuffer(data, dtype=ENTRY_DTYPE, count=whole // ENTRY_BYTES)
+    if records.size:
+        bad_magic = records["magic"] != _MAGIC
+        bad_state = (records["state"] < 1) | (records["state"] > 4)
+        if bad_magic.any() or bad_state.any():
+            raise ValueError(f"record {int(np.flatnonzero(bad_magic | bad_state)[0])} is malformed")
+        crcs = records["crc"]
+        for index in range(records.size):
+            start = index * ENTRY_BYTES
+            if zlib.crc32(data[start : start + ENTRY_BYTES - 4]) != crcs[index]:
+                raise ValueError(f"record {index} fails its checksum")
+    return records, len(data) - whole
+
+
+class MemoryDigests:
+    """A bounded cache of ``(memory_hash, content_digest)`` per memory object.
+
+    Memories are immutable and shared by every cached view of a partition, so a memory's
+    digests are computed once per process instead of once per search.
+    """
+
+    def __init__(self, maximum: int = 300_000) -> None:
+        self._maximum = maximum
+        self._cache: OrderedDict[int, tuple[GameMemory, bytes, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, memory: GameMemory) -> tuple[bytes, bytes]:
+        """Return ``(sha256(memory_id), content digest)`` of ``memory``."""
+        key = id(memory)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None and cached[0] is memory:
+                return cached[1], cached[2]
+        hashes = (memory_hash(memory.memory_id), content_digest(memory))
+        with self._lock:
+            self._cache[key] = (memory, *hashes)
+            while len(self._cache) > self._maximum:
+                self._cache.popitem(last=False)
+        return hashes

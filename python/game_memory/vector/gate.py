@@ -1,0 +1,72 @@
+"""Bounded embedding calls: a concurrency limit and one deadline covering queue and call."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from game_memory.errors import EmbeddingTimeoutError, EmbeddingUnavailableError, GameMemoryError
+
+__all__ = ["EmbeddingGate"]
+
+_T = TypeVar("_T")
+_log = logging.getLogger("game_memory.vector")
+
+
+class EmbeddingGate:
+    """Run provider calls with at most ``concurrency`` in flight and a deadline each.
+
+    One deadline of ``timeout`` seconds covers waiting for a slot and the call itself. When
+    the deadline (or the caller's cancellation) wins, the call is asked to cancel, but its
+    slot is released only once it has really settled: a provider that ignores cancellation
+    keeps occupying its slot, so it can never pile up detached calls, and later calls time
+    out in the queue instead.
+    """
+
+    def __init__(self, concurrency: int, timeout: float) -> None:
+        self._slots = asyncio.Semaphore(concurrency)
+        self._timeout = timeout
+
+    async def call(self, operation: Callable[[], Awaitable[_T]], what: str) -> _T:
+        """Run ``operation()`` under the gate.
+
+        Raises:
+            EmbeddingTimeoutError: the queue or the call exceeded the deadline.
+            EmbeddingUnavailableError: the provider raised (its error is chained).
+            asyncio.CancelledError: the caller was cancelled.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._timeout)
+        except TimeoutError:
+            raise EmbeddingTimeoutError(
+                f"{what}: the embedding queue exceeded its configured deadline of "
+                f"{self._timeout:g} s; the provider is overloaded or stuck"
+            ) from None
+        task: asyncio.Future[_T] = asyncio.ensure_future(operation())
+        task.add_done_callback(self._settled)
+        try:
+            return await asyncio.wait_for(asyncio.shield(task), max(deadline - loop.time(), 0))
+        except TimeoutError:
+            task.cancel()
+            raise EmbeddingTimeoutError(
+                f"{what}: the embedding provider exceeded its configured deadline of "
+                f"{self._timeout:g} s"
+            ) from None
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        except GameMemoryError:
+            raise
+        except Exception as exc:
+            raise EmbeddingUnavailableError(
+                f"{what}: the embedding provider failed ({type(exc).__name__}: {exc})"
+            ) from exc
+
+    def _settled(self, task: asyncio.Future[Any]) -> None:
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            _log.debug("embedding call settled with %r", task.exception())

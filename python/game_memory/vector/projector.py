@@ -1,0 +1,36 @@
+"""What text of a memory (or query) the embedding model sees."""
+
+from __future__ import annotations
+
+from game_memory.errors import InvalidArgumentError
+from game_memory.model import GameMemory, GameMemoryQuery
+
+__all__ = ["MemoryTextProjector"]
+
+
+class MemoryTextProjector:
+    """Project memories and queries to embedding text (the reference's default projector).
+
+    A document is its searchable text (when not blank), a newline, the payload JSON and,
+    when it has tags, a newline and the tags joined by spaces; a query is its text. Both
+    are cut to ``maximum_characters``.
+    """
+
+    def __init__(self, maximum_characters: int = 100_000) -> None:
+        if not 1 <= maximum_characters <= 1_000_000:
+            raise InvalidArgumentError("maximum_characters must be from 1 to 1,000,000")
+        self.maximum_characters = maximum_characters
+
+    def project_document(self, memory: GameMemory) -> str:
+        """The text embedded for ``memory``."""
+        parts: list[str] = []
+        if memory.searchable_text and memory.searchable_text.strip():
+            parts.append(memory.searchable_text)
+        parts.append(memory.payload_json)
+        if memory.tags:
+            parts.append(" ".join(memory.tags))
+        return "\n".join(parts)[: self.maximum_characters]
+
+    def project_query(self, query: GameMemoryQuery) -> str:
+        """The text embedded for ``query`` (empty without text)."""
+        return (query.text or "")[: self.maximum_characters]

@@ -1,0 +1,145 @@
+"""Explicit rebuild of a session's vectors: bounded, resumable, safe beside appends."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from game_memory.errors import DerivedIndexError
+from game_memory.model import GameMemory
+from game_memory.store.partitions import identity_hash
+from game_memory.store.view import PartitionView
+from game_memory.vector.diagnostics import DiagnosticSeverity
+from game_memory.vector.entries import EntryRecord, EntryState
+from game_memory.vector.status import VectorMemoryStatus
+
+if TYPE_CHECKING:
+    from game_memory.vector.store import VectorMemoryStore
+
+__all__ = ["rebuild_session"]
+
+
+async def _notify(progress: Callable[[int, int], object] | None, done: int, total: int) -> None:
+    if progress is not None:
+        result = progress(done, total)
+        if inspect.isawaitable(result):
+            await result
+
+
+async def rebuild_session(
+    store: VectorMemoryStore,
+    session_id: str,
+    *,
+    force: bool,
+    progress: Callable[[int, int], object] | None,
+) -> VectorMemoryStatus:
+    """Rebuild one session (see ``VectorMemoryStore.rebuild``).
+
+    1. Read the session's snapshot; pick every memory without a ready vector of the
+       active identity for its current content (all of them with ``force``).
+    2. Embed them in batches; each batch's vectors are written before the next starts, so
+       an interruption keeps the work done and a rerun resumes where it stopped.
+    3. On a failed batch: report, mark the batch's memories failed, stop.
+    4. After the last batch: re-read the save and delete index entries of memories that
+       no longer exist *at that moment* (a memory appended meanwhile keeps its vector),
+       then compact the touched partitions.
+    """
+    views = await store.session_views(session_id)
+    joins = await store.run(lambda: store.joins(session_id, views))
+    ready: set[int] = set()
+    for joined in joins:
+        if joined.view is not None and not force:
+            ready.update(id(joined.view.memories[p]) for p in joined.positions.tolist())
+    todo: list[GameMemory] = [
+        memory for view in views for memory in view.ordered if id(memory) not in ready
+    ]
+    total = len(todo)
+    await _notify(progress, 0, total)
+    batch_size = store.options.rebuild_batch_size
+    completed = True
+    for start in range(0, total, batch_size):
+        batch = todo[start : start + batch_size]
+        try:
+            vectors = await store.embed_documents(batch, f"rebuild of session {session_id!r}")
+            await store.run(partial(store.write_vectors, batch, vectors))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            completed = False
+            await store.report(
+                "memory_embedding_rebuild_failed",
+                DiagnosticSeverity.ERROR,
+                "A rebuild batch failed; its memories stay lexically recallable. Run the "
+                "rebuild again to resume.",
+                session_id=session_id,
+                owner_id=batch[0].owner_id,
+                memory_id=batch[0].memory_id,
+                error=exc,
+            )
+            try:
+                failed = partial(
+                    store.write_markers, batch, EntryState.FAILED, "embedding_rebuild_failed"
+                )
+                await store.run(failed)
+            except Exception as write_error:
+                await store.report(
+                    "memory_vector_index_write_failed",
+                    DiagnosticSeverity.ERROR,
+                    "The rebuild could not record its failed batch in the vector index.",
+                    session_id=session_id,
+                    memory_id=batch[0].memory_id,
+                    error=write_error,
+                )
+                raise DerivedIndexError(
+                    f"the rebuild of session {session_id!r} failed while recording rebuild "
+                    "state; delete the index folder and rebuild"
+                ) from write_error
+            break
+        await _notify(progress, min(start + batch_size, total), total)
+    if completed:
+        current = await store.session_views(session_id)
+        await store.run(lambda: _sweep(store, session_id, current))
+    status = await store.get_status(session_id)
+    if not status.requires_rebuild:
+        await store.report(
+            "memory_embedding_rebuild_completed",
+            DiagnosticSeverity.INFORMATION,
+            "The rebuild finished; every memory of the session has a vector of the active model.",
+            session_id=session_id,
+        )
+    return status
+
+
+def _sweep(store: VectorMemoryStore, session_id: str, views: list[PartitionView]) -> None:
+    """Delete orphaned entries and compact every partition of the session (blocking)."""
+    engine = store.index.engine
+    session_hash = identity_hash(session_id)
+    existing = {
+        identity_hash(view.owner_id): {store_hash(store, m) for m in view.memories}
+        for view in views
+    }
+    with engine.locked():
+        for owner_hash in engine.owner_hashes(session_hash):
+            partition = engine.partition(session_hash, owner_hash)
+            if partition is None:
+                continue
+            alive = existing.get(owner_hash, set())
+            orphans = [h for h in partition.position if h not in alive]
+            if orphans:
+                engine.append(
+                    session_hash,
+                    owner_hash,
+                    [
+                        EntryRecord(EntryState.DELETED, 0xFFFFFFFF, 0xFFFFFFFF, h, bytes(32), "")
+                        for h in orphans
+                    ],
+                )
+            engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
+
+
+def store_hash(store: VectorMemoryStore, memory: GameMemory) -> bytes:
+    """``sha256(memory_id)`` of a memory, through the store's digest cache."""
+    return store._digests.get(memory)[0]

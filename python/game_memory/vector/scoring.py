@@ -1,0 +1,170 @@
+"""Vector recall over partitions: join index entries to the snapshot, then score.
+
+A :class:`PartitionJoin` matches one owner partition's index entries to the authoritative
+view of the same partition by ``sha256(memory_id)`` and checks each content digest. Only
+ready entries of the active identity whose digest matches become scoring rows; orphans
+(no such memory), mismatches (another content), stale (another identity) and pending
+entries are counted and left out. Views and index partitions are immutable versions, so
+a join is computed once per pair and cached; a warm search is then one matrix-vector
+product plus a gather of the visible rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.model import GameMemory, ordinal_key
+from game_memory.store.view import PartitionView
+from game_memory.vector.entries import EntryState, MemoryDigests
+from game_memory.vector.index import IndexPartition
+
+__all__ = ["JoinCache", "PartitionJoin", "top_vector_hits"]
+
+IntArray = npt.NDArray[np.int64]
+_FULL_SORT_LIMIT = 2_048
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionJoin:
+    """Index entries of one partition matched against its authoritative view."""
+
+    view: PartitionView | None
+    partition: IndexPartition | None
+    rows: IntArray
+    positions: IntArray
+    ready: int
+    stale: int
+    pending: int
+    orphans: int
+    mismatched: int
+
+
+def _join(
+    view: PartitionView | None,
+    partition: IndexPartition | None,
+    active: int | None,
+    digests: MemoryDigests,
+) -> PartitionJoin:
+    memories = view.memories if view is not None else ()
+    slots: dict[bytes, int] = {}
+    expected: list[bytes] = []
+    for index, memory in enumerate(memories):
+        hashed, digest = digests.get(memory)
+        slots[hashed] = index
+        expected.append(digest)
+    rows: list[int] = []
+    positions: list[int] = []
+    stale = orphans = mismatched = 0
+    if partition is not None:
+        for hashed, slot in partition.position.items():
+            position = slots.get(hashed)
+            if position is None:
+                orphans += 1
+            elif partition.digests[slot] != expected[position]:
+                mismatched += 1
+            elif partition.states[slot] == EntryState.READY:
+                if active is not None and partition.identities[slot] == active:
+                    rows.append(int(partition.rows[slot]))
+                    positions.append(position)
+                else:
+                    stale += 1
+    ready = len(rows)
+    return PartitionJoin(
+        view,
+        partition,
+        np.asarray(rows, dtype=np.int64),
+        np.asarray(positions, dtype=np.int64),
+        ready,
+        stale,
+        len(memories) - ready - stale,
+        orphans,
+        mismatched,
+    )
+
+
+class JoinCache:
+    """Joins cached per (view version, index partition version, active identity)."""
+
+    def __init__(self, digests: MemoryDigests, maximum: int = 1_024) -> None:
+        self._digests = digests
+        self._maximum = maximum
+        self._joins: OrderedDict[tuple[int, int, int | None], PartitionJoin] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def join(
+        self, view: PartitionView | None, partition: IndexPartition | None, active: int | None
+    ) -> PartitionJoin:
+        """Return the (cached) join of ``view`` and ``partition``."""
+        key = (id(view), id(partition), active)
+        with self._lock:
+            cached = self._joins.get(key)
+            if cached is not None and cached.view is view and cached.partition is partition:
+                self._joins.move_to_end(key)
+                return cached
+        joined = _join(view, partition, active, self._digests)
+        with self._lock:
+            self._joins[key] = joined
+            while len(self._joins) > self._maximum:
+                self._joins.popitem(last=False)
+        return joined
+
+
+def top_vector_hits(
+    parts: Sequence[tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]],
+    query: npt.NDArray[np.float32],
+    limit: int,
+) -> list[tuple[GameMemory, float]]:
+    """Score every visible joined row and return the best ``limit`` memories.
+
+    Args:
+        parts: ``(join, matrix, visible)`` per partition: the matrix of the active identity
+            and the view's visibility mask for the query.
+        query: The L2-normalized query vector.
+        limit: How many candidates to keep.
+
+    Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
+    """
+    scores: list[npt.NDArray[np.float64]] = []
+    chosen: list[IntArray] = []
+    for joined, matrix, visible in parts:
+        if joined.ready == 0:
+            scores.append(np.empty(0))
+            chosen.append(np.empty(0, dtype=np.int64))
+            continue
+        keep = visible[joined.positions]
+        rows = joined.rows[keep]
+        product = matrix @ query
+        scores.append(np.clip(product[rows].astype(np.float64), -1.0, 1.0))
+        chosen.append(joined.positions[keep])
+    total = sum(s.size for s in scores)
+    if total == 0 or limit <= 0:
+        return []
+    if total > _FULL_SORT_LIMIT and total > limit:
+        threshold = np.partition(np.concatenate(scores), total - limit)[total - limit]
+        kept = [s >= threshold for s in scores]
+        scores = [s[k] for s, k in zip(scores, kept, strict=True)]
+        chosen = [c[k] for c, k in zip(chosen, kept, strict=True)]
+    hits: list[tuple[GameMemory, float]] = []
+    for (joined, _, _), positions, values in zip(parts, chosen, scores, strict=True):
+        if joined.view is None:
+            continue
+        memories = joined.view.memories
+        hits.extend(
+            (memories[p], v) for p, v in zip(positions.tolist(), values.tolist(), strict=True)
+        )
+    hits.sort(
+        key=lambda hit: (
+            -hit[1],
+            -hit[0].importance,
+            -hit[0].moment.tick,
+            ordinal_key(hit[0].owner_id),
+            ordinal_key(hit[0].memory_id),
+        )
+    )
+    return hits[:limit]
