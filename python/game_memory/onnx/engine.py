@@ -22,12 +22,12 @@ worker thread really ends, so abandoned runs can never pile up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -109,7 +109,9 @@ class OnnxInferenceEngine:
         )
         self._tickets = limits.maximum_concurrent_inferences + limits.maximum_queued_operations
         self._slots = asyncio.Semaphore(limits.maximum_concurrent_inferences)
+        # Operations whose worker has not ended yet: control -> the future their caller awaits.
         self._active: dict[RunControl, asyncio.Future[list[Vector]]] = {}
+        self._idle: asyncio.Event | None = None
         self._closing: asyncio.Future[None] | None = None
         self._state = _State.OPEN
 
@@ -188,11 +190,19 @@ class OnnxInferenceEngine:
             closing = self._closing_future()
             if not closing.done():
                 closing.set_result(None)
-            for control in list(self._active):
+            for control, outcome in list(self._active.items()):
+                if not outcome.done():
+                    outcome.set_exception(
+                        onnx_error(
+                            OnnxFailureKind.CANCELLED,
+                            "the ONNX embedding provider was closed while the operation ran",
+                        )
+                    )
                 control.cancel()
-        running = list(self._active.values())
-        if running:
-            await asyncio.wait(running)
+        while self._active:
+            if self._idle is None:
+                self._idle = asyncio.Event()
+            await self._idle.wait()
         if self._state is _State.CLOSING:
             self._state = _State.CLOSED
             self._executor.shutdown(wait=False)
@@ -303,44 +313,81 @@ class OnnxInferenceEngine:
             acquire.add_done_callback(give_back)
 
     async def _run(self, texts: Sequence[str], stats: _Stats) -> list[Vector]:
-        # The slot is held until the worker thread ends (see _settle), not until we stop
-        # waiting: a terminated run still occupies its thread for a moment.
-        control = RunControl()
+        # The worker hands its outcome back with one call_soon_threadsafe (see _deliver),
+        # which also frees the slot: a slot is held until the worker thread really ends,
+        # not until the caller stops waiting, so terminated runs can never pile up.
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, self._work, texts, control, stats)
-        self._active[control] = future
-        future.add_done_callback(partial(self._settle, control))
-        closing = self._closing_future()
+        control = RunControl()
+        outcome: asyncio.Future[list[Vector]] = loop.create_future()
+        self._active[control] = outcome
+        self._executor.submit(self._work_and_deliver, loop, texts, control, stats, outcome)
+        deadline = loop.call_later(
+            self._limits.inference_timeout, self._expire, control, outcome, len(texts)
+        )
         try:
-            await asyncio.wait(
-                (future, closing),
-                timeout=self._limits.inference_timeout,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
+            return await outcome
         except asyncio.CancelledError:
             control.cancel()
             raise
-        if future.done() and not isinstance(future.exception(), _Terminated):
-            return future.result()
-        control.cancel()
-        if closing.done():
-            raise onnx_error(
-                OnnxFailureKind.CANCELLED,
-                "the ONNX embedding provider was closed while the operation ran",
-            )
-        raise onnx_error(
-            OnnxFailureKind.TIMEOUT,
-            f"embedding {len(texts)} text(s) ran past inference_timeout="
-            f"{self._limits.inference_timeout}s and was terminated",
-        )
+        finally:
+            deadline.cancel()
 
-    def _settle(self, control: RunControl, future: asyncio.Future[list[Vector]]) -> None:
+    def _expire(
+        self, control: RunControl, outcome: asyncio.Future[list[Vector]], count: int
+    ) -> None:
+        if not outcome.done():
+            outcome.set_exception(
+                onnx_error(
+                    OnnxFailureKind.TIMEOUT,
+                    f"embedding {count} text(s) ran past inference_timeout="
+                    f"{self._limits.inference_timeout}s and was terminated",
+                )
+            )
+            control.cancel()
+
+    def _deliver(
+        self,
+        control: RunControl,
+        outcome: asyncio.Future[list[Vector]],
+        result: list[Vector] | None,
+        error: BaseException | None,
+    ) -> None:
+        """Runs on the loop thread once the worker has ended."""
         self._active.pop(control, None)
         self._slots.release()
-        if not future.cancelled():
-            future.exception()  # mark it retrieved: an abandoned run's error is expected
+        if not self._active and self._idle is not None:
+            self._idle.set()
+        if outcome.done():
+            return  # the caller left (cancelled, timed out, closed); the result is moot
+        if error is None:
+            assert result is not None
+            outcome.set_result(result)
+        elif isinstance(error, _Terminated):
+            outcome.set_exception(
+                onnx_error(OnnxFailureKind.CANCELLED, "the operation was terminated")
+            )
+        else:
+            outcome.set_exception(error)
 
     # ---- worker thread -------------------------------------------------------------
+
+    def _work_and_deliver(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        texts: Sequence[str],
+        control: RunControl,
+        stats: _Stats,
+        outcome: asyncio.Future[list[Vector]],
+    ) -> None:
+        result: list[Vector] | None = None
+        error: BaseException | None = None
+        try:
+            result = self._work(texts, control, stats)
+        except BaseException as exc:  # handed to the caller on the loop thread
+            error = exc
+        # If the event loop is already closed, nobody is left to answer.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._deliver, control, outcome, result, error)
 
     def _work(self, texts: Sequence[str], control: RunControl, stats: _Stats) -> list[Vector]:
         try:

@@ -49,16 +49,13 @@ def l2_normalize(vectors: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
     Raises:
         OnnxEmbeddingError: ``INVALID_OUTPUT`` if a row is not finite or has norm 0.
     """
-    if not np.isfinite(vectors).all():
-        raise onnx_error(
-            OnnxFailureKind.INVALID_OUTPUT,
-            "the model produced a non-finite embedding; the model file may be damaged",
-        )
+    # One check covers both: a NaN or infinite element makes its row's sum of squares
+    # NaN or infinite (float32 inputs cannot overflow it in float64).
     squared = np.einsum("ij,ij->i", vectors, vectors)
-    if not (squared > 0).all() or not np.isfinite(squared).all():
+    if not (np.isfinite(squared).all() and (squared > 0).all()):
         raise onnx_error(
             OnnxFailureKind.INVALID_OUTPUT,
-            "the model produced a zero or overflowing embedding; the model file may be damaged",
+            "the model produced a non-finite or zero embedding; the model file may be damaged",
         )
     normalized: npt.NDArray[np.float32] = (vectors / np.sqrt(squared)[:, None]).astype(np.float32)
     return normalized
