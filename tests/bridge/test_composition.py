@@ -111,3 +111,82 @@ async def test_the_opened_memory_serves_the_bridge_protocol(tmp_path: Path) -> N
         service: BridgeService = opened
         assert service.mode == "lexical"
         assert isinstance(opened, OpenedMemory)
+
+
+async def test_hashing_mode_is_hybrid_with_the_index_beside_the_save(tmp_path: Path) -> None:
+    seen: list[object] = []
+    async with await open_memory(
+        tmp_path / "save", model="hashing", diagnostics=seen.append
+    ) as opened:
+        assert opened.mode == "hybrid"
+        assert opened.identity == "hashing/feature-hashing-words@v1:256"
+        assert opened.notice is None
+        await opened.remember(memory("The blacksmith sold a rusty sword", 100))
+        await opened.remember(memory("A dragon burned the forge", 300))
+        await opened.remember(memory("Tom taught sword fighting", 50, owner="npc-tom"))
+
+        result = await opened.recall(query("rusty sword", at=250, owner_id="npc-mira"))
+        assert [hit.memory.searchable_text for hit in result.hits] == [
+            "The blacksmith sold a rusty sword"
+        ]
+        (hit,) = result.hits
+        assert hit.vector_rank == 1 and hit.vector_score is not None
+        assert hit.age_ticks == 150
+        assert result.fallback is False
+
+        status = await opened.status("save-1")
+        assert (status.mode, status.state, status.total_entries, status.ready_entries) == (
+            "hybrid",
+            "ready",
+            3,
+            3,
+        )
+        assert status.active_identity == opened.identity
+
+        calls: list[tuple[int, int]] = []
+        rebuilt = await opened.rebuild(
+            "save-1", force=True, progress=lambda d, t: calls.append((d, t))
+        )
+        assert calls[0] == (0, 3) and calls[-1] == (3, 3)
+        assert rebuilt.state == "ready" and rebuilt.requires_rebuild is False
+
+        report = await opened.migrate()
+        assert (report.migrated_entries, report.vector_entries) == (0, 0)
+    assert (tmp_path / "save.index").is_dir()
+
+
+async def test_an_explicit_index_folder_inside_the_save_is_refused(tmp_path: Path) -> None:
+    from game_memory.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="inside the save"):
+        await open_memory(tmp_path / "save", tmp_path / "save" / "index", model="hashing")
+
+
+async def test_require_semantic_tells_a_stale_index_from_a_missing_model(tmp_path: Path) -> None:
+    from game_memory.errors import DerivedIndexError
+    from game_memory.store.file_store import FileGameMemoryStore
+    from game_memory.vector.file_index import FileVectorMemoryIndex
+    from game_memory.vector.hashing import HashingEmbeddingProvider
+    from game_memory.vector.store import VectorMemoryStore
+
+    async with await open_memory(tmp_path / "save", model="hashing") as opened:
+        await opened.remember(memory("The blacksmith sold a rusty sword", 100))
+
+    # The same save and index under another model version: its vectors are stale.
+    authoritative = FileGameMemoryStore(tmp_path / "save")
+    provider = HashingEmbeddingProvider(version="v2")
+    store = VectorMemoryStore(
+        authoritative, FileVectorMemoryIndex(tmp_path / "save.index"), provider
+    )
+    async with OpenedMemory(
+        store, "hybrid", str(provider.identity), None, authoritative
+    ) as changed:
+        assert (await changed.status("save-1")).state == "rebuild_required"
+        lexical = await changed.recall(query("sword"))
+        assert lexical.fallback is True
+        assert [hit.vector_rank for hit in lexical.hits] == [None]
+        with pytest.raises(DerivedIndexError, match="rebuild"):
+            await changed.recall(query("sword"), require_semantic=True)
+        await changed.rebuild("save-1")
+        semantic = await changed.recall(query("sword"), require_semantic=True)
+        assert semantic.fallback is False and semantic.hits[0].vector_rank == 1

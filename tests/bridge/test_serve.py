@@ -457,3 +457,53 @@ async def test_stdio_serves_one_client_line_by_line(tmp_path: Path) -> None:
         await server.close_stdin()
         assert await server.wait() == 0, server.stderr()
         assert await stdout.read() == b""
+
+
+async def test_store_diagnostics_are_broadcast_to_every_initialized_client(
+    tmp_path: Path,
+) -> None:
+    from game_memory.composition import OpenedMemory
+    from game_memory.model import GameMemory, GameMemoryKind, GameMoment
+    from game_memory.vector.file_index import FileVectorMemoryIndex
+    from game_memory.vector.hashing import HashingEmbeddingProvider
+    from game_memory.vector.store import VectorMemoryStore
+
+    # Vectors written by another model version make the session's index stale.
+    authoritative = FileGameMemoryStore(tmp_path / "save")
+    provider = HashingEmbeddingProvider(version="older")
+    index = FileVectorMemoryIndex(tmp_path / "save.index")
+    store = VectorMemoryStore(authoritative, index, provider)
+    async with OpenedMemory(store, "hybrid", None, None, authoritative) as older:
+        await older.remember(
+            GameMemory(
+                memory_id="m-1",
+                session_id="save-1",
+                owner_id="npc-mira",
+                scope="personal",
+                kind=GameMemoryKind.EVENT,
+                payload_json="{}",
+                moment=GameMoment(timeline_id="main", tick=1),
+                searchable_text="A wolf howled at the moon",
+            )
+        )
+
+    async with (
+        serving(tmp_path, *websocket_args(), "--model", "hashing") as server,
+        client(server) as asking,
+        client(server) as watching,
+    ):
+        status = await asking.result("memory.status", {"session_id": "save-1"})
+        assert status["state"] == "rebuild_required" and status["requires_rebuild"] is True
+        recalled = await asking.result("memory.recall", {"session_id": "save-1", "text": "wolf"})
+        assert recalled["fallback"] is True
+        assert [m["memory_id"] for m in recalled["memories"]] == ["m-1"]
+        refused = await asking.call(
+            "memory.recall", {"session_id": "save-1", "text": "wolf", "require_semantic": True}
+        )
+        assert refused["error"]["code"] == -32004
+        async with asyncio.timeout(10):
+            notice = json.loads(await watching.connection.recv())
+        assert notice["method"] == "memory.diagnostic"
+        assert notice["params"]["code"] == "memory_vector_rebuild_required"
+        assert notice["params"]["session_id"] == "save-1"
+        assert any(n["method"] == "memory.diagnostic" for n in asking.notifications)
