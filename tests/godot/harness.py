@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -72,6 +73,10 @@ CHROMIUM_FLAGS = (
     "--v=0",
 )
 _BROWSER_LOG_TAIL_BYTES = 6000
+#: Harmless Chromium log lines in a container (no D-Bus, no GPU, Debian's wrapper script).
+_BROWSER_NOISE = re.compile(
+    r"dbus|bluez|idle_linux|vaapi|sandbox_linux|unexpected operator|Fontconfig"
+)
 
 class EngineUnavailableError(RuntimeError):
     """Chromium or the web runtime is missing; the message says how to install it."""
@@ -252,7 +257,7 @@ def run_pack(
         # Console lines are in ``lines`` already; keep Chromium's own messages (crashes).
         browser_log = "".join(
             line for line in log_path.read_text(errors="replace").splitlines(keepends=True)
-            if ":CONSOLE" not in line
+            if ":CONSOLE" not in line and not _BROWSER_NOISE.search(line)
         )[-_BROWSER_LOG_TAIL_BYTES:]
     return EngineRun(server.exit_code(), server.lines(), timed_out,
                      time.monotonic() - started, browser_log, list(server.control_calls),

@@ -34,8 +34,10 @@ def core_run(engine: None, sidecars: SidecarStarter) -> EngineRun:
 def test_core_run_finishes_cleanly(core_run: EngineRun) -> None:
     assert_clean_run(core_run)
     done = core_run.records("GMTEST_DONE")
-    assert done and done[-1]["ok"], core_run.describe()
-    assert done[-1]["checks"] >= 100, core_run.describe()
+    assert done and done[-1]["ok"] and done[-1]["failures"] == 0, core_run.describe()
+    finished = [record["case"] for record in core_run.records("GMTEST_CASE")
+                if record.get("event") == "finished"]
+    assert finished == list(CORE_CASES), core_run.describe()
 
 
 def test_remember_then_recall_as_of_a_game_moment(core_run: EngineRun) -> None:
