@@ -1,0 +1,151 @@
+"""The maintenance commands of the CLI, run in-process on real folders."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from game_memory import FileGameMemoryStore, GameMemory, GameMoment
+from game_memory.cli import main
+from game_memory.store.documents import encode_legacy_document
+from game_memory.store.partitions import identity_hash
+
+
+def _memory(index: int, text: str, tick: int) -> GameMemory:
+    return GameMemory(
+        memory_id=f"m{index}",
+        session_id="slot",
+        owner_id="mira",
+        scope="village",
+        kind="event",
+        payload_json="{}",
+        moment=GameMoment(timeline_id="main", tick=tick),
+        searchable_text=text,
+    )
+
+
+@pytest.fixture
+def save(tmp_path: Path) -> Path:
+    folder = tmp_path / "save"
+
+    async def seed() -> None:
+        async with FileGameMemoryStore(folder) as store:
+            await store.append(_memory(1, "the thief grabbed the coin purse", 10))
+            await store.append(_memory(2, "a fire broke out at the smithy", 20))
+
+    asyncio.run(seed())
+    return folder
+
+
+def test_search_prints_json_hits_as_of_a_game_moment(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "search",
+            "--save-dir",
+            str(save),
+            "--model",
+            "lexical",
+            "--session",
+            "slot",
+            "--text",
+            "fire smithy thief",
+            "--timeline",
+            "main",
+            "--tick",
+            "15",
+            "--json",
+        ]
+    )
+    assert code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [row["memory"]["memory_id"] for row in result["memories"]] == ["m1"]
+    assert result["memories"][0]["age_ticks"] == 5
+
+
+def test_search_refuses_a_tick_without_a_timeline(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(
+        [
+            "search",
+            "--save-dir",
+            str(save),
+            "--model",
+            "lexical",
+            "--session",
+            "slot",
+            "--tick",
+            "3",
+        ]
+    )
+    assert code == 1
+    assert "--timeline" in capsys.readouterr().err
+
+
+def test_search_reports_invalid_input_in_one_line(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["search", "--save-dir", str(save), "--model", "lexical", "--session", " "])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "session_id" in err and "errors.pydantic.dev" not in err
+
+
+def test_rebuild_then_status_is_ready_with_the_hashing_model(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["status", "--save-dir", str(save), "--model", "hashing", "--session", "slot"]) == 0
+    assert "degraded" in capsys.readouterr().out
+    assert (
+        main(["rebuild", "--save-dir", str(save), "--model", "hashing", "--session", "slot"]) == 0
+    )
+    assert "state ready: 2 ready" in capsys.readouterr().out.replace("\n", " ")
+    assert (save.parent / "save.index").is_dir()
+
+
+def test_migrate_moves_legacy_documents(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "legacy"
+    folder.mkdir()
+    memory = _memory(7, "an old memory", 1)
+    name = identity_hash(f"{memory.session_id}\n{memory.owner_id}\n{memory.memory_id}")
+    (folder / f"{name}.memory.json").write_bytes(encode_legacy_document(memory))
+    assert main(["migrate", "--save-dir", str(folder), "--model", "lexical"]) == 0
+    assert "migrated 1 legacy memories (1 in the save)" in capsys.readouterr().out
+    assert not list(folder.glob("*.memory.json"))
+
+
+def test_check_reports_a_consistent_save_and_fails_on_a_corrupt_one(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "--save-dir", str(save)]) == 0
+    assert "consistent" in capsys.readouterr().out
+    log = next(save.glob(".game-memory/s-*/o-*.log"))
+    data = bytearray(log.read_bytes())
+    data[20] ^= 0xFF
+    log.write_bytes(bytes(data))
+    assert main(["check", "--save-dir", str(save)]) == 1
+    assert "corrupt" in capsys.readouterr().out
+
+
+def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in (
+        ["demo"],
+        ["serve"],
+        ["status"],
+        ["rebuild"],
+        ["migrate"],
+        ["search"],
+        ["check"],
+        ["bench"],
+        ["models", "prepare"],
+        ["models", "info"],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, "--help"])
+        assert exit_.value.code == 0
+        assert "usage: game-memory" in capsys.readouterr().out
