@@ -79,6 +79,13 @@ DOCUMENTS = [
 ]
 
 
+def _load_average() -> list[float] | None:
+    try:
+        return [round(value, 2) for value in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000.0, 4)
 
@@ -167,6 +174,7 @@ async def run(home: Path | None, rounds: int) -> dict[str, Any]:
         skipped.append(
             {"model": "BAAI/bge-m3", "reason": "GAME_MEMORY_BGE_M3_DIR is not set (no weights)"}
         )
+    load_before = _load_average()
     results = []
     for path, options in models:
         for threads in (1, 2):
@@ -192,6 +200,9 @@ async def run(home: Path | None, rounds: int) -> dict[str, Any]:
             "platform": platform.platform(),
             "python": sys.version.split()[0],
             "onnxruntime": ort.__version__,
+            # Other processes on the machine inflate small-latency figures; judge by these.
+            "load_average_before": load_before,
+            "load_average_after": _load_average(),
         },
         "rounds": rounds,
         "results": results,
