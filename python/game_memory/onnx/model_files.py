@@ -164,18 +164,21 @@ def verify_model_files(
     return ModelFileManifest(directory=root, files=tuple(records))
 
 
-def _depth(value: Any) -> int:
-    depth = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
+def _nests_deeper_than(document: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than ``limit`` levels; stops at the first."""
+    pending: list[tuple[Any, int]] = [(document, 1)]
+    while pending:
+        item, level = pending.pop()
         if isinstance(item, dict):
-            depth = max(depth, level)
-            stack.extend((child, level + 1) for child in item.values())
+            children: Any = item.values()
         elif isinstance(item, list):
-            depth = max(depth, level)
-            stack.extend((child, level + 1) for child in item)
-    return depth
+            children = item
+        else:
+            continue
+        if level > limit:
+            return True
+        pending.extend((child, level + 1) for child in children)
+    return False
 
 
 def read_json_document(path: Path, maximum_bytes: int) -> dict[str, Any]:
@@ -200,7 +203,7 @@ def read_json_document(path: Path, maximum_bytes: int) -> dict[str, Any]:
         raise onnx_error(
             OnnxFailureKind.MODEL_INTEGRITY, f"{path} is not valid UTF-8 JSON: {exc}"
         ) from exc
-    if _depth(document) > _MAXIMUM_JSON_DEPTH:
+    if _nests_deeper_than(document, _MAXIMUM_JSON_DEPTH):
         raise onnx_error(
             OnnxFailureKind.MODEL_INTEGRITY,
             f"{path} nests deeper than {_MAXIMUM_JSON_DEPTH} levels",
