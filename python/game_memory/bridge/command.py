@@ -182,12 +182,20 @@ async def _until_end_of_input() -> None:
         reader.stop()
 
 
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    """Set ``stop`` on SIGTERM or SIGINT, on event loops with and without signal support."""
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(number, stop.set)
+        except (NotImplementedError, RuntimeError):  # e.g. Windows: a plain handler instead
+            signal.signal(number, lambda *_: loop.call_soon_threadsafe(stop.set))
+
+
 async def serve(settings: ServeSettings) -> int:
     """Open the memory, serve until told to stop, close everything; return the exit code."""
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for number in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(number, stop.set)
+    _stop_on_signals(stop)
     relay = _DiagnosticRelay()
     memory = await open_memory(
         settings.save_dir, settings.index_dir, settings.model, diagnostics=relay

@@ -11,6 +11,7 @@ cancelled and answered with SHUTTING_DOWN.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -138,6 +139,8 @@ class BridgeServer:
         self._shutting_down = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        with contextlib.suppress(RuntimeError):  # created outside a loop: bound on first use
+            self._bind_loop()
 
     @property
     def session_count(self) -> int:
@@ -152,8 +155,7 @@ class BridgeServer:
     def open_session(self, *, token: str | None) -> Session:
         """Start a session for a new client; ``token`` is what it must present (``None``: none)."""
         if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-            self._loop_thread = threading.get_ident()
+            self._bind_loop()
         connection = BridgeConnection(self.info, token=token, limits=self.limits)
         if self._shutting_down:
             connection.begin_shutdown()
@@ -173,6 +175,10 @@ class BridgeServer:
         params = diagnostic_to_json(diagnostic)
         for session in list(self._sessions):
             session.notify("memory.diagnostic", params)
+
+    def _bind_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
 
     async def shutdown(self) -> None:
         """Refuse new calls, let running ones finish within the grace period, cancel the rest.

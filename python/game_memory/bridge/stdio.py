@@ -33,13 +33,18 @@ class _LineWriter:
 
     async def open(self) -> None:
         mode = os.fstat(self._fd).st_mode
-        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            loop = asyncio.get_running_loop()
-            pipe = os.fdopen(os.dup(self._fd), "wb", buffering=0)
+        if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return
+        loop = asyncio.get_running_loop()
+        pipe = os.fdopen(os.dup(self._fd), "wb", buffering=0)
+        try:
             transport, protocol = await loop.connect_write_pipe(
                 lambda: asyncio.streams.FlowControlMixin(loop=loop), pipe
             )
-            self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        except (OSError, ValueError, NotImplementedError):
+            pipe.close()  # an event loop without pipe support: write directly instead
+            return
+        self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
 
     async def write(self, data: bytes) -> None:
         if self._writer is not None:
