@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Self
 
 from game_memory.onnx.bge_m3_config import BGE_M3_HIDDEN_SIZE, validate_bge_m3_config
 from game_memory.onnx.engine import OnnxInferenceEngine
@@ -137,7 +138,7 @@ class BgeM3OnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
         self._manifest = manifest
 
     @classmethod
-    async def create(cls, options: BgeM3OnnxEmbeddingOptions) -> BgeM3OnnxEmbeddingProvider:
+    async def create(cls, options: BgeM3OnnxEmbeddingOptions) -> Self:
         """Verify the folder, load tokenizer and model off the loop, and return a provider.
 
         Emits one ``MODEL_LOAD`` metrics record.

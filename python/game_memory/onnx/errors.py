@@ -115,7 +115,7 @@ class ModelPreparationError(GameMemoryError):
     Args:
         message: One line saying what failed and what to do.
         stage: The preparation stage that failed: ``download``, ``verify``, ``build``,
-            ``quantize`` or ``write``.
+            ``quantize``, ``check`` or ``write``.
     """
 
     def __init__(self, message: str, *, stage: str) -> None:

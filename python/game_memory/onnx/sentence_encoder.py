@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Self
 
 from game_memory.onnx.bert_config import BertConfig
 from game_memory.onnx.engine import OnnxInferenceEngine
@@ -198,9 +199,7 @@ class SentenceEncoderOnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
         self._prepared = prepared
 
     @classmethod
-    async def create(
-        cls, options: SentenceEncoderOnnxEmbeddingOptions
-    ) -> SentenceEncoderOnnxEmbeddingProvider:
+    async def create(cls, options: SentenceEncoderOnnxEmbeddingOptions) -> Self:
         """Verify the prepared folder, load tokenizer and model off the loop.
 
         Emits one ``MODEL_LOAD`` metrics record.
