@@ -10,12 +10,14 @@ const CONCURRENT: int = 3
 
 func run() -> void:
 	var failures: Array = []
-	var memory: GameMemory = make_memory({"request_timeout": TIMEOUT_SECONDS})
+	var memory: GameMemory = make_memory()
 	memory.backend_failed.connect(func(error: Dictionary) -> void: failures.append(error))
 	check("backend_ready", await wait_ready(memory))
 	var stored: Dictionary = await memory.remember("npc", "The bell rang twice.", moment(5))
 	check("answered_before_the_freeze", stored["ok"], {"result": stored})
 
+	# Short timeouts only while the sidecar is frozen, so a slow machine cannot fail the rest.
+	memory.request_timeout = TIMEOUT_SECONDS
 	var frozen: Dictionary = await control("freeze")
 	check("sidecar_frozen", frozen["ok"], {"control": frozen})
 	var started: int = Time.get_ticks_msec()
@@ -26,7 +28,7 @@ func run() -> void:
 	check("timeout_message_names_the_method", message_of(late).contains("memory.status"),
 			{"message": message_of(late)})
 	check("timeout_waits_about_request_timeout", waited >= int(TIMEOUT_SECONDS * 1000.0) - 20
-			and waited < 3000, {"msec": waited})
+			and waited < 5000, {"msec": waited})
 
 	var results: Array = []
 	var resolutions: Array = []
@@ -41,6 +43,7 @@ func run() -> void:
 
 	var thawed: Dictionary = await control("thaw")
 	check("sidecar_thawed", thawed["ok"], {"control": thawed})
+	memory.request_timeout = 10.0
 	# The frozen sidecar now answers the timed-out requests; those answers must be dropped.
 	var fresh: Dictionary = await memory.recall("npc", "bell", moment(10))
 	check("the_connection_still_works_after_timeouts", fresh["ok"]
