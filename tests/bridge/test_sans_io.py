@@ -11,9 +11,11 @@ import game_memory.bridge
 
 BRIDGE = Path(game_memory.bridge.__file__).parent
 CORE = [
+    "batches",
     "codes",
     "convert",
     "framing",
+    "handshake",
     "limits",
     "messages",
     "params",

@@ -10,6 +10,8 @@ A sans-I/O core under thin transports (``docs/protocol.md`` is the contract)::
            ├─ outbox     bounded per-connection queue of outgoing messages
            └─ protocol   sans-I/O core: initialize first, token, caps, batches, routing
                 ├─ params, convert, results   method params in, memories out
+                ├─ handshake                  initialize: token first, then the version
+                ├─ batches                    one array answer per batch, size-capped
                 ├─ messages                   strict JSON-RPC envelopes
                 └─ codes                      the one table of error codes
     framing, stdin   bounded line splitting and a thread-fed stdin reader

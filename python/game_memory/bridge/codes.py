@@ -35,6 +35,7 @@ __all__ = [
     "RpcError",
     "describe_validation_error",
     "error_from_exception",
+    "params_not_object",
 ]
 
 _MAXIMUM_DETAIL_CHARACTERS = 300
@@ -197,3 +198,12 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     if not isinstance(error, GameMemoryError):
         message = _with_advice(message, code)
     return RpcError(code, message, data)
+
+
+def params_not_object(method: str) -> RpcError:
+    """The error for params that are not a JSON object (by-position params are refused)."""
+    return RpcError(
+        ErrorCode.INVALID_PARAMS,
+        f"invalid params for {method}: params must be a JSON object of named parameters",
+        {"kind": "ValidationError", "field": "params"},
+    )

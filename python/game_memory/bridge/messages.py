@@ -1,27 +1,97 @@
-"""JSON-RPC 2.0 envelopes: strict parsing of inbound text and encoding of outbound messages.
+"""JSON-RPC 2.0 envelopes: strict parsing and checking of inbound messages, size-capped
+encoding of outbound ones.
 
 Pure functions. Parsing refuses what JSON allows but a game never means: duplicate keys,
-``NaN``/``Infinity`` and nesting deep enough to exhaust the parser.
+``NaN``/``Infinity`` and nesting deep enough to exhaust the parser. An envelope must have
+exactly the members ``jsonrpc`` ("2.0"), ``method`` (a string) and optionally ``id`` (a
+string, a number or null) and ``params``.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from game_memory.bridge.codes import ErrorCode, RpcError
 
 __all__ = [
+    "Envelope",
+    "EnvelopeError",
     "RequestId",
     "encode_message",
+    "encode_response",
     "error_response",
     "notification",
     "parse_message",
+    "read_envelope",
+    "response_too_large",
     "success_response",
+    "utf8_size",
 ]
 
 #: A JSON-RPC id: a string, a number or null.
 RequestId: TypeAlias = str | int | float | None
+
+_ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A well-formed request object (its params not yet checked).
+
+    Attributes:
+        request_id: The id (``None`` for a notification, or a null id).
+        method: The method name.
+        params: The raw ``params`` value (``{}`` when absent).
+        is_notification: ``True`` when the object has no ``id`` member.
+    """
+
+    request_id: RequestId
+    method: str
+    params: Any
+    is_notification: bool
+
+
+class EnvelopeError(RpcError):
+    """A malformed request object; ``request_id`` is its id when that could be read."""
+
+    def __init__(self, request_id: RequestId, reason: str) -> None:
+        super().__init__(
+            ErrorCode.INVALID_REQUEST,
+            f"invalid request: {reason}; send a JSON-RPC 2.0 request object "
+            '({"jsonrpc": "2.0", "id": 1, "method": ..., "params": {...}})',
+            {"kind": "InvalidRequest"},
+        )
+        self.request_id = request_id
+
+
+def _valid_id(value: Any) -> bool:
+    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+
+
+def read_envelope(entry: Any) -> Envelope:
+    """Check one request object of a message (or of a batch).
+
+    Raises:
+        EnvelopeError: It is not an object, or a member is missing, unknown or mistyped.
+    """
+    if not isinstance(entry, dict):
+        raise EnvelopeError(None, "a request must be a JSON object")
+    request_id = entry.get("id")
+    if not _valid_id(request_id):
+        raise EnvelopeError(None, "the id must be a string, a number or null")
+    if entry.get("jsonrpc") != "2.0":
+        raise EnvelopeError(request_id, 'the "jsonrpc" member must be "2.0"')
+    method = entry.get("method")
+    if not isinstance(method, str):
+        raise EnvelopeError(request_id, 'the "method" member must be a string')
+    unknown = sorted(set(entry) - _ENVELOPE_KEYS)
+    if unknown:
+        names = ", ".join(repr(name[:64]) for name in unknown[:5])
+        raise EnvelopeError(request_id, f"unknown request members {names}")
+    is_notification = "id" not in entry
+    return Envelope(request_id, method, entry.get("params", {}), is_notification)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -77,6 +147,40 @@ def encode_message(message: Any) -> str:
     except UnicodeEncodeError:
         text = json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     return text
+
+
+def utf8_size(data: str | bytes, bound: int = 0) -> int:
+    """Return the UTF-8 size of ``data``; exact unless it is obviously within ``bound``."""
+    if isinstance(data, bytes | bytearray):
+        return len(data)
+    if len(data) * 4 <= bound:
+        return len(data)
+    return len(data.encode("utf-8", "surrogatepass"))
+
+
+def response_too_large(size: int, bound: int) -> RpcError:
+    """The error that replaces a response of ``size`` bytes over ``bound``."""
+    return RpcError(
+        ErrorCode.CAPACITY_EXCEEDED,
+        f"the response would be {size:,} bytes, over the limit of {bound:,} bytes; ask for "
+        "less (a smaller limit, fewer queries or batch entries)",
+        {"kind": "ResponseTooLarge", "bound": "maximum_response_bytes"},
+    )
+
+
+def encode_response(response: dict[str, Any], maximum_bytes: int) -> str:
+    """Encode a response; one over ``maximum_bytes`` becomes a capacity error for its id.
+
+    Raises:
+        ValueError, TypeError: The response holds something JSON cannot carry (NaN, a set).
+    """
+    text = encode_message(response)
+    size = utf8_size(text, maximum_bytes)
+    if size <= maximum_bytes:
+        return text
+    return encode_message(
+        error_response(response.get("id"), response_too_large(size, maximum_bytes))
+    )
 
 
 def success_response(request_id: RequestId, result: Any) -> dict[str, Any]:

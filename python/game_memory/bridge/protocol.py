@@ -15,7 +15,6 @@ closes the connection (close code 4001) before any memory is read.
 
 from __future__ import annotations
 
-import hmac
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
@@ -23,17 +22,29 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
-from game_memory.bridge.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, SERVER_NAME, BridgeLimits
+from game_memory.bridge.batches import Batch
+from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception, params_not_object
+from game_memory.bridge.handshake import (
+    ServerInfo,
+    initialize_result,
+    read_initialize,
+    token_accepted,
+    token_refused,
+)
+from game_memory.bridge.limits import DEFAULT_LIMITS, BridgeLimits
 from game_memory.bridge.messages import (
+    EnvelopeError,
     RequestId,
     encode_message,
+    encode_response,
     error_response,
     notification,
     parse_message,
+    read_envelope,
     success_response,
+    utf8_size,
 )
-from game_memory.bridge.params import METHOD_PARAMS, InitializeParams
+from game_memory.bridge.params import METHOD_PARAMS
 
 __all__ = [
     "METHODS",
@@ -56,8 +67,6 @@ NOTIFICATIONS: tuple[str, ...] = ("memory.diagnostic", "memory.rebuild_progress"
 #: The WebSocket close code after a wrong or missing token.
 UNAUTHORIZED_CLOSE_CODE = 4001
 
-_ENVELOPE_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
-
 
 class ConnectionState(Enum):
     """Where a connection is in its life."""
@@ -71,37 +80,11 @@ class ConnectionState(Enum):
 
 
 @dataclass(frozen=True)
-class ServerInfo:
-    """What ``initialize`` reports, and the diagnostics sent right after it.
-
-    Attributes:
-        mode: ``"hybrid"`` or ``"lexical"``.
-        model: The embedding model's identity, or ``None``.
-        startup_diagnostics: Params of ``memory.diagnostic`` notifications every
-            connection receives right after its successful ``initialize`` response.
-        server: The server name and version.
-    """
-
-    mode: str
-    model: str | None
-    startup_diagnostics: tuple[dict[str, Any], ...] = ()
-    server: str = SERVER_NAME
-
-
-@dataclass(frozen=True)
 class CloseIntent:
     """The transport must send what is queued, then close with this code and reason."""
 
     code: int
     reason: str
-
-
-@dataclass(eq=False)
-class _Batch:
-    ids: list[RequestId]
-    slots: list[str | None]
-    pending: int = 0
-    after: list[str] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -119,7 +102,7 @@ class Call:
     params: BaseModel
     request_id: RequestId
     is_notification: bool
-    _batch: _Batch | None = None
+    _batch: Batch | None = None
     _slot: int = -1
     _finished: bool = False
 
@@ -139,10 +122,6 @@ class Received:
     close: CloseIntent | None = None
 
 
-def _valid_id(value: Any) -> bool:
-    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
-
-
 class BridgeConnection:
     """The protocol state of one client connection.
 
@@ -158,7 +137,7 @@ class BridgeConnection:
         self, info: ServerInfo, *, token: str | None, limits: BridgeLimits = DEFAULT_LIMITS
     ) -> None:
         self._info = info
-        self._token = None if token is None else token.encode("utf-8")
+        self._token = None if token is None else token.encode("utf-8", "surrogatepass")
         self._limits = limits
         self._state = ConnectionState.AWAITING_INITIALIZE
         self._shutting_down = False
@@ -184,7 +163,7 @@ class BridgeConnection:
         out = Received()
         if self._state is ConnectionState.CLOSED:
             return out
-        size = _utf8_size(data, self._limits.maximum_message_bytes)
+        size = utf8_size(data, self._limits.maximum_message_bytes)
         if size > self._limits.maximum_message_bytes:
             return self.receive_oversized(size)
         try:
@@ -200,7 +179,7 @@ class BridgeConnection:
             if call is not None:
                 out.calls.append(call)
             if response is not None:
-                out.messages.append(self._encode_response(response))
+                out.messages.append(self._encode(response))
             out.messages.extend(after)
         return out
 
@@ -243,7 +222,9 @@ class BridgeConnection:
         if call.is_notification or self._state is ConnectionState.CLOSED:
             return []
         try:
-            text = self._encode_response(success_response(call.request_id, result))
+            text = encode_response(
+                success_response(call.request_id, result), self._limits.maximum_response_bytes
+            )
         except (TypeError, ValueError) as exc:  # a result JSON cannot carry (NaN, a set)
             logger.error("the result of %s is not JSON", call.method, exc_info=exc)
             text = encode_message(error_response(call.request_id, error_from_exception(exc)))
@@ -302,7 +283,7 @@ class BridgeConnection:
             )
             out.messages.append(encode_message(error_response(None, error)))
             return
-        batch = _Batch(ids=[None] * len(entries), slots=[None] * len(entries))
+        batch = Batch.of_size(len(entries))
         for slot, entry in enumerate(entries):
             response, call = self._handle(entry, out, batch.after)
             if call is not None:
@@ -313,38 +294,28 @@ class BridgeConnection:
                     batch.pending += 1
             elif response is not None:
                 batch.ids[slot] = response["id"]
-                batch.slots[slot] = self._encode_response(response)
+                batch.slots[slot] = self._encode(response)
         if batch.pending == 0:
-            out.messages.extend(self._emit_batch(batch))
+            out.messages.extend(batch.emit(self._limits.maximum_response_bytes))
 
     def _handle(
         self, entry: Any, out: Received, after: list[str]
     ) -> tuple[dict[str, Any] | None, Call | None]:
         """Check one request object; return an immediate response or a call (or neither)."""
-        if not isinstance(entry, dict):
-            return self._invalid(None, "a request must be a JSON object"), None
-        request_id = entry.get("id")
-        if not _valid_id(request_id):
-            return self._invalid(None, "the id must be a string, a number or null"), None
-        if entry.get("jsonrpc") != "2.0":
-            return self._invalid(request_id, 'the "jsonrpc" member must be "2.0"'), None
-        method = entry.get("method")
-        if not isinstance(method, str):
-            return self._invalid(request_id, 'the "method" member must be a string'), None
-        unknown = sorted(set(entry) - _ENVELOPE_KEYS)
-        if unknown:
-            names = ", ".join(repr(name[:64]) for name in unknown[:5])
-            return self._invalid(request_id, f"unknown request members {names}"), None
-        is_notification = "id" not in entry
-        raw_params = entry.get("params", {})
+        try:
+            envelope = read_envelope(entry)
+        except EnvelopeError as invalid:
+            return error_response(invalid.request_id, invalid), None
+        request_id, method = envelope.request_id, envelope.method
+        is_notification, raw_params = envelope.is_notification, envelope.params
 
         def reply(error: RpcError) -> tuple[dict[str, Any] | None, None]:
             return (None if is_notification else error_response(request_id, error)), None
 
         if method == "initialize":
-            error, result = self._initialize(raw_params, out, after)
-            if error is not None:
-                return reply(error)
+            refusal, result = self._initialize(raw_params, out, after)
+            if refusal is not None:
+                return reply(refusal)
             return (None if is_notification else success_response(request_id, result)), None
         if self._state is not ConnectionState.READY:
             return reply(
@@ -375,7 +346,7 @@ class BridgeConnection:
                 )
             )
         if not isinstance(raw_params, dict):
-            return reply(_params_not_object(method))
+            return reply(params_not_object(method))
         try:
             params = model.model_validate(raw_params)
         except ValidationError as exc:
@@ -403,112 +374,27 @@ class BridgeConnection:
                 "once per connection",
                 {"kind": "AlreadyInitialized"},
             ), None
-        if self._state is ConnectionState.CLOSED or not self._token_accepted(raw_params):
+        # The token comes first: a refused client learns nothing and is closed.
+        if self._state is ConnectionState.CLOSED or not token_accepted(self._token, raw_params):
             self._state = ConnectionState.CLOSED
             out.close = CloseIntent(UNAUTHORIZED_CLOSE_CODE, "unauthorized")
-            return RpcError(
-                ErrorCode.UNAUTHORIZED,
-                "unauthorized: the token is missing or wrong, so the connection is closed; "
-                "send the token printed in the server's ready line (or the --token-file "
-                "contents)",
-                {"kind": "Unauthorized"},
-            ), None
-        if not isinstance(raw_params, dict):
-            return _params_not_object("initialize"), None
+            return token_refused(), None
         try:
-            params = InitializeParams.model_validate(raw_params)
-        except ValidationError as exc:
-            return error_from_exception(exc, "initialize"), None
-        if params.protocol_version != PROTOCOL_VERSION:
-            return RpcError(
-                ErrorCode.INVALID_PARAMS,
-                f"invalid params for initialize: protocol_version {params.protocol_version} "
-                f"is not supported; this server supports protocol_version {PROTOCOL_VERSION}",
-                {"kind": "UnsupportedProtocolVersion", "field": "protocol_version"},
-            ), None
+            read_initialize(raw_params)
+        except RpcError as refusal:
+            return refusal, None
         self._state = ConnectionState.READY
         for diagnostic in self._info.startup_diagnostics:
             after.append(encode_message(notification("memory.diagnostic", diagnostic)))
-        return None, {
-            "protocol_version": PROTOCOL_VERSION,
-            "server": self._info.server,
-            "mode": self._info.mode,
-            "model": self._info.model,
-        }
+        return None, initialize_result(self._info)
 
-    def _token_accepted(self, raw_params: Any) -> bool:
-        if self._token is None:
-            return True
-        supplied = raw_params.get("token") if isinstance(raw_params, dict) else None
-        if not isinstance(supplied, str):
-            return False
-        return hmac.compare_digest(supplied.encode("utf-8", "surrogatepass"), self._token)
-
-    def _invalid(self, request_id: RequestId, reason: str) -> dict[str, Any]:
-        return error_response(
-            request_id,
-            RpcError(
-                ErrorCode.INVALID_REQUEST,
-                f"invalid request: {reason}; send a JSON-RPC 2.0 request object "
-                '({"jsonrpc": "2.0", "id": 1, "method": ..., "params": {...}})',
-                {"kind": "InvalidRequest"},
-            ),
-        )
-
-    def _encode_response(self, response: dict[str, Any]) -> str:
-        text = encode_message(response)
-        bound = self._limits.maximum_response_bytes
-        size = _utf8_size(text, bound)
-        if size <= bound:
-            return text
-        return encode_message(error_response(response.get("id"), _too_big(size, bound)))
+    def _encode(self, response: dict[str, Any]) -> str:
+        return encode_response(response, self._limits.maximum_response_bytes)
 
     def _deliver(self, call: Call, text: str) -> list[str]:
         batch = call._batch
         if batch is None:
             return [text]
-        batch.slots[call._slot] = text
-        batch.pending -= 1
-        return self._emit_batch(batch) if batch.pending == 0 else []
-
-    def _emit_batch(self, batch: _Batch) -> list[str]:
-        parts = {slot: text for slot, text in enumerate(batch.slots) if text is not None}
-        if not parts:
-            return list(batch.after)
-        bound = self._limits.maximum_response_bytes
-        sizes = {slot: _utf8_size(text, 0) for slot, text in parts.items()}
-        total = sum(sizes.values()) + len(parts) + 1
-        # Replace the largest entries by small errors until the whole array fits.
-        for slot in sorted(sizes, key=sizes.__getitem__, reverse=True):
-            if total <= bound:
-                break
-            error = error_response(batch.ids[slot], _too_big(total, bound))
-            parts[slot] = encode_message(error)
-            total += len(parts[slot]) - sizes[slot]
-        return ["[" + ",".join(parts[slot] for slot in sorted(parts)) + "]", *batch.after]
-
-
-def _params_not_object(method: str) -> RpcError:
-    return RpcError(
-        ErrorCode.INVALID_PARAMS,
-        f"invalid params for {method}: params must be a JSON object of named parameters",
-        {"kind": "ValidationError", "field": "params"},
-    )
-
-
-def _too_big(size: int, bound: int) -> RpcError:
-    return RpcError(
-        ErrorCode.CAPACITY_EXCEEDED,
-        f"the response would be {size:,} bytes, over the limit of {bound:,} bytes; ask for "
-        "less (a smaller limit, fewer queries or batch entries)",
-        {"kind": "ResponseTooLarge", "bound": "maximum_response_bytes"},
-    )
-
-
-def _utf8_size(data: str | bytes, bound: int) -> int:
-    """Return the UTF-8 size of ``data``; exact unless it is obviously within ``bound``."""
-    if isinstance(data, bytes | bytearray):
-        return len(data)
-    if len(data) * 4 <= bound:
-        return len(data)
-    return len(data.encode("utf-8", "surrogatepass"))
+        if batch.fill(call._slot, text):
+            return batch.emit(self._limits.maximum_response_bytes)
+        return []
