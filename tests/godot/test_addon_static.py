@@ -121,6 +121,13 @@ def test_the_docs_page_covers_every_public_method_and_signal() -> None:
             assert f"`{name}" in page, f"docs/godot.md does not document {kind} {name}"
 
 
+def test_the_docs_page_examples_parse() -> None:
+    blocks = re.findall(r"```gdscript\n(.*?)```", DOCS_PAGE.read_text(encoding="utf-8"), re.S)
+    assert blocks, "docs/godot.md has no gdscript example"
+    for block in blocks:
+        gd_parser.parse(block)
+
+
 def test_runtime_scripts_do_not_use_editor_classes() -> None:
     for path in ADDON_DIR.glob("*.gd"):
         source = path.read_text()

@@ -160,6 +160,7 @@ def test_the_sidecar_dying_mid_request_fails_pending_requests(sidecars: SidecarS
         "every_pending_request_resolves",
         "pending_requests_fail_long_before_their_timeout",
         "pending_requests_fail_with_connection_lost",
+        "backend_failed_precedes_the_failed_answers",
         "backend_failed_emitted_once",
         "requests_after_death_fail_at_once",
     })

@@ -322,6 +322,8 @@ func _discard_backend() -> void:
 		_connection.opened.disconnect(_on_connection_opened)
 		_connection.closed.disconnect(_on_backend_failed)
 		_connection.notified.disconnect(_on_notified)
+		_connection.close(GameMemoryError.make(GameMemoryError.STOPPED,
+				"GameMemory was restarted before the answer came; send the request again"))
 		_connection = null
 	if _sidecar != null:
 		_sidecar.started.disconnect(_on_sidecar_started)
@@ -349,10 +351,13 @@ func _on_backend_failed(error: Dictionary) -> void:
 	_state = State.FAILED
 	_last_error = error
 	_server_info = {}
-	_connection.close(error)
 	if _sidecar != null:
 		_sidecar.kill()
+	# Announce before the pending requests resolve, so their awaiters see a failed backend.
+	# A handler may call start(), which replaces _connection; the old one is closed below.
+	var failed_connection: GameMemoryConnection = _connection
 	backend_failed.emit(error)
+	failed_connection.close(error)
 
 
 func _on_notified(method: String, params: Dictionary) -> void:

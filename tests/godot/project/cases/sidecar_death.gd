@@ -6,11 +6,13 @@ extends EngineTest
 
 const REQUEST_TIMEOUT_SECONDS: float = 20.0
 
+var _failures: Array = []
+var _failed_first: Array = []
+
 
 func run() -> void:
-	var failures: Array = []
 	var memory: GameMemory = make_memory({"request_timeout": REQUEST_TIMEOUT_SECONDS})
-	memory.backend_failed.connect(func(error: Dictionary) -> void: failures.append(error))
+	memory.backend_failed.connect(func(error: Dictionary) -> void: _failures.append(error))
 	check("backend_ready", await wait_ready(memory))
 
 	var frozen: Dictionary = await control("freeze")
@@ -35,9 +37,11 @@ func run() -> void:
 		lost = lost and not results[method]["ok"] \
 				and code_of(results[method]) == GameMemoryError.CONNECTION_LOST
 	check("pending_requests_fail_with_connection_lost", lost, {"results": results})
-	check("backend_failed_emitted_once", failures.size() == 1
-			and int(failures[0].get("code", 0)) == GameMemoryError.CONNECTION_LOST,
-			{"failures": failures})
+	check("backend_failed_precedes_the_failed_answers", _failed_first.size() == 3
+			and not _failed_first.has(false), {"failed_first": _failed_first})
+	check("backend_failed_emitted_once", _failures.size() == 1
+			and int(_failures[0].get("code", 0)) == GameMemoryError.CONNECTION_LOST,
+			{"failures": _failures})
 	check("node_is_failed", memory.get_state() == GameMemory.State.FAILED)
 	var started: int = Time.get_ticks_msec()
 	var after: Dictionary = await memory.recall("npc", "well", moment(9))
@@ -48,11 +52,14 @@ func run() -> void:
 
 func _remember_into(memory: GameMemory, into: Dictionary) -> void:
 	into["remember"] = await memory.remember("npc", "The well ran dry.", moment(7))
+	_failed_first.append(_failures.size() == 1 and memory.get_state() == GameMemory.State.FAILED)
 
 
 func _recall_into(memory: GameMemory, into: Dictionary) -> void:
 	into["recall"] = await memory.recall("npc", "well", moment(9))
+	_failed_first.append(_failures.size() == 1 and memory.get_state() == GameMemory.State.FAILED)
 
 
 func _status_into(memory: GameMemory, into: Dictionary) -> void:
 	into["status"] = await memory.status()
+	_failed_first.append(_failures.size() == 1 and memory.get_state() == GameMemory.State.FAILED)
