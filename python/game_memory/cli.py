@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     transport.add_argument("--stdio", action="store_true", help="serve one client over stdio")
     _add_store_arguments(serve)
     serve.add_argument("--token-file", help="read the client token from this file")
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        help="seconds a request may run before it fails with a timeout error (default 120)",
+    )
 
     status = commands.add_parser("status", help="show a session's vector index status")
     _add_store_arguments(status)
