@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -80,6 +81,8 @@ def _surrogates(char: str) -> str:
 
 
 def _check_unicode(value: str, what: str) -> None:
+    if value.isascii():  # O(1) in CPython, and ASCII text is always valid
+        return
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -90,10 +93,10 @@ def check_bounded_id(value: str, what: str = "id", maximum: int = MAXIMUM_ID_CHA
     """Validate an identifier: a non-blank string of at most ``maximum`` characters."""
     if not isinstance(value, str):
         raise ValueError(f"{what} must be a string")
-    if not value.strip():
-        raise ValueError(f"{what} must not be blank")
     if len(value) > maximum:
         raise ValueError(f"{what} is {len(value)} characters long; the limit is {maximum}")
+    if not value.strip():
+        raise ValueError(f"{what} must not be blank")
     _check_unicode(value, what)
     return value
 
@@ -110,11 +113,13 @@ def _reject_constant(name: str) -> Any:
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"JSON object has a duplicate property name {key!r}")
-        result[key] = value
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"JSON object has a duplicate property name {key!r}")
+            seen.add(key)
     return result
 
 
@@ -224,6 +229,7 @@ class GameMoment(BaseModel):
         if value is not None:
             if len(value) > MAXIMUM_METADATA_VALUE_CHARACTERS:
                 raise ValueError("calendar_json is longer than 65,536 characters")
+            _check_unicode(value, "calendar_json")
             parse_strict_json(value, "calendar_json")
         return value
 
@@ -250,12 +256,21 @@ class GameMoment(BaseModel):
         return self.tick >= self._comparable(other).tick
 
 
+def _string_list(value: Any, what: str) -> Iterable[Any]:
+    """``value`` if it is a list-like of items, else a ``ValueError`` naming ``what``."""
+    if type(value) is list or type(value) is tuple:
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"{what} must be a list of strings, not one string")
+    if isinstance(value, bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValueError(f"{what} must be a list of strings")
+    return value
+
+
 def _tags(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str):
-        raise ValueError("tags must be a list of strings, not one string")
-    unique = {check_bounded_id(tag, "tag") for tag in value}
+    unique = {check_bounded_id(tag, "tag") for tag in _string_list(value, "tags")}
     if len(unique) > MAXIMUM_TAGS:
         raise ValueError(f"a memory has {len(unique)} distinct tags; the limit is {MAXIMUM_TAGS}")
     return tuple(sorted(unique, key=ordinal_key))
@@ -264,7 +279,7 @@ def _tags(value: Any) -> tuple[str, ...]:
 def _metadata(value: Any) -> Mapping[str, str]:
     if value is None:
         return MappingProxyType({})
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):  # dict: skip the ABC check
         raise ValueError("metadata must be a mapping of strings to strings")
     if len(value) > MAXIMUM_METADATA_ENTRIES:
         raise ValueError(
@@ -282,9 +297,12 @@ def _metadata(value: Any) -> Mapping[str, str]:
     return MappingProxyType(copied)
 
 
+# The mapping is validated as a dict, then frozen again (pydantic would hand back a mutable
+# dict), so a stored memory's metadata cannot be changed in place.
 Metadata = Annotated[
     Mapping[str, str],
     BeforeValidator(_metadata),
+    AfterValidator(MappingProxyType),
     PlainSerializer(lambda value: dict(value), return_type=dict[str, str]),
 ]
 Tags = Annotated[tuple[str, ...], BeforeValidator(_tags)]
@@ -335,6 +353,7 @@ class GameMemory(BaseModel):
                 f"payload_json is {len(value)} characters long; "
                 f"the limit is {MAXIMUM_PAYLOAD_CHARACTERS}"
             )
+        _check_unicode(value, "payload_json")
         parse_strict_json(value, "payload_json")
         return value
 
@@ -362,14 +381,27 @@ class GameMemory(BaseModel):
         """The identity triple ``(session_id, owner_id, memory_id)``."""
         return (self.session_id, self.owner_id, self.memory_id)
 
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> GameMemory:
+        """A memory is immutable, so its deep copy is itself."""
+        return self
+
+    def __getstate__(self) -> dict[Any, Any]:
+        state = super().__getstate__()
+        values = dict(state["__dict__"])
+        values["metadata"] = dict(values["metadata"])  # a read-only mapping cannot be pickled
+        return {**state, "__dict__": values}
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        values = dict(state["__dict__"])
+        values["metadata"] = MappingProxyType(dict(values["metadata"]))
+        super().__setstate__({**state, "__dict__": values})
+
 
 def _unique_ids(value: Any, what: str) -> tuple[str, ...]:
     if value is None:
         return ()
-    if isinstance(value, str):
-        raise ValueError(f"{what} must be a list of strings, not one string")
     seen: dict[str, None] = {}
-    for item in value:
+    for item in _string_list(value, what):
         seen.setdefault(check_bounded_id(item, what[:-1] if what.endswith("s") else what), None)
     if len(seen) > MAXIMUM_TAGS:
         raise ValueError(f"a query has {len(seen)} {what}; the limit is {MAXIMUM_TAGS}")
@@ -379,10 +411,10 @@ def _unique_ids(value: Any, what: str) -> tuple[str, ...]:
 def _unique_kinds(value: Any) -> tuple[GameMemoryKind, ...]:
     if value is None:
         return ()
-    if isinstance(value, str):
+    if isinstance(value, str | GameMemoryKind):
         value = [value]
     seen: dict[GameMemoryKind, None] = {}
-    for item in value:
+    for item in _string_list(value, "kinds"):
         seen.setdefault(GameMemoryKind.parse(item), None)
     return tuple(seen)
 
@@ -483,13 +515,20 @@ class GameMemorySearchStage(BaseModel):
         candidates: int = 0,
         reused: bool = False,
     ) -> GameMemorySearchStage:
-        """Build a stage from a duration in seconds, clamping counts to the bounds."""
-        return cls(
-            stage=stage,
-            duration_ms=min(max(seconds * 1000.0, 0.0), MAXIMUM_STAGE_MILLISECONDS),
-            scanned_count=min(scanned, MAXIMUM_STAGE_COUNT),
-            candidate_count=min(candidates, MAXIMUM_STAGE_COUNT),
-            reused=reused,
+        """Build a stage from a duration in seconds, clamping every value into its bounds.
+
+        Clamping makes every field valid by construction, so no validation pass is run (this
+        is on every search's path).
+        """
+        milliseconds = seconds * 1000.0
+        if not math.isfinite(milliseconds):
+            milliseconds = MAXIMUM_STAGE_MILLISECONDS if milliseconds > 0 else 0.0
+        return cls.model_construct(
+            stage=GameMemorySearchStageKind(stage),
+            duration_ms=min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS),
+            scanned_count=min(max(int(scanned), 0), MAXIMUM_STAGE_COUNT),
+            candidate_count=min(max(int(candidates), 0), MAXIMUM_STAGE_COUNT),
+            reused=bool(reused),
         )
 
 

@@ -69,11 +69,10 @@ def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tu
             tail = state.tail
             if tail is not None and tail.torn_bytes:
                 torn.append((tail.path, tail.end))
-            for segment in state.segments:
-                for memory in segment.memories:
-                    records[
-                        LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))
-                    ] += 1
+            stored = [memory for part in state.packs for memory in part.memories]
+            stored.extend(memory for segment in state.segments for memory in segment.memories)
+            for memory in stored:
+                records[LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))] += 1
     return records, problems, torn
 
 
@@ -110,19 +109,26 @@ def _problems(engine: StoreEngine) -> tuple[list[str], int, int, list[tuple[str,
 
 
 def check_store(engine: StoreEngine, *, fix: bool = False) -> StoreCheckReport:
-    """Check (and optionally repair) the store; see the module docstring."""
-    problems, memories, intents, torn = _problems(engine)
+    """Check (and optionally repair) the store; see the module docstring.
+
+    Holds the writer lock throughout, so the report describes one consistent state: an
+    append of another process waits until the check is done (readers are not blocked).
+    """
     repairs: list[str] = []
-    if fix and problems:
-        with engine.locked():
+    with engine.locked():
+        problems, memories, intents, torn = _problems(engine)
+        if fix and problems:
             for path, end in torn:
                 engine.cut_tail(path, end)
                 repairs.append(f"cut the torn tail of {path} at byte {end}")
+            torn_ledger = engine.ledger.torn_bytes()
+            if torn_ledger:
+                repairs.append(f"cut {torn_ledger} bytes of a torn record off {engine.ledger.path}")
             before = engine.ledger.count()
             engine.recover(force=True)
             if engine.ledger.count() != before:
                 repairs.append(f"dropped {before - engine.ledger.count()} pending ledger intents")
-        problems, memories, intents, _ = _problems(engine)
+            problems, memories, intents, _ = _problems(engine)
     return StoreCheckReport(
         memories=memories,
         ledger_entries=intents,

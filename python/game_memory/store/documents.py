@@ -29,6 +29,7 @@ __all__ = [
 
 DOCUMENT_FORMAT_VERSION = 1
 _LEGACY_MAXIMUM_DEPTH = 64
+_LEGACY_KINDS = {kind.reference_name: kind for kind in GameMemoryKind}
 
 
 class DocumentError(Exception):
@@ -97,8 +98,8 @@ def decode_legacy_document(data: bytes) -> GameMemory:
             f"unsupported legacy format version {document.get('FormatVersion')!r} (expected 1)"
         )
     kind_name = document.get("Kind")
-    kinds = {kind.reference_name: kind for kind in GameMemoryKind}
-    if not isinstance(kind_name, str) or kind_name not in kinds:
+    kind = _LEGACY_KINDS.get(kind_name) if isinstance(kind_name, str) else None
+    if kind is None:
         raise DocumentError(f"unsupported memory kind {kind_name!r}")
     if "Moment" not in document or document["Moment"] is None:
         raise DocumentError("the legacy document has no Moment")
@@ -110,7 +111,7 @@ def decode_legacy_document(data: bytes) -> GameMemory:
         "session_id": document.get("SessionId"),
         "owner_id": document.get("OwnerId"),
         "scope": document.get("Scope"),
-        "kind": kinds[kind_name],
+        "kind": kind,
         "payload_json": document.get("PayloadJson"),
         "moment": _legacy_moment(document["Moment"], "Moment"),
         "importance": float(importance),

@@ -41,6 +41,7 @@ from game_memory.store.partitions import (
     PartitionCache,
     PartitionState,
     identity_hash,
+    partition_hash,
     segment_path,
 )
 from game_memory.store.records import encode_record
@@ -75,6 +76,7 @@ class StoreEngine:
     ) -> None:
         self.root = root
         self.data = root / DATA_FOLDER
+        self._data_prefix = os.path.join(self.data, "")
         self.maximum_entries = maximum_entries
         self.maximum_file_bytes = maximum_file_bytes
         self.ledger = Ledger(self.data / "ledger.log", maximum_entries)
@@ -132,9 +134,13 @@ class StoreEngine:
 
     # -- reads --------------------------------------------------------------------------
 
+    def session_folder(self, session_hash: str) -> str:
+        """``session_directory`` as a string (the hot read path avoids ``pathlib``)."""
+        return f"{self._data_prefix}s-{session_hash}"
+
     def read_partition(self, session_hash: str, owner_hash: str) -> PartitionState:
         """Read one owner partition (through the cache)."""
-        return self.cache.read(self.session_directory(session_hash), session_hash, owner_hash)
+        return self.cache.read(self.session_folder(session_hash), session_hash, owner_hash)
 
     def views(self, session_id: str, owner_id: str | None, bound: int) -> list[PartitionView]:
         """The partition views of a session (or one owner), in owner order.
@@ -142,11 +148,11 @@ class StoreEngine:
         Raises:
             CapacityExceededError: more than ``bound`` memories (``maximum_snapshot_entries``).
         """
-        session_hash = identity_hash(_validated_id(session_id, "session_id"))
+        session_hash = partition_hash(_validated_id(session_id, "session_id"))
         if owner_id is not None:
-            hashes = [identity_hash(_validated_id(owner_id, "owner_id"))]
+            hashes = [partition_hash(_validated_id(owner_id, "owner_id"))]
         else:
-            hashes = self.cache.owner_hashes(self.session_directory(session_hash))
+            hashes = self.cache.owner_hashes(self.session_folder(session_hash))
         views: list[PartitionView] = []
         total = 0
         for owner_hash in hashes:
@@ -181,8 +187,8 @@ class StoreEngine:
                 f"maximum_file_bytes ({self.maximum_file_bytes:,}); shorten its payload or text",
                 bound="maximum_file_bytes",
             )
-        session_hash = identity_hash(memory.session_id)
-        owner_hash = identity_hash(memory.owner_id)
+        session_hash = partition_hash(memory.session_id)
+        owner_hash = partition_hash(memory.owner_id)
         with self.locked():
             self.recover()
             state = self.read_partition(session_hash, owner_hash)

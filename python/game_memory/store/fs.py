@@ -15,7 +15,7 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeAlias
 
@@ -29,8 +29,11 @@ __all__ = [
     "fsync_directory",
     "list_directory",
     "open_append",
+    "open_folder",
+    "read_at",
     "read_file",
     "read_range",
+    "rename_all",
     "sync_filesystem",
 ]
 
@@ -139,6 +142,9 @@ def read_file(
 ) -> tuple[bytes, os.stat_result] | None:
     """Read a regular file from ``offset``; ``None`` if it does not exist.
 
+    Reads up to the size ``fstat`` reported when the file was opened (bytes appended later
+    are left for the next read), and returns that ``fstat`` with the data.
+
     Raises ``PersistenceError`` if it is a link, not a regular file, or larger than
     ``maximum_bytes``.
     """
@@ -149,29 +155,35 @@ def read_file(
     except OSError as exc:
         raise _translate(exc, path, "read") from exc
     try:
+        return _read_descriptor(fd, maximum_bytes, offset, lambda: os.fspath(path))
+    finally:
+        os.close(fd)
+
+
+def _read_descriptor(
+    fd: int, maximum_bytes: int, offset: int, where: Callable[[], str]
+) -> tuple[bytes, os.stat_result]:
+    """Read an open regular file from ``offset`` to its size at ``fstat`` (``where`` names it)."""
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise PersistenceError(f"{path} should be a regular file")
+            raise PersistenceError(f"{where()} should be a regular file")
         if info.st_size > maximum_bytes:
             raise PersistenceError(
-                f"{path} is {info.st_size:,} bytes, more than the limit of {maximum_bytes:,}; "
-                "it is not a file this store wrote"
+                f"{where()} is {info.st_size:,} bytes, more than the limit of "
+                f"{maximum_bytes:,}; it is not a file this store wrote"
             )
         chunks: list[bytes] = []
-        remaining = info.st_size - offset
         position = offset
-        while remaining > 0:
-            chunk = os.pread(fd, min(remaining, 1 << 20), position)
+        while position < info.st_size:
+            chunk = os.pread(fd, min(info.st_size - position, 1 << 24), position)
             if not chunk:
                 break
             chunks.append(chunk)
             position += len(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks), info
     except OSError as exc:
-        raise _translate(exc, path, "read") from exc
-    finally:
-        os.close(fd)
+        raise _translate(exc, where(), "read") from exc
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), info
 
 
 def read_range(path: StrPath, offset: int, length: int) -> bytes:
@@ -266,6 +278,62 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.unlink(temporary)
         raise
     fsync_directory(path.parent)
+
+
+def open_folder(path: StrPath) -> int:
+    """Open a real folder (not a link) for ``*_at`` calls; the caller closes the descriptor."""
+    try:
+        return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            raise PersistenceError(f"{path} should be a folder but is a file") from exc
+        raise _translate(exc, path, "open the folder") from exc
+
+
+def read_at(folder_fd: int, name: str, maximum_bytes: int, folder: StrPath) -> bytes | None:
+    """Read the regular file ``name`` of an open folder whole; ``None`` if it does not exist.
+
+    Bulk reads (a migration) use this: one open, fstat, read and close per file, with no
+    path walk. ``folder`` (the folder's path) only names the file in errors.
+
+    Raises:
+        PersistenceError: the file is a link, not a regular file, or larger than
+            ``maximum_bytes``.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=folder_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _translate(exc, os.path.join(folder, name), "read") from exc
+    try:
+        return _read_descriptor(fd, maximum_bytes, 0, lambda: os.path.join(folder, name))[0]
+    finally:
+        os.close(fd)
+
+
+def rename_all(source: Path, target: Path, names: list[str]) -> None:
+    """Move each of ``names`` from folder ``source`` to folder ``target`` (same file system).
+
+    Renames relative to open folder descriptors: no path walk per file. A name already in
+    ``target`` is replaced; one already gone from ``source`` is skipped. Not durable by
+    itself: fsync both folders afterwards.
+    """
+    source_fd = open_folder(source)
+    try:
+        target_fd = open_folder(target)
+        try:
+            for name in names:
+                try:
+                    os.replace(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise _translate(exc, source / name, "move") from exc
+        finally:
+            os.close(target_fd)
+    finally:
+        os.close(source_fd)
 
 
 def list_directory(path: Path) -> list[os.DirEntry[str]]:

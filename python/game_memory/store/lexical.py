@@ -14,6 +14,10 @@ For the visible memories of a snapshot (the visibility predicate applied), with
 
 Statistics are summed across owner partitions, so a session-wide search ranks exactly as
 if the session were one document collection.
+
+Snapshots of at most 64 memories are scored by a plain Python loop (numpy's per-call
+overhead dominates there); larger ones by numpy columns. Both evaluate the same formula in
+the same order, so they give bit-identical scores.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.model import GameMemory, GameMemoryQuery, ordinal_key
+from game_memory.model import GameMemory, GameMemoryQuery, memory_matches_query, ordinal_key
 from game_memory.store.tokenizer import tokenize
 from game_memory.store.view import PartitionView
 
@@ -35,6 +39,7 @@ BM25_K1 = 1.2
 BM25_B = 0.75
 TAG_BONUS = 0.1
 _FULL_SORT_LIMIT = 2_048
+SMALL_SNAPSHOT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,60 @@ def lexical_search(
     Returns:
         The hits in rank order and the number of visible memories (for stage metrics).
     """
+    if sum(len(view) for view in views) <= SMALL_SNAPSHOT:
+        return _search_small(views, query, limit)
+    return _search_columns(views, query, limit)
+
+
+def _search_small(
+    views: Sequence[PartitionView], query: GameMemoryQuery, limit: int
+) -> tuple[list[LexicalHit], int]:
+    """The lexical search over a small snapshot, memory by memory (same formula as numpy)."""
+    visible: list[tuple[GameMemory, dict[str, int], int]] = []
+    for view in views:
+        counted = view.term_counts
+        for index, memory in enumerate(view.memories):
+            if memory_matches_query(memory, query):
+                terms_of, length = counted[index]
+                visible.append((memory, terms_of, length))
+    if limit <= 0 or not visible:
+        return [], len(visible)
+    base_bonus = TAG_BONUS * len(query.tags)
+    text = query.text
+    terms = _distinct_terms(text) if text is not None else []
+    rows: list[tuple[float, GameMemory]] = []
+    if not terms:
+        needle = text.lower() if text is not None else None
+        for memory, _, _ in visible:
+            if not needle or _contains(memory, needle):
+                rows.append((memory.importance + base_bonus, memory))
+    else:
+        total = len(visible)
+        average_length = float(sum(max(length, 1) for _, _, length in visible)) / total
+        idf: dict[str, float] = {}
+        for term in terms:
+            df = sum(1 for _, counts, _ in visible if term in counts)
+            idf[term] = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
+        for memory, counts, length in visible:
+            norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / average_length)
+            partial = 0.0
+            matched = False
+            for term in terms:
+                frequency = counts.get(term)
+                if frequency is None:
+                    continue
+                tf = float(frequency)
+                partial += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norm)
+                matched = True
+            if matched:
+                rows.append((memory.importance + base_bonus + partial, memory))
+    return _ordered(rows, limit), len(visible)
+
+
+def _search_columns(
+    views: Sequence[PartitionView], query: GameMemoryQuery, limit: int
+) -> tuple[list[LexicalHit], int]:
+    """The lexical search over numpy columns (large snapshots)."""
     masks = [view.columns.mask(query) for view in views]
     visible = sum(int(mask.sum()) for mask in masks)
     if limit <= 0 or visible == 0:
@@ -132,6 +191,11 @@ def _top(
             (float(value), memories[index])
             for index, value in zip(indices.tolist(), score.tolist(), strict=True)
         )
+    return _ordered(rows, limit)
+
+
+def _ordered(rows: list[tuple[float, GameMemory]], limit: int) -> list[LexicalHit]:
+    """Sort by score, then tick (newest first), then id and owner (ordinal); keep ``limit``."""
     rows.sort(
         key=lambda row: (
             -row[0],

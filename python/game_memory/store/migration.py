@@ -20,10 +20,8 @@ as already migrated. Running it again is always safe.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,7 +33,7 @@ from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
-from game_memory.store.partitions import identity_hash
+from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.records import encode_record
 
 __all__ = ["FileGameMemoryMigrationResult", "has_legacy_layout", "migrate_legacy_layout"]
@@ -62,31 +60,15 @@ class FileGameMemoryMigrationResult(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class _Source:
-    path: str
-    expected_path: Callable[[GameMemory], str]
+    """One legacy document: its folder, its file name, and which layout it belongs to."""
 
+    folder: str
+    name: str
+    csharp: bool
 
-def _flat_name(root: Path) -> Callable[[GameMemory], str]:
-    prefix = os.path.join(root, "")
-
-    def name(memory: GameMemory) -> str:
-        key = f"{memory.session_id}\n{memory.owner_id}\n{memory.memory_id}"
-        return prefix + identity_hash(key) + LEGACY_SUFFIX
-
-    return name
-
-
-def _csharp_name(root: Path) -> Callable[[GameMemory], str]:
-    prefix = os.path.join(root, CSHARP_FOLDER, "")
-
-    def name(memory: GameMemory) -> str:
-        return (
-            f"{prefix}s-{identity_hash(memory.session_id)}{os.sep}"
-            f"o-{identity_hash(memory.owner_id)}{os.sep}"
-            f"{identity_hash(memory.memory_id)}{LEGACY_SUFFIX}"
-        )
-
-    return name
+    @property
+    def path(self) -> str:
+        return os.path.join(self.folder, self.name)
 
 
 def has_legacy_layout(root: Path) -> bool:
@@ -97,54 +79,88 @@ def has_legacy_layout(root: Path) -> bool:
     )
 
 
-def _sources(root: Path) -> list[_Source]:
+def _documents_in(folder: str, csharp: bool) -> list[_Source]:
     sources: list[_Source] = []
-    flat = _flat_name(root)
-    for entry in fs.list_directory(root):
+    for entry in fs.list_directory(Path(folder)):
         if entry.name.endswith(LEGACY_SUFFIX):
             if not entry.is_file(follow_symlinks=False):
                 raise PersistenceError(f"{entry.path} should be a regular file")
-            sources.append(_Source(entry.path, flat))
-    csharp = root / CSHARP_FOLDER
-    if os.path.lexists(csharp):
-        fs.ensure_directory(csharp, create=False)
-        named = _csharp_name(root)
-        for session in fs.list_directory(csharp):
-            if not _HASH_FOLDER.match(session.name):
-                continue  # layout.json, pending-add.json, temporary files
-            fs.ensure_directory(Path(session.path), create=False)
-            for owner in fs.list_directory(Path(session.path)):
-                if not _HASH_FOLDER.match(owner.name):
-                    continue
-                fs.ensure_directory(Path(owner.path), create=False)
-                for entry in fs.list_directory(Path(owner.path)):
-                    if entry.name.endswith(LEGACY_SUFFIX):
-                        if not entry.is_file(follow_symlinks=False):
-                            raise PersistenceError(f"{entry.path} should be a regular file")
-                        sources.append(_Source(entry.path, named))
+            sources.append(_Source(folder, entry.name, csharp))
     return sources
 
 
-def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[str, GameMemory]]:
-    documents: list[tuple[str, GameMemory]] = []
-    for source in sources:
-        read = fs.read_file(Path(source.path), engine.maximum_file_bytes)
-        if read is None:
-            raise PersistenceError(f"{source.path} vanished during the migration; run it again")
-        try:
-            memory = decode_legacy_document(read[0])
-        except DocumentError as exc:
-            raise PersistenceError(
-                f"legacy memory document {source.path} is invalid ({exc}); nothing was "
-                "migrated and the legacy files are untouched. Repair or remove that file."
-            ) from exc
-        if source.expected_path(memory) != source.path:
-            raise PersistenceError(
-                f"legacy memory document {source.path} does not match its identity "
-                f"(session {memory.session_id!r}, owner {memory.owner_id!r}, id "
-                f"{memory.memory_id!r}); nothing was migrated"
-            )
-        documents.append((source.path, memory))
+def _sources(root: Path) -> list[_Source]:
+    """Every legacy document: the flat ones in ``root``, then the C# partitioned ones."""
+    sources = _documents_in(os.fspath(root), csharp=False)
+    csharp = root / CSHARP_FOLDER
+    if os.path.lexists(csharp):
+        fs.ensure_directory(csharp, create=False)
+        for session in fs.list_directory(csharp):
+            if not _HASH_FOLDER.match(session.name) or not session.name.startswith("s-"):
+                continue  # layout.json, pending-add.json, temporary files
+            fs.ensure_directory(Path(session.path), create=False)
+            for owner in fs.list_directory(Path(session.path)):
+                if not _HASH_FOLDER.match(owner.name) or not owner.name.startswith("o-"):
+                    continue
+                fs.ensure_directory(Path(owner.path), create=False)
+                sources.extend(_documents_in(owner.path, csharp=True))
+    return sources
+
+
+def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[_Source, GameMemory]]:
+    """Read, decode and fully validate every document, checking each file name."""
+    root = os.fspath(engine.root)
+    csharp_root = os.path.join(root, CSHARP_FOLDER)
+    documents: list[tuple[_Source, GameMemory]] = []
+    hashes: dict[str, str] = {}
+
+    def hashed(value: str) -> str:
+        digest = hashes.get(value)
+        if digest is None:
+            digest = hashes[value] = identity_hash(value)
+        return digest
+
+    folder: str | None = None
+    folder_fd = -1
+    try:
+        for source in sources:
+            if source.folder != folder:
+                if folder_fd >= 0:
+                    os.close(folder_fd)
+                    folder_fd = -1
+                folder_fd = fs.open_folder(source.folder)
+                folder = source.folder
+            data = fs.read_at(folder_fd, source.name, engine.maximum_file_bytes, source.folder)
+            if data is None:
+                raise PersistenceError(f"{source.path} vanished during the migration; run it again")
+            try:
+                memory = decode_legacy_document(data)
+            except DocumentError as exc:
+                raise PersistenceError(
+                    f"legacy memory document {source.path} is invalid ({exc}); nothing was "
+                    "migrated and the legacy files are untouched. Repair or remove that file."
+                ) from exc
+            if source.csharp:
+                expected_folder = os.path.join(
+                    csharp_root, f"s-{hashed(memory.session_id)}", f"o-{hashed(memory.owner_id)}"
+                )
+                key = memory.memory_id
+            else:
+                expected_folder = root
+                key = f"{memory.session_id}\n{memory.owner_id}\n{memory.memory_id}"
+            if (
+                source.folder != expected_folder
+                or source.name != identity_hash(key) + LEGACY_SUFFIX
+            ):
+                raise PersistenceError(
+                    f"legacy memory document {source.path} does not match its identity "
+                    f"(session {memory.session_id!r}, owner {memory.owner_id!r}, id "
+                    f"{memory.memory_id!r}); nothing was migrated"
+                )
+            documents.append((source, memory))
+    finally:
+        if folder_fd >= 0:
+            os.close(folder_fd)
     return documents
 
 
@@ -181,13 +197,13 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
         documents = _read_all(engine, sources)
 
         unique: dict[tuple[str, str, str], GameMemory] = {}
-        for path, memory in documents:
+        for source, memory in documents:
             seen = unique.setdefault(memory.key, memory)
             if seen is not memory and seen != memory:
-                raise _conflict(memory, f"another legacy document, {os.path.basename(path)}")
+                raise _conflict(memory, f"another legacy document, {source.name}")
         groups: dict[tuple[str, str], list[GameMemory]] = {}
         for memory in unique.values():
-            key = (identity_hash(memory.session_id), identity_hash(memory.owner_id))
+            key = (partition_hash(memory.session_id), partition_hash(memory.owner_id))
             groups.setdefault(key, []).append(memory)
         new: dict[tuple[str, str], list[GameMemory]] = {}
         existing_sessions = {
@@ -252,21 +268,31 @@ def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
 
     Renames (cheap, and freeing nothing) rather than deletes: the backup is what the old
     runtime can read again if a game must roll back. Delete the folder when not needed.
+    Flat documents go to ``legacy/v1/`` one by one; the C# ``.memory-v2`` folder moves
+    whole to ``legacy/memory-v2`` (``memory-v2-N`` if that exists). A crash part-way leaves
+    some documents in place: the next migration finds them already migrated and moves them.
     """
     backup = engine.data / LEGACY_BACKUP
     fs.ensure_directory(backup)
     flat = backup / "v1"
     fs.ensure_directory(flat)
-    csharp = str(engine.root / CSHARP_FOLDER) + os.sep
-    for source in sources:
-        if not source.path.startswith(csharp):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(source.path, flat / os.path.basename(source.path))
-    if os.path.lexists(engine.root / CSHARP_FOLDER):
+    names = [source.name for source in sources if not source.csharp]
+    if names:
+        fs.rename_all(engine.root, flat, names)
+    csharp = engine.root / CSHARP_FOLDER
+    if os.path.lexists(csharp):
+        number = 1
         target = backup / "memory-v2"
-        if os.path.lexists(target):
-            target = backup / f"memory-v2-{os.getpid()}-{len(os.listdir(backup))}"
-        os.rename(engine.root / CSHARP_FOLDER, target)
+        while os.path.lexists(target):
+            number += 1
+            target = backup / f"memory-v2-{number}"
+        try:
+            os.rename(csharp, target)
+        except OSError as exc:
+            raise PersistenceError(
+                f"could not move {csharp} into the backup folder {backup}: {exc.strerror}; "
+                "the migration itself is committed, run it again to finish the clean-up"
+            ) from exc
     fs.fsync_directory(flat)
     fs.fsync_directory(backup)
     fs.fsync_directory(engine.root)

@@ -62,13 +62,14 @@ def encode_pack(groups: list[tuple[str, list[bytes]]]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class PackIndex:
-    """The owner ranges of one pack, identified by the file's device, inode and size."""
+    """The owner ranges of one pack, identified by the file's device, inode, size and ctime."""
 
     path: str
     device: int
     inode: int
     size: int
     owners: dict[str, tuple[int, int, int]]
+    changed: int = 0  # st_ctime_ns: with inode and size, tells a re-created pack apart
 
 
 def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> PackIndex:
@@ -103,7 +104,7 @@ def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> Pack
         if offset < len(_MAGIC) or offset + length > index_offset:
             raise PersistenceError(f"{path} is corrupt: an owner range is out of bounds")
         ranges[owner.hex()] = (offset, length, count)
-    return PackIndex(path, info.st_dev, info.st_ino, info.st_size, ranges)
+    return PackIndex(path, info.st_dev, info.st_ino, info.st_size, ranges, info.st_ctime_ns)
 
 
 def read_pack_range(index: PackIndex, owner_hash: str, maximum_payload: int) -> list[bytes]:

@@ -14,6 +14,8 @@ only grow, so a cached partition is brought up to date by reading just the new b
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -37,7 +39,7 @@ from game_memory.store.packs import (
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.view import PartitionView
 
-__all__ = ["PartitionCache", "PartitionState", "identity_hash", "segment_path"]
+__all__ = ["PartitionCache", "PartitionState", "identity_hash", "partition_hash", "segment_path"]
 
 _SEGMENT = re.compile(r"^o-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
@@ -46,6 +48,12 @@ _PACK_CACHE = 4_096
 def identity_hash(value: str) -> str:
     """SHA-256 of the UTF-8 bytes of ``value``, as 64 lower-case hex digits."""
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+@functools.lru_cache(maxsize=4_096)
+def partition_hash(value: str) -> str:
+    """:func:`identity_hash` of a session or owner id, memoized (they repeat on every call)."""
+    return identity_hash(value)
 
 
 def segment_path(session_directory: str | Path, owner_hash: str, index: int) -> str:
@@ -87,6 +95,10 @@ class PartitionState:
     packs: tuple[_PackPart, ...]
     segments: tuple[_Segment, ...]
     view: PartitionView | None
+    # What the state was read from: (path, inode, size, ctime) of every pack of the session and
+    # every segment of the partition, and the next pack and segment names, which were absent.
+    probes: tuple[tuple[str, int, int, int], ...] = ()
+    absent: tuple[str, ...] = ()
 
     @property
     def memory_count(self) -> int:
@@ -128,7 +140,7 @@ class PartitionCache:
 
     # -- listing ------------------------------------------------------------------------
 
-    def pack_indexes(self, session_directory: Path) -> list[PackIndex]:
+    def pack_indexes(self, session_directory: str | Path) -> list[PackIndex]:
         """The session's packs, in number order (``p-1``, ``p-2``... until one is missing)."""
         indexes: list[PackIndex] = []
         number = 1
@@ -140,10 +152,10 @@ class PartitionCache:
             indexes.append(self._pack_index(path, info))
             number += 1
 
-    def owner_hashes(self, session_directory: Path) -> list[str]:
+    def owner_hashes(self, session_directory: str | Path) -> list[str]:
         """Every owner with records in the session (logs and packs), sorted; links refused."""
         hashes: set[str] = set()
-        for entry in fs.list_directory(session_directory):
+        for entry in fs.list_directory(Path(session_directory)):
             match = _SEGMENT.match(entry.name)
             named = match is not None or PACK_NAME.match(entry.name)
             if named and not entry.is_file(follow_symlinks=False):
@@ -156,7 +168,9 @@ class PartitionCache:
 
     # -- reading ------------------------------------------------------------------------
 
-    def read(self, session_directory: Path, session_hash: str, owner_hash: str) -> PartitionState:
+    def read(
+        self, session_directory: str | Path, session_hash: str, owner_hash: str
+    ) -> PartitionState:
         """Return the partition's current state, reusing what did not change since last read.
 
         Raises:
@@ -166,7 +180,13 @@ class PartitionCache:
         key = (session_hash, owner_hash)
         with self._lock:
             cached = self._states.get(key)
-        packs = self._read_packs(session_directory, owner_hash, session_hash, cached)
+        if cached is not None and _unchanged(cached):
+            with self._lock:
+                if key in self._states:
+                    self._states.move_to_end(key)
+            return cached
+        indexes = self.pack_indexes(session_directory)
+        packs = self._read_packs(indexes, owner_hash, session_hash, cached)
         same_packs = cached is not None and len(packs) == len(cached.packs)
         if cached is not None and same_packs:
             same_packs = all(a is b for a, b in zip(packs, cached.packs, strict=True))
@@ -175,11 +195,13 @@ class PartitionCache:
         extends = same_packs and cached is not None and cached.view is not None
         changed = not same_packs
         index = 0
+        probes = [(pack.path, pack.inode, pack.size, pack.changed) for pack in indexes]
         while True:
             path = segment_path(session_directory, owner_hash, index)
             info = _lstat_regular(path)
             if info is None:
                 break
+            probes.append((path, info.st_ino, info.st_size, info.st_ctime_ns))
             previous = cached.segments[index] if cached and index < len(cached.segments) else None
             segment = self._refresh(path, info, previous, session_hash, owner_hash)
             if segment is not previous:
@@ -192,11 +214,14 @@ class PartitionCache:
             index += 1
         if cached is not None and len(cached.segments) > len(segments):
             changed, extends = True, False
+        absent = (
+            pack_path(session_directory, len(indexes) + 1),
+            segment_path(session_directory, owner_hash, len(segments)),
+        )
         if not changed and cached is not None:
-            with self._lock:
-                if key in self._states:
-                    self._states.move_to_end(key)
-            return cached
+            state = dataclasses.replace(cached, probes=tuple(probes), absent=absent)
+            self._remember(key, state)
+            return state
         for segment in segments[:-1]:
             if segment.torn_bytes:
                 raise PersistenceError(
@@ -209,7 +234,9 @@ class PartitionCache:
             memories = [m for part in packs for m in part.memories]
             memories.extend(m for segment in segments for m in segment.memories)
             view = _build_view(None, memories, session_directory)
-        state = PartitionState(session_hash, owner_hash, tuple(packs), tuple(segments), view)
+        state = PartitionState(
+            session_hash, owner_hash, tuple(packs), tuple(segments), view, tuple(probes), absent
+        )
         self._remember(key, state)
         return state
 
@@ -223,10 +250,11 @@ class PartitionCache:
     def _pack_index(self, path: str, info: os.stat_result) -> PackIndex:
         with self._lock:
             index = self._packs.get(path)
-        if index is None or (index.inode, index.device, index.size) != (
+        if index is None or (index.inode, index.device, index.size, index.changed) != (
             info.st_ino,
             info.st_dev,
             info.st_size,
+            info.st_ctime_ns,
         ):
             index = read_pack_index(path, info, self._maximum_file_bytes)
         with self._lock:
@@ -238,14 +266,14 @@ class PartitionCache:
 
     def _read_packs(
         self,
-        session_directory: Path,
+        indexes: list[PackIndex],
         owner_hash: str,
         session_hash: str,
         cached: PartitionState | None,
     ) -> list[_PackPart]:
         previous = {id(part.index): part for part in cached.packs} if cached is not None else {}
         parts: list[_PackPart] = []
-        for index in self.pack_indexes(session_directory):
+        for index in indexes:
             if owner_hash not in index.owners:
                 continue
             part = previous.get(id(index))
@@ -316,6 +344,26 @@ class PartitionCache:
                 self._entries -= evicted.memory_count
 
 
+def _unchanged(state: PartitionState) -> bool:
+    """Whether every file ``state`` was read from is still the same and no file was added.
+
+    Logs only grow and packs never change; packs and segments are only ever added (a pack
+    is removed only when an uncommitted batch is rolled back). So the same inode, size and
+    ctime for each, and still no next pack or segment, means the same content.
+    """
+    if not state.absent:
+        return False
+    for path, inode, size, changed in state.probes:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        if info.st_ino != inode or info.st_size != size or info.st_ctime_ns != changed:
+            return False
+    # os.access answers "absent" without raising (cheaper than lstat on the hot path).
+    return not any(os.access(path, os.F_OK, follow_symlinks=False) for path in state.absent)
+
+
 def _lstat_regular(path: str) -> os.stat_result | None:
     try:
         info = os.lstat(path)
@@ -333,8 +381,8 @@ def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> Ga
         memory = decode_document(payload)
     except DocumentError as exc:
         raise PersistenceError(f"{path} holds an unreadable record: {exc}") from exc
-    if identity_hash(memory.session_id) != session_hash or (
-        identity_hash(memory.owner_id) != owner_hash
+    if partition_hash(memory.session_id) != session_hash or (
+        partition_hash(memory.owner_id) != owner_hash
     ):
         raise PersistenceError(
             f"{path} holds a memory of another session or owner: a record escaped its "
@@ -344,7 +392,7 @@ def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> Ga
 
 
 def _build_view(
-    base: PartitionView | None, memories: list[GameMemory], folder: Path
+    base: PartitionView | None, memories: list[GameMemory], folder: str | Path
 ) -> PartitionView | None:
     """Extend ``base`` with ``memories`` (or build from scratch when ``base`` is None)."""
     positions = dict(base.positions) if base is not None else {}

@@ -219,6 +219,15 @@ class PartitionView:
             return LexicalIndex(self.memories, base)
 
     @cached_property
+    def term_counts(self) -> tuple[tuple[dict[str, int], int], ...]:
+        """Per memory: its token counts and token total (the small-partition lexical path)."""
+        counted: list[tuple[dict[str, int], int]] = []
+        for memory in self.memories:
+            tokens = tokenize(document_text(memory))
+            counted.append((dict(Counter(tokens)), len(tokens)))
+        return tuple(counted)
+
+    @cached_property
     def ordered(self) -> tuple[GameMemory, ...]:
         """The memories sorted by ``memory_id`` (ordinal), the order snapshots report."""
         return tuple(sorted(self.memories, key=lambda memory: ordinal_key(memory.memory_id)))
