@@ -35,8 +35,11 @@ class SidecarStarter:
         self._root = root
         self.started: list[SidecarProcess] = []
 
-    def __call__(self, model: str = "hashing", env: Mapping[str, str] | None = None,
-                 ) -> SidecarProcess:
+    def __call__(
+        self,
+        model: str = "hashing",
+        env: Mapping[str, str] | None = None,
+    ) -> SidecarProcess:
         """Start ``game-memory serve --websocket 127.0.0.1:0`` with ``model``; ``env`` adds
         environment variables."""
         folder = self._root / f"sidecar{len(self.started)}"
@@ -59,8 +62,7 @@ class SidecarStarter:
 def engine() -> None:
     """Make sure the engine can run: skip when Chromium is missing, fetch the runtime."""
     if find_chromium() is None:
-        reason = ("engine tests skipped: Chromium is not installed "
-                  "(apt-get install -y chromium)")
+        reason = "engine tests skipped: Chromium is not installed (apt-get install -y chromium)"
         _SKIPPED.append(reason)
         pytest.skip(reason)
     ensure_runtime()
@@ -105,16 +107,22 @@ def assert_case_passed(run: EngineRun, case: str, expected: set[str]) -> None:
     assert not failed, f"{case}: failed checks {failed}\n{run.describe()}"
     missing = expected - {str(record.get("check")) for record in records}
     assert not missing, f"{case}: checks never made: {sorted(missing)}\n{run.describe()}"
-    finished = [record for record in run.records("GMTEST_CASE")
-                if record.get("case") == case and record.get("event") == "finished"]
+    finished = [
+        record
+        for record in run.records("GMTEST_CASE")
+        if record.get("case") == case and record.get("event") == "finished"
+    ]
     assert finished, f"{case} never finished\n{run.describe()}"
 
 
 def assert_clean_run(run: EngineRun) -> None:
     """Assert the engine quit by itself with 0 and printed no script or engine error."""
     assert not run.timed_out and run.exit_code == 0, run.describe()
-    problems = [text for text in run.errors()
-                if "SCRIPT ERROR" in text or "Parse Error" in text or text.startswith("ERROR")]
+    problems = [
+        text
+        for text in run.errors()
+        if "SCRIPT ERROR" in text or "Parse Error" in text or text.startswith("ERROR")
+    ]
     assert not problems, f"engine errors: {problems}\n{run.describe()}"
 
 

@@ -78,6 +78,7 @@ _BROWSER_NOISE = re.compile(
     r"dbus|bluez|idle_linux|vaapi|sandbox_linux|unexpected operator|Fontconfig"
 )
 
+
 class EngineUnavailableError(RuntimeError):
     """Chromium or the web runtime is missing; the message says how to install it."""
 
@@ -241,27 +242,37 @@ def run_pack(
         log_path = Path(scratch) / "chromium.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
-                [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={scratch}/profile",
-                 f"{server.origin}/index.html?{query}"],
+                [
+                    chromium,
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={scratch}/profile",
+                    f"{server.origin}/index.html?{query}",
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
             try:
-                timed_out = server.wait_for_exit(started + timeout,
-                                                 lambda: process.poll() is None)
+                timed_out = server.wait_for_exit(started + timeout, lambda: process.poll() is None)
             finally:
                 _kill_group(process)
                 server.close()
         # Console lines are in ``lines`` already; keep Chromium's own messages (crashes).
         browser_log = "".join(
-            line for line in log_path.read_text(errors="replace").splitlines(keepends=True)
+            line
+            for line in log_path.read_text(errors="replace").splitlines(keepends=True)
             if ":CONSOLE" not in line and not _BROWSER_NOISE.search(line)
         )[-_BROWSER_LOG_TAIL_BYTES:]
-    return EngineRun(server.exit_code(), server.lines(), timed_out,
-                     time.monotonic() - started, browser_log, list(server.control_calls),
-                     process.pid)
+    return EngineRun(
+        server.exit_code(),
+        server.lines(),
+        timed_out,
+        time.monotonic() - started,
+        browser_log,
+        list(server.control_calls),
+        process.pid,
+    )
 
 
 def run_project(

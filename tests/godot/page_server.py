@@ -67,8 +67,9 @@ class _Log:
             while self.next_seq in self.pending:
                 line = self.pending.pop(self.next_seq)
                 self.next_seq += 1
-                self.lines.extend(ConsoleLine(line.stream, text)
-                                  for text in line.text.splitlines() or [""])
+                self.lines.extend(
+                    ConsoleLine(line.stream, text) for text in line.text.splitlines() or [""]
+                )
                 if line.stream == "exit":
                     self.exit_text = line.text
                 elif line.stream == "alert" or (
@@ -95,14 +96,18 @@ class PageServer:
         controls: the ``GET /control/<name>`` handlers.
     """
 
-    def __init__(self, files: Mapping[str, tuple[bytes | Path, str]],
-                 controls: Mapping[str, ControlHandler] | None = None) -> None:
+    def __init__(
+        self,
+        files: Mapping[str, tuple[bytes | Path, str]],
+        controls: Mapping[str, ControlHandler] | None = None,
+    ) -> None:
         self._log = _Log()
         self._controls = dict(controls or {})
         self.control_calls: list[str] = []
         self._server = _QuietServer(("127.0.0.1", 0), self._handler(dict(files)))
-        self._thread = threading.Thread(target=self._server.serve_forever, name="engine-page",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="engine-page", daemon=True
+        )
         self._thread.start()
 
     @property

@@ -152,7 +152,14 @@ def write_pack(
         directory += _ENTRY_TAIL.pack(entry.offset - file_base, entry.size, entry.md5, 0)
     major, minor, patch = engine_version
     header = _HEADER.pack(
-        MAGIC, FORMAT_VERSION, major, minor, patch, _FLAG_REL_FILEBASE, file_base, dir_offset,
+        MAGIC,
+        FORMAT_VERSION,
+        major,
+        minor,
+        patch,
+        _FLAG_REL_FILEBASE,
+        file_base,
+        dir_offset,
         *([0] * 16),
     )
     blob = header + b"\0" * (file_base - header_size) + bytes(body) + bytes(directory)

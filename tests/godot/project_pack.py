@@ -137,8 +137,11 @@ def scan_script_classes(files: Mapping[str, bytes]) -> list[ScriptClass]:
         icon = _ICON.search(source)
         icon_path = _resolve_relative(res_path, icon.group(1)) if icon else ""
         found[res_path] = (
-            name.group(1), bases[res_path], icon_path,
-            bool(_TOOL.search(source)), bool(_ABSTRACT.search(source)),
+            name.group(1),
+            bases[res_path],
+            icon_path,
+            bool(_TOOL.search(source)),
+            bool(_ABSTRACT.search(source)),
         )
     names = {path: entry[0] for path, entry in found.items()}
 

@@ -33,19 +33,27 @@ class SidecarError(RuntimeError):
 def serve_command(save_dir: Path, index_dir: Path, model: str = "hashing") -> list[str]:
     """Return the command that runs the real sidecar from this checkout's Python."""
     return [
-        sys.executable, "-m", "game_memory.cli", "serve",
-        "--websocket", "127.0.0.1:0",
-        "--save-dir", str(save_dir),
-        "--index-dir", str(index_dir),
-        "--model", model,
+        sys.executable,
+        "-m",
+        "game_memory.cli",
+        "serve",
+        "--websocket",
+        "127.0.0.1:0",
+        "--save-dir",
+        str(save_dir),
+        "--index-dir",
+        str(index_dir),
+        "--model",
+        model,
     ]
 
 
 class SidecarProcess:
     """A running sidecar: its URL, token and process, with freeze/thaw/kill controls."""
 
-    def __init__(self, process: subprocess.Popen[bytes], ready: Mapping[str, Any],
-                 stderr_path: Path) -> None:
+    def __init__(
+        self, process: subprocess.Popen[bytes], ready: Mapping[str, Any], stderr_path: Path
+    ) -> None:
         self.process = process
         self.url = str(ready["url"])
         self.token = str(ready["token"])

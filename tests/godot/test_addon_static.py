@@ -61,15 +61,22 @@ def test_every_script_parses(path: Path) -> None:
 
 def test_gdparse_accepts_every_script() -> None:
     files = [str(path) for path in _gd_files()]
-    result = subprocess.run([_tool("gdparse"), *files], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [_tool("gdparse"), *files], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_gdlint_passes_with_the_repository_config() -> None:
     roots = [str(root) for root in GD_ROOTS if root.is_dir()]
-    result = subprocess.run([_tool("gdlint"), *roots], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=120, check=False)
+    result = subprocess.run(
+        [_tool("gdlint"), *roots],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (REPO_ROOT / ".gdlintrc").is_file()
 
@@ -97,11 +104,25 @@ def test_game_memory_has_the_documented_api() -> None:
     members = {(kind, name) for kind, name, _ in _public_members(ADDON_DIR / "game_memory.gd")}
     for name in ("remember", "recall", "recall_many", "status", "rebuild", "migrate"):
         assert ("func", name) in members
-    for name in ("backend_ready", "backend_failed", "memory_remembered", "memory_recalled",
-                 "rebuild_progressed", "rebuild_completed", "diagnostic_emitted"):
+    for name in (
+        "backend_ready",
+        "backend_failed",
+        "memory_remembered",
+        "memory_recalled",
+        "rebuild_progressed",
+        "rebuild_completed",
+        "diagnostic_emitted",
+    ):
         assert ("signal", name) in members
-    for name in ("server_url", "token", "sidecar_command", "save_directory", "index_directory",
-                 "session_id", "request_timeout"):
+    for name in (
+        "server_url",
+        "token",
+        "sidecar_command",
+        "save_directory",
+        "index_directory",
+        "session_id",
+        "request_timeout",
+    ):
         assert ("var", name) in members
 
 
@@ -146,18 +167,24 @@ def test_plugin_registers_nothing() -> None:
 def test_icon_is_an_svg_referenced_by_game_memory() -> None:
     icon = ADDON_DIR / "icons" / "game_memory.svg"
     assert icon.read_text().lstrip().startswith("<svg")
-    assert '@icon("res://addons/game_memory/icons/game_memory.svg")' in (
-        ADDON_DIR / "game_memory.gd"
-    ).read_text()
+    assert (
+        '@icon("res://addons/game_memory/icons/game_memory.svg")'
+        in (ADDON_DIR / "game_memory.gd").read_text()
+    )
     assert not list(ADDON_DIR.rglob("*.png"))
 
 
 @pytest.mark.skipif(not DEMO_DIR.is_dir(), reason="demo_project/ is not in this checkout yet")
 def test_the_demo_ships_an_identical_copy_of_the_addon() -> None:
     copy = DEMO_DIR / "addons" / "game_memory"
-    ours = {path.relative_to(ADDON_DIR): path.read_bytes()
-            for path in ADDON_DIR.rglob("*") if path.is_file()}
-    theirs = {path.relative_to(copy): path.read_bytes()
-              for path in copy.rglob("*") if path.is_file() and path.suffix != ".uid"
-              and not path.name.endswith(".import")}
+    ours = {
+        path.relative_to(ADDON_DIR): path.read_bytes()
+        for path in ADDON_DIR.rglob("*")
+        if path.is_file()
+    }
+    theirs = {
+        path.relative_to(copy): path.read_bytes()
+        for path in copy.rglob("*")
+        if path.is_file() and path.suffix != ".uid" and not path.name.endswith(".import")
+    }
     assert theirs == ours

@@ -32,7 +32,9 @@ def _project(folder: Path, script: str) -> Path:
 
 
 def test_output_order_exit_code_user_args_and_controls(tmp_path: Path) -> None:
-    project = _project(tmp_path / "ok", """extends Node
+    project = _project(
+        tmp_path / "ok",
+        """extends Node
 
 
 func _ready() -> void:
@@ -49,7 +51,8 @@ func _ready() -> void:
 		var response: Array = await http.request_completed
 		print("CONTROL %s %d %s" % [action, response[1], response[3].get_string_from_utf8()])
 	get_tree().quit(7)
-""")
+""",
+    )
     calls: list[str] = []
 
     def ping() -> str:
@@ -59,8 +62,12 @@ func _ready() -> void:
     def boom() -> None:
         raise RuntimeError("no such sidecar")
 
-    run = run_project([(project, "")], ["--alpha=1", "beta two"],
-                      controls={"ping": ping, "boom": boom}, timeout=30)
+    run = run_project(
+        [(project, "")],
+        ["--alpha=1", "beta two"],
+        controls={"ping": ping, "boom": boom},
+        timeout=30,
+    )
     assert run.exit_code == 7 and not run.timed_out, run.describe()
     lines = [text for text in run.stdout() if text.startswith("LINE ")]
     assert lines == [f"LINE {index}" for index in range(300)]
@@ -84,11 +91,11 @@ def test_a_script_that_does_not_parse_ends_the_run_early(tmp_path: Path) -> None
 
 
 def test_a_project_that_never_quits_times_out_and_chromium_is_gone(tmp_path: Path) -> None:
-    project = _project(tmp_path / "forever", 'extends Node\n\n\nfunc _ready() -> void:\n'
-                                             '\tprint("started")\n')
+    project = _project(
+        tmp_path / "forever", 'extends Node\n\n\nfunc _ready() -> void:\n\tprint("started")\n'
+    )
     run = run_project([(project, "")], timeout=6)
     assert run.timed_out and run.exit_code is None
     assert "started" in run.stdout(), run.describe()
     assert "timed out" in run.describe()
     assert run.process_group > 0 and _live_group_members(run.process_group) == []
-

@@ -136,15 +136,17 @@ _names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-.", min_size=1,
 @settings(max_examples=40, deadline=None)
 @given(
     files=st.dictionaries(
-        st.lists(_names.filter(lambda name: name not in (".", "..")), min_size=1, max_size=3)
-        .map("/".join),
+        st.lists(_names.filter(lambda name: name not in (".", "..")), min_size=1, max_size=3).map(
+            "/".join
+        ),
         st.binary(max_size=300),
         max_size=12,
     ),
     alignment=st.sampled_from([4, 16, 32, 64]),
 )
-def test_any_file_set_round_trips(tmp_path_factory: pytest.TempPathFactory,
-                                  files: dict[str, bytes], alignment: int) -> None:
+def test_any_file_set_round_trips(
+    tmp_path_factory: pytest.TempPathFactory, files: dict[str, bytes], alignment: int
+) -> None:
     pack = tmp_path_factory.mktemp("pck") / "game.pck"
     written = write_pack(pack, files, alignment=alignment)
     index, contents = read_pack(pack)

@@ -30,11 +30,13 @@ def _scripts(**sources: str) -> dict[str, bytes]:
 
 
 def test_class_name_extends_icon_and_tool_are_read() -> None:
-    classes = scan_script_classes(_scripts(
-        a='@tool\n@icon("res://icons/a.svg")\nclass_name Alpha\nextends Node2D\n',
-        b="class_name Beta extends RefCounted\n",
-        c="extends Node\n## no class name here\n",
-    ))
+    classes = scan_script_classes(
+        _scripts(
+            a='@tool\n@icon("res://icons/a.svg")\nclass_name Alpha\nextends Node2D\n',
+            b="class_name Beta extends RefCounted\n",
+            c="extends Node\n## no class name here\n",
+        )
+    )
     assert classes == [
         ScriptClass("Alpha", "Node2D", "res://a.gd", "res://icons/a.svg", True, False),
         ScriptClass("Beta", "RefCounted", "res://b.gd", "", False, False),
@@ -42,12 +44,14 @@ def test_class_name_extends_icon_and_tool_are_read() -> None:
 
 
 def test_extends_by_path_resolves_to_the_parent_class() -> None:
-    classes = scan_script_classes({
-        "base/parent.gd": b"class_name Parent\nextends Node\n",
-        "base/plain.gd": b'extends "parent.gd"\n',
-        "child.gd": b'class_name Child\nextends "res://base/plain.gd"\n',
-        "icon_rel.gd": b'@icon("icons/x.svg")\nclass_name Rel\nextends Parent\n',
-    })
+    classes = scan_script_classes(
+        {
+            "base/parent.gd": b"class_name Parent\nextends Node\n",
+            "base/plain.gd": b'extends "parent.gd"\n',
+            "child.gd": b'class_name Child\nextends "res://base/plain.gd"\n',
+            "icon_rel.gd": b'@icon("icons/x.svg")\nclass_name Rel\nextends Parent\n',
+        }
+    )
     by_name = {item.name: item for item in classes}
     assert by_name["Child"].base == "Parent"
     assert by_name["Rel"].base == "Parent"
@@ -55,9 +59,11 @@ def test_extends_by_path_resolves_to_the_parent_class() -> None:
 
 
 def test_indented_and_commented_class_names_are_not_global_classes() -> None:
-    classes = scan_script_classes(_scripts(
-        a="extends Node\n\nclass Inner:\n\tclass_name_is_not = 1\n# class_name Fake\n",
-    ))
+    classes = scan_script_classes(
+        _scripts(
+            a="extends Node\n\nclass Inner:\n\tclass_name_is_not = 1\n# class_name Fake\n",
+        )
+    )
     assert classes == []
 
 
@@ -81,8 +87,15 @@ def test_class_cache_is_the_config_file_the_engine_reads() -> None:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("uid://a", 0), ("uid://b", 1), ("uid://y", 24), ("uid://0", 25), ("uid://8", 33),
-     ("uid://ba", 34), ("uid://bqj8x7k3m4n5o", None)],
+    [
+        ("uid://a", 0),
+        ("uid://b", 1),
+        ("uid://y", 24),
+        ("uid://0", 25),
+        ("uid://8", 33),
+        ("uid://ba", 34),
+        ("uid://bqj8x7k3m4n5o", None),
+    ],
 )
 def test_uid_texts_decode_in_base_34_and_encode_back(text: str, value: int | None) -> None:
     decoded = uid_text_to_id(text)
@@ -110,13 +123,15 @@ def test_bad_uid_texts_are_refused(text: str) -> None:
 
 
 def test_uids_come_from_uid_files_scene_headers_and_import_files() -> None:
-    found = scan_uids({
-        "main.tscn": b'[gd_scene load_steps=2 format=3 uid="uid://bqj8x7k3m4n5o"]\n',
-        "theme.tres": b'[gd_resource type="Theme" format=3 uid="uid://ba"]\n',
-        "player.gd.uid": b"uid://b\n",
-        "icon.png.import": b'[remap]\n\nimporter="texture"\nuid="uid://y"\n',
-        "other.tscn": b'[gd_scene format=3]\n[ext_resource uid="uid://a" path="x"]\n',
-    })
+    found = scan_uids(
+        {
+            "main.tscn": b'[gd_scene load_steps=2 format=3 uid="uid://bqj8x7k3m4n5o"]\n',
+            "theme.tres": b'[gd_resource type="Theme" format=3 uid="uid://ba"]\n',
+            "player.gd.uid": b"uid://b\n",
+            "icon.png.import": b'[remap]\n\nimporter="texture"\nuid="uid://y"\n',
+            "other.tscn": b'[gd_scene format=3]\n[ext_resource uid="uid://a" path="x"]\n',
+        }
+    )
     assert found == {
         uid_text_to_id("uid://bqj8x7k3m4n5o"): "res://main.tscn",
         34: "res://theme.tres",
@@ -134,8 +149,15 @@ def test_uid_cache_layout() -> None:
 
 
 def test_collect_skips_hidden_python_and_editor_files(tmp_path: Path) -> None:
-    for name in ("project.godot", "a.gd", ".godot/x.cfg", "sub/.hidden", "t.py",
-                 "__pycache__/m.pyc", "sub/b.tscn"):
+    for name in (
+        "project.godot",
+        "a.gd",
+        ".godot/x.cfg",
+        "sub/.hidden",
+        "t.py",
+        "__pycache__/m.pyc",
+        "sub/b.tscn",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
     assert sorted(collect_files(tmp_path)) == ["a.gd", "project.godot", "sub/b.tscn"]
@@ -167,8 +189,11 @@ def test_clashing_mounts_and_a_missing_project_are_refused(tmp_path: Path) -> No
 
 
 def test_extra_files_may_replace_a_mounted_file(tmp_path: Path) -> None:
-    build_project_pack(tmp_path / "game.pck", [(TEST_PROJECT_DIR, "")],
-                       {"project.godot": b"config_version=5\n", "override.cfg": b"[a]\n"})
+    build_project_pack(
+        tmp_path / "game.pck",
+        [(TEST_PROJECT_DIR, "")],
+        {"project.godot": b"config_version=5\n", "override.cfg": b"[a]\n"},
+    )
     _, contents = read_pack(tmp_path / "game.pck")
     assert contents["project.godot"] == b"config_version=5\n"
     assert contents["override.cfg"] == b"[a]\n"
