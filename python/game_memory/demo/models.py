@@ -1,0 +1,119 @@
+"""The demo's embedding models: the default model (prepared on first use) and a changed one.
+
+The terminal demo runs on the embedded default: the file store in a local folder and the
+prepared all-MiniLM-L6-v2. :func:`ensure_default_model` prepares it when it is missing
+(``prepare_default_model`` with a progress callback) and says why when that fails, so the
+demo can fall back to lexical recall with a clear notice.
+
+The model-change step needs a second, *different* embedding identity over the same save.
+:func:`open_changed_model` re-opens the save with the same default model told to read at
+most ``maximum_tokens`` tokens per text: a different preprocessing, so a different
+identity, so the store reports ``REBUILD_REQUIRED`` until the index is rebuilt. With the
+``hashing`` model (tests), the changed model is the hashing provider of another version.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from game_memory.composition import OpenedMemory
+from game_memory.errors import GameMemoryError, InvalidArgumentError
+from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.vector.file_index import FileVectorMemoryIndex
+from game_memory.vector.hashing import HashingEmbeddingProvider
+from game_memory.vector.provider import EmbeddingProvider
+from game_memory.vector.reranker import GameAwareMemoryReranker
+from game_memory.vector.store import VectorMemoryStore
+
+__all__ = ["Preparation", "ensure_default_model", "open_changed_model"]
+
+PrepareProgress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """How getting the default model went.
+
+    Attributes:
+        ready: The model is prepared (now or before).
+        prepared_now: It was prepared by this call (downloaded and built).
+        problem: Why it is not ready (``None`` when it is).
+        directory: Where it is (or would be).
+    """
+
+    ready: bool
+    prepared_now: bool
+    problem: str | None
+    directory: Path
+
+
+def ensure_default_model(
+    home: Path | None = None, progress: PrepareProgress | None = None
+) -> Preparation:
+    """Make sure the default model is prepared in ``home``; prepare it if it is not.
+
+    Never raises for a failed preparation (offline, disk full): the demo then runs on
+    lexical recall and shows :attr:`Preparation.problem`.
+
+    Args:
+        home: The model cache folder (default ``$GAME_MEMORY_HOME`` or the user cache).
+        progress: Receives ``(stage, done, total)`` while the model is prepared.
+    """
+    from game_memory import onnx
+
+    directory = onnx.default_model_directory(home)
+    if directory.is_dir() and not onnx.prepared_model_problems(directory):
+        return Preparation(True, False, None, directory)
+    try:
+        onnx.prepare_default_model(home, progress=progress)
+    except onnx.ModelPreparationError as exc:
+        return Preparation(False, False, f"{exc.stage} failed: {exc}", directory)
+    return Preparation(True, True, None, directory)
+
+
+async def open_changed_model(
+    save_dir: str | os.PathLike[str],
+    index_dir: str | os.PathLike[str],
+    model: str,
+    maximum_tokens: int,
+    home: Path | None = None,
+) -> OpenedMemory:
+    """Open the save with a changed model: another embedding identity than ``model``'s.
+
+    Args:
+        save_dir: The save folder (already closed by its previous owner).
+        index_dir: The index folder beside it.
+        model: The model the save was opened with: ``"default"`` (the changed model is
+            the default model reading at most ``maximum_tokens`` tokens per text) or
+            ``"hashing"`` (the changed model is the hashing provider version ``v2``).
+        maximum_tokens: The changed default model's token limit.
+        home: The model cache folder of the default model.
+
+    Raises:
+        EmbeddingUnavailableError: The default model cannot be loaded.
+        InvalidArgumentError: ``model`` is neither ``"default"`` nor ``"hashing"``.
+    """
+    provider: EmbeddingProvider
+    if model == "hashing":
+        provider = HashingEmbeddingProvider(version="v2")
+    elif model == "default":
+        from game_memory import onnx
+
+        provider = await onnx.load_default_provider(home, maximum_tokens=maximum_tokens)
+    else:
+        raise InvalidArgumentError(f"the demo changes the default or hashing model, not {model!r}")
+    try:
+        authoritative = FileGameMemoryStore(save_dir)
+        store = VectorMemoryStore(
+            authoritative,
+            FileVectorMemoryIndex(index_dir),
+            provider,
+            reranker=GameAwareMemoryReranker(),
+        )
+    except GameMemoryError:
+        await provider.aclose()
+        raise
+    return OpenedMemory(store, "hybrid", str(provider.identity), None, authoritative)

@@ -1,0 +1,210 @@
+"""Play the scenario against an opened memory, yielding one record per step.
+
+The driver is the same whatever shows the result: the terminal demo renders the steps as
+they come, ``--json`` collects them, and tests assert on them. The order of play:
+
+1. If the save's index holds vectors of another model (a ``--data`` folder from an
+   earlier run), rebuild it first.
+2. ``play``: the clock moves forward; every event is remembered by its witnesses when the
+   clock reaches it, and each ``play`` question is asked at its moment.
+3. The story runs to ``end_tick`` (every event is remembered).
+4. ``rewind``: the player loads an earlier save; the questions are asked as of earlier
+   moments of the same timeline, with every later memory still in the save.
+5. ``model_change`` (hybrid mode, when a ``switch_model`` is given): the save is re-opened
+   with another embedding model; its status says a rebuild is required, the questions
+   fall back to lexical recall; a rebuild with progress restores semantic recall and the
+   questions are asked again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable
+
+from game_memory.composition import OpenedMemory
+from game_memory.demo.clock import format_tick
+from game_memory.demo.outcome import (
+    EventStep,
+    ModelChangeStep,
+    PhaseStep,
+    QuestionStep,
+    RebuildStep,
+    Step,
+)
+from game_memory.demo.scenario import SCENARIO, DemoEvent, DemoQuestion, Scenario
+from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
+from game_memory.vector.recall import RecallResult
+
+__all__ = ["ModelSwitch", "ProgressSink", "memory_of", "play", "query_of"]
+
+#: Closes nothing, opens the same save with the changed embedding model.
+ModelSwitch = Callable[[], Awaitable[OpenedMemory]]
+#: Receives ``(done, total)`` while a rebuild runs.
+ProgressSink = Callable[[int, int], None]
+
+
+def memory_of(scenario: Scenario, event: DemoEvent, owner_id: str) -> GameMemory:
+    """The memory ``owner_id`` keeps of ``event``: exactly what the Godot demo stores.
+
+    The payload is the bridge's default (``{"text": text}`` as canonical JSON), so a memory
+    remembered through the sidecar is content-equal to this one.
+    """
+    moment = GameMoment(timeline_id=scenario.timeline_id, tick=event.tick)
+    expires = (
+        None
+        if event.expires_at is None
+        else GameMoment(timeline_id=scenario.timeline_id, tick=event.expires_at)
+    )
+    return GameMemory(
+        memory_id=event.id,
+        session_id=scenario.session_id,
+        owner_id=owner_id,
+        scope=event.scope,
+        kind=GameMemoryKind(event.kind),
+        payload_json=json.dumps(
+            {"text": event.text}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        ),
+        moment=moment,
+        importance=event.importance,
+        searchable_text=event.text,
+        tags=event.tags,
+        expires_at=expires,
+    )
+
+
+def query_of(scenario: Scenario, question: DemoQuestion) -> GameMemoryQuery:
+    """The recall a question makes: that NPC's memories, as of the question's moment."""
+    return GameMemoryQuery(
+        session_id=scenario.session_id,
+        owner_id=question.npc,
+        text=question.text,
+        limit=scenario.recall_limit,
+        at_or_before=GameMoment(timeline_id=scenario.timeline_id, tick=question.tick),
+    )
+
+
+def _lexical_view(memory: OpenedMemory) -> OpenedMemory:
+    # Lexical recall alone over the same save, to show what semantic recall adds. It shares
+    # the hybrid memory's file store and is never closed itself: the owner closes it.
+    store = memory.authoritative
+    return OpenedMemory(store, "lexical", None, None, store)
+
+
+async def _ask(
+    memory: OpenedMemory, scenario: Scenario, question: DemoQuestion, stage: str
+) -> QuestionStep:
+    query = query_of(scenario, question)
+    result: RecallResult = await memory.recall(query)
+    lexical = None
+    if memory.mode == "hybrid":
+        lexical = await _lexical_view(memory).recall(query)
+    return QuestionStep.judge(scenario, question, stage, result, lexical)
+
+
+async def _remember(memory: OpenedMemory, scenario: Scenario, event: DemoEvent) -> EventStep:
+    created = 0
+    for owner in event.witnesses:
+        if await memory.remember(memory_of(scenario, event, owner)):
+            created += 1
+    return EventStep(event, created)
+
+
+async def _rebuild(
+    memory: OpenedMemory, scenario: Scenario, reason: str, progress: ProgressSink | None
+) -> RebuildStep:
+    seen: list[tuple[int, int]] = []
+
+    def report(done: int, total: int) -> None:
+        seen.append((done, total))
+        if progress is not None:
+            progress(done, total)
+
+    status = await memory.rebuild(scenario.session_id, progress=report)
+    return RebuildStep(reason, tuple(seen), status)
+
+
+async def play(
+    memory: OpenedMemory,
+    scenario: Scenario = SCENARIO,
+    *,
+    switch_model: ModelSwitch | None = None,
+    progress: ProgressSink | None = None,
+) -> AsyncGenerator[Step, None]:
+    """Play ``scenario`` on ``memory`` and yield each step as it happens.
+
+    Takes ownership of ``memory``: it is closed when the iteration ends (also early, with
+    ``contextlib.aclosing``), and so is the memory ``switch_model`` returns. Replaying on a
+    save that already holds the scenario is an idempotent no-op for the remembering.
+
+    Args:
+        memory: The opened save (hybrid or lexical).
+        scenario: What to play.
+        switch_model: Opens the same save with a changed embedding model; called after
+            ``memory`` is closed. ``None`` skips the model-change phase.
+        progress: Receives ``(done, total)`` during every rebuild.
+
+    Raises:
+        GameMemoryError: A store failure (nothing in the scenario itself fails).
+    """
+    current = memory
+    try:
+        status = await current.status(scenario.session_id)
+        if status.requires_rebuild:
+            yield await _rebuild(
+                current,
+                scenario,
+                "the index in this folder holds vectors of another model",
+                progress,
+            )
+
+        pending = sorted(scenario.events, key=lambda event: event.tick)
+        for question in sorted(scenario.questions_of("play"), key=lambda item: item.tick):
+            while pending and pending[0].tick <= question.tick:
+                yield await _remember(current, scenario, pending.pop(0))
+            yield await _ask(current, scenario, question, "play")
+        while pending and pending[0].tick <= scenario.end_tick:
+            yield await _remember(current, scenario, pending.pop(0))
+
+        rewinds = scenario.questions_of("rewind")
+        if rewinds:
+            loaded = min(question.tick for question in rewinds)
+            yield PhaseStep(
+                "rewind",
+                loaded,
+                f"The player loads the save from {format_tick(loaded)}: the clock goes back on "
+                "the same timeline, and every later memory stays in the save.",
+            )
+            for question in rewinds:
+                yield await _ask(current, scenario, question, "rewind")
+
+        changes = scenario.questions_of("model_change")
+        if not changes:
+            return
+        at = max(question.tick for question in changes)
+        if current.mode != "hybrid" or switch_model is None:
+            yield PhaseStep(
+                "model_change",
+                at,
+                "Skipped: recall is lexical only (no embedding model), so there is no model "
+                "to change.",
+            )
+            return
+        yield PhaseStep(
+            "model_change",
+            at,
+            "The game ships with another embedding model setting: the save's vectors "
+            "were made by the old one.",
+        )
+        previous = current.identity
+        await current.aclose()
+        current = await switch_model()
+        yield ModelChangeStep(previous, current.identity, await current.status(scenario.session_id))
+        for question in changes:
+            yield await _ask(current, scenario, question, "after_model_change")
+        yield await _rebuild(
+            current, scenario, "the embedding model changed", progress
+        )
+        for question in changes:
+            yield await _ask(current, scenario, question, "after_rebuild")
+    finally:
+        await current.aclose()
