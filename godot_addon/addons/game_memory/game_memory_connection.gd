@@ -35,8 +35,10 @@ enum State {
 
 ## The bridge protocol version this client speaks.
 const PROTOCOL_VERSION: int = 1
-## The largest message either side may send, in bytes.
+## The largest message this client may send, in bytes (the sidecar refuses more).
 const MAX_MESSAGE_BYTES: int = 1048576
+## The largest response the sidecar sends, in bytes (it replaces bigger ones by an error).
+const MAX_RESPONSE_BYTES: int = 16777216
 ## The most requests on the wire at once; more wait in the queue.
 const MAX_IN_FLIGHT: int = 64
 #endregion
@@ -78,7 +80,7 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 	_open_timeout_seconds = timeout_seconds
 	_open_deadline_msec = Time.get_ticks_msec() + maxi(1, int(timeout_seconds * 1000.0))
 	_socket = WebSocketPeer.new()
-	_socket.inbound_buffer_size = MAX_MESSAGE_BYTES + 65536
+	_socket.inbound_buffer_size = MAX_RESPONSE_BYTES + 65536
 	_socket.outbound_buffer_size = MAX_MESSAGE_BYTES + 65536
 	var error: Error = _socket.connect_to_url(url)
 	if error != OK:
