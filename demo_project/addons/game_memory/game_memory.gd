@@ -1,0 +1,369 @@
+@icon("res://addons/game_memory/icons/game_memory.svg")
+class_name GameMemory
+extends Node
+## Long-term memory for NPCs: remember and recall on game time through the game-memory sidecar.
+##
+## Add one GameMemory node (an autoload works well) and await its methods. Each resolves
+## exactly once with a [Dictionary]: [code]{"ok": true, ...}[/code] with the answer, or
+## [code]{"ok": false, "error": {"code": int, "message": String}}[/code]; see [GameMemoryError]
+## for the codes. Nothing blocks the main thread: the WebSocket is polled in
+## [method Node._process], and every call has its own id and its own timeout, so many NPCs may
+## await at once.
+## [br][br]
+## On desktop, leave [member server_url] empty: the node launches [member sidecar_command]
+## ([code]game-memory serve[/code]) and connects to it. Elsewhere (web exports, tests, a shared
+## server), run the sidecar yourself and set [member server_url] and [member token].
+## [codeblock]
+## @onready var memory: GameMemory = $GameMemory
+##
+## func _on_theft_seen(guard: String, tick: int) -> void:
+##     var moment: Dictionary = {"timeline_id": "main", "tick": tick}
+##     await memory.remember(guard, "The player stole bread at the market.", moment)
+##
+## func _greet(guard: String, tick: int) -> void:
+##     var moment: Dictionary = {"timeline_id": "main", "tick": tick}
+##     var result: Dictionary = await memory.recall(guard, "player bread", moment)
+##     if result["ok"]:
+##         for item: Dictionary in result["memories"]:
+##             print(item["text"])
+##     else:
+##         push_warning(result["error"]["message"])
+## [/codeblock]
+
+#region Signals
+## Emitted when the sidecar is connected and initialized; requests made before are sent now.
+signal backend_ready
+## Emitted once per failure when the backend cannot be started or is lost (the sidecar died,
+## the connection closed, the token was refused). Every unresolved request has failed with
+## the same [param error]; call [method start] to try again.
+signal backend_failed(error: Dictionary)
+## Emitted after [method remember] succeeded, with the stored memory.
+signal memory_remembered(memory: Dictionary)
+## Emitted after a recall succeeded ([method recall], or each query of [method recall_many]),
+## with the owner asked about and the memories found.
+signal memory_recalled(owner_id: String, memories: Array)
+## Emitted while [method rebuild] runs: [param done] of [param total] entries are embedded.
+signal rebuild_progressed(done: int, total: int)
+## Emitted when [method rebuild] resolved, with the same dictionary it returns (the index
+## status on success, or [code]"ok": false[/code] and the error).
+signal rebuild_completed(status: Dictionary)
+## Emitted for every diagnostic the sidecar sends ([code]code[/code], [code]severity[/code],
+## [code]message[/code], [code]session_id[/code], [code]owner_id[/code],
+## [code]memory_id[/code], [code]details[/code]), e.g. [code]embedding_model_unavailable[/code].
+signal diagnostic_emitted(diagnostic: Dictionary)
+#endregion
+
+#region Enums
+## Where the backend is in its life.
+enum State {
+	IDLE, ## Not started, or stopped.
+	LAUNCHING, ## Launching the sidecar and waiting for its ready line.
+	CONNECTING, ## Connecting to the sidecar and initializing.
+	READY, ## Connected: requests are answered.
+	FAILED, ## Failed or lost; requests fail at once until [method start] is called.
+}
+#endregion
+
+#region Exported properties
+@export_group("Connection")
+## The sidecar's WebSocket URL, e.g. [code]ws://127.0.0.1:8765[/code]. Empty: launch a
+## sidecar with [member sidecar_command] (desktop only).
+@export var server_url: String = ""
+## The token the sidecar printed or was given with [code]--token-file[/code]; used with
+## [member server_url] (a launched sidecar's token is read from its ready line).
+@export var token: String = ""
+## Start the backend when the node is ready. When false, the first request starts it.
+@export var autostart: bool = true
+
+@export_group("Sidecar")
+## The program that runs the sidecar: [code]game-memory[/code] on the PATH, or a full path.
+@export var sidecar_command: String = "game-memory"
+## Arguments put before [code]serve[/code], e.g. [code]["-m", "game_memory.cli"][/code]
+## when [member sidecar_command] is a Python interpreter.
+@export var sidecar_arguments: PackedStringArray = PackedStringArray()
+## The embedding model the launched sidecar loads: [code]default[/code], [code]lexical[/code],
+## [code]hashing[/code] or a model folder.
+@export var model: String = "default"
+## The authoritative save folder of the launched sidecar ([code]user://[/code] paths work).
+@export var save_directory: String = "user://game_memory/save"
+## The derived index folder of the launched sidecar; it can always be rebuilt from the save.
+@export var index_directory: String = "user://game_memory/index"
+
+@export_group("Session")
+## The save session every call reads and writes; use one per save slot.
+@export var session_id: String = "default"
+
+@export_group("Timeouts")
+## Seconds the sidecar has to answer a request once it can be sent; a late request resolves
+## with [constant GameMemoryError.REQUEST_TIMEOUT]. A rebuild's clock restarts with every
+## progress report.
+@export_range(0.05, 600.0, 0.05, "suffix:s") var request_timeout: float = 10.0
+## Seconds a launched sidecar has to print its ready line, and the connection has to open.
+@export_range(0.5, 600.0, 0.5, "suffix:s") var startup_timeout: float = 30.0
+#endregion
+
+#region Private variables
+var _state: State = State.IDLE
+var _connection: GameMemoryConnection = null
+var _sidecar: GameMemorySidecar = null
+var _server_info: Dictionary = {}
+var _last_error: Dictionary = {}
+#endregion
+
+
+#region Engine callbacks
+func _init() -> void:
+	# Keep answering while the game is paused (a pause menu must not time memory calls out).
+	process_mode = Node.PROCESS_MODE_ALWAYS
+
+
+func _ready() -> void:
+	if autostart:
+		start()
+
+
+func _process(_delta: float) -> void:
+	if _sidecar != null:
+		_sidecar.poll()
+	if _connection != null:
+		_connection.poll()
+
+
+func _exit_tree() -> void:
+	stop()
+
+
+func _notification(what: int) -> void:
+	if what == NOTIFICATION_PREDELETE and _sidecar != null:
+		_sidecar.kill()
+#endregion
+
+
+#region Public methods
+## Starts the backend: connects to [member server_url], or launches the sidecar when it is
+## empty. Does nothing while starting or ready. [signal backend_ready] or
+## [signal backend_failed] follows.
+func start() -> void:
+	if _state == State.LAUNCHING or _state == State.CONNECTING or _state == State.READY:
+		return
+	_discard_backend()
+	_last_error = {}
+	_connection = GameMemoryConnection.new()
+	_connection.opened.connect(_on_connection_opened)
+	_connection.closed.connect(_on_backend_failed)
+	_connection.notified.connect(_on_notified)
+	if not server_url.is_empty():
+		_state = State.CONNECTING
+		_connection.open(server_url, token, startup_timeout)
+		return
+	_state = State.LAUNCHING
+	_sidecar = GameMemorySidecar.new()
+	_sidecar.started.connect(_on_sidecar_started)
+	_sidecar.failed.connect(_on_backend_failed)
+	for folder: String in [save_directory, index_directory]:
+		DirAccess.make_dir_recursive_absolute(ProjectSettings.globalize_path(folder))
+	var arguments: PackedStringArray = GameMemorySidecar.build_arguments(
+			sidecar_arguments, save_directory, index_directory, model)
+	_sidecar.launch(sidecar_command, arguments, startup_timeout)
+
+
+## Stops the backend: every unresolved request fails with [constant GameMemoryError.STOPPED],
+## and a launched sidecar is asked to exit (and killed if it does not). Emits nothing.
+func stop() -> void:
+	if _state == State.IDLE:
+		return
+	_state = State.IDLE
+	_server_info = {}
+	if _connection != null:
+		_connection.close(GameMemoryError.make(GameMemoryError.STOPPED,
+				"GameMemory was stopped (stop() was called or the node left the tree) before "
+				+ "the answer came; start() it again to send more requests"))
+	if _sidecar != null:
+		_sidecar.stop()
+
+
+## Returns where the backend is in its life.
+func get_state() -> State:
+	return _state
+
+
+## Returns true when the sidecar is connected and initialized.
+func is_backend_ready() -> bool:
+	return _state == State.READY
+
+
+## Returns what the sidecar said when it was initialized: [code]protocol_version[/code],
+## [code]server[/code], [code]mode[/code] ([code]"hybrid"[/code] or [code]"lexical"[/code])
+## and [code]model[/code]; empty until [signal backend_ready].
+func get_server_info() -> Dictionary:
+	return _server_info.duplicate()
+
+
+## Returns the error the backend last failed with; empty when it has not failed.
+func get_last_error() -> Dictionary:
+	return _last_error.duplicate()
+
+
+## Stores a memory of [param owner_id] (an NPC, a faction) about [param text] at the game
+## [param moment] ([code]{"timeline_id": String, "tick": int}[/code]). [param options]:
+## [code]kind[/code] (event, fact, relationship, goal, reflection, procedure),
+## [code]scope[/code], [code]importance[/code] (0..1), [code]tags[/code],
+## [code]payload[/code], [code]memory_id[/code], [code]expires_at[/code] (a moment),
+## [code]source_input_id[/code], [code]metadata[/code].
+## Resolves with [code]memory_id[/code], [code]created[/code] (false when the same memory was
+## already stored: resending is a no-op) and [code]memory[/code].
+func remember(owner_id: String, text: String, moment: Dictionary,
+		options: Dictionary = {}) -> Dictionary:
+	var built: Dictionary = GameMemoryCodec.remember_params(
+			session_id, owner_id, text, moment, options)
+	if not built["ok"]:
+		return built
+	var result: Dictionary = await _call("memory.remember", built["params"])
+	if result["ok"]:
+		result["memory"] = GameMemoryCodec.memory(result.get("memory"))
+		result["created"] = bool(result.get("created", false))
+		memory_remembered.emit(result["memory"])
+	return result
+
+
+## Recalls what [param owner_id] remembers about [param text] as of the game moment
+## [param at_or_before]: memories from later in that timeline are never returned. An empty
+## owner, text or moment does not narrow the recall. [param options]: [code]limit[/code]
+## (default 8), [code]scopes[/code], [code]kinds[/code], [code]tags[/code],
+## [code]minimum_importance[/code], [code]require_semantic[/code].
+## Resolves with [code]memories[/code] (dictionaries with [code]memory_id, owner_id, text,
+## kind, scope, moment, importance, tags, payload[/code] and [code]why[/code]),
+## [code]stages[/code] and [code]fallback[/code] (true when lexical recall answered alone).
+func recall(owner_id: String, text: String, at_or_before: Dictionary,
+		options: Dictionary = {}) -> Dictionary:
+	var built: Dictionary = GameMemoryCodec.recall_params(
+			session_id, owner_id, text, at_or_before, options)
+	if not built["ok"]:
+		return built
+	var result: Dictionary = GameMemoryCodec.recall_result(
+			await _call("memory.recall", built["params"]))
+	if result["ok"]:
+		memory_recalled.emit(owner_id, result["memories"])
+	return result
+
+
+## Runs several recalls in one round trip, e.g. one per NPC in a scene. Each query is a
+## Dictionary with [code]owner_id[/code], [code]text[/code], [code]at_or_before[/code] and any
+## [method recall] option. Resolves with [code]results[/code]: one entry per query, in the same
+## order, each shaped like a [method recall] result; one bad query does not fail the others.
+func recall_many(queries: Array) -> Dictionary:
+	var built: Dictionary = GameMemoryCodec.recall_many_params(session_id, queries)
+	if not built["ok"]:
+		return built
+	var result: Dictionary = await _call("memory.recall_many", built["params"])
+	if not result["ok"]:
+		return result
+	var raw: Variant = result.get("results")
+	if not raw is Array or raw.size() != queries.size():
+		return GameMemoryError.failure(GameMemoryError.INVALID_RESPONSE,
+				"the sidecar answered recall_many with no result per query; are the addon and "
+				+ "the sidecar the same version?")
+	var entries: Array = []
+	for index: int in queries.size():
+		var entry: Variant = raw[index]
+		var normalized: Dictionary = GameMemoryCodec.recall_result(
+				entry if entry is Dictionary else {"ok": false, "error": GameMemoryError.make(
+				GameMemoryError.INVALID_RESPONSE, "the sidecar sent no result for this query")})
+		entries.append(normalized)
+		if normalized.get("ok", false):
+			memory_recalled.emit(str(queries[index].get("owner_id", "")), normalized["memories"])
+	result["results"] = entries
+	return result
+
+
+## Reports the state of the session's derived vector index: [code]mode[/code],
+## [code]state[/code] (empty, ready, degraded, rebuild_required, lexical),
+## [code]active_identity[/code], the entry counts and [code]requires_rebuild[/code].
+func status() -> Dictionary:
+	return GameMemoryCodec.status_result(
+			await _call("memory.status", {"session_id": session_id}))
+
+
+## Rebuilds the session's derived vector index from the save ([param force]: re-embed every
+## entry, not only stale ones), emitting [signal rebuild_progressed] as it goes and
+## [signal rebuild_completed] at the end. Resolves with the new status.
+func rebuild(force: bool = false) -> Dictionary:
+	var result: Dictionary = GameMemoryCodec.status_result(
+			await _call("memory.rebuild", {"session_id": session_id, "force": force}))
+	rebuild_completed.emit(result)
+	return result
+
+
+## Migrates the sidecar's stores to the current on-disk format. Resolves with
+## [code]migrated_entries[/code], [code]partitioned_entries[/code] and
+## [code]vector_entries[/code].
+func migrate() -> Dictionary:
+	return GameMemoryCodec.migrate_result(await _call("memory.migrate", {}))
+#endregion
+
+
+#region Private methods
+func _call(method: String, params: Dictionary) -> Dictionary:
+	if _state == State.IDLE:
+		start()
+	var request: GameMemoryRequest
+	if _state == State.FAILED:
+		request = GameMemoryRequest.new(0, method, params, request_timeout)
+		request.finish(GameMemoryError.failure(int(_last_error.get("code", 0)),
+				"%s was not sent: %s" % [method, _last_error.get("message", "")]))
+	else:
+		request = _connection.request(method, params, request_timeout)
+	var result: Dictionary = await request.wait()
+	return result.duplicate(true)
+
+
+func _discard_backend() -> void:
+	if _connection != null:
+		_connection.opened.disconnect(_on_connection_opened)
+		_connection.closed.disconnect(_on_backend_failed)
+		_connection.notified.disconnect(_on_notified)
+		_connection.close(GameMemoryError.make(GameMemoryError.STOPPED,
+				"GameMemory was restarted before the answer came; send the request again"))
+		_connection = null
+	if _sidecar != null:
+		_sidecar.started.disconnect(_on_sidecar_started)
+		_sidecar.failed.disconnect(_on_backend_failed)
+		_sidecar.kill()
+		_sidecar = null
+
+
+func _on_sidecar_started(url: String, sidecar_token: String) -> void:
+	if _state != State.LAUNCHING:
+		return
+	_state = State.CONNECTING
+	_connection.open(url, sidecar_token, startup_timeout)
+
+
+func _on_connection_opened(server_info: Dictionary) -> void:
+	_server_info = server_info
+	_state = State.READY
+	backend_ready.emit()
+
+
+func _on_backend_failed(error: Dictionary) -> void:
+	if _state == State.IDLE or _state == State.FAILED:
+		return
+	_state = State.FAILED
+	_last_error = error
+	_server_info = {}
+	if _sidecar != null:
+		_sidecar.kill()
+	# Announce before the pending requests resolve, so their awaiters see a failed backend.
+	# A handler may call start(), which replaces _connection; the old one is closed below.
+	var failed_connection: GameMemoryConnection = _connection
+	backend_failed.emit(error)
+	failed_connection.close(error)
+
+
+func _on_notified(method: String, params: Dictionary) -> void:
+	if method == "memory.rebuild_progress":
+		_connection.extend_deadlines("memory.rebuild")
+		rebuild_progressed.emit(int(params.get("done", 0)), int(params.get("total", 0)))
+	elif method == "memory.diagnostic":
+		diagnostic_emitted.emit(params)
+#endregion
