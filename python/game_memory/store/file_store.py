@@ -216,7 +216,7 @@ class FileGameMemoryStore:
         Visibility follows ``memory_matches_query``: memories after ``query.at_or_before``
         (game time), on another timeline, or expired at that moment are never returned.
         """
-        if query.limit == 0:
+        if isinstance(query, GameMemoryQuery) and query.limit == 0:
             return []
         return list((await self.search_snapshot(query)).memories)
 

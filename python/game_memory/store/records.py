@@ -1,15 +1,22 @@
-"""The checksummed record format of the append-only partition logs.
+"""The checksummed record format of the append-only partition logs (and of packs).
 
-A record is ``magic (4) | payload length (u32 LE) | CRC-32 of length+payload (u32 LE) |
-payload``. Records are appended with one ``write`` call, so a writer killed mid-append
-leaves a *torn tail*: a prefix of one record (or, after a power loss on some file systems,
-zero bytes). Scanning tells three cases apart:
+A record is ``magic "GMR\\x01" (4) | payload length (u32 LE) | CRC-32 of the length field
+(u32 LE) | CRC-32 of length+payload (u32 LE) | payload``. Records are appended with one
+``write`` call, so a writer killed mid-append leaves a *torn tail*: a prefix of one record
+(or, after a power loss on some file systems, zero bytes). Scanning tells three cases apart:
 
 * valid records, up to ``end``;
-* a torn tail after ``end`` (an incomplete record or all zero bytes): never acknowledged,
-  treated as absent by readers and cut off by the next writer under the lock;
-* anything else (bad magic, bad checksum, absurd length): corruption, raised as
-  :class:`RecordCorruption` so the store fails closed.
+* a torn tail after ``end``: zero bytes only, a prefix of a header, or a header that is
+  itself intact (its length checksum holds) followed by fewer payload bytes than it
+  declares. It was never acknowledged; readers treat it as absent and the next writer
+  cuts it off under the lock;
+* anything else (bad magic, a length whose checksum fails, an absurd length, a payload
+  checksum mismatch, a record header inside what would be a torn tail): corruption,
+  raised as :class:`RecordCorruption` so the store fails closed.
+
+The length checksum is what keeps a damaged length field from passing for a torn tail:
+without it, a flipped bit that made a length point past the end of the file would hide
+the record (and every later one) as "torn", and the next writer would cut them off.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 __all__ = ["HEADER_BYTES", "RecordCorruption", "ScanResult", "encode_record", "scan_records"]
 
 MAGIC = b"GMR\x01"
-_HEADER = struct.Struct("<4sII")
+_HEADER = struct.Struct("<4sIII")
 HEADER_BYTES = _HEADER.size
 
 
@@ -46,8 +53,9 @@ class ScanResult:
 def encode_record(payload: bytes) -> bytes:
     """Frame ``payload`` as one record."""
     length = struct.pack("<I", len(payload))
-    checksum = zlib.crc32(payload, zlib.crc32(length))
-    return _HEADER.pack(MAGIC, len(payload), checksum) + payload
+    length_check = zlib.crc32(length)
+    checksum = zlib.crc32(payload, length_check)
+    return _HEADER.pack(MAGIC, len(payload), length_check, checksum) + payload
 
 
 def scan_records(data: bytes, *, base_offset: int = 0, maximum_payload: int) -> ScanResult:
@@ -70,23 +78,30 @@ def scan_records(data: bytes, *, base_offset: int = 0, maximum_payload: int) -> 
     view = memoryview(data)
     while position < size:
         remaining = size - position
-        if not any(view[position:]):
-            break  # zero-filled tail: an unacknowledged write after a power loss
         if remaining < HEADER_BYTES:
-            if not MAGIC.startswith(bytes(view[position : position + min(4, remaining)])):
+            tail = bytes(view[position:])
+            if any(tail) and not MAGIC.startswith(tail[:4]):
                 raise RecordCorruption(base_offset + position, "bad magic")
-            break
-        magic, length, checksum = _HEADER.unpack_from(data, position)
+            break  # a prefix of a header (or zero bytes): torn tail
+        magic, length, length_check, checksum = _HEADER.unpack_from(data, position)
         if magic != MAGIC:
+            if not any(view[position:]):
+                break  # zero-filled tail: an unacknowledged write after a power loss
             raise RecordCorruption(base_offset + position, "bad magic")
+        length_bytes = data[position + 4 : position + 8]
+        if zlib.crc32(length_bytes) != length_check:
+            raise RecordCorruption(base_offset + position, "the length field is damaged")
         if length > maximum_payload:
             raise RecordCorruption(base_offset + position, f"declared length {length} too large")
         end = position + HEADER_BYTES + length
         if end > size:
+            # A torn tail holds part of one payload, which is JSON text: it never contains
+            # a record header, so one there means later records exist and this is damage.
+            if data.find(MAGIC, position + HEADER_BYTES) != -1:
+                raise RecordCorruption(base_offset + position, "a record is cut short")
             break  # incomplete record: torn tail
-        payload = bytes(view[position + HEADER_BYTES : end])
-        if zlib.crc32(payload, zlib.crc32(data[position + 4 : position + 8])) != checksum:
+        if zlib.crc32(view[position + HEADER_BYTES : end], length_check) != checksum:
             raise RecordCorruption(base_offset + position, "checksum mismatch")
-        payloads.append(payload)
+        payloads.append(bytes(view[position + HEADER_BYTES : end]))
         position = end
     return ScanResult(payloads, base_offset + position, size - position)

@@ -1,0 +1,151 @@
+"""The lexical tokenizer against the reference rule (§2.3), spelled out as a character loop."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from game_memory.store.tokenizer import MAXIMUM_TOKENS, MAXIMUM_UTF16_UNITS, tokenize
+
+_LETTER_OR_DIGIT = {"Lu", "Ll", "Lt", "Lm", "Lo", "Nd"}  # .NET char.IsLetterOrDigit
+
+
+def _utf16_units(text: str) -> list[int]:
+    data = text.encode("utf-16-le", "surrogatepass")
+    return [int.from_bytes(data[i : i + 2], "little") for i in range(0, len(data), 2)]
+
+
+def _is_cjk(unit: int) -> bool:
+    return 0x3400 <= unit <= 0x4DBF or 0x4E00 <= unit <= 0x9FFF or 0xF900 <= unit <= 0xFAFF
+
+
+def _lower_invariant(unit: int) -> str:
+    """The simple (one unit to one unit) lower-case mapping of .NET ``ToLowerInvariant``."""
+    lowered = chr(unit).lower()
+    if len(lowered) == 1:
+        return lowered
+    # Only U+0130 lower-cases to two characters in full mapping; its simple mapping is "i".
+    assert unit == 0x130
+    return "i"
+
+
+def reference_tokenize(text: str | None) -> list[str]:
+    """§2.3 of the reference, one UTF-16 code unit at a time."""
+    if text is None or text.strip() == "":
+        return []
+    tokens: list[str] = []
+    word: list[str] = []
+    previous_cjk: str | None = None
+
+    def flush() -> None:
+        if word:
+            tokens.append("".join(word))
+            word.clear()
+
+    for unit in _utf16_units(text)[:MAXIMUM_UTF16_UNITS]:
+        if len(tokens) >= MAXIMUM_TOKENS:
+            break
+        if _is_cjk(unit):
+            flush()
+            character = chr(unit)
+            if len(tokens) < MAXIMUM_TOKENS:
+                tokens.append(character)
+            if previous_cjk is not None and len(tokens) < MAXIMUM_TOKENS:
+                tokens.append(previous_cjk + character)
+            previous_cjk = character
+            continue
+        previous_cjk = None
+        is_word = unit == ord("_") or (
+            not 0xD800 <= unit <= 0xDFFF and unicodedata.category(chr(unit)) in _LETTER_OR_DIGIT
+        )
+        if is_word:
+            word.append(_lower_invariant(unit))
+        else:
+            flush()
+    if len(tokens) < MAXIMUM_TOKENS:
+        flush()
+    return tokens[:MAXIMUM_TOKENS]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("一只猫", ["一", "只", "一只", "猫", "只猫"]),
+        ('{"text":"Feline"}', ["text", "feline"]),
+        ("Hello, World_42!", ["hello", "world_42"]),
+        ("猫a猫", ["猫", "a", "猫"]),
+        ("ΣΑΣ", ["σασ"]),  # simple mapping: no final sigma
+        ("İstanbul", ["istanbul"]),  # simple mapping: no combining dot
+        ("x²y", ["x", "y"]),  # superscript two is No, not a decimal digit
+        ("a\U0001d400b", ["a", "b"]),  # an astral letter is two surrogates: a separator
+        ("e\u0301te", ["e", "te"]),  # a combining mark is not a letter
+        ("٣٤ apples", ["٣٤", "apples"]),  # Arabic-Indic digits are Nd
+        ("   ", []),
+        ("", []),
+        (None, []),
+    ],
+)
+def test_tokenizer_reproduces_the_reference_examples(text: str | None, expected: list[str]) -> None:
+    assert tokenize(text) == expected
+    assert reference_tokenize(text) == expected
+
+
+_ASCII = list("aZz09_ -,.\n\"'{}:")
+_CJK_EDGES = [
+    "一",
+    "只",
+    "猫",
+    "\u3400",
+    "\u4dbf",
+    "\u9fff",
+    "\uf900",
+    "\ufaff",
+    "\u33ff",
+    "\ufb00",
+]
+_TRICKY = ["Σ", "ς", "İ", "ı", "ß", "ǅ", "ʰ", "²", "Ⅻ", "\u0301", "٣", "\u00a0", "\u2028"]
+_ASTRAL = ["\U0001d400", "\U0001f600", "\U00020000"]
+_ALPHABET = st.sampled_from([*_ASCII, *_CJK_EDGES, *_TRICKY, *_ASTRAL])
+
+
+@settings(max_examples=400)
+@given(st.lists(_ALPHABET, max_size=40).map("".join))
+def test_tokenizer_matches_the_reference_loop_on_mixed_scripts(text: str) -> None:
+    assert tokenize(text) == reference_tokenize(text)
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=60))
+def test_tokenizer_matches_the_reference_loop_on_any_text(text: str) -> None:
+    assert tokenize(text) == reference_tokenize(text)
+
+
+def test_at_most_4096_tokens_are_emitted() -> None:
+    text = " ".join(f"w{index}" for index in range(5_000))
+    tokens = tokenize(text)
+    assert len(tokens) == MAXIMUM_TOKENS
+    assert tokens == reference_tokenize(text)
+    assert tokens[-1] == f"w{MAXIMUM_TOKENS - 1}"
+
+
+def test_the_token_cap_holds_inside_a_run_of_ideographs() -> None:
+    text = "猫" * 3_000  # 3,000 unigrams and 2,999 bigrams
+    tokens = tokenize(text)
+    assert len(tokens) == MAXIMUM_TOKENS
+    assert tokens == reference_tokenize(text)
+
+
+def test_only_the_first_100000_utf16_units_are_read() -> None:
+    filler = " " * (MAXIMUM_UTF16_UNITS - 2)
+    assert tokenize(filler + "xy tail") == ["xy"]
+    # An astral character counts two units: it pushes "zz" past the limit.
+    assert tokenize(filler + "\U0001d400" + "zz") == []
+    assert tokenize(filler[:-1] + "z\U0001d400" + "zz") == ["z"]
+    # An astral character straddling the limit is dropped whole (its first unit separates).
+    assert tokenize(filler + "y\U0001d400" + "zz") == ["y"]
+    text = "b" * 60_000 + " " + "c" * 60_000
+    assert tokenize(text) == ["b" * 60_000, "c" * (MAXIMUM_UTF16_UNITS - 60_001)]
+    assert tokenize(text) == reference_tokenize(text)
