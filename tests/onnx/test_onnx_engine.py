@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from fakes import GatedInference, WordTokenizer
+from onnx_fakes import GatedInference, WordTokenizer
 
 from game_memory.errors import (
     EmbeddingTimeoutError,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fakes import GatedInference, WordTokenizer
+from onnx_fakes import GatedInference, WordTokenizer
 
 from game_memory.onnx import (
     BgeM3OnnxEmbeddingOptions,
