@@ -8,6 +8,7 @@ records whose writer died before acknowledging them) and resolving pending inten
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -46,9 +47,16 @@ def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tu
     problems: list[str] = []
     torn: list[tuple[str, int]] = []
     cache = PartitionCache(engine.maximum_file_bytes, 1)
-    for session in fs.list_directory(engine.data):
+    try:
+        with os.scandir(engine.data) as listing:
+            sessions = sorted(listing, key=lambda entry: entry.name)
+    except OSError as exc:
+        return records, [f"could not list {engine.data}: {exc.strerror}"], torn
+    for session in sessions:
         match = _SESSION.match(session.name)
         if match is None:
+            if session.is_symlink():
+                problems.append(f"{session.path} is a symbolic link")
             continue
         session_hash = match.group(1)
         directory = Path(session.path)

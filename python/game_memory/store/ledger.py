@@ -15,6 +15,7 @@ sequence u64 (the record's own index) | sha256(session) | sha256(owner) | sha256
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
@@ -48,13 +49,22 @@ class Ledger:
         self._maximum_bytes = (maximum_entries + 1) * RECORD_BYTES * 2
 
     def stat(self) -> os.stat_result | None:
-        """``lstat`` of the ledger, or ``None`` when no memory was ever added."""
+        """``lstat`` of the ledger, or ``None`` when no memory was ever added.
+
+        Raises:
+            PersistenceError: the ledger is a symbolic link or not a regular file.
+        """
         try:
-            return os.lstat(self.path)
+            info = os.lstat(self.path)
         except FileNotFoundError:
             return None
         except OSError as exc:
             raise PersistenceError(f"could not inspect {self.path}: {exc.strerror}") from exc
+        if not stat.S_ISREG(info.st_mode):
+            raise PersistenceError(
+                f"refusing to use {self.path}: it should be a regular file, not a link or folder"
+            )
+        return info
 
     def count(self) -> int:
         """How many intents the ledger holds (a torn partial record is not counted)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
@@ -45,6 +46,10 @@ class ProcessLock:
             )
         except OSError as exc:
             self._thread_lock.release()
+            if exc.errno == errno.ELOOP:
+                raise PersistenceError(
+                    f"refusing to use the lock file {self._path}: it is a symbolic link"
+                ) from exc
             raise PersistenceError(
                 f"could not open the lock file {self._path}: {exc.strerror or exc}"
             ) from exc

@@ -99,6 +99,7 @@ class PartitionState:
     # every segment of the partition, and the next pack and segment names, which were absent.
     probes: tuple[tuple[str, int, int, int], ...] = ()
     absent: tuple[str, ...] = ()
+    folder: tuple[str, int] | None = None  # the session folder and its inode, if it existed
 
     @property
     def memory_count(self) -> int:
@@ -155,6 +156,8 @@ class PartitionCache:
     def owner_hashes(self, session_directory: str | Path) -> list[str]:
         """Every owner with records in the session (logs and packs), sorted; links refused."""
         hashes: set[str] = set()
+        if _session_folder(session_directory) is None:
+            return []
         for entry in fs.list_directory(Path(session_directory)):
             match = _SEGMENT.match(entry.name)
             named = match is not None or PACK_NAME.match(entry.name)
@@ -185,6 +188,7 @@ class PartitionCache:
                 if key in self._states:
                     self._states.move_to_end(key)
             return cached
+        folder_inode = _session_folder(session_directory)
         indexes = self.pack_indexes(session_directory)
         packs = self._read_packs(indexes, owner_hash, session_hash, cached)
         same_packs = cached is not None and len(packs) == len(cached.packs)
@@ -218,8 +222,9 @@ class PartitionCache:
             pack_path(session_directory, len(indexes) + 1),
             segment_path(session_directory, owner_hash, len(segments)),
         )
+        folder = None if folder_inode is None else (os.fspath(session_directory), folder_inode)
         if not changed and cached is not None:
-            state = dataclasses.replace(cached, probes=tuple(probes), absent=absent)
+            state = dataclasses.replace(cached, probes=tuple(probes), absent=absent, folder=folder)
             self._remember(key, state)
             return state
         for segment in segments[:-1]:
@@ -235,7 +240,14 @@ class PartitionCache:
             memories.extend(m for segment in segments for m in segment.memories)
             view = _build_view(None, memories, session_directory)
         state = PartitionState(
-            session_hash, owner_hash, tuple(packs), tuple(segments), view, tuple(probes), absent
+            session_hash,
+            owner_hash,
+            tuple(packs),
+            tuple(segments),
+            view,
+            tuple(probes),
+            absent,
+            folder,
         )
         self._remember(key, state)
         return state
@@ -353,6 +365,13 @@ def _unchanged(state: PartitionState) -> bool:
     """
     if not state.absent:
         return False
+    if state.folder is not None:
+        # A session folder swapped for a link (or anything else) has another inode.
+        try:
+            if os.lstat(state.folder[0]).st_ino != state.folder[1]:
+                return False
+        except OSError:
+            return False
     for path, inode, size, changed in state.probes:
         try:
             info = os.lstat(path)
@@ -362,6 +381,32 @@ def _unchanged(state: PartitionState) -> bool:
             return False
     # os.access answers "absent" without raising (cheaper than lstat on the hot path).
     return not any(os.access(path, os.F_OK, follow_symlinks=False) for path in state.absent)
+
+
+def _session_folder(session_directory: str | Path) -> int | None:
+    """Check the data folder and a session folder are real folders; the session's inode.
+
+    Returns ``None`` when the session folder does not exist (a session without memories).
+
+    Raises:
+        PersistenceError: either folder is a symbolic link or not a folder.
+    """
+    folder = os.fspath(session_directory)
+    info: os.stat_result | None = None
+    for path in (os.path.dirname(folder), folder):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
+        if not stat.S_ISDIR(info.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+            raise PersistenceError(
+                f"refusing to read {path}: it is {kind}. A save folder must contain only "
+                "real files and folders."
+            )
+    return None if info is None else info.st_ino
 
 
 def _lstat_regular(path: str) -> os.stat_result | None:

@@ -1,0 +1,134 @@
+"""The consistency checker: what it reports, and the only repairs ``fix=True`` applies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from game_memory.store.documents import encode_document
+from game_memory.store.engine import StoreEngine
+from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
+from game_memory.store.partitions import identity_hash
+from game_memory.store.records import encode_record
+
+from .helpers import DATA, MemoryFactory, StoreFactory, log_path, session_folder, write_legacy
+
+
+def engine_of(store: object) -> StoreEngine:
+    engine = store._engine  # type: ignore[attr-defined]
+    assert isinstance(engine, StoreEngine)
+    return engine
+
+
+async def test_a_healthy_store_checks_clean_with_matching_counts(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    for index in range(5):
+        write_legacy(save, make_memory(f"legacy{index}", owner_id=f"o{index % 2}"))
+    store = make_store(save)
+    for index in range(4):
+        await store.append(make_memory(f"m{index}", session_id=f"s{index % 2}"))
+    report = await store.check()
+    assert report.ok, report.problems
+    assert (report.memories, report.ledger_entries, report.repairs) == (9, 9, ())
+    assert (await store.check(fix=True)).repairs == ()
+
+
+async def test_a_pending_intent_is_reported_and_fix_drops_it(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    store = make_store()
+    await store.append(make_memory("m1"))
+    engine = engine_of(store)
+    with engine.locked():  # what a writer killed between intent and record leaves
+        engine.ledger.append(
+            [LedgerEntry(identity_hash("session"), identity_hash("owner"), identity_hash("m2"))],
+            first_index=1,
+        )
+    report = await store.check()
+    assert [p for p in report.problems if "pending append" in p]
+    assert report.ledger_entries == 2
+    fixed = await store.check(fix=True)
+    assert fixed.ok and fixed.repairs == ("dropped 1 pending ledger intents",)
+    assert await store.count() == 1
+
+
+async def test_a_torn_ledger_record_is_reported_and_fix_cuts_it(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    await store.append(make_memory("m1"))
+    ledger = tmp_path / "save" / DATA / "ledger.log"
+    with ledger.open("ab") as file:
+        file.write(b"GML\x01" + bytes(40))
+    assert any("torn record" in p for p in (await store.check()).problems)
+    fixed = await store.check(fix=True)
+    assert fixed.ok and ledger.stat().st_size == RECORD_BYTES
+    assert any("torn record" in repair for repair in fixed.repairs)
+
+
+async def test_an_uncommitted_migration_batch_is_reported_and_fix_rolls_it_back(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    store = make_store()
+    await store.append(make_memory("kept"))
+    engine = engine_of(store)
+    session_hash, owner_hash = identity_hash("batch"), identity_hash("owner")
+    with engine.locked():  # a migration killed after its packs, before its commit
+        engine.session_directory(session_hash).mkdir()
+        record = encode_record(encode_document(make_memory("lost", session_id="batch")))
+        plans = engine.plan_packs(session_hash, [(owner_hash, [record])])
+        assert len(plans) == 1
+        engine.write_journal(1, [path for path, _ in plans])
+        engine.ledger.append(
+            [LedgerEntry(session_hash, owner_hash, identity_hash("lost"))], first_index=1
+        )
+        for path, groups in plans:
+            engine.write_pack(path, groups)
+    assert [m.memory_id for m in await store.enumerate("batch")] == ["lost"]
+    report = await store.check()
+    assert any("uncommitted migration batch" in p for p in report.problems)
+    fixed = await store.check(fix=True)
+    assert fixed.ok, fixed.problems
+    assert not engine.journal_path.exists()
+    assert not list(engine.session_directory(session_hash).glob("p-*.pack"))
+    assert await store.count() == 1
+    assert await store.enumerate("batch") == []
+
+
+async def test_an_acknowledged_record_that_vanished_is_reported_and_never_repaired(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    await store.append(make_memory("m1"))
+    await store.append(make_memory("m2", owner_id="other"))
+    log_path(tmp_path / "save", "session", "owner").write_bytes(b"")  # m1 is gone
+    fixed = await store.check(fix=True)
+    assert not fixed.ok and fixed.repairs == ()
+    assert any("has no record" in p for p in fixed.problems)
+    assert await store.count() == 2
+
+
+async def test_a_record_without_an_intent_is_reported(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    await store.append(make_memory("m1"))
+    await store.append(make_memory("m2"))
+    with (tmp_path / "save" / DATA / "ledger.log").open("r+b") as file:
+        file.truncate(RECORD_BYTES)
+    report = await store.check(fix=True)
+    assert not report.ok
+    assert any("no ledger intent" in p for p in report.problems)
+
+
+async def test_a_corrupt_partition_is_reported_not_raised(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    await store.append(make_memory("m1"))
+    log = log_path(tmp_path / "save", "session", "owner")
+    log.write_bytes(log.read_bytes()[:-1] + b"!")
+    report = await store.check()
+    assert not report.ok and any("corrupt" in p for p in report.problems)
+    assert session_folder(tmp_path / "save", "session").is_dir()
