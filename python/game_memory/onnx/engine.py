@@ -27,13 +27,8 @@ import enum
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
 
 from game_memory.errors import InvalidArgumentError
-from game_memory.onnx.batching import estimate_tensor_bytes, pad_batch, plan_batches
 from game_memory.onnx.errors import OnnxEmbeddingError, OnnxFailureKind, onnx_error
 from game_memory.onnx.limits import EngineLimits
 from game_memory.onnx.metrics import (
@@ -42,40 +37,23 @@ from game_memory.onnx.metrics import (
     OnnxOperation,
     publish_metrics,
 )
-from game_memory.onnx.pooling import Pooling, pool
-from game_memory.onnx.tokens import BatchInference, RunControl, TextTokenizer, TokenizedText
+from game_memory.onnx.pipeline import (
+    EmbeddingPipeline,
+    OperationStats,
+    Terminated,
+    Vector,
+    milliseconds_since,
+)
+from game_memory.onnx.pooling import Pooling
+from game_memory.onnx.tokens import BatchInference, RunControl, TextTokenizer
 
 __all__ = ["OnnxInferenceEngine"]
-
-Vector = npt.NDArray[np.float32]
 
 
 class _State(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-@dataclass(slots=True)
-class _Stats:
-    """Counters of one operation; the worker thread writes, the loop reads at the end."""
-
-    text_count: int = 0
-    queue_milliseconds: float = 0.0
-    tokenization_milliseconds: float = 0.0
-    inference_milliseconds: float = 0.0
-    batch_count: int = 0
-    largest_batch: int = 0
-    token_count: int = 0
-    truncated_count: int = 0
-
-
-class _Terminated(Exception):
-    """The worker noticed its operation was cancelled; the caller already reported why."""
-
-
-def _milliseconds(since: float) -> float:
-    return max(0.0, (time.perf_counter() - since) * 1000.0)
 
 
 class OnnxInferenceEngine:
@@ -100,9 +78,8 @@ class OnnxInferenceEngine:
         self._limits = limits
         self._tokenizer = tokenizer
         self._inference = inference
-        self._pooling = pooling
         self._metrics = metrics
-        self._hidden_size = inference.hidden_size
+        self._pipeline = EmbeddingPipeline(limits, tokenizer, inference, pooling)
         self._executor = ThreadPoolExecutor(
             max_workers=limits.maximum_concurrent_inferences,
             thread_name_prefix="game-memory-onnx",
@@ -147,7 +124,7 @@ class OnnxInferenceEngine:
         """
         self._check_arguments(texts)
         started = time.perf_counter()
-        stats = _Stats(text_count=len(texts))
+        stats = OperationStats(text_count=len(texts))
         failure: OnnxFailureKind | None = None
         try:
             return await self._admit_and_run(texts, stats)
@@ -163,7 +140,7 @@ class OnnxInferenceEngine:
                 OnnxEmbeddingOperationMetrics(
                     operation=operation,
                     failure=failure,
-                    total_milliseconds=_milliseconds(started),
+                    total_milliseconds=milliseconds_since(started),
                     queue_milliseconds=stats.queue_milliseconds,
                     tokenization_milliseconds=stats.tokenization_milliseconds,
                     inference_milliseconds=stats.inference_milliseconds,
@@ -236,7 +213,7 @@ class OnnxInferenceEngine:
                     OnnxFailureKind.INVALID_CONFIGURATION, f"text {index} contains a NUL character"
                 )
 
-    async def _admit_and_run(self, texts: Sequence[str], stats: _Stats) -> list[Vector]:
+    async def _admit_and_run(self, texts: Sequence[str], stats: OperationStats) -> list[Vector]:
         if self._state is not _State.OPEN:
             raise onnx_error(
                 OnnxFailureKind.CLOSED, "the ONNX embedding provider is closed; create a new one"
@@ -253,7 +230,7 @@ class OnnxInferenceEngine:
         try:
             queued = time.perf_counter()
             await self._acquire_slot()
-            stats.queue_milliseconds = _milliseconds(queued)
+            stats.queue_milliseconds = milliseconds_since(queued)
             if self._state is not _State.OPEN:
                 self._slots.release()
                 raise onnx_error(
@@ -312,7 +289,7 @@ class OnnxInferenceEngine:
             acquire.cancel()
             acquire.add_done_callback(give_back)
 
-    async def _run(self, texts: Sequence[str], stats: _Stats) -> list[Vector]:
+    async def _run(self, texts: Sequence[str], stats: OperationStats) -> list[Vector]:
         # The worker hands its outcome back with one call_soon_threadsafe (see _deliver),
         # which also frees the slot: a slot is held until the worker thread really ends,
         # not until the caller stops waiting, so terminated runs can never pile up.
@@ -362,7 +339,7 @@ class OnnxInferenceEngine:
         if error is None:
             assert result is not None
             outcome.set_result(result)
-        elif isinstance(error, _Terminated):
+        elif isinstance(error, Terminated):
             outcome.set_exception(
                 onnx_error(OnnxFailureKind.CANCELLED, "the operation was terminated")
             )
@@ -376,118 +353,15 @@ class OnnxInferenceEngine:
         loop: asyncio.AbstractEventLoop,
         texts: Sequence[str],
         control: RunControl,
-        stats: _Stats,
+        stats: OperationStats,
         outcome: asyncio.Future[list[Vector]],
     ) -> None:
         result: list[Vector] | None = None
         error: BaseException | None = None
         try:
-            result = self._work(texts, control, stats)
+            result = self._pipeline.run(texts, control, stats)
         except BaseException as exc:  # handed to the caller on the loop thread
             error = exc
         # If the event loop is already closed, nobody is left to answer.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(self._deliver, control, outcome, result, error)
-
-    def _work(self, texts: Sequence[str], control: RunControl, stats: _Stats) -> list[Vector]:
-        try:
-            tokenized = self._tokenize(texts, control, stats)
-            return self._infer(tokenized, control, stats)
-        except (OnnxEmbeddingError, _Terminated):
-            raise
-        except Exception as exc:
-            if control.cancelled:
-                raise _Terminated from exc
-            raise onnx_error(
-                OnnxFailureKind.INFERENCE, f"embedding failed unexpectedly: {exc!r}"
-            ) from exc
-
-    def _tokenize(
-        self, texts: Sequence[str], control: RunControl, stats: _Stats
-    ) -> list[TokenizedText]:
-        started = time.perf_counter()
-        limit = self._limits.maximum_tokens
-        tokenized = []
-        try:
-            for text in texts:
-                if control.cancelled:
-                    raise _Terminated
-                try:
-                    item = self._tokenizer.tokenize(text)
-                except OnnxEmbeddingError:
-                    raise
-                except Exception as exc:
-                    raise onnx_error(
-                        OnnxFailureKind.TOKENIZATION, f"the tokenizer failed: {exc!r}"
-                    ) from exc
-                if not 1 <= len(item.ids) <= limit:
-                    raise onnx_error(
-                        OnnxFailureKind.TOKENIZATION,
-                        f"the tokenizer returned {len(item.ids)} ids; expected 1..{limit}",
-                    )
-                tokenized.append(item)
-                stats.token_count += len(item.ids)
-                stats.truncated_count += item.truncated
-        finally:
-            stats.tokenization_milliseconds = _milliseconds(started)
-        if stats.token_count > self._limits.maximum_texts_per_call * limit:
-            raise onnx_error(
-                OnnxFailureKind.INVALID_CONFIGURATION,
-                f"the call has {stats.token_count} tokens, more than maximum_texts_per_call x "
-                "maximum_tokens",
-            )
-        return tokenized
-
-    def _infer(
-        self, tokenized: list[TokenizedText], control: RunControl, stats: _Stats
-    ) -> list[Vector]:
-        limits = self._limits
-        hidden_size = self._hidden_size
-        batches = plan_batches(
-            [len(item.ids) for item in tokenized],
-            limits.maximum_batch_size,
-            limits.maximum_batch_tokens,
-        )
-        vectors: list[Vector] = []
-        started = time.perf_counter()
-        try:
-            for batch in batches:
-                if control.cancelled:
-                    raise _Terminated
-                input_ids, attention_mask = pad_batch(
-                    [tokenized[index].ids for index in batch], self._tokenizer.pad_id
-                )
-                size, sequence = input_ids.shape
-                estimate = estimate_tensor_bytes(size, sequence, hidden_size)
-                if estimate > limits.maximum_tensor_bytes:
-                    raise onnx_error(
-                        OnnxFailureKind.INVALID_CONFIGURATION,
-                        f"a batch of {size} x {sequence} tokens needs about {estimate} bytes, "
-                        f"more than maximum_tensor_bytes={limits.maximum_tensor_bytes}; lower "
-                        "maximum_batch_size or maximum_batch_tokens",
-                    )
-                hidden = self._inference.run(input_ids, attention_mask, control)
-                if control.cancelled:
-                    raise _Terminated
-                if (
-                    not isinstance(hidden, np.ndarray)
-                    or hidden.shape != (size, sequence, hidden_size)
-                    or hidden.dtype != np.float32
-                ):
-                    shape = getattr(hidden, "shape", None)
-                    raise onnx_error(
-                        OnnxFailureKind.INVALID_OUTPUT,
-                        f"the model returned last_hidden_state of shape {shape}; expected "
-                        f"float32 {(size, sequence, hidden_size)}",
-                    )
-                vectors.extend(pool(hidden, attention_mask, self._pooling))
-                stats.batch_count += 1
-                stats.largest_batch = max(stats.largest_batch, size)
-        finally:
-            stats.inference_milliseconds = _milliseconds(started)
-        if len(vectors) != len(tokenized):
-            raise onnx_error(
-                OnnxFailureKind.INVALID_OUTPUT,
-                f"the model returned {len(vectors)} vectors for {len(tokenized)} texts",
-            )
-        return vectors
