@@ -1,13 +1,16 @@
 """The synchronous core of one store folder: layout, lock, appends, reads and recovery.
 
 Everything here blocks; :class:`~game_memory.store.file_store.FileGameMemoryStore` runs it
-in a bounded thread pool. Layout of ``<save>/.game-memory/`` (format version 1)::
+in a bounded thread pool. Layout of ``<save>/.game-memory/`` (format version 1, described
+in full in ``docs/storage-format.md``)::
 
     format.json          {"format": "game-memory-store", "format_version": 1}
     lock                 the cross-process writer lock (flock)
     ledger.log           one 128-byte intent per memory (see ledger.py)
     migration.json       present only while a legacy migration batch is uncommitted
-    s-<sha256(session)>/o-<sha256(owner)>[.N].log   the partition segments
+    s-<sha256(session)>/o-<sha256(owner)>[.N].log   the partition log segments
+    s-<sha256(session)>/p-N.pack                    packs written by migrations
+    legacy/              legacy documents moved here after their migration
 
 An append, under the lock: recover; read the partition; return if an equivalent memory is
 there (or raise on a conflict); check capacity with the ledger count; append+fsync the
