@@ -67,6 +67,7 @@ func _play_story() -> void:
 		for question: Dictionary in rewinds:
 			loaded = mini(loaded, question["tick"])
 		_emit("phase", {"phase": "rewind", "tick": loaded, "skipped": false})
+		_village.narrate("The player loads the save from %s." % DemoScenario.format_tick(loaded))
 		for question: Dictionary in rewinds:
 			await _ask(question, "rewind")
 	await _change_model()
@@ -94,8 +95,9 @@ func _ask(question: Dictionary, stage: String) -> void:
 	_answers += 1
 	if verdict["correct"]:
 		_correct += 1
-	_village.show_verdict(("correct" if verdict["correct"] else "not the expected answer")
-			+ (" (lexical fallback)" if result["fallback"] else ""))
+	_village.show_verdict(("The expected memory is in the top %d." % _scenario.top_k
+			if verdict["correct"] else "Not the expected answer.")
+			+ (" (Lexical fallback.)" if result["fallback"] else ""))
 	_emit("question", record)
 
 
@@ -110,6 +112,7 @@ func _change_model() -> void:
 		_emit("phase", {"phase": "model_change", "tick": tick, "skipped": true})
 		return
 	_emit("phase", {"phase": "model_change", "tick": tick, "skipped": false})
+	_village.narrate("A game update changes the embedding model: the memory sidecar restarts.")
 	var asked: Dictionary = await _control(control_name)
 	var reconnected: bool = false
 	var status: Dictionary = {"ok": false}
@@ -122,6 +125,8 @@ func _change_model() -> void:
 	if not reconnected:
 		_problem("the sidecar did not come back with the changed model: %s" % asked["body"])
 		return
+	_village.narrate("The index status is %s: recall falls back to lexical until a rebuild."
+			% str(status.get("state", "?")).to_upper())
 	for question: Dictionary in questions:
 		await _ask(question, "after_model_change")
 	var progress: Array = []
@@ -133,6 +138,9 @@ func _change_model() -> void:
 	_emit("rebuild", {"ok": rebuilt["ok"], "progress": progress, "status": rebuilt})
 	if not rebuilt["ok"]:
 		_problem("the rebuild failed: %s" % rebuilt["error"]["message"])
+	else:
+		_village.narrate("Rebuilt the vector index: %d memories re-embedded, status %s." % [
+				int(rebuilt.get("ready_entries", 0)), str(rebuilt.get("state", "?")).to_upper()])
 	for question: Dictionary in questions:
 		await _ask(question, "after_rebuild")
 
@@ -161,12 +169,6 @@ func _control(action: String) -> Dictionary:
 
 
 func _screenshot() -> void:
-	# A good picture: Jory, asked who took the money, on Day 4.
-	for question: Dictionary in _scenario.questions_of("play"):
-		if question["id"] == "culprit":
-			_village.select_npc(question["npc"])
-			_village.set_recall_tick(question["tick"])
-			await _village.ask(question["text"])
 	if OS.has_feature("web"):
 		# The page's canvas sets the window size on the web; make it a normal window.
 		JavaScriptBridge.eval("(function(){var c=document.getElementById('canvas');"

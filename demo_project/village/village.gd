@@ -55,7 +55,7 @@ var _rebuilding: bool = false
 @onready var _question_edit: LineEdit = %QuestionEdit
 @onready var _ask_button: Button = %AskButton
 @onready var _suggestion_list: ItemList = %SuggestionList
-@onready var _recalled_list: ItemList = %RecalledList
+@onready var _recalled_list: RichTextLabel = %RecalledList
 @onready var _verdict_label: Label = %VerdictLabel
 @onready var _rebuild_button: Button = %RebuildButton
 @onready var _rebuild_progress: ProgressBar = %RebuildProgress
@@ -126,11 +126,15 @@ func advance_clock() -> Dictionary:
 		return {"ok": false, "error": {"code": 0, "message": "the story is over"}}
 	var item: Dictionary = scenario.events[_next_event]
 	_next_event += 1
+	# Every witness remembers at once: one round trip per event, not one per witness.
+	var results: Array[Dictionary] = []
+	for witness: String in item["witnesses"]:
+		_remember_into(results, witness, item)
+	while results.size() < item["witnesses"].size():
+		await get_tree().process_frame
 	var created: int = 0
 	var failure: Dictionary = {}
-	for witness: String in item["witnesses"]:
-		var result: Dictionary = await memory.remember(witness, item["text"],
-				scenario.moment(item["tick"]), scenario.remember_options(item))
+	for result: Dictionary in results:
 		if not result["ok"]:
 			failure = result
 		elif result["created"]:
@@ -188,6 +192,11 @@ func show_verdict(text: String) -> void:
 	_verdict_label.text = text
 
 
+## Adds a line of narration (what the player or the game did) to the village log.
+func narrate(text: String) -> void:
+	_log("[i][color=#c8d8ff]%s[/color][/i]" % text)
+
+
 ## Rebuilds the derived index from the save, showing its progress. Resolves with the status.
 func rebuild_index() -> Dictionary:
 	_rebuilding = true
@@ -198,6 +207,11 @@ func rebuild_index() -> Dictionary:
 	_rebuild_button.disabled = false
 	_update_backend_label()
 	return status
+
+
+func _remember_into(results: Array[Dictionary], witness: String, item: Dictionary) -> void:
+	results.append(await memory.remember(witness, item["text"], scenario.moment(item["tick"]),
+			scenario.remember_options(item)))
 
 
 func _log(line: String) -> void:
@@ -297,17 +311,20 @@ func _show_recall(result: Dictionary, tick: int) -> void:
 	_recalled_list.clear()
 	_verdict_label.text = ""
 	if not result["ok"]:
-		_recalled_list.add_item("(the memory failed: %s)" % result["error"]["message"])
+		_recalled_list.append_text("[color=#ff8080]The memory failed: %s[/color]"
+				% result["error"]["message"])
 		return
 	if result["memories"].is_empty():
-		_recalled_list.add_item("(%s remembers nothing about that as of %s)" % [
+		_recalled_list.append_text("[i]%s remembers nothing about that as of %s.[/i]" % [
 				scenario.npc(selected_npc).get("name", selected_npc),
 				DemoScenario.format_tick(tick)])
 	for index: int in result["memories"].size():
 		var item: Dictionary = result["memories"][index]
-		_recalled_list.add_item("%d. %s\n     %s, %s  ·  %s" % [index + 1, item["text"],
-				DemoScenario.format_tick(item["moment"]["tick"]),
-				DemoScenario.describe_age(tick - int(item["moment"]["tick"])), _why(item)])
+		var at: int = item["moment"]["tick"]
+		_recalled_list.append_text("[b]%d.[/b] %s\n[color=#a0a8b8]     %s, %s  ·  %s  ·  "
+				% [index + 1, item["text"], DemoScenario.format_tick(at),
+				DemoScenario.describe_age(tick - at), _why(item)]
+				+ "importance %.1f[/color]\n" % float(item.get("importance", 0.0)))
 	if result["fallback"]:
 		_verdict_label.text = "semantic recall unavailable: lexical recall answered alone"
 
