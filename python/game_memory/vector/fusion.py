@@ -19,14 +19,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from game_memory.errors import DerivedIndexError
 from game_memory.model import GameMemory, ordinal_key
 
-__all__ = ["FusedCandidate", "FusionMode", "FusionOptions", "fuse"]
+__all__ = ["FusedCandidate", "FusionMode", "FusionOptions", "Normalization", "fuse"]
+
+Normalization = Literal["best_lexical", "best", "min_max"]
 
 
 class FusionMode(StrEnum):
@@ -46,6 +48,7 @@ class FusionOptions(BaseModel):
     lexical_weight: Annotated[float, Field(ge=0.0, le=1_000.0)] = 0.3
     vector_weight: Annotated[float, Field(ge=0.0, le=1_000.0)] = 0.7
     rrf_k: Annotated[int, Field(ge=0, le=10_000)] = 60
+    normalization: Normalization = "best_lexical"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,7 @@ def fuse(
         DerivedIndexError: one memory key arrives with two different contents.
     """
     rows: dict[tuple[str, str], _Row] = {}
-    best_lexical = max((score for _, score in lexical), default=0.0)
+    scales = (_scale(options, 0, lexical), _scale(options, 1, vector))
     for channel, candidates in ((0, lexical), (1, vector)):
         for rank, (memory, score) in enumerate(candidates):
             key = (memory.owner_id, memory.memory_id)
@@ -89,7 +92,7 @@ def fuse(
                 row.lexical_rank, row.lexical_score = rank + 1, score
             else:
                 row.vector_rank, row.vector_score = rank + 1, score
-            row.score += _contribution(options, channel, rank, score, best_lexical)
+            row.score += _contribution(options, channel, rank, score, scales[channel])
     fused = [
         FusedCandidate(
             r.memory, r.score, r.lexical_rank, r.vector_rank, r.lexical_score, r.vector_score
@@ -118,14 +121,34 @@ class _Row:
     vector_score: float | None = None
 
 
+def _scale(
+    options: FusionOptions, channel: int, candidates: Sequence[tuple[GameMemory, float]]
+) -> tuple[float, float]:
+    """The (low, high) that maps a channel's scores onto [0, 1] for CONVEX."""
+    if options.mode is not FusionMode.CONVEX or not candidates:
+        return (0.0, 1.0)
+    scores = [_clip(score) if channel == 1 else score for _, score in candidates]
+    if options.normalization == "min_max":
+        return (min(scores), max(scores))
+    if options.normalization == "best" or channel == 0:
+        return (0.0, max(scores))
+    return (0.0, 1.0)
+
+
+def _clip(score: float) -> float:
+    return min(max(score, 0.0), 1.0)
+
+
 def _contribution(
-    options: FusionOptions, channel: int, rank: int, score: float, best_lexical: float
+    options: FusionOptions, channel: int, rank: int, score: float, scale: tuple[float, float]
 ) -> float:
     weight = options.lexical_weight if channel == 0 else options.vector_weight
     if options.mode is FusionMode.RRF:
         return 1.0 / (options.rrf_k + rank + 1)
     if options.mode is FusionMode.WEIGHTED_RRF:
         return weight / (options.rrf_k + rank + 1)
-    if channel == 0:
-        return weight * (score / best_lexical if best_lexical > 0 else 0.0)
-    return weight * min(max(score, 0.0), 1.0)
+    low, high = scale
+    value = _clip(score) if channel == 1 else score
+    if high <= low:
+        return weight if high > 0.0 else 0.0
+    return weight * (value - low) / (high - low)

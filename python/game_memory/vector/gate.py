@@ -46,7 +46,16 @@ class EmbeddingGate:
                 f"{what}: the embedding queue exceeded its configured deadline of "
                 f"{self._timeout:g} s; the provider is overloaded or stuck"
             ) from None
-        task: asyncio.Future[_T] = asyncio.ensure_future(operation())
+        try:
+            task: asyncio.Future[_T] = asyncio.ensure_future(operation())
+        except BaseException as exc:
+            # The provider failed before returning an awaitable: nothing runs, free the slot.
+            self._slots.release()
+            if isinstance(exc, GameMemoryError) or not isinstance(exc, Exception):
+                raise
+            raise EmbeddingUnavailableError(
+                f"{what}: the embedding provider failed ({type(exc).__name__}: {exc})"
+            ) from exc
         task.add_done_callback(self._settled)
         try:
             return await asyncio.wait_for(asyncio.shield(task), max(deadline - loop.time(), 0))

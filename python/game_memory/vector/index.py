@@ -5,14 +5,22 @@ Layout of ``<index>/.game-memory-index/`` (format version 1)::
     format.json                    {"format": "game-memory-vector-index", "format_version": 1}
     identities.json                the embedding identities seen; an entry stores its position
     lock                           the writer lock
-    s-<sha256(session)>/o-<sha256(owner)>.entries      128-byte entry records (entries.py)
-    s-<sha256(session)>/o-<sha256(owner)>.<code>.f32   float32 rows of identity <code>
+    s-<sha256(session)>/o-<sha256(owner)>.entries            128-byte entry records (entries.py)
+    s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.f32   float32 rows of identity <code>
 
-Vectors are raw little-endian float32 rows, one file per partition and identity, so loading
-a partition is one read per file and never parses numbers; searching it is one
-matrix-vector product. Entries name memories by ``sha256(memory_id)`` and carry a content
-digest; the hybrid store checks both against the authoritative snapshot, so a record that
-is orphaned or computed from other content can never enter a result.
+Vectors are raw little-endian float32 rows, one file per partition, identity and file
+generation (``tag``, 8 hex digits, carried by every entry record), so loading a partition
+is one read per file and never parses numbers; searching it is one matrix-vector product.
+Entries name memories by ``sha256(memory_id)`` and carry a content digest; the hybrid store
+checks both against the authoritative snapshot, so a record that is orphaned or computed
+from other content can never enter a result.
+
+Entries files and row files only grow between compactions, so a reader that already holds
+a partition reads just the new tail of each (incremental loads; rows once read are never
+read again). A compaction writes the new row files under a new tag *before* it renames the
+new entries file into place and only then deletes the old generation, so an entries file is
+always read together with the rows it was written against; a reader that loses the race
+gets :class:`PartitionReplacedError` and simply reads the partition again.
 
 The index is derived data: keep it outside the save folder; it may be deleted at any time
 and rebuilt. A corrupt file raises ``DerivedIndexError`` and never touches the save.
@@ -22,6 +30,7 @@ tails (a record or row still being written).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -44,16 +53,31 @@ from game_memory.vector.entries import (
     EntryState,
     decode_entries,
     encode_entry,
+    row_checksums,
 )
 from game_memory.vector.identity import MemoryEmbeddingIdentity
 
-__all__ = ["INDEX_FOLDER", "IndexEngine", "IndexPartition", "check_capacity", "identity_dimensions"]
+__all__ = [
+    "INDEX_FOLDER",
+    "IndexEngine",
+    "IndexPartition",
+    "check_capacity",
+    "identity_dimensions",
+]
 
 INDEX_FOLDER = ".game-memory-index"
 _FORMAT = "game-memory-vector-index"
 _ENTRIES = re.compile(r"^o-([0-9a-f]{64})\.entries$")
 _SESSION = re.compile(r"^s-([0-9a-f]{64})$")
+_ROWS = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.f32$")
+_MAXIMUM_ENTRIES_BYTES = 1 << 32
+_MAXIMUM_ROWS_BYTES = 1 << 40
+_CACHED_PARTITIONS = 4_096
 FloatMatrix = npt.NDArray[np.float32]
+
+
+class PartitionReplacedError(DerivedIndexError):
+    """A compaction replaced the partition while it was being read; read it again."""
 
 
 def _derived(exc: PersistenceError) -> DerivedIndexError:
@@ -63,32 +87,51 @@ def _derived(exc: PersistenceError) -> DerivedIndexError:
     )
 
 
+def _new_tag(previous: int) -> int:
+    while True:
+        tag = int.from_bytes(os.urandom(4), "little")
+        if tag not in (0, previous):
+            return tag
+
+
 @dataclass(eq=False)
 class IndexPartition:
-    """One owner partition of the index as read: the latest entry per memory.
+    """One owner partition of the index as read: every record, and the latest per memory.
 
-    ``position`` maps ``sha256(memory_id)`` to a slot of the parallel arrays; deleted
-    memories are absent. Matrices of each identity are loaded on demand and cached.
+    Slots index the arrays of *all* whole records read so far, superseded ones included;
+    ``position`` maps ``sha256(memory_id)`` to the slot of its latest record, for live
+    memories only (a tombstone removes the memory). ``tag`` names the generation of the
+    partition's row files (0 before the first record). Immutable once built.
     """
 
     session_hash: str
     owner_hash: str
     inode: int
     size: int
-    records: int
+    tag: int
     position: dict[bytes, int]
     states: npt.NDArray[np.uint8]
     identities: npt.NDArray[np.uint32]
     rows: npt.NDArray[np.uint32]
-    digests: list[bytes]
-    codes: list[str]
-    matrices: dict[int, FloatMatrix] = field(default_factory=dict)
+    checksums: npt.NDArray[np.uint32]
+    digests: bytes
+    codes: npt.NDArray[np.bytes_]
+    needed: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def records(self) -> int:
+        """How many whole records were read (superseded and tombstones included)."""
+        return int(self.states.size)
 
     @property
     def live(self) -> int:
         """How many memories have an entry."""
         return len(self.position)
+
+    def digest(self, slot: int) -> bytes:
+        """The content digest of the record in ``slot``."""
+        return self.digests[slot * 32 : slot * 32 + 32]
 
     def record(self, memory_hash: bytes) -> EntryRecord | None:
         """The latest entry of a memory, or ``None``."""
@@ -100,48 +143,168 @@ class IndexPartition:
             int(self.identities[slot]),
             int(self.rows[slot]),
             memory_hash,
-            self.digests[slot],
-            self.codes[slot],
+            self.digest(slot),
+            bytes(self.codes[slot]).decode("ascii", "replace"),
+            int(self.checksums[slot]),
         )
 
+    def rows_needed(self, code: int) -> int:
+        """One past the highest row of identity ``code`` any record refers to."""
+        with self.lock:
+            cached = self.needed.get(code)
+            if cached is None:
+                ready = (self.states == EntryState.READY) & (self.identities == code)
+                referenced = self.rows[ready]
+                cached = int(referenced.max()) + 1 if referenced.size else 0
+                self.needed[code] = cached
+            return cached
 
-def _build_partition(
+
+def _extend(
+    base: IndexPartition | None,
+    records: np.ndarray,
     session_hash: str,
     owner_hash: str,
     inode: int,
-    size: int,
-    records: np.ndarray,
 ) -> IndexPartition:
-    position: dict[bytes, int] = {}
-    latest: list[int] = []
-    for index, (state, memory) in enumerate(zip(records["state"], records["memory"], strict=True)):
-        slot = position.get(memory)
-        if state == EntryState.DELETED:
-            if slot is not None:
-                latest[slot] = -1
-                del position[memory]
-            continue
-        if slot is None:
-            position[memory] = len(latest)
-            latest.append(index)
+    """Build a partition from ``base`` (whose records are a prefix) and the records after it.
+
+    Raises:
+        ValueError: the records carry different vector-file tags.
+    """
+    start = base.records if base is not None else 0
+    count = int(records.size)
+    tags = records["tag"]
+    tag = base.tag if base is not None and start else (int(tags[0]) if count else 0)
+    if count and (tags != tag).any():
+        raise ValueError("its records name different vector-file generations")
+    position = dict(base.position) if base is not None else {}
+    hashes = records["memory"].tobytes()
+    deleted = (records["state"] == EntryState.DELETED).tolist()
+    for index in range(count):
+        memory = hashes[index * 32 : index * 32 + 32]
+        if deleted[index]:
+            position.pop(memory, None)
         else:
-            latest[slot] = index
-    keep = [index for index in latest if index >= 0]
-    chosen = records[np.asarray(keep, dtype=np.int64)] if keep else records[:0]
-    position = {bytes(memory): slot for slot, memory in enumerate(chosen["memory"])}
+            position[memory] = start + index
+    if base is not None and start:
+        states = np.concatenate((base.states, records["state"]))
+        identities = np.concatenate((base.identities, records["identity"]))
+        rows = np.concatenate((base.rows, records["row"]))
+        checksums = np.concatenate((base.checksums, records["checksum"]))
+        digests = base.digests + records["digest"].tobytes()
+        codes = np.concatenate((base.codes, records["code"]))
+    else:
+        states = records["state"].copy()
+        identities = records["identity"].copy()
+        rows = records["row"].copy()
+        checksums = records["checksum"].copy()
+        digests = records["digest"].tobytes()
+        codes = records["code"].copy()
     return IndexPartition(
         session_hash,
         owner_hash,
         inode,
-        size,
-        int(records.size),
+        (start + count) * ENTRY_BYTES,
+        tag,
         position,
-        chosen["state"].copy(),
-        chosen["identity"].copy(),
-        chosen["row"].copy(),
-        [bytes(digest) for digest in chosen["digest"]],
-        [bytes(code).rstrip(b"\0").decode("ascii", "replace") for code in chosen["code"]],
+        states,
+        identities,
+        rows,
+        checksums,
+        digests,
+        codes,
     )
+
+
+class _RowBuffer:
+    """The rows of one row file read so far, in a buffer with room to grow.
+
+    Rows of a file generation never change once whole, so a reload reads only the rows
+    appended since, and ``checked`` records (a prefix, the same in every version of the
+    generation's entries file) have had their rows' checksums verified. Slices handed out
+    stay valid when the buffer is replaced by a larger one. Use under ``lock``.
+    """
+
+    def __init__(self, tag: int, dimensions: int) -> None:
+        self.tag = tag
+        self.dimensions = dimensions
+        self.array: FloatMatrix = np.empty((0, dimensions), dtype=np.float32)
+        self.rows = 0
+        self.checked = 0
+        self.lock = threading.Lock()
+
+    def load(self, path: str, needed: int) -> FloatMatrix:
+        """Return the first ``needed`` rows, reading the file's new whole rows if short.
+
+        Raises:
+            FileNotFoundError: the file does not exist.
+            DerivedIndexError: it is not a regular file, is too large, or holds too few rows.
+        """
+        if self.rows < needed:
+            self._read(path)
+        if self.rows < needed:
+            raise DerivedIndexError(
+                f"{path} holds {self.rows} vectors but its entries refer to {needed}; the "
+                "derived index is damaged, rebuild it"
+            )
+        return self.array[:needed]
+
+    def verify(self, partition: IndexPartition, code: int, path: str) -> None:
+        """Check the rows that records after ``checked`` refer to against their checksums.
+
+        Raises:
+            DerivedIndexError: a row differs from what was written.
+        """
+        start = self.checked
+        if start >= partition.records:
+            return
+        chosen = (partition.states[start:] == EntryState.READY) & (
+            partition.identities[start:] == code
+        )
+        rows = partition.rows[start:][chosen].astype(np.int64)
+        expected = partition.checksums[start:][chosen]
+        for first in range(0, rows.size, 8_192):
+            block = rows[first : first + 8_192]
+            actual = row_checksums(self.array[block])
+            bad = np.flatnonzero(actual != expected[first : first + 8_192])
+            if bad.size:
+                raise DerivedIndexError(
+                    f"vector {int(block[bad[0]])} of {path} fails its checksum; the derived "
+                    "index is damaged, rebuild it"
+                )
+        self.checked = partition.records
+
+    def _read(self, path: str) -> None:
+        row_bytes = self.dimensions * 4
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _MAXIMUM_ROWS_BYTES:
+                raise DerivedIndexError(f"{path} is not a vector file this index wrote")
+            total = info.st_size // row_bytes
+            if total <= self.rows:
+                return
+            array = self.array
+            if total > array.shape[0]:
+                # Room for growth, so appends after a load do not copy the matrix each time.
+                grown = np.empty((total + total // 8 + 64, self.dimensions), dtype=np.float32)
+                grown[: self.rows] = array[: self.rows]
+                array = grown
+            target = array[self.rows : total].data.cast("B")
+            offset, done = self.rows * row_bytes, 0
+            while done < len(target):
+                read = os.preadv(fd, [target[done:]], offset + done)
+                if read == 0:
+                    break
+                done += read
+            self.array, self.rows = array, self.rows + done // row_bytes
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError):
+                raise
+            raise DerivedIndexError(f"could not read {path}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
 
 
 class IndexEngine:
@@ -154,6 +317,7 @@ class IndexEngine:
         self._lock = ProcessLock(self.data / "lock", lock_timeout)
         self._identities: list[str] = []
         self._partitions: OrderedDict[tuple[str, str], IndexPartition] = OrderedDict()
+        self._row_buffers: dict[tuple[str, str, int], _RowBuffer] = {}
         self._cache_lock = threading.Lock()
         self._opened = False
 
@@ -176,16 +340,23 @@ class IndexEngine:
                     document = json.loads(read[0])
                 except ValueError as exc:
                     raise DerivedIndexError(f"{self.data / 'format.json'} is corrupt") from exc
-                if document.get("format") != _FORMAT or document.get("format_version") != 1:
+                if (
+                    not isinstance(document, dict)
+                    or document.get("format") != _FORMAT
+                    or document.get("format_version") != 1
+                ):
                     raise DerivedIndexError(
                         f"{self.data} holds an index of another format or version; delete the "
                         "index folder and rebuild"
                     )
         except PersistenceError as exc:
             raise _derived(exc) from exc
+        except OSError as exc:
+            raise DerivedIndexError(f"could not open the index at {self.root}: {exc}") from exc
         self._opened = True
 
     def session_directory(self, session_hash: str) -> Path:
+        """The folder of one session's partitions."""
         return self.data / f"s-{session_hash}"
 
     def locked(self) -> ProcessLock:
@@ -201,11 +372,20 @@ class IndexEngine:
         except PersistenceError as exc:
             raise _derived(exc) from exc
         if read is None:
+            if self.session_hashes():
+                # Entries store identity *codes*: without this file they could be taken for
+                # another model's vectors.
+                raise DerivedIndexError(
+                    f"{self.data / 'identities.json'} is missing but the index holds entries; "
+                    "delete the index folder and rebuild"
+                )
             return []
         try:
             names = json.loads(read[0])["identities"]
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise ValueError("not a list of strings")
+            for name in names:
+                identity_dimensions(name)
         except (ValueError, KeyError, TypeError) as exc:
             raise DerivedIndexError(f"{self.data / 'identities.json'} is corrupt: {exc}") from exc
         self._identities = names
@@ -231,13 +411,21 @@ class IndexEngine:
     # -- reading ------------------------------------------------------------------------
 
     def entries_path(self, session_hash: str, owner_hash: str) -> str:
+        """The entries file of a partition."""
         return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.entries"
 
-    def vectors_path(self, session_hash: str, owner_hash: str, code: int) -> str:
-        return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.{code}.f32"
+    def vectors_path(self, session_hash: str, owner_hash: str, code: int, tag: int) -> str:
+        """The row file of identity ``code`` in generation ``tag`` of a partition."""
+        return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.{code}.{tag:08x}.f32"
 
     def partition(self, session_hash: str, owner_hash: str) -> IndexPartition | None:
-        """The partition's current entries (cached until its file changes), or ``None``."""
+        """The partition's current entries, or ``None`` when it has no entries file.
+
+        Cached; when the file only grew since, just the new records are read.
+
+        Raises:
+            DerivedIndexError: the file is corrupt, a link, or unreadable.
+        """
         path = self.entries_path(session_hash, owner_hash)
         try:
             info = os.lstat(path)
@@ -251,10 +439,34 @@ class IndexEngine:
         with self._cache_lock:
             cached = self._partitions.get(key)
         whole = info.st_size // ENTRY_BYTES * ENTRY_BYTES
-        if cached is not None and cached.inode == info.st_ino and cached.size == whole:
-            return cached
+        base = cached if cached is not None and cached.inode == info.st_ino else None
+        if base is not None and base.size == whole:
+            return base
+        if base is not None and base.size > whole:
+            base = None  # the file shrank in place: not something a writer does; reread it
+        offset = base.size if base is not None else 0
         try:
-            read = fs.read_file(path, max(whole, 1) + ENTRY_BYTES + (1 << 30))
+            read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES, offset=offset)
+        except PersistenceError as exc:
+            raise _derived(exc) from exc
+        if read is None:
+            return None
+        data, opened = read
+        if base is not None and opened.st_ino != base.inode:
+            return self._reload(session_hash, owner_hash, path)
+        try:
+            records, _ = decode_entries(data)
+            partition = _extend(base, records, session_hash, owner_hash, opened.st_ino)
+        except ValueError as exc:
+            raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
+        self._remember(key, partition)
+        return partition
+
+    def _reload(self, session_hash: str, owner_hash: str, path: str) -> IndexPartition | None:
+        with self._cache_lock:
+            self._partitions.pop((session_hash, owner_hash), None)
+        try:
+            read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES)
         except PersistenceError as exc:
             raise _derived(exc) from exc
         if read is None:
@@ -262,17 +474,26 @@ class IndexEngine:
         data, opened = read
         try:
             records, _ = decode_entries(data)
+            partition = _extend(None, records, session_hash, owner_hash, opened.st_ino)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
-        partition = _build_partition(
-            session_hash, owner_hash, opened.st_ino, records.size * ENTRY_BYTES, records
-        )
-        with self._cache_lock:
-            self._partitions[key] = partition
-            self._partitions.move_to_end(key)
-            while len(self._partitions) > 4_096:
-                self._partitions.popitem(last=False)
+        self._remember((session_hash, owner_hash), partition)
         return partition
+
+    def _remember(self, key: tuple[str, str], partition: IndexPartition) -> None:
+        with self._cache_lock:
+            current = self._partitions.get(key)
+            if (
+                current is None
+                or current.inode != partition.inode
+                or (current.size <= partition.size)
+            ):
+                self._partitions[key] = partition
+            self._partitions.move_to_end(key)
+            while len(self._partitions) > _CACHED_PARTITIONS:
+                evicted, _ = self._partitions.popitem(last=False)
+                for buffer_key in [k for k in self._row_buffers if k[:2] == evicted]:
+                    del self._row_buffers[buffer_key]
 
     def owner_hashes(self, session_hash: str) -> list[str]:
         """Owners with an entries file in the session (sorted)."""
@@ -291,33 +512,106 @@ class IndexEngine:
         return sorted(m.group(1) for e in entries if (m := _SESSION.match(e.name)))
 
     def matrix(self, partition: IndexPartition, code: int, dimensions: int) -> FloatMatrix:
-        """The float32 rows of identity ``code`` in ``partition`` (loaded once, cached)."""
-        with partition.lock:
-            cached = partition.matrices.get(code)
-            rows_of_code = partition.rows[partition.identities == code].astype(np.int64)
-            needed = int(rows_of_code.max(initial=-1)) + 1
-            if cached is not None and cached.shape[0] >= needed:
-                return cached
-            path = self.vectors_path(partition.session_hash, partition.owner_hash, code)
-            row_bytes = dimensions * 4
-            try:
-                read = fs.read_file(path, 1 << 40)
-            except PersistenceError as exc:
-                raise _derived(exc) from exc
-            data = read[0] if read is not None else b""
-            rows = len(data) // row_bytes
-            if rows < needed:
+        """The float32 rows of identity ``code`` that ``partition``'s records refer to.
+
+        Read-only, shared, and cached across partition versions (only new rows are read);
+        every row a record refers to is verified against its checksum once.
+
+        Raises:
+            PartitionReplacedError: a compaction replaced the partition since it was read;
+                read the partition again.
+            DerivedIndexError: the row file is missing, damaged, or too short.
+        """
+        needed = partition.rows_needed(code)
+        if needed == 0:
+            return np.empty((0, dimensions), dtype=np.float32)
+        key = (partition.session_hash, partition.owner_hash, code)
+        with self._cache_lock:
+            buffer = self._row_buffers.get(key)
+            if buffer is None or buffer.tag != partition.tag or buffer.dimensions != dimensions:
+                buffer = self._row_buffers[key] = _RowBuffer(partition.tag, dimensions)
+        path = self.vectors_path(partition.session_hash, partition.owner_hash, code, partition.tag)
+        try:
+            with buffer.lock:
+                matrix = buffer.load(path, needed)
+                buffer.verify(partition, code, path)
+                return matrix
+        except FileNotFoundError:
+            if self._replaced(partition):
+                raise PartitionReplacedError(
+                    f"{self.entries_path(partition.session_hash, partition.owner_hash)} was "
+                    "compacted while it was read; read it again"
+                ) from None
+            raise DerivedIndexError(
+                f"{path} is missing although entries refer to it; the derived index is "
+                "damaged, rebuild it"
+            ) from None
+        except DerivedIndexError:
+            if self._replaced(partition):
+                raise PartitionReplacedError(
+                    "the partition was compacted while it was read; read it again"
+                ) from None
+            raise
+
+    def _replaced(self, partition: IndexPartition) -> bool:
+        try:
+            info = os.lstat(self.entries_path(partition.session_hash, partition.owner_hash))
+        except OSError:
+            return True
+        return info.st_ino != partition.inode
+
+    def verify_partition(self, session_hash: str, owner_hash: str) -> None:
+        """Read a partition and every row its ready records refer to, checksums included.
+
+        Raises:
+            DerivedIndexError: anything of the partition is damaged or missing.
+        """
+        partition = self.partition(session_hash, owner_hash)
+        if partition is None:
+            return
+        identities = self.identities()
+        ready = partition.states == EntryState.READY
+        for code in sorted(set(partition.identities[ready].tolist())):
+            if code >= len(identities):
                 raise DerivedIndexError(
-                    f"{path} holds {rows} vectors but its entries refer to {needed}; the "
-                    "derived index is damaged, rebuild it"
+                    f"{self.entries_path(session_hash, owner_hash)} names identity code {code}, "
+                    f"which {self.data / 'identities.json'} does not define"
                 )
-            matrix = np.frombuffer(data, dtype="<f4", count=rows * dimensions).reshape(
-                rows, dimensions
-            )
-            partition.matrices[code] = matrix
-            return matrix
+            self.matrix(partition, code, identity_dimensions(identities[code]))
 
     # -- writing (call under the lock) --------------------------------------------------
+
+    def reset_partition(self, session_hash: str, owner_hash: str) -> None:
+        """Delete a partition's entries and row files: its memories have no vectors after.
+
+        Derived data only; the rebuild uses it to recover from a damaged partition.
+        """
+        directory = self.session_directory(session_hash)
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.entries_path(session_hash, owner_hash))
+            self._remove_row_files(directory, owner_hash, keep_tag=None)
+            fs.fsync_directory(directory)
+        except OSError as exc:
+            raise DerivedIndexError(f"could not reset a partition in {directory}: {exc}") from exc
+        except PersistenceError as exc:
+            raise _derived(exc) from exc
+        self._forget(session_hash, owner_hash)
+
+    def _remove_row_files(self, directory: Path, owner_hash: str, *, keep_tag: int | None) -> None:
+        """Delete the owner's row files of every generation but ``keep_tag``."""
+        for entry in fs.list_directory(directory):
+            match = _ROWS.match(entry.name)
+            if match and match.group(1) == owner_hash and int(match.group(3), 16) != keep_tag:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+    def _forget(self, session_hash: str, owner_hash: str) -> None:
+        """Drop the cached versions of a partition that was replaced or deleted."""
+        with self._cache_lock:
+            self._partitions.pop((session_hash, owner_hash), None)
+            for key in [k for k in self._row_buffers if k[:2] == (session_hash, owner_hash)]:
+                del self._row_buffers[key]
 
     def append(
         self,
@@ -331,30 +625,38 @@ class IndexEngine:
         """Append vectors (per identity code) and entry records; return records with rows.
 
         Each ready record's ``row`` is an offset into the ``vectors`` rows of its identity
-        given here; it is rewritten to the row's position in the partition's vector file.
-        Vectors are written (and flushed) before the entries that point at them.
+        given here; it is rewritten to the row's position in the partition's row file.
+        Vectors are written (and flushed) before the entries that point at them, so a
+        reader never sees an entry whose row is missing.
         """
+        current = self.partition(session_hash, owner_hash)
+        tag = current.tag if current is not None and current.records else _new_tag(0)
         try:
             fs.ensure_directory(self.session_directory(session_hash))
             first_rows: dict[int, int] = {}
+            sums: dict[int, list[int]] = {}
             for code, matrix in (vectors or {}).items():
+                sums[code] = row_checksums(matrix).tolist()
                 first_rows[code] = self._append_rows(
-                    self.vectors_path(session_hash, owner_hash, code), matrix, durable
+                    self.vectors_path(session_hash, owner_hash, code, tag), matrix, durable
                 )
             placed = [
                 EntryRecord(
                     r.state,
                     r.identity,
-                    first_rows[r.identity] + r.row if r.state is EntryState.READY else NO_VALUE,
+                    first_rows[r.identity] + r.row,
                     r.memory_hash,
                     r.digest,
                     r.code,
+                    sums[r.identity][r.row],
                 )
+                if r.state is EntryState.READY
+                else EntryRecord(r.state, NO_VALUE, NO_VALUE, r.memory_hash, r.digest, r.code)
                 for r in records
             ]
             path = self.entries_path(session_hash, owner_hash)
             self._cut_torn(path, ENTRY_BYTES)
-            data = b"".join(encode_entry(r) for r in placed)
+            data = b"".join(encode_entry(r, tag) for r in placed)
             with fs.open_append(Path(path)) as (fd, _):
                 if durable:
                     fs.append_bytes(fd, data, Path(path))
@@ -362,6 +664,8 @@ class IndexEngine:
                     _write_all(fd, data)
         except PersistenceError as exc:
             raise _derived(exc) from exc
+        except OSError as exc:
+            raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
         return placed
 
     def _append_rows(self, path: str, matrix: FloatMatrix, durable: bool) -> int:
@@ -391,13 +695,17 @@ class IndexEngine:
     def compact(self, session_hash: str, owner_hash: str, keep_codes: set[int]) -> None:
         """Rewrite a partition without superseded records, dead rows or unused identities.
 
-        Writes new files beside the old ones and renames them into place; a crash leaves
-        either version, both valid.
+        Writes the new row files under a new tag, then renames the new entries file into
+        place, then deletes the previous generation's row files: a crash leaves either
+        version whole (plus, at worst, unreferenced row files the next compaction removes),
+        and a concurrent reader either sees the old entries with the old rows or gets
+        :class:`PartitionReplacedError`.
         """
         partition = self.partition(session_hash, owner_hash)
         if partition is None:
             return
         identities = self.identities()
+        tag = _new_tag(partition.tag)
         records: list[EntryRecord] = []
         vectors: dict[int, list[FloatMatrix]] = {}
         for memory_hash in partition.position:
@@ -409,40 +717,45 @@ class IndexEngine:
                 dimensions = identity_dimensions(identities[record.identity])
                 matrix = self.matrix(partition, record.identity, dimensions)
                 rows = vectors.setdefault(record.identity, [])
+                rows.append(matrix[record.row])
                 record = EntryRecord(
                     record.state,
                     record.identity,
-                    len(rows),
+                    len(rows) - 1,
                     record.memory_hash,
                     record.digest,
                     record.code,
+                    record.checksum,
                 )
-                rows.append(matrix[int(partition.rows[partition.position[memory_hash]])])
             records.append(record)
         directory = self.session_directory(session_hash)
         try:
-            for code in range(len(identities)):
-                target = self.vectors_path(session_hash, owner_hash, code)
-                if code in vectors:
-                    fs.atomic_write(Path(target), np.asarray(vectors[code], dtype="<f4").tobytes())
-                elif os.path.lexists(target):
-                    os.unlink(target)
+            for code, rows in vectors.items():
+                target = self.vectors_path(session_hash, owner_hash, code, tag)
+                fs.atomic_write(Path(target), np.asarray(rows, dtype="<f4").tobytes())
             fs.atomic_write(
                 Path(self.entries_path(session_hash, owner_hash)),
-                b"".join(encode_entry(r) for r in records),
+                b"".join(encode_entry(r, tag) for r in records),
             )
+            self._remove_row_files(directory, owner_hash, keep_tag=tag)
             fs.fsync_directory(directory)
         except OSError as exc:
             raise DerivedIndexError(f"could not compact {directory}: {exc}") from exc
         except PersistenceError as exc:
             raise _derived(exc) from exc
-        with self._cache_lock:
-            self._partitions.pop((session_hash, owner_hash), None)
+        self._forget(session_hash, owner_hash)
 
 
 def identity_dimensions(name: str) -> int:
-    """The dimensions of an identity string ``provider/model@version:dims``."""
-    return int(name.rsplit(":", 1)[1])
+    """The dimensions of an identity string ``provider/model@version:dims``.
+
+    Raises:
+        ValueError: the string does not end in ``:<dimensions>``.
+    """
+    head, separator, tail = name.rpartition(":")
+    if not separator or not head or not tail.isdigit() or not 1 <= int(tail) <= 65_536:
+        raise ValueError(f"{name!r} is not an embedding identity")
+    return int(tail)
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory, ordinal_key
+from game_memory.store.partitions import identity_hash
 from game_memory.store.view import PartitionView
 from game_memory.vector.entries import EntryState, MemoryDigests
 from game_memory.vector.index import IndexPartition
@@ -32,10 +33,17 @@ _FULL_SORT_LIMIT = 2_048
 
 @dataclass(frozen=True, slots=True)
 class PartitionJoin:
-    """Index entries of one partition matched against its authoritative view."""
+    """Index entries of one partition matched against its authoritative view.
+
+    ``rows`` and ``positions`` are parallel: the row (in the active identity's matrix) and
+    the view position of every scorable memory. ``pending`` counts the view's memories that
+    have no ready vector of any identity for their current content (no entry, a pending or
+    failed entry, or an entry computed from other content, which is also ``mismatched``).
+    """
 
     view: PartitionView | None
     partition: IndexPartition | None
+    active: int | None
     rows: IntArray
     positions: IntArray
     ready: int
@@ -62,15 +70,20 @@ def _join(
     positions: list[int] = []
     stale = orphans = mismatched = 0
     if partition is not None:
+        states = partition.states.tolist()
+        identities = partition.identities.tolist()
+        stored_rows = partition.rows.tolist()
+        stored = partition.digests
+        ready_state = int(EntryState.READY)
         for hashed, slot in partition.position.items():
             position = slots.get(hashed)
             if position is None:
                 orphans += 1
-            elif partition.digests[slot] != expected[position]:
+            elif stored[slot * 32 : slot * 32 + 32] != expected[position]:
                 mismatched += 1
-            elif partition.states[slot] == EntryState.READY:
-                if active is not None and partition.identities[slot] == active:
-                    rows.append(int(partition.rows[slot]))
+            elif states[slot] == ready_state:
+                if active is not None and identities[slot] == active:
+                    rows.append(stored_rows[slot])
                     positions.append(position)
                 else:
                     stale += 1
@@ -78,6 +91,7 @@ def _join(
     return PartitionJoin(
         view,
         partition,
+        active,
         np.asarray(rows, dtype=np.int64),
         np.asarray(positions, dtype=np.int64),
         ready,
@@ -89,27 +103,43 @@ def _join(
 
 
 class JoinCache:
-    """Joins cached per (view version, index partition version, active identity)."""
+    """The latest join per partition (session and owner), reused while nothing changed.
 
-    def __init__(self, digests: MemoryDigests, maximum: int = 1_024) -> None:
+    Views and index partitions are immutable versions: a join is valid exactly as long as
+    both are the current ones. One join is kept per partition (at most ``maximum``), so
+    superseded versions and their matrices are released instead of piling up.
+    """
+
+    def __init__(self, digests: MemoryDigests, maximum: int = 4_096) -> None:
         self._digests = digests
         self._maximum = maximum
-        self._joins: OrderedDict[tuple[int, int, int | None], PartitionJoin] = OrderedDict()
+        self._joins: OrderedDict[tuple[str, str], PartitionJoin] = OrderedDict()
         self._lock = threading.Lock()
 
     def join(
         self, view: PartitionView | None, partition: IndexPartition | None, active: int | None
     ) -> PartitionJoin:
-        """Return the (cached) join of ``view`` and ``partition``."""
-        key = (id(view), id(partition), active)
+        """Return the (cached) join of ``view`` and ``partition`` under identity ``active``."""
+        if view is not None:
+            key = (identity_hash(view.session_id), identity_hash(view.owner_id))
+        elif partition is not None:
+            key = (partition.session_hash, partition.owner_hash)
+        else:
+            return _join(None, None, active, self._digests)
         with self._lock:
             cached = self._joins.get(key)
-            if cached is not None and cached.view is view and cached.partition is partition:
+            if (
+                cached is not None
+                and cached.view is view
+                and cached.partition is partition
+                and cached.active == active
+            ):
                 self._joins.move_to_end(key)
                 return cached
         joined = _join(view, partition, active, self._digests)
         with self._lock:
             self._joins[key] = joined
+            self._joins.move_to_end(key)
             while len(self._joins) > self._maximum:
                 self._joins.popitem(last=False)
         return joined

@@ -61,6 +61,7 @@ from game_memory.vector.file_index import FileVectorMemoryIndex
 from game_memory.vector.fusion import FusedCandidate, fuse
 from game_memory.vector.gate import EmbeddingGate
 from game_memory.vector.identity import MemoryEmbeddingIdentity
+from game_memory.vector.index import FloatMatrix, PartitionReplacedError
 from game_memory.vector.options import VectorMemoryStoreOptions
 from game_memory.vector.projector import MemoryTextProjector
 from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
@@ -509,6 +510,44 @@ class VectorMemoryStore:
                 raise DerivedIndexError("the reranker returned an unknown or repeated candidate")
             seen.add(id(candidate))
 
+    def _read_parts(
+        self, query: GameMemoryQuery, views: list[PartitionView]
+    ) -> list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]]:
+        """Join each view to its index partition and load the active matrices (blocking)."""
+        engine = self.index.engine
+        active = engine.identity_code(self.active_identity, create=False)
+        session_hash = identity_hash(query.session_id)
+        dimensions = self.active_identity.dimensions
+        joins: list[tuple[PartitionView, PartitionJoin]] = []
+        entries = 0
+        for view in views:
+            partition = engine.partition(session_hash, identity_hash(view.owner_id))
+            joined = self._joins.join(view, partition, active)
+            entries += partition.live if partition is not None else 0
+            if joined.stale:
+                raise _Unavailable(
+                    "memory_vector_rebuild_required",
+                    f"Session {query.session_id!r} holds vectors of another embedding model "
+                    f"than {self.active_identity}; recall is lexical until a rebuild.",
+                )
+            joins.append((view, joined))
+        if entries * dimensions > self.options.maximum_vector_comparisons_per_search:
+            raise _Unavailable(
+                "memory_vector_search_too_large",
+                f"{entries:,} vectors exceed maximum_vector_comparisons_per_search",
+            )
+        parts: list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]] = []
+        for view, joined in joins:
+            if joined.ready and joined.partition is not None and active is not None:
+                matrix = engine.matrix(joined.partition, active, dimensions)
+                parts.append((joined, matrix, view.columns.mask(query)))
+        if not parts and views:
+            raise _Unavailable(
+                "memory_vector_unindexed",
+                "No memory of this query has a vector of the active model yet.",
+            )
+        return parts
+
     async def _vector_recall(
         self,
         query: GameMemoryQuery,
@@ -523,39 +562,16 @@ class VectorMemoryStore:
         embedded_at = time.perf_counter()
         stages.append(GameMemorySearchStage.measured(Stage.EMBEDDING, embedded_at - started, 1, 1))
 
-        def read() -> list[tuple[PartitionJoin, Any, npt.NDArray[np.bool_]]]:
-            engine = self.index.engine
-            active = engine.identity_code(self.active_identity, create=False)
-            session_hash = identity_hash(query.session_id)
-            parts = []
-            entries = 0
-            for view in views:
-                partition = engine.partition(session_hash, identity_hash(view.owner_id))
-                joined = self._joins.join(view, partition, active)
-                entries += partition.live if partition is not None else 0
-                if joined.stale:
-                    raise _Unavailable(
-                        "memory_vector_rebuild_required",
-                        f"Session {query.session_id!r} holds vectors of another embedding model "
-                        f"than {self.active_identity}; recall is lexical until a rebuild.",
-                    )
-                if joined.ready:
-                    matrix = engine.matrix(partition, active, self.active_identity.dimensions)  # type: ignore[arg-type]
-                    parts.append((joined, matrix, view.columns.mask(query)))
-            if (
-                entries * self.active_identity.dimensions
-                > self.options.maximum_vector_comparisons_per_search
-            ):
-                raise _Unavailable(
-                    "memory_vector_search_too_large",
-                    f"{entries:,} vectors exceed maximum_vector_comparisons_per_search",
-                )
-            if not parts and views:
-                raise _Unavailable(
-                    "memory_vector_unindexed",
-                    "No memory of this query has a vector of the active model yet.",
-                )
-            return parts
+        def read() -> list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]]:
+            # A compaction racing this read replaces the partition under us; the second
+            # attempt reads the new generation (a third race in a row is reported).
+            for attempt in range(3):
+                try:
+                    return self._read_parts(query, views)
+                except PartitionReplacedError:
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
 
         parts = await self._run(read)
         read_at = time.perf_counter()
