@@ -6,11 +6,14 @@ lexical recall alone misses them and semantic recall finds them.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from game_memory.demo import SCENARIO
+
+from .conftest import REPOSITORY
 
 pytestmark = pytest.mark.model
 
@@ -79,3 +82,20 @@ def test_after_the_model_change_recall_falls_back_until_the_rebuild_restores_it(
     rebuild = next(step for step in real_report["steps"] if step["step"] == "rebuild")
     assert rebuild["status"]["state"] == "ready"
     assert real_report["summary"]["model_change"]["restored"]
+
+
+def test_the_readme_reports_what_lexical_recall_alone_gets_wrong(
+    real_report: dict[str, Any],
+) -> None:
+    readme = (REPOSITORY / "README.md").read_text(encoding="utf-8")
+    claim = re.search(
+        r"lexical recall alone gets (\d+) of the (\d+) questions wrong\s*\(([^)]*)\)", readme
+    )
+    assert claim, "README.md no longer states what lexical recall alone gets wrong"
+    named = [name.strip() for name in re.sub(r"\s+", " ", claim.group(3)).split(",")]
+    misses = [name for name in real_report["summary"]["lexical_misses"] if "@" not in name]
+    asked = [
+        s for s in real_report["steps"] if s["step"] == "question" and s["phase"] != "model_change"
+    ]
+    assert named == misses
+    assert (int(claim.group(1)), int(claim.group(2))) == (len(misses), len(asked))
