@@ -137,9 +137,7 @@ async def run_demo(
                 steps.append(step)
                 if on_step is not None:
                     on_step(step)
-        return build_report(
-            scenario, report, None if data_dir is None else str(data_dir), steps
-        )
+        return build_report(scenario, report, None if data_dir is None else str(data_dir), steps)
     raise AssertionError("unreachable")  # pragma: no cover  (ExitStack never swallows)
 
 

@@ -140,9 +140,7 @@ def is_correct(
         memory_id for memory_id, tick in zip(memory_ids, ticks, strict=True) if tick > question.tick
     )
     expired = tuple(
-        memory_id
-        for memory_id in memory_ids
-        if _expired(scenario, memory_id, question.tick)
+        memory_id for memory_id in memory_ids if _expired(scenario, memory_id, question.tick)
     )
     found = not question.expected or any(
         memory_id in question.expected for memory_id in memory_ids[: scenario.top_k]

@@ -201,9 +201,7 @@ async def play(
         yield ModelChangeStep(previous, current.identity, await current.status(scenario.session_id))
         for question in changes:
             yield await _ask(current, scenario, question, "after_model_change")
-        yield await _rebuild(
-            current, scenario, "the embedding model changed", progress
-        )
+        yield await _rebuild(current, scenario, "the embedding model changed", progress)
         for question in changes:
             yield await _ask(current, scenario, question, "after_rebuild")
     finally:

@@ -114,8 +114,10 @@ class StepPrinter:
         if question.phase == "play":
             self._clock(question.tick)
         npc = self._scenario.npc(question.npc)
-        stage = {"after_model_change": " (new model, before the rebuild)",
-                 "after_rebuild": " (after the rebuild)"}.get(step.stage, "")
+        stage = {
+            "after_model_change": " (new model, before the rebuild)",
+            "after_rebuild": " (after the rebuild)",
+        }.get(step.stage, "")
         self._console.print()
         self._console.print(
             f"[bold]{format_tick(question.tick)}[/bold]{stage} · the player asks "
