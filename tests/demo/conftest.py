@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,14 @@ DEMO_PROJECT = REPOSITORY / "demo_project"
 _SKIPPED: list[str] = []
 #: Lines for the terminal summary (the engine run's wall time): reported, never asserted.
 NOTES: list[str] = []
+
+
+def link_or_copy(source: str, destination: str) -> None:
+    """``shutil.copytree``'s copy function: a hard link when the filesystem allows, else a copy."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
 
 @pytest.fixture(scope="session")

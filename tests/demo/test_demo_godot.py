@@ -30,7 +30,7 @@ import pytest
 
 from game_memory.demo import SCENARIO, scenario_json
 
-from .conftest import DEMO_PROJECT, NOTES, REPOSITORY
+from .conftest import DEMO_PROJECT, NOTES, REPOSITORY, link_or_copy
 
 pytestmark = [pytest.mark.godot, pytest.mark.model, pytest.mark.usefixtures("engine")]
 
@@ -45,7 +45,7 @@ def changed_model_folder(home: Path, destination: Path, maximum_tokens: int) -> 
     from game_memory.onnx import default_model_directory
 
     source = default_model_directory(home)
-    shutil.copytree(source, destination, copy_function=os.link)
+    shutil.copytree(source, destination, copy_function=link_or_copy)
     manifest = destination / "game-memory-model.json"
     data = json.loads(manifest.read_text(encoding="utf-8"))
     data["default_maximum_tokens"] = maximum_tokens

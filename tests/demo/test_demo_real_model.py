@@ -6,14 +6,19 @@ lexical recall alone misses them and semantic recall finds them.
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import game_memory.onnx as onnx
+from game_memory.cli import main
 from game_memory.demo import SCENARIO
 
-from .conftest import REPOSITORY
+from .conftest import REPOSITORY, link_or_copy
 
 pytestmark = pytest.mark.model
 
@@ -99,3 +104,44 @@ def test_the_readme_reports_what_lexical_recall_alone_gets_wrong(
     ]
     assert named == misses
     assert (int(claim.group(1)), int(claim.group(2))) == (len(misses), len(asked))
+
+
+def test_first_use_prepares_the_model_with_a_progress_bar(
+    model_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """With an empty model cache, ``game-memory demo`` prepares the model, then runs hybrid.
+
+    The download and build are the ONNX tests' business; here the preparation reports its
+    stages and puts the already prepared folder in place.
+    """
+    prepared = onnx.default_model_directory(model_home)
+    calls: list[Path | None] = []
+
+    def prepare(home: Path | None = None, *, force: bool = False, progress: Any = None) -> Path:
+        calls.append(home)
+        for stage in ("download", "verify", "build", "quantize", "check", "write"):
+            progress(stage, 0, 1)
+            progress(stage, 1, 1)
+        target = onnx.default_model_directory(home)
+        shutil.copytree(prepared, target, copy_function=link_or_copy)
+        return target
+
+    monkeypatch.setattr(onnx, "prepare_default_model", prepare)
+    monkeypatch.setenv("GAME_MEMORY_HOME", str(tmp_path / "empty-home"))
+    assert main(["demo", "--json"]) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert calls == [None]  # the default home: $GAME_MEMORY_HOME
+    assert report["model"]["prepared_now"] and report["model"]["mode"] == "hybrid"
+    assert "Preparing the default embedding model" in captured.err
+    assert "quantize to INT8" in captured.err
+    assert not [
+        step["id"]
+        for step in report["steps"]
+        if step["step"] == "question"
+        and step["stage"] in ("play", "rewind")
+        and not step["correct"]
+    ]
