@@ -1,0 +1,1 @@
+"""Tests of the semantic half: identity, derived index, fusion, reranker, hybrid store."""
