@@ -7,13 +7,17 @@ extends RefCounted
 ## play the same story: the villagers, the events each of them witnessed, and the questions
 ## with the memories that answer them. Ticks are in-game minutes; Day 1 starts at tick 0.
 
+#region Constants
 ## Where the scenario is read from.
 const DEFAULT_PATH: String = "res://scenario.json"
 ## In-game minutes per day.
 const TICKS_PER_DAY: int = 1440
 ## The file format this script reads.
 const FORMAT: String = "game-memory-demo-scenario"
+#endregion
 
+
+#region Variables
 ## The scenario's title.
 var title: String = ""
 ## The save session every memory and question uses.
@@ -37,8 +41,10 @@ var events: Array[Dictionary] = []
 var questions: Array[Dictionary] = []
 
 var _events_by_id: Dictionary = {}
+#endregion
 
 
+#region Static methods
 ## Reads the scenario at [param path]. Returns [code]{"ok": true, "scenario": DemoScenario}[/code]
 ## or [code]{"ok": false, "message": String}[/code] saying what is wrong with the file.
 static func load_file(path: String = DEFAULT_PATH) -> Dictionary:
@@ -76,8 +82,10 @@ static func describe_age(ticks: int) -> String:
 	if minutes > 0 and days == 0:
 		parts.append("%d min" % minutes)
 	return " ".join(parts) + " ago"
+#endregion
 
 
+#region Public methods
 ## Returns the game moment of [param tick] on the scenario's timeline.
 func moment(tick: int) -> Dictionary:
 	return {"timeline_id": timeline_id, "tick": tick}
@@ -149,8 +157,10 @@ func judge(question: Dictionary, memories: Array) -> Dictionary:
 			found = true
 	return {"correct": found and future_ids.is_empty() and expired_ids.is_empty(),
 			"future_ids": future_ids, "expired_ids": expired_ids}
+#endregion
 
 
+#region Private methods
 func _read(data: Dictionary) -> void:
 	title = str(data.get("name", ""))
 	session_id = str(data.get("session_id", ""))
@@ -170,3 +180,4 @@ func _read(data: Dictionary) -> void:
 		var item: Dictionary = raw.duplicate(true)
 		item["tick"] = int(item["tick"])
 		questions.append(item)
+#endregion

@@ -22,21 +22,27 @@ extends Node
 ## [code]GMDEMO_SCREENSHOT {"index", "count", "data"}[/code] lines (base64 chunks).
 ## The game quits with 0 when every step ran, 1 when one failed, 3 when the watchdog fired.
 
+#region Constants
 ## Seconds before a stuck run is ended (override with [code]--watchdog=SECONDS[/code]).
 const DEFAULT_WATCHDOG_SECONDS: float = 240.0
 ## Base64 characters per screenshot line.
 const SCREENSHOT_CHUNK: int = 60000
 ## The window size of a screenshot.
 const SCREENSHOT_SIZE: Vector2i = Vector2i(1280, 720)
+#endregion
 
+
+#region Variables
 var _village: VillageDemo = null
 var _scenario: DemoScenario = null
 var _problems: Array[String] = []
 var _answers: int = 0
 var _correct: int = 0
 var _finished: bool = false
+#endregion
 
 
+#region Public methods
 ## Plays the whole scenario on [param village] and quits the game with the verdict.
 func play(village: VillageDemo) -> void:
 	_village = village
@@ -51,8 +57,10 @@ func play(village: VillageDemo) -> void:
 	_emit("done", {"ok": _problems.is_empty(), "questions": _answers, "correct": _correct,
 			"problems": _problems})
 	_finish(0 if _problems.is_empty() else 1)
+#endregion
 
 
+#region Private methods
 func _play_story() -> void:
 	var info: Dictionary = _village.memory.get_server_info()
 	_emit("ready", {"ok": true, "mode": info.get("mode"), "model": info.get("model")})
@@ -203,8 +211,10 @@ func _finish(code: int) -> void:
 		return
 	_finished = true
 	get_tree().quit(code)
+#endregion
 
 
+#region Signal handlers
 func _on_event_remembered(event: Dictionary, created: int) -> void:
 	_emit("event", {"id": event["id"], "tick": event["tick"], "created": created, "ok": true})
 
@@ -215,3 +225,4 @@ func _on_watchdog_timeout() -> void:
 	_emit("done", {"ok": false, "reason": "watchdog fired", "questions": _answers,
 			"correct": _correct, "problems": _problems})
 	_finish(3)
+#endregion

@@ -14,18 +14,25 @@ extends Control
 ## [code]--model=NAME[/code] and [code]--sidecar-command=PATH[/code] configure the launched one;
 ## [code]--scripted[/code] plays the scenario by itself and quits (see [ScriptedPlay]).
 
+#region Signals
 ## Emitted when the clock reached an event and its witnesses remembered it.
 signal event_remembered(event: Dictionary, created: int)
 ## Emitted when the selected villager answered a question, with the recall result.
 signal question_answered(npc_id: String, text: String, tick: int, result: Dictionary)
+#endregion
 
+
+#region Constants
 ## Where a launched sidecar keeps the demo's save.
 const SAVE_DIRECTORY: String = "user://millbrook/save"
 ## Where a launched sidecar keeps the demo's derived index.
 const INDEX_DIRECTORY: String = "user://millbrook/index"
 ## Seconds to wait for the sidecar to be ready.
 const BACKEND_TIMEOUT_SECONDS: float = 60.0
+#endregion
 
+
+#region Variables
 ## The scenario being played (null until it is loaded).
 var scenario: DemoScenario = null
 ## The game clock: the latest moment the story has reached, in ticks (in-game minutes).
@@ -42,6 +49,7 @@ var _busy: bool = false
 var _npc_buttons: Dictionary = {}
 var _rebuilding: bool = false
 
+## The memory node every villager remembers and recalls through.
 @onready var memory: GameMemory = $GameMemory
 @onready var _title_label: Label = %TitleLabel
 @onready var _clock_label: Label = %ClockLabel
@@ -59,8 +67,10 @@ var _rebuilding: bool = false
 @onready var _verdict_label: Label = %VerdictLabel
 @onready var _rebuild_button: Button = %RebuildButton
 @onready var _rebuild_progress: ProgressBar = %RebuildProgress
+#endregion
 
 
+#region Static methods
 ## Parses [code]--key=value[/code] (and bare [code]--flag[/code], as "true") user arguments.
 static func parse_arguments(raw: PackedStringArray) -> Dictionary:
 	var parsed: Dictionary = {}
@@ -72,8 +82,10 @@ static func parse_arguments(raw: PackedStringArray) -> Dictionary:
 		else:
 			parsed[text.left(equals)] = text.substr(equals + 1)
 	return parsed
+#endregion
 
 
+#region Engine callbacks
 func _ready() -> void:
 	arguments = parse_arguments(OS.get_cmdline_user_args())
 	_connect_controls()
@@ -97,8 +109,10 @@ func _ready() -> void:
 		player.name = "ScriptedPlay"
 		add_child(player)
 		player.play.call_deferred(self)
+#endregion
 
 
+#region Public methods
 ## Waits until the memory backend is ready; returns false when it failed or timed out.
 func wait_for_backend(seconds: float = BACKEND_TIMEOUT_SECONDS) -> bool:
 	var deadline: int = Time.get_ticks_msec() + int(seconds * 1000.0)
@@ -207,8 +221,10 @@ func rebuild_index() -> Dictionary:
 	_rebuild_button.disabled = false
 	_update_backend_label()
 	return status
+#endregion
 
 
+#region Private methods
 func _remember_into(results: Array[Dictionary], witness: String, item: Dictionary) -> void:
 	results.append(await memory.remember(witness, item["text"], scenario.moment(item["tick"]),
 			scenario.remember_options(item)))
@@ -338,8 +354,10 @@ func _why(item: Dictionary) -> String:
 		parts.append("vector #%d (cos %.2f)" % [int(why["vector_rank"]),
 				float(why.get("vector_score", 0.0))])
 	return " + ".join(parts)
+#endregion
 
 
+#region Signal handlers
 func _on_advance_button_pressed() -> void:
 	if _busy:
 		return
@@ -387,3 +405,4 @@ func _on_backend_failed(error: Dictionary) -> void:
 
 func _on_diagnostic_emitted(diagnostic: Dictionary) -> void:
 	_log("[color=#ffd080]%s[/color]" % diagnostic.get("message", ""))
+#endregion
