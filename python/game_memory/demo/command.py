@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
-from game_memory.composition import open_memory
+from game_memory.composition import OpenedMemory, open_memory
 from game_memory.demo.models import ensure_default_model, open_changed_model
 from game_memory.demo.outcome import Step
 from game_memory.demo.play import ProgressSink, play
@@ -86,59 +86,91 @@ async def run_demo(
     """
     if model not in MODELS:
         raise ValueError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
-    with contextlib.ExitStack() as stack:
-        if data_dir is None:
-            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gm-demo-")))
-        else:
-            root = data_dir
-            root.mkdir(parents=True, exist_ok=True)
-        save_dir, index_dir = root / "save", root / "index"
-        opened_with = model
-        notice: str | None = None
-        prepared_now = False
-        if model == "default":
-            preparation = await asyncio.to_thread(ensure_default_model, home, prepare_progress)
-            prepared_now = preparation.prepared_now
-            if not preparation.ready:
-                opened_with = "lexical"
-                notice = (
-                    f"recall is lexical only: the default embedding model could not be prepared "
-                    f"({preparation.problem}); run 'game-memory models prepare' when online"
-                )
-        memory = await open_memory(save_dir, index_dir, opened_with, home=home)
-        if memory.notice is not None:
-            notice = memory.notice.message
-        if model == "lexical":
-            notice = "recall is lexical only (--model lexical): no vectors, no model change"
-        report = ModelReport(model, memory.mode, memory.identity, notice, prepared_now)
-        if on_start is not None:
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return await _play_in(
+            data_dir,
+            str(data_dir),
+            model,
+            scenario,
+            on_start,
+            on_step,
+            prepare_progress,
+            rebuild_progress,
+            home,
+        )
+    with tempfile.TemporaryDirectory(prefix="gm-demo-") as scratch:
+        return await _play_in(
+            Path(scratch),
+            None,
+            model,
+            scenario,
+            on_start,
+            on_step,
+            prepare_progress,
+            rebuild_progress,
+            home,
+        )
+
+
+async def _play_in(
+    root: Path,
+    shown_dir: str | None,
+    model: str,
+    scenario: Scenario,
+    on_start: Callable[[ModelReport], None] | None,
+    on_step: Callable[[Step], None] | None,
+    prepare_progress: Callable[[str, int, int], None] | None,
+    rebuild_progress: ProgressSink | None,
+    home: Path | None,
+) -> dict[str, Any]:
+    save_dir, index_dir = root / "save", root / "index"
+    opened_with = model
+    notice: str | None = None
+    prepared_now = False
+    if model == "default":
+        preparation = await asyncio.to_thread(ensure_default_model, home, prepare_progress)
+        prepared_now = preparation.prepared_now
+        if not preparation.ready:
+            opened_with = "lexical"
+            notice = (
+                "recall is lexical only: the default embedding model could not be prepared "
+                f"({preparation.problem}); run 'game-memory models prepare' when online"
+            )
+    memory = await open_memory(save_dir, index_dir, opened_with, home=home)
+    if memory.notice is not None:
+        notice = memory.notice.message
+    if model == "lexical":
+        notice = "recall is lexical only (--model lexical): no vectors, no model change"
+    report = ModelReport(model, memory.mode, memory.identity, notice, prepared_now)
+
+    async def switch() -> OpenedMemory:
+        return await open_changed_model(
+            save_dir, index_dir, opened_with, scenario.changed_model_maximum_tokens, home
+        )
+
+    can_switch = memory.mode == "hybrid" and opened_with in ("default", "hashing")
+    if on_start is not None:
+        try:
             on_start(report)
-
-        async def switch() -> Any:
-            return await open_changed_model(
-                save_dir,
-                index_dir,
-                opened_with,
-                scenario.changed_model_maximum_tokens,
-                home,
-            )
-
-        steps: list[Step] = []
-        can_switch = memory.mode == "hybrid" and opened_with in ("default", "hashing")
-        async with contextlib.aclosing(
-            play(
-                memory,
-                scenario,
-                switch_model=switch if can_switch else None,
-                progress=rebuild_progress,
-            )
-        ) as playing:
-            async for step in playing:
-                steps.append(step)
-                if on_step is not None:
-                    on_step(step)
-        return build_report(scenario, report, None if data_dir is None else str(data_dir), steps)
-    raise AssertionError("unreachable")  # pragma: no cover  (ExitStack never swallows)
+        except BaseException:
+            await memory.aclose()
+            raise
+    # play() owns the memory from its first step on and closes it, also on errors.
+    steps: list[Step] = []
+    async with contextlib.aclosing(
+        play(
+            memory,
+            scenario,
+            switch_model=switch if can_switch else None,
+            progress=rebuild_progress,
+        )
+    ) as playing:
+        async for step in playing:
+            steps.append(step)
+            if on_step is not None:
+                on_step(step)
+    return build_report(scenario, report, shown_dir, steps)
 
 
 class _PrepareBar:

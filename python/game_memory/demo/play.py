@@ -132,8 +132,9 @@ async def play(
 ) -> AsyncGenerator[Step, None]:
     """Play ``scenario`` on ``memory`` and yield each step as it happens.
 
-    Takes ownership of ``memory``: it is closed when the iteration ends (also early, with
-    ``contextlib.aclosing``), and so is the memory ``switch_model`` returns. Replaying on a
+    Takes ownership of ``memory`` once iteration starts: it is closed when the iteration
+    ends (also early, with ``contextlib.aclosing``), and so is the memory ``switch_model``
+    returns. A generator that is never iterated closes nothing. Replaying on a
     save that already holds the scenario is an idempotent no-op for the remembering.
 
     Args:

@@ -13,7 +13,7 @@ from typing import Any
 from game_memory.demo.outcome import ModelChangeStep, QuestionStep, RebuildStep, Step
 from game_memory.demo.scenario import Scenario
 
-__all__ = ["ModelReport", "build_report", "summarize"]
+__all__ = ["REPORT_FORMAT_VERSION", "ModelReport", "build_report", "summarize"]
 
 #: The version of the ``--json`` document's layout.
 REPORT_FORMAT_VERSION = 1
