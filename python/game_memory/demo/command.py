@@ -86,23 +86,16 @@ async def run_demo(
     """
     if model not in MODELS:
         raise ValueError(f"--model must be one of {', '.join(MODELS)}, not {model!r}")
-    if data_dir is not None:
+    folder: contextlib.AbstractContextManager[str, None]
+    if data_dir is None:
+        folder = tempfile.TemporaryDirectory(prefix="gm-demo-")
+    else:
         data_dir.mkdir(parents=True, exist_ok=True)
+        folder = contextlib.nullcontext(str(data_dir))
+    with folder as root:
         return await _play_in(
-            data_dir,
-            str(data_dir),
-            model,
-            scenario,
-            on_start,
-            on_step,
-            prepare_progress,
-            rebuild_progress,
-            home,
-        )
-    with tempfile.TemporaryDirectory(prefix="gm-demo-") as scratch:
-        return await _play_in(
-            Path(scratch),
-            None,
+            Path(root),
+            None if data_dir is None else str(data_dir),
             model,
             scenario,
             on_start,
