@@ -12,7 +12,8 @@ extends Control
 ## User arguments (after [code]--[/code] on the command line):
 ## [code]--ws-url=URL --token=T[/code] connect to a running sidecar instead of launching one;
 ## [code]--model=NAME[/code] and [code]--sidecar-command=PATH[/code] configure the launched one;
-## [code]--scripted[/code] plays the scenario by itself and quits (see [ScriptedPlay]).
+## [code]--scripted[/code] plays the scenario by itself and quits (see [ScriptedPlay]);
+## [code]--ui-check[/code] drives the controls and prints checks (see [UiCheck]).
 
 #region Signals
 ## Emitted when the clock reached an event and its witnesses remembered it.
@@ -109,6 +110,11 @@ func _ready() -> void:
 		player.name = "ScriptedPlay"
 		add_child(player)
 		player.play.call_deferred(self)
+	elif arguments.has("ui-check"):
+		var checker: UiCheck = UiCheck.new()
+		checker.name = "UiCheck"
+		add_child(checker)
+		checker.run.call_deferred(self)
 #endregion
 
 
@@ -394,8 +400,9 @@ func _on_rebuild_button_pressed() -> void:
 
 
 func _on_rebuild_progressed(done: int, total: int) -> void:
+	# Nothing to re-embed (total 0) is a finished rebuild: show a full bar.
 	_rebuild_progress.max_value = maxi(total, 1)
-	_rebuild_progress.value = done
+	_rebuild_progress.value = done if total > 0 else 1
 
 
 func _on_backend_failed(error: Dictionary) -> void:

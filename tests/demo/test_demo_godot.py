@@ -233,3 +233,57 @@ def test_the_village_scene_is_captured_from_the_real_engine(godot_run: Any) -> N
     if os.environ.get(UPDATE_VARIABLE) == "1":
         SCREENSHOT.write_bytes(png)
     assert SCREENSHOT.is_file(), f"run with {UPDATE_VARIABLE}=1 to write {SCREENSHOT}"
+
+
+@pytest.fixture(scope="module")
+def ui_run(engine: None, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The demo's controls driven in the engine (``--ui-check``), on a hashing sidecar."""
+    from godot.harness import run_project
+    from godot.sidecar import SidecarProcess, serve_command
+
+    root = tmp_path_factory.mktemp("godot-demo-ui")
+    sidecar = SidecarProcess.start(
+        serve_command(root / "save", root / "index", "hashing"), root / "sidecar.log"
+    )
+    try:
+        return run_project(
+            [(DEMO_PROJECT, "")],
+            ["--ui-check", f"--ws-url={sidecar.url}", f"--token={sidecar.token}"],
+            extra_files={"scenario.json": scenario_json().encode("utf-8")},
+            timeout=120.0,
+        )
+    finally:
+        sidecar.close()
+
+
+UI_CHECKS = {
+    "backend_ready",
+    "advance_button_remembers_events_in_order",
+    "clock_shows_the_last_event",
+    "log_names_the_witnesses",
+    "villager_button_exists",
+    "villager_button_selects_the_npc",
+    "suggestions_are_jorys_questions",
+    "a_suggestion_fills_the_question_box",
+    "ask_button_recalls_and_lists_the_memories",
+    "the_list_says_why_a_memory_ranked",
+    "an_empty_question_is_not_sent",
+    "slider_moves_the_moment_back",
+    "nothing_is_recalled_before_anything_happened",
+    "slider_returns_to_the_clock",
+    "rebuild_button_rebuilds_the_index",
+    "progress_bar_reaches_the_end",
+}
+
+
+@pytest.mark.parametrize("check", sorted(UI_CHECKS))
+def test_the_village_controls_work_in_the_engine(ui_run: Any, check: str) -> None:
+    records = {record["check"]: record for record in ui_run.records("GMDEMO_UI")}
+    assert check in records, f"check {check} never ran\n{ui_run.describe()}"
+    assert records[check]["ok"], f"{records[check]}\n{ui_run.describe()}"
+
+
+def test_the_ui_check_finishes_cleanly(ui_run: Any) -> None:
+    assert not ui_run.timed_out and ui_run.exit_code == 0, ui_run.describe()
+    done = [record for record in ui_run.records("GMDEMO_UI") if record["check"] == "done"]
+    assert done and done[0]["ok"] and done[0]["failures"] == 0, ui_run.describe()
