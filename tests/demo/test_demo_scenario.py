@@ -141,3 +141,11 @@ def test_the_demo_project_is_typed_and_starts_on_the_village() -> None:
     for node in ("ClockLabel", "AdvanceButton", "QuestionEdit", "RecalledList", "RewindSlider"):
         assert f'[node name="{node}"' in scene
     assert 'path="res://addons/game_memory/game_memory.gd"' in scene
+
+
+def test_the_readme_describes_this_scenario() -> None:
+    readme = (REPOSITORY / "README.md").read_text(encoding="utf-8")
+    assert f"{len(SCENARIO.events)} events each witnessed by only some of them" in readme
+    assert "five villagers" in readme and len(SCENARIO.npcs) == 5
+    rewind = SCENARIO.questions_of("rewind")[0]
+    assert f"the save from {format_tick(rewind.tick)}" in readme
