@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -142,10 +142,31 @@ _STRICT_DECODER = json.JSONDecoder(
 )
 
 
+_scan_once: Callable[[str, int], tuple[Any, int]] = _STRICT_DECODER.scan_once  # type: ignore[attr-defined]
+_JSON_WHITESPACE = " \t\n\r"
+
+
+def _decode_strict(text: str) -> Any:
+    """``JSONDecoder.decode`` minus its Python-level wrappers (it runs on every record read)."""
+    length = len(text)
+    start = 0
+    while start < length and text[start] in _JSON_WHITESPACE:
+        start += 1
+    try:
+        value, end = _scan_once(text, start)
+    except StopIteration as exc:
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    while end < length and text[end] in _JSON_WHITESPACE:
+        end += 1
+    if end != length:
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
 def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_PAYLOAD_DEPTH) -> Any:
     """Parse JSON rejecting duplicate keys, NaN/Infinity and nesting deeper than the bound."""
     try:
-        value = _STRICT_DECODER.decode(text)
+        value = _decode_strict(text)
     except RecursionError as exc:
         raise ValueError(f"{what} is nested too deeply") from exc
     except ValueError as exc:
@@ -276,9 +297,11 @@ def _tags(value: Any) -> tuple[str, ...]:
     return tuple(sorted(unique, key=ordinal_key))
 
 
-def _metadata(value: Any) -> Mapping[str, str]:
+def _metadata(value: Any) -> dict[str, str]:
+    # Returns a plain dict: pydantic checks a dict without the slow ``Mapping`` ABC test,
+    # and the field's after-validator freezes it.
     if value is None:
-        return MappingProxyType({})
+        return {}
     if type(value) is not dict and not isinstance(value, Mapping):  # dict: skip the ABC check
         raise ValueError("metadata must be a mapping of strings to strings")
     if len(value) > MAXIMUM_METADATA_ENTRIES:
@@ -294,7 +317,7 @@ def _metadata(value: Any) -> Mapping[str, str]:
             raise ValueError(f"metadata value of {key!r} is longer than 65,536 characters")
         _check_unicode(item, f"metadata value of {key!r}")
         copied[key] = item
-    return MappingProxyType(copied)
+    return copied
 
 
 # The mapping is validated as a dict, then frozen again (pydantic would hand back a mutable

@@ -20,8 +20,11 @@ as already migrated. Running it again is always safe.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,6 +167,23 @@ def _read_all(engine: StoreEngine, sources: list[_Source]) -> list[tuple[_Source
     return documents
 
 
+@contextlib.contextmanager
+def _no_cycle_collection() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk load, then restore it.
+
+    A migration creates hundreds of thousands of long-lived objects; each time their number
+    grows by a quarter the collector walks all of them again, which costs more than the
+    migration's own work. Nothing it allocates is cyclic garbage, so pausing loses nothing.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _conflict(memory: GameMemory, where: str) -> MemoryConflictError:
     return MemoryConflictError(
         f"legacy memory {memory.memory_id!r} of owner {memory.owner_id!r} conflicts with a "
@@ -181,7 +201,7 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
             with different content.
         CapacityExceededError: the migrated store would exceed ``maximum_entries``.
     """
-    with engine.locked():
+    with engine.locked(), _no_cycle_collection():
         engine.recover()
         sources = _sources(engine.root)
         if not sources:
