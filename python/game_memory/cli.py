@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="run the NPC village demo: who saw what, recalled as of in-game moments"
     )
     demo.add_argument(
-        "--model", default="default", help="'default' (prepared on first use) or 'lexical'"
+        "--model",
+        default="default",
+        help="'default' (prepared on first use), 'lexical', or 'hashing' (a quick stand-in)",
     )
     demo.add_argument("--data", help="keep the demo's save and index in this folder")
     demo.add_argument("--json", action="store_true", help="print the results as JSON")
