@@ -51,6 +51,8 @@ class GatedInference:
         self.most_active = 0
         self.closed = 0
         self.fail: Exception | None = None
+        #: Seconds each run takes (a float, or a function drawing one per run).
+        self.delay: float | Callable[[], float] = 0.0
         self.output: Callable[[npt.NDArray[np.float32]], object] | None = None
         self._lock = threading.Lock()
 
@@ -73,6 +75,10 @@ class GatedInference:
                 if self.cooperative and stop.is_set():
                     self.terminated.set()
                     raise RuntimeError("terminated")
+            delay = self.delay() if callable(self.delay) else self.delay
+            if delay and stop.wait(delay) and self.cooperative:
+                self.terminated.set()
+                raise RuntimeError("terminated")
             if self.fail is not None:
                 raise self.fail
             steps = np.arange(1, self.hidden_size + 1, dtype=np.float32)

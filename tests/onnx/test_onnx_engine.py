@@ -396,3 +396,56 @@ async def test_mean_pooling_ignores_padding(make_engine) -> None:
     padded = (await engine.embed(["a bb", "a bb ccc dddd eeeee ffffff"], DOCUMENTS))[0]
     np.testing.assert_allclose(alone, padded, atol=1e-6)
     await engine.aclose()
+
+
+async def test_a_storm_of_calls_cancellations_and_deadlines_leaves_the_engine_consistent(
+    inference: GatedInference, records
+) -> None:
+    import random
+
+    rng = random.Random(5)
+    inference.delay = lambda: rng.choice([0.002, 0.004, 0.03])
+    engine = OnnxInferenceEngine(
+        limits(
+            maximum_concurrent_inferences=2,
+            maximum_queued_operations=6,
+            queue_timeout=0.01,
+            inference_timeout=0.02,
+        ),
+        WordTokenizer(),
+        inference,
+        Pooling.CLS,
+        records.append,
+    )
+    tasks = []
+    for index in range(120):
+        texts = [f"text {index} " + "w " * rng.randrange(1, 20)] * rng.randrange(1, 4)
+        tasks.append(asyncio.ensure_future(engine.embed(texts, DOCUMENTS)))
+        if rng.random() < 0.3:
+            await asyncio.sleep(rng.random() * 0.005)
+        if rng.random() < 0.2:
+            rng.choice(tasks).cancel()
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    kinds = {outcome.kind for outcome in outcomes if isinstance(outcome, OnnxEmbeddingError)}
+    assert kinds <= {
+        OnnxFailureKind.QUEUE_FULL,
+        OnnxFailureKind.QUEUE_TIMEOUT,
+        OnnxFailureKind.TIMEOUT,
+    }
+    assert any(isinstance(outcome, list) for outcome in outcomes)
+    for outcome in outcomes:
+        assert isinstance(outcome, list | OnnxEmbeddingError | asyncio.CancelledError)
+    # One record per operation that ran (a task cancelled before it started never ran).
+    finished = sum(not isinstance(outcome, asyncio.CancelledError) for outcome in outcomes)
+    assert finished <= len(records) <= len(tasks)
+    # Every run ends, every slot and ticket comes back, and the engine still works.
+    deadline = time.monotonic() + 5
+    while engine._active and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    assert not engine._active
+    assert engine._tickets == 8
+    assert inference.most_active <= 2
+    inference.delay = 0.0
+    assert len(await engine.embed(["after the storm"], DOCUMENTS)) == 1
+    await engine.aclose()
+    assert inference.closed == 1

@@ -179,6 +179,7 @@ class OnnxInferenceEngine:
         while self._active:
             if self._idle is None:
                 self._idle = asyncio.Event()
+            self._idle.clear()
             await self._idle.wait()
         if self._state is _State.CLOSING:
             self._state = _State.CLOSED
