@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +30,7 @@ __all__ = [
     "VectorStoreFactory",
     "file_hashes",
     "query",
+    "until",
 ]
 
 
@@ -52,6 +54,15 @@ def query(text: str | None = None, *, limit: int = 10, **fields: Any) -> GameMem
     return GameMemoryQuery(
         session_id=fields.pop("session_id", "session"), limit=limit, text=text, **fields
     )
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Yield to the event loop until ``condition()`` holds (at most about two seconds)."""
+    for _ in range(2_000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def file_hashes(folder: Path) -> dict[str, str]:
