@@ -538,15 +538,11 @@ class GameMemorySearchStage(BaseModel):
         candidates: int = 0,
         reused: bool = False,
     ) -> GameMemorySearchStage:
-        """Build a stage from a duration in seconds, clamping every value into its bounds.
-
-        Clamping makes every field valid by construction, so no validation pass is run (this
-        is on every search's path).
-        """
+        """Build a stage from a duration in seconds, clamping every value into its bounds."""
         milliseconds = seconds * 1000.0
         if not math.isfinite(milliseconds):
             milliseconds = MAXIMUM_STAGE_MILLISECONDS if milliseconds > 0 else 0.0
-        return cls.model_construct(
+        return cls(
             stage=GameMemorySearchStageKind(stage),
             duration_ms=min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS),
             scanned_count=min(max(int(scanned), 0), MAXIMUM_STAGE_COUNT),

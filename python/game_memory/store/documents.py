@@ -36,9 +36,13 @@ class DocumentError(Exception):
     """A document that cannot be decoded; the caller names the file and fails closed."""
 
 
+_SERIALIZER = GameMemory.__pydantic_serializer__
+
+
 def encode_document(memory: GameMemory) -> bytes:
     """Serialize ``memory`` as this store's record payload (compact UTF-8 JSON)."""
-    return b'{"format_version":1,"memory":' + memory.model_dump_json().encode("utf-8") + b"}"
+    # The serializer's bytes are exactly model_dump_json() encoded, without the round trip.
+    return b'{"format_version":1,"memory":' + _SERIALIZER.to_json(memory) + b"}"
 
 
 def decode_document(payload: bytes) -> GameMemory:

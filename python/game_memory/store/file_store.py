@@ -21,6 +21,7 @@ not) atomically in the background.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import os
 import time
@@ -55,6 +56,26 @@ __all__ = ["FileGameMemoryStore", "LexicalSearchResult"]
 _T = TypeVar("_T")
 MAXIMUM_ENTRIES_LIMIT = 1_000_000
 MAXIMUM_SNAPSHOT_LIMIT = 1_000_000
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop,
+    future: asyncio.Future[_T],
+    result: _T | None,
+    error: BaseException | None,
+) -> None:
+    """From a worker thread: complete ``future`` on its loop (unless it was cancelled)."""
+
+    def complete() -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)  # type: ignore[arg-type]
+
+    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+        loop.call_soon_threadsafe(complete)
 
 
 class _State(enum.Enum):
@@ -158,11 +179,33 @@ class FileGameMemoryStore:
     # -- plumbing -----------------------------------------------------------------------
 
     async def _run(self, function: Callable[[], _T]) -> _T:
+        """Run ``function`` in the store's thread pool and await its result.
+
+        Lighter than ``loop.run_in_executor``: the worker settles an asyncio future directly
+        (one ``call_soon_threadsafe``), which matters on the hot read path. If the awaiting
+        task is cancelled, ``function`` still runs to completion in the background.
+        """
         if self._state is _State.CLOSED:
-            raise StoreClosedError(
-                f"the memory store at {self.directory} is closed; open a new one"
-            )
-        return await asyncio.get_running_loop().run_in_executor(self._executor, function)
+            raise self._closed()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+
+        def job() -> None:
+            try:
+                result = function()
+            except BaseException as exc:  # handed to the awaiting task, never lost
+                _settle(loop, future, None, exc)
+            else:
+                _settle(loop, future, result, None)
+
+        try:
+            self._executor.submit(job)
+        except RuntimeError as exc:  # the pool was shut down by a concurrent aclose()
+            raise self._closed() from exc
+        return await future
+
+    def _closed(self) -> StoreClosedError:
+        return StoreClosedError(f"the memory store at {self.directory} is closed; open a new one")
 
     async def _ensure_ready(self) -> FileGameMemoryMigrationResult | None:
         """Open the layout and migrate legacy documents, once per store object.
@@ -257,12 +300,13 @@ class FileGameMemoryStore:
             bound = min(bound, maximum_snapshot_entries)
         started = time.perf_counter()
         first_use = await self._ensure_ready()
-        migrated = time.perf_counter()
+        ready = time.perf_counter()
 
         def read() -> LexicalSearchResult:
-            migration = first_use or FileGameMemoryMigrationResult(
-                migrated_entries=0, partitioned_entries=self._engine.ledger.count()
-            )
+            if first_use is not None:
+                migrated, partitioned = first_use.migrated_entries, first_use.partitioned_entries
+            else:
+                migrated, partitioned = 0, self._engine.ledger.count()
             begun = time.perf_counter()
             views = self._engine.views(query.session_id, query.owner_id, bound)
             snapshot_size = sum(len(view) for view in views)
@@ -272,9 +316,9 @@ class FileGameMemoryStore:
             stages = [
                 GameMemorySearchStage.measured(
                     GameMemorySearchStageKind.STORAGE_MIGRATION,
-                    migrated - started,
-                    migration.migrated_entries,
-                    migration.partitioned_entries,
+                    ready - started,
+                    migrated,
+                    partitioned,
                 ),
                 GameMemorySearchStage.measured(
                     GameMemorySearchStageKind.AUTHORITATIVE_SNAPSHOT,

@@ -18,8 +18,8 @@ import os
 import stat
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from game_memory.errors import PersistenceError
 from game_memory.store import fs
@@ -32,9 +32,11 @@ _BODY = struct.Struct("<4sIQ32s32s32s")
 _KIND_ADD = 1
 
 
-@dataclass(frozen=True, slots=True)
-class LedgerEntry:
-    """One intent: the hex SHA-256 hashes naming a memory's partition and id."""
+class LedgerEntry(NamedTuple):
+    """One intent: the hex SHA-256 hashes naming a memory's partition and id.
+
+    A named tuple (not a dataclass) because a migration builds one per memory.
+    """
 
     session_hash: str
     owner_hash: str
@@ -46,6 +48,7 @@ class Ledger:
 
     def __init__(self, path: Path, maximum_entries: int) -> None:
         self.path = path
+        self._name = os.fspath(path)  # lstat takes a string without pathlib's overhead
         self._maximum_bytes = (maximum_entries + 1) * RECORD_BYTES * 2
 
     def stat(self) -> os.stat_result | None:
@@ -55,7 +58,7 @@ class Ledger:
             PersistenceError: the ledger is a symbolic link or not a regular file.
         """
         try:
-            info = os.lstat(self.path)
+            info = os.lstat(self._name)
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -42,9 +42,8 @@ _FULL_SORT_LIMIT = 2_048
 SMALL_SNAPSHOT = 64
 
 
-@dataclass(frozen=True, slots=True)
-class LexicalHit:
-    """One lexical result: the memory and its score."""
+class LexicalHit(NamedTuple):
+    """One lexical result: the memory and its score (a named tuple: cheap to build)."""
 
     memory: GameMemory
     score: float
