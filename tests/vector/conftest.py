@@ -77,7 +77,7 @@ def file_hashes(folder: Path) -> dict[str, str]:
 
 @pytest.fixture
 def provider() -> FaultyProvider:
-    """A deterministic 64-dimension provider ("feline" = "cat"), healthy until told not to be."""
+    """A deterministic 256-dimension provider ("feline" = "cat"), healthy until told not to be."""
     return FaultyProvider()
 
 

@@ -68,7 +68,7 @@ class FaultyProvider:
 
     def __init__(
         self,
-        dimensions: int = 64,
+        dimensions: int = 256,
         *,
         version: str = "v1",
         synonyms: Mapping[str, str] | None = None,

@@ -34,7 +34,7 @@ async def test_a_cancelled_cooperative_call_frees_its_slot_for_the_next_one() ->
         await gate.call(lambda: provider.embed_query("cat"), "the query")
     provider.set_fault(Fault.NONE)
     slow_gate_result = await gate.call(lambda: provider.embed_query("cat"), "the query")
-    assert slow_gate_result.shape == (64,)
+    assert slow_gate_result.shape == (256,)
 
 
 async def test_the_deadline_covers_waiting_for_a_slot() -> None:
@@ -66,7 +66,7 @@ async def test_a_call_ignoring_cancellation_keeps_its_slot_until_it_really_settl
         provider.release.set()
     await until(lambda: provider.queries.in_flight == 0, "the stuck call to settle")
     provider.set_fault(Fault.NONE)
-    assert (await gate.call(lambda: provider.embed_query("next"), "the query")).shape == (64,)
+    assert (await gate.call(lambda: provider.embed_query("next"), "the query")).shape == (256,)
 
 
 async def test_a_provider_that_never_returns_cannot_pile_up_detached_calls() -> None:
@@ -131,7 +131,7 @@ async def test_a_provider_raising_before_it_returns_an_awaitable_does_not_leak_i
         with pytest.raises(EmbeddingUnavailableError, match="broke before starting"):
             await gate.call(lambda: provider.embed_query("q"), "the query")
     provider.set_fault(Fault.NONE)
-    assert (await gate.call(lambda: provider.embed_query("q"), "the query")).shape == (64,)
+    assert (await gate.call(lambda: provider.embed_query("q"), "the query")).shape == (256,)
 
 
 async def test_the_callers_cancellation_propagates_and_cancels_the_provider_call() -> None:
