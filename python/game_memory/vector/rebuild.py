@@ -72,10 +72,10 @@ async def rebuild_session(
     joins = await store.run(lambda: store.joins(session_id, views))
     ready: set[int] = set()
     for joined in joins:
-        if joined.view is not None and not force:
+        if joined.view is not None:
             ready.update(id(joined.view.memories[p]) for p in joined.positions.tolist())
     todo: list[GameMemory] = [
-        memory for view in views for memory in view.ordered if id(memory) not in ready
+        memory for view in views for memory in view.ordered if force or id(memory) not in ready
     ]
     total = len(todo)
     await _notify(progress, 0, total)
