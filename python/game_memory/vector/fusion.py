@@ -5,13 +5,28 @@ Three modes:
 * ``RRF``: the reference's reciprocal-rank fusion, ``Σ 1/(k + rank)`` with k = 60 and
   equal weights. Rank-only, so a weak channel drags the fused list down as much as a strong
   one lifts it.
-* ``WEIGHTED_RRF``: the same with per-channel weights.
-* ``CONVEX``: a score-level convex combination ``w_v · vector + w_l · lexical`` of
-  normalized scores: cosine similarity clipped to [0, 1], and the lexical score divided by
-  the best lexical score of the query. A memory missing from a channel gets 0 there.
+* ``WEIGHTED_RRF``: the same with per-channel weights, ``Σ w_c/(k + rank_c)``.
+* ``CONVEX``: a score-level combination ``w_v · v(m) + w_l · l(m)`` of normalized scores;
+  a memory missing from a channel's candidates gets 0 there.
 
-The default (``CONVEX``, vector weight 0.7) was chosen by measurement on real
-question→answer data; see ``docs/retrieval.md``.
+``CONVEX`` normalizes each channel in one of two ways:
+
+* ``"floor"`` (default): ``(s − floor) / max(spread, minimum_spread)``, where ``floor`` and
+  ``spread`` are the lowest score and ``highest − lowest`` of that channel's candidates,
+  and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a memory the
+  channel did not return at all. The minimum spread keeps a channel that barely separates
+  its candidates from being stretched to full weight: with ``vector_minimum_spread`` 1.0
+  (the whole cosine range) a flat cosine list, as MiniLM gives for Portuguese text, adds
+  little; ``lexical_minimum_spread`` 8.0 (BM25 units) does the same for a query whose
+  words match only weakly (common words, small snapshots). With both minimum spreads 0
+  this is plain min–max normalization.
+* ``"best_lexical"``: the cosine as is (clipped to [0, 1]) and the lexical score divided by
+  the query's best lexical score.
+
+The default (``CONVEX``, ``"floor"``, vector weight 0.75, lexical 0.25, minimum spreads
+8.0 and 1.0) was chosen by measurement on three real development sets: it is never below
+the better single channel in R@5, and above both where they disagree. See
+``docs/retrieval.md`` and ``benchmarks/retrieval.py``.
 """
 
 from __future__ import annotations
@@ -26,9 +41,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from game_memory.errors import DerivedIndexError
 from game_memory.model import GameMemory, ordinal_key
 
-__all__ = ["FusedCandidate", "FusionMode", "FusionOptions", "Normalization", "fuse"]
+__all__ = ["FusedCandidate", "FusionMode", "FusionNormalization", "FusionOptions", "fuse"]
 
-Normalization = Literal["best_lexical", "best", "min_max"]
+FusionNormalization = Literal["floor", "best_lexical"]
+"""How ``CONVEX`` puts the two channels on one scale (see the module docstring)."""
+
+_Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
+_LexicalSpread = Annotated[float, Field(ge=0.0, le=1_000_000.0, allow_inf_nan=False)]
+_CosineSpread = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 class FusionMode(StrEnum):
@@ -40,15 +60,31 @@ class FusionMode(StrEnum):
 
 
 class FusionOptions(BaseModel):
-    """Fusion settings. Weights need not sum to one; only their ratio matters."""
+    """Fusion settings (defaults measured; see the module docstring).
+
+    Attributes:
+        mode: ``CONVEX`` (default), ``WEIGHTED_RRF`` or ``RRF`` (equal weights, ignores the
+            weights below).
+        lexical_weight: Weight of the lexical channel, 0..1,000.
+        vector_weight: Weight of the vector channel, 0..1,000. Only the ratio of the two
+            weights matters.
+        rrf_k: The rank offset ``k`` of both RRF modes, 0..10,000.
+        normalization: How ``CONVEX`` scales each channel: ``"floor"`` or
+            ``"best_lexical"``.
+        lexical_minimum_spread: ``"floor"``: the smallest BM25 spread (best − worst
+            candidate) stretched to the full lexical weight, 0..1,000,000.
+        vector_minimum_spread: ``"floor"``: the same for cosine similarity, 0..1.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: FusionMode = FusionMode.CONVEX
-    lexical_weight: Annotated[float, Field(ge=0.0, le=1_000.0)] = 0.3
-    vector_weight: Annotated[float, Field(ge=0.0, le=1_000.0)] = 0.7
+    lexical_weight: _Weight = 0.25
+    vector_weight: _Weight = 0.75
     rrf_k: Annotated[int, Field(ge=0, le=10_000)] = 60
-    normalization: Normalization = "best_lexical"
+    normalization: FusionNormalization = "floor"
+    lexical_minimum_spread: _LexicalSpread = 8.0
+    vector_minimum_spread: _CosineSpread = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +160,20 @@ class _Row:
 def _scale(
     options: FusionOptions, channel: int, candidates: Sequence[tuple[GameMemory, float]]
 ) -> tuple[float, float]:
-    """The (low, high) that maps a channel's scores onto [0, 1] for CONVEX."""
+    """The ``(floor, divisor)`` that maps one channel's scores onto [0, 1] for ``CONVEX``."""
     if options.mode is not FusionMode.CONVEX or not candidates:
         return (0.0, 1.0)
-    scores = [_clip(score) if channel == 1 else score for _, score in candidates]
-    if options.normalization == "min_max":
-        return (min(scores), max(scores))
-    if options.normalization == "best" or channel == 0:
-        return (0.0, max(scores))
-    return (0.0, 1.0)
+    if channel == 1:
+        scores = [_clip(score) for _, score in candidates]
+        minimum_spread = options.vector_minimum_spread
+    else:
+        scores = [score for _, score in candidates]
+        minimum_spread = options.lexical_minimum_spread
+    high = max(scores)
+    if options.normalization == "best_lexical":
+        return (0.0, high if channel == 0 else 1.0)
+    low = min(scores)
+    return (low, max(high - low, minimum_spread))
 
 
 def _clip(score: float) -> float:
@@ -147,8 +188,11 @@ def _contribution(
         return 1.0 / (options.rrf_k + rank + 1)
     if options.mode is FusionMode.WEIGHTED_RRF:
         return weight / (options.rrf_k + rank + 1)
-    low, high = scale
+    low, divisor = scale
     value = _clip(score) if channel == 1 else score
-    if high <= low:
-        return weight if high > 0.0 else 0.0
-    return weight * (value - low) / (high - low)
+    if divisor <= 0.0:
+        # "floor" with no minimum spread and candidates that all score the same: all are
+        # equally the best (min–max's convention). "best_lexical" with a best lexical
+        # score of 0: nothing matched.
+        return weight if options.normalization == "floor" else 0.0
+    return weight * (value - low) / divisor

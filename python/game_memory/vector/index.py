@@ -277,7 +277,15 @@ class _RowBuffer:
 
     def _read(self, path: str) -> None:
         row_bytes = self.dimensions * 4
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise DerivedIndexError(
+                f"could not open {path} ({exc.strerror}); it should be a vector file this "
+                "index wrote"
+            ) from exc
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > _MAXIMUM_ROWS_BYTES:
@@ -339,7 +347,10 @@ class IndexEngine:
                 try:
                     document = json.loads(read[0])
                 except ValueError as exc:
-                    raise DerivedIndexError(f"{self.data / 'format.json'} is corrupt") from exc
+                    raise DerivedIndexError(
+                        f"{self.data / 'format.json'} is corrupt; delete the index folder and "
+                        "rebuild"
+                    ) from exc
                 if (
                     not isinstance(document, dict)
                     or document.get("format") != _FORMAT
@@ -387,7 +398,10 @@ class IndexEngine:
             for name in names:
                 identity_dimensions(name)
         except (ValueError, KeyError, TypeError) as exc:
-            raise DerivedIndexError(f"{self.data / 'identities.json'} is corrupt: {exc}") from exc
+            raise DerivedIndexError(
+                f"{self.data / 'identities.json'} is corrupt ({exc}); delete the index folder "
+                "and rebuild"
+            ) from exc
         self._identities = names
         return names
 
@@ -497,19 +511,12 @@ class IndexEngine:
 
     def owner_hashes(self, session_hash: str) -> list[str]:
         """Owners with an entries file in the session (sorted)."""
-        try:
-            entries = fs.list_directory(self.session_directory(session_hash))
-        except PersistenceError as exc:
-            raise _derived(exc) from exc
-        return sorted(m.group(1) for e in entries if (m := _ENTRIES.match(e.name)))
+        names = _names(self.session_directory(session_hash))
+        return sorted(m.group(1) for name in names if (m := _ENTRIES.match(name)))
 
     def session_hashes(self) -> list[str]:
         """Sessions with a folder in the index."""
-        try:
-            entries = fs.list_directory(self.data)
-        except PersistenceError as exc:
-            raise _derived(exc) from exc
-        return sorted(m.group(1) for e in entries if (m := _SESSION.match(e.name)))
+        return sorted(m.group(1) for name in _names(self.data) if (m := _SESSION.match(name)))
 
     def matrix(self, partition: IndexPartition, code: int, dimensions: int) -> FloatMatrix:
         """The float32 rows of identity ``code`` that ``partition``'s records refer to.
@@ -600,11 +607,11 @@ class IndexEngine:
 
     def _remove_row_files(self, directory: Path, owner_hash: str, *, keep_tag: int | None) -> None:
         """Delete the owner's row files of every generation but ``keep_tag``."""
-        for entry in fs.list_directory(directory):
-            match = _ROWS.match(entry.name)
+        for name in _names(directory):
+            match = _ROWS.match(name)
             if match and match.group(1) == owner_hash and int(match.group(3), 16) != keep_tag:
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
+                    os.unlink(directory / name)
 
     def _forget(self, session_hash: str, owner_hash: str) -> None:
         """Drop the cached versions of a partition that was replaced or deleted."""
@@ -756,6 +763,25 @@ def identity_dimensions(name: str) -> int:
     if not separator or not head or not tail.isdigit() or not 1 <= int(tail) <= 65_536:
         raise ValueError(f"{name!r} is not an embedding identity")
     return int(tail)
+
+
+def _names(directory: Path) -> list[str]:
+    """The names in an index folder (none if it is missing); the folder must not be a link.
+
+    Entries inside may be anything: readers open files with ``O_NOFOLLOW`` and check that
+    they are regular, so a planted link is reported as damage (which a rebuild deletes)
+    instead of making the whole session unreadable.
+    """
+    try:
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode):
+            raise DerivedIndexError(f"{directory} should be a folder, not a file or link")
+        with os.scandir(directory) as entries:
+            return sorted(entry.name for entry in entries)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise DerivedIndexError(f"could not list {directory}: {exc.strerror}") from exc
 
 
 def _write_all(fd: int, data: bytes) -> None:
