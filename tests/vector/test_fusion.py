@@ -93,11 +93,16 @@ def test_weighted_rrf_scales_each_channel_by_its_weight(make_memory: MemoryFacto
     assert [c.score for c in fused] == [pytest.approx(2.0 / 61), pytest.approx(0.25 / 61)]
 
 
-def test_convex_fusion_normalizes_lexical_by_the_best_and_clips_cosine_to_0_1(
+def test_best_lexical_convex_fusion_divides_lexical_by_the_best_and_clips_cosine(
     make_memory: MemoryFactory,
 ) -> None:
     a, b, c = make_memory("a"), make_memory("b"), make_memory("c")
-    options = FusionOptions(mode=FusionMode.CONVEX, lexical_weight=0.3, vector_weight=0.7)
+    options = FusionOptions(
+        mode=FusionMode.CONVEX,
+        normalization="best_lexical",
+        lexical_weight=0.3,
+        vector_weight=0.7,
+    )
     fused = fuse([(a, 8.0), (b, 2.0)], [(b, 0.5), (c, -0.4)], options, 10)
     scores = {candidate.memory.memory_id: candidate.score for candidate in fused}
     assert scores["a"] == pytest.approx(0.3 * 1.0)
@@ -106,13 +111,50 @@ def test_convex_fusion_normalizes_lexical_by_the_best_and_clips_cosine_to_0_1(
     assert ids(fused) == ["b", "a", "c"]
 
 
-def test_convex_fusion_without_lexical_hits_is_the_weighted_cosine(
+def test_best_lexical_convex_fusion_without_lexical_hits_is_the_weighted_cosine(
     make_memory: MemoryFactory,
 ) -> None:
-    fused = fuse([], [(make_memory("a"), 0.8)], FusionOptions(), 10)
-    defaults = FusionOptions()
-    assert fused[0].score == pytest.approx(defaults.vector_weight * 0.8)
+    options = FusionOptions(normalization="best_lexical", vector_weight=0.6)
+    fused = fuse([], [(make_memory("a"), 0.8)], options, 10)
+    assert fused[0].score == pytest.approx(0.6 * 0.8)
     assert (fused[0].lexical_rank, fused[0].vector_rank) == (None, 1)
+
+
+def test_floor_convex_fusion_maps_each_channel_from_its_worst_candidate(
+    make_memory: MemoryFactory,
+) -> None:
+    a, b, c = make_memory("a"), make_memory("b"), make_memory("c")
+    options = FusionOptions(
+        normalization="floor",
+        lexical_weight=0.5,
+        vector_weight=0.5,
+        lexical_minimum_spread=0.0,
+        vector_minimum_spread=0.0,
+    )
+    # Plain min–max: lexical 10..2 and cosine 0.9..0.3 both map onto 1..0.
+    fused = fuse([(a, 10.0), (b, 4.0), (c, 2.0)], [(c, 0.9), (b, 0.5), (a, 0.3)], options, 10)
+    scores = {candidate.memory.memory_id: candidate.score for candidate in fused}
+    assert scores["a"] == pytest.approx(0.5 * 1.0 + 0.5 * 0.0)
+    assert scores["b"] == pytest.approx(0.5 * 0.25 + 0.5 * (0.2 / 0.6))
+    assert scores["c"] == pytest.approx(0.5 * 0.0 + 0.5 * 1.0)
+
+
+def test_floor_convex_fusion_does_not_stretch_a_channel_that_barely_separates_candidates(
+    make_memory: MemoryFactory,
+) -> None:
+    a, b = make_memory("a"), make_memory("b")
+    options = FusionOptions(
+        normalization="floor",
+        lexical_weight=0.5,
+        vector_weight=0.5,
+        lexical_minimum_spread=8.0,
+        vector_minimum_spread=1.0,
+    )
+    # Spreads of 2.0 (BM25) and 0.1 (cosine) are divided by the minimum spreads instead.
+    fused = fuse([(a, 3.0), (b, 1.0)], [(b, 0.6), (a, 0.5)], options, 10)
+    scores = {candidate.memory.memory_id: candidate.score for candidate in fused}
+    assert scores["a"] == pytest.approx(0.5 * 2.0 / 8.0)
+    assert scores["b"] == pytest.approx(0.5 * 0.1 / 1.0)
 
 
 def test_fusion_keeps_at_most_limit_candidates(make_memory: MemoryFactory) -> None:
