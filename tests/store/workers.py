@@ -65,9 +65,9 @@ def arm_append_crash(point: str) -> None:
     original_write = engine_module.StoreEngine.write_records
     original_bytes = fs.append_bytes
 
-    def ledger_append(self: Ledger, entries: Any, *, first_index: int) -> None:
+    def ledger_append(self: Ledger, entries: Any, **options: Any) -> None:
         calls["n"] += 1
-        original_append(self, entries, first_index=first_index)
+        original_append(self, entries, **options)
         if point == "intent" and armed():
             die()
 
@@ -77,12 +77,12 @@ def arm_append_crash(point: str) -> None:
             die()
         return touched
 
-    def append_bytes(fd: int, data: bytes, path: Path) -> None:
+    def append_bytes(fd: int, data: bytes, path: Path, **options: Any) -> None:
         if point == "torn" and armed() and path.name.startswith("o-"):
             os.write(fd, data[: len(data) // 2])
             os.fsync(fd)
             die()
-        original_bytes(fd, data, path)
+        original_bytes(fd, data, path, **options)
 
     Ledger.append = ledger_append  # type: ignore[method-assign]
     engine_module.StoreEngine.write_records = write_records  # type: ignore[method-assign]

@@ -211,11 +211,12 @@ def read_range(path: StrPath, offset: int, length: int) -> bytes:
 
 
 @contextlib.contextmanager
-def open_append(path: Path) -> Iterator[tuple[int, bool]]:
+def open_append(path: Path, *, durable: bool = True) -> Iterator[tuple[int, bool]]:
     """Open ``path`` for appending, creating it if needed; yield ``(fd, created)``.
 
-    When the file was created, its directory is fsynced before the context exits, so a
-    durable record inside a new file is also reachable by name after a power loss.
+    When the file was created (and ``durable``), its directory is fsynced before the context
+    exits, so a durable record inside a new file is also reachable by name after a power
+    loss.
     """
     created = False
     try:
@@ -229,18 +230,19 @@ def open_append(path: Path) -> Iterator[tuple[int, bool]]:
         yield fd, created
     finally:
         os.close(fd)
-    if created:
+    if created and durable:
         fsync_directory(path.parent)
 
 
-def append_bytes(fd: int, data: bytes, path: Path) -> None:
-    """Append ``data`` in one ``write`` call (retrying short writes) and fsync the file."""
+def append_bytes(fd: int, data: bytes, path: Path, *, durable: bool = True) -> None:
+    """Append ``data`` in one ``write`` call (retrying short writes); fsync if ``durable``."""
     try:
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     except OSError as exc:
         raise _translate(exc, path, "write") from exc
 

@@ -103,10 +103,14 @@ class Ledger:
             chunks.append(body + struct.pack("<I", zlib.crc32(body)) + bytes(12))
         return b"".join(chunks)
 
-    def append(self, entries: list[LedgerEntry], *, first_index: int) -> None:
-        """Append intents durably (one write, one fsync)."""
-        with fs.open_append(self.path) as (fd, _):
-            fs.append_bytes(fd, self.encode(entries, first_index), self.path)
+    def append(self, entries: list[LedgerEntry], *, first_index: int, durable: bool = True) -> None:
+        """Append intents in one write; with ``durable`` (the default) also fsync them.
+
+        ``durable=False`` is for a migration batch, which the migration journal can undo and
+        a file-system barrier makes durable before its commit.
+        """
+        with fs.open_append(self.path, durable=durable) as (fd, _):
+            fs.append_bytes(fd, self.encode(entries, first_index), self.path, durable=durable)
 
     def truncate(self, count: int) -> None:
         """Cut the ledger to its first ``count`` records, durably."""

@@ -276,10 +276,10 @@ def _write_batch(
         fs.ensure_directory(engine.session_directory(session_hash), durable=False)
         plans.extend(engine.plan_packs(session_hash, groups))
     engine.write_journal(before, [path for path, _ in plans])
-    engine.ledger.append(entries, first_index=before)
+    engine.ledger.append(entries, first_index=before, durable=False)  # the barrier syncs it
     for path, groups in plans:
         engine.write_pack(path, groups)
-    fs.sync_filesystem(engine.data, [Path(path) for path, _ in plans])
+    fs.sync_filesystem(engine.data, [engine.ledger.path, *(Path(path) for path, _ in plans)])
     engine.commit_journal()
 
 
@@ -291,11 +291,14 @@ def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
     Flat documents go to ``legacy/v1/`` one by one; the C# ``.memory-v2`` folder moves
     whole to ``legacy/memory-v2`` (``memory-v2-N`` if that exists). A crash part-way leaves
     some documents in place: the next migration finds them already migrated and moves them.
+    For the same reason the moves are not flushed: a power loss may put some documents back
+    in the save folder, which only means they are moved again. (The commit before this was
+    flushed, so it never comes undone after a document has moved.)
     """
     backup = engine.data / LEGACY_BACKUP
-    fs.ensure_directory(backup)
+    fs.ensure_directory(backup, durable=False)
     flat = backup / "v1"
-    fs.ensure_directory(flat)
+    fs.ensure_directory(flat, durable=False)
     names = [source.name for source in sources if not source.csharp]
     if names:
         fs.rename_all(engine.root, flat, names)
@@ -313,6 +316,3 @@ def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
                 f"could not move {csharp} into the backup folder {backup}: {exc.strerror}; "
                 "the migration itself is committed, run it again to finish the clean-up"
             ) from exc
-    fs.fsync_directory(flat)
-    fs.fsync_directory(backup)
-    fs.fsync_directory(engine.root)
