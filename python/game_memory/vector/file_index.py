@@ -75,12 +75,22 @@ class FileVectorMemoryIndex:
     async def migrate_legacy_index(self) -> int:
         """Migrate a reference flat index found in the folder; return how many records.
 
-        Idempotent: a second call finds nothing and returns 0.
+        Also done on first use. Idempotent: the migrated files are removed, so a second
+        call finds nothing and returns 0.
+
+        Raises:
+            DerivedIndexError: a reference record is invalid (nothing is migrated then).
+            StoreClosedError: the index was closed.
         """
-        engine = self.engine if self._opened else None
-        if engine is None:
-            await asyncio.to_thread(lambda: self._engine.open())
-        return await asyncio.to_thread(migrate_legacy_index, self._engine)
+        if self._closed:
+            raise StoreClosedError(f"the vector index at {self.directory} is closed")
+
+        def migrate() -> int:
+            with self._open_lock:
+                self._engine.open()
+            return migrate_legacy_index(self._engine)
+
+        return await asyncio.to_thread(migrate)
 
     async def aclose(self) -> None:
         """Close the index; idempotent."""
