@@ -343,6 +343,10 @@ class IndexEngine:
             if read is None:
                 document = {"format": _FORMAT, "format_version": 1}
                 fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
+                if not os.path.lexists(self.data / "identities.json") and not self.session_hashes():
+                    # Written up front: its absence beside entries then always means damage.
+                    empty = {"format_version": 1, "identities": []}
+                    fs.atomic_write(self.data / "identities.json", json.dumps(empty).encode())
             else:
                 try:
                     document = json.loads(read[0])
