@@ -28,7 +28,6 @@ from game_memory.vector.index import IndexPartition
 __all__ = ["JoinCache", "PartitionJoin", "top_vector_hits"]
 
 IntArray = npt.NDArray[np.int64]
-_FULL_SORT_LIMIT = 2_048
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,34 +158,36 @@ def top_vector_hits(
         limit: How many candidates to keep.
 
     Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
+    One matrix-vector product per partition; everything after it is vectorized except the
+    final sort, which only sees the ``limit`` best scores (and any ties with the last).
     """
-    scores: list[npt.NDArray[np.float64]] = []
-    chosen: list[IntArray] = []
+    if limit <= 0:
+        return []
+    scored: list[tuple[PartitionView, IntArray, npt.NDArray[np.float32]]] = []
     for joined, matrix, visible in parts:
-        if joined.ready == 0:
-            scores.append(np.empty(0))
-            chosen.append(np.empty(0, dtype=np.int64))
+        if joined.ready == 0 or joined.view is None:
             continue
         keep = visible[joined.positions]
-        rows = joined.rows[keep]
-        product = matrix @ query
-        scores.append(np.clip(product[rows].astype(np.float64), -1.0, 1.0))
-        chosen.append(joined.positions[keep])
-    total = sum(s.size for s in scores)
-    if total == 0 or limit <= 0:
+        positions = joined.positions[keep]
+        scores = (matrix @ query)[joined.rows[keep]]
+        np.clip(scores, -1.0, 1.0, out=scores)
+        scored.append((joined.view, positions, scores))
+    total = sum(scores.size for _, _, scores in scored)
+    if total == 0:
         return []
-    if total > _FULL_SORT_LIMIT and total > limit:
-        threshold = np.partition(np.concatenate(scores), total - limit)[total - limit]
-        kept = [s >= threshold for s in scores]
-        scores = [s[k] for s, k in zip(scores, kept, strict=True)]
-        chosen = [c[k] for c, k in zip(chosen, kept, strict=True)]
+    if total > limit:
+        everything = np.concatenate([scores for _, _, scores in scored])
+        threshold = np.partition(everything, total - limit)[total - limit]
+        scored = [
+            (view, positions[chosen], scores[chosen])
+            for view, positions, scores in scored
+            if (chosen := scores >= threshold).any()
+        ]
     hits: list[tuple[GameMemory, float]] = []
-    for (joined, _, _), positions, values in zip(parts, chosen, scores, strict=True):
-        if joined.view is None:
-            continue
-        memories = joined.view.memories
+    for view, positions, scores in scored:
+        memories = view.memories
         hits.extend(
-            (memories[p], v) for p, v in zip(positions.tolist(), values.tolist(), strict=True)
+            (memories[p], v) for p, v in zip(positions.tolist(), scores.tolist(), strict=True)
         )
     hits.sort(
         key=lambda hit: (

@@ -562,29 +562,31 @@ class VectorMemoryStore:
         embedded_at = time.perf_counter()
         stages.append(GameMemorySearchStage.measured(Stage.EMBEDDING, embedded_at - started, 1, 1))
 
-        def read() -> list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]]:
+        def read_and_score() -> tuple[list[tuple[GameMemory, float]], int, float, float]:
             # A compaction racing this read replaces the partition under us; the second
             # attempt reads the new generation (a third race in a row is reported).
             for attempt in range(3):
                 try:
-                    return self._read_parts(query, views)
+                    parts = self._read_parts(query, views)
+                    break
                 except PartitionReplacedError:
                     if attempt == 2:
                         raise
-            raise AssertionError("unreachable")
+            # One executor hop for both stages; each is timed where its work runs.
+            read_at = time.perf_counter()
+            hits = top_vector_hits(parts, vector, limit)
+            ready = sum(joined.ready for joined, _, _ in parts)
+            return hits, ready, read_at, time.perf_counter()
 
-        parts = await self._run(read)
-        read_at = time.perf_counter()
-        ready = sum(joined.ready for joined, _, _ in parts)
+        hits, ready, read_at, scored_at = await self._run(read_and_score)
         stages.append(
             GameMemorySearchStage.measured(
                 Stage.VECTOR_INDEX_READ, read_at - embedded_at, ready, ready
             )
         )
-        hits = await self._run(lambda: top_vector_hits(parts, vector, limit))
         stages.append(
             GameMemorySearchStage.measured(
-                Stage.VECTOR_SCORING, time.perf_counter() - read_at, ready, len(hits)
+                Stage.VECTOR_SCORING, scored_at - read_at, ready, len(hits)
             )
         )
         return hits
