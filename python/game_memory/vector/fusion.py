@@ -14,12 +14,13 @@ Three modes:
 * ``"floor"`` (default): ``(s − floor) / max(spread, minimum_spread)``, where ``floor`` and
   ``spread`` are the lowest score and ``highest − lowest`` of that channel's candidates,
   and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a memory the
-  channel did not return at all. The minimum spread keeps a channel that barely separates
-  its candidates from being stretched to full weight: with ``vector_minimum_spread`` 1.0
-  (the whole cosine range) a flat cosine list, as MiniLM gives for Portuguese text, adds
-  little; ``lexical_minimum_spread`` 8.0 (BM25 units) does the same for a query whose
-  words match only weakly (common words, small snapshots). With both minimum spreads 0
-  this is plain min–max normalization.
+  channel did not return at all; a lone candidate (no spread) is measured from 0. The
+  minimum spread keeps a channel that barely separates its candidates from being
+  stretched to full weight: with ``vector_minimum_spread`` 1.0 (the whole cosine range) a
+  flat cosine list, as MiniLM gives for Portuguese text, adds little;
+  ``lexical_minimum_spread`` 8.0 (BM25 units) does the same for a query whose words match
+  only weakly (common words, small snapshots). With both minimum spreads 0 this is plain
+  min–max normalization.
 * ``"best_lexical"``: the cosine as is (clipped to [0, 1]) and the lexical score divided by
   the query's best lexical score.
 
@@ -173,6 +174,10 @@ def _scale(
     if options.normalization == "best_lexical":
         return (0.0, high if channel == 0 else 1.0)
     low = min(scores)
+    if low == high:
+        # One candidate (or all equal): no spread to measure, so measure from the score's
+        # natural zero (cosine 0, BM25 0) instead of scoring the lone match 0.
+        low = 0.0
     return (low, max(high - low, minimum_spread))
 
 
@@ -191,8 +196,5 @@ def _contribution(
     low, divisor = scale
     value = _clip(score) if channel == 1 else score
     if divisor <= 0.0:
-        # "floor" with no minimum spread and candidates that all score the same: all are
-        # equally the best (min–max's convention). "best_lexical" with a best lexical
-        # score of 0: nothing matched.
-        return weight if options.normalization == "floor" else 0.0
+        return 0.0  # every candidate of the channel scored 0: no evidence
     return weight * (value - low) / divisor

@@ -12,11 +12,27 @@ round by round, the candidate maximizing ``base − w_div · overlap`` where ``o
 most the candidate shares with any memory already picked (shared tags, same scope, same
 kind), so that five near-identical memories do not crowd out a different one.
 
-Default weights, and why: relevance 1.0 leads (the question asked matters most); recency
-0.3 with a half-life of 1,440 ticks (one in-game day when ticks are minutes) lets a fresh
-memory overtake a slightly more relevant one from days ago, as people remember; importance
-0.2 breaks near-ties toward what the game marked as significant; diversity 0.05 per shared
-trait only separates near-duplicates. See ``docs/retrieval.md`` for the measurements.
+Default weights, and why (measured with ``benchmarks/retrieval.py``; see
+``docs/retrieval.md``):
+
+* relevance 1.0 leads: the question asked matters most. Under the default ``"floor"``
+  fusion the relative relevance spans most of [0, 1] across the candidates.
+* importance 0.1 breaks near-ties toward what the game marked as significant. At 0.2 it
+  cost one R@5 answer on the NPC set without game time (importance 0.2–0.9 there) once the
+  diversity term was off, and 4 of 70 top-1 answers together with recency 0.3 when asked
+  at a game moment; at 0.1 R@1 and R@5 equal those without a reranker on both.
+* recency 0.2 with a half-life of 1,440 ticks (one in-game day when ticks are minutes):
+  a memory from just now gains 0.2, one from yesterday 0.1, so a fresh memory overtakes a
+  slightly more relevant one from days ago, as people remember, without overturning a
+  clear answer. The NPC questions do not favour recent events, so there recency can only
+  cost; at 0.2 (with importance 0.1) it cost nothing in R@1 or R@5, at 0.3 up to 4 of 70
+  top-1 answers.
+* diversity 0.05 per shared trait only separates near-duplicates (it kept R@5 at 1.0
+  where importance 0.2 alone dropped it).
+
+On sets without game time, with uniform importance, no tags and one scope and kind (the
+FAQ and news sets) every term but relevance is the same for all candidates, so the
+reranker returns the fusion's order exactly; the benchmark confirms it.
 """
 
 from __future__ import annotations
@@ -41,8 +57,8 @@ class GameAwareMemoryRerankerOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     relevance_weight: _Weight = 1.0
-    importance_weight: _Weight = 0.2
-    recency_weight: _Weight = 0.3
+    importance_weight: _Weight = 0.1
+    recency_weight: _Weight = 0.2
     recency_half_life_ticks: Annotated[float, Field(gt=0.0, le=1e15, allow_inf_nan=False)] = 1_440.0
     diversity_penalty: _Weight = 0.05
     maximum_greedy_selections: Annotated[int, Field(ge=1, le=4_096)] = 512

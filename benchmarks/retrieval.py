@@ -1,0 +1,463 @@
+"""Retrieval benchmark: hybrid recall quality per fusion method on real development sets.
+
+Usage: ``python benchmarks/retrieval.py [--home H] [--data-cache D] [--datasets a,b]
+[--max-queries N] [--out FILE]``. Prints one JSON object (and writes it to ``--out``).
+
+For each development set (see ``retrieval_sets.py``) it builds a real save and index in a
+temporary folder: a :class:`FileGameMemoryStore`, a :class:`FileVectorMemoryIndex` and a
+:class:`VectorMemoryStore` with the prepared all-MiniLM-L6-v2 INT8 model; every memory is
+appended through ``VectorMemoryStore.append`` (one session per set; one owner, or one per
+NPC). Each method is a ``VectorMemoryStore`` over that same save, index and model with its
+own :class:`FusionOptions` (and the default :class:`GameAwareMemoryReranker`, or none);
+every query is asked through ``recall`` with ``limit`` 10. Query embeddings are computed
+once per text by the real model and reused across methods (the model is deterministic for
+a single text), which is the only shortcut.
+
+Methods: ``lexical`` and ``vector`` (one channel: weighted RRF with the other weight 0,
+keeping that channel's hits in its own order), ``rrf`` (k = 60), ``wrrf_v<w>`` (weighted
+RRF, vector weight w, lexical 1 − w), ``convex_<normalization>_v<w>``; each hybrid one also
+with ``+rerank``. Metrics: R@1, R@5, MRR@10; the *disagreement* subset holds the queries
+where exactly one channel has a relevant memory in its top 5. The goal (issue 3): hybrid
+R@5 never more than 0.01 below the better channel on any set, and above both channels on
+every disagreement subset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from retrieval_sets import Dataset, MemoryRow, content_words, load_faq, load_lee, load_npc
+
+from game_memory import (
+    FileGameMemoryStore,
+    FileVectorMemoryIndex,
+    FusionMode,
+    FusionOptions,
+    GameAwareMemoryReranker,
+    GameAwareMemoryRerankerOptions,
+    GameMemory,
+    GameMemoryQuery,
+    GameMoment,
+    MemoryEmbeddingIdentity,
+    VectorMemoryStore,
+    VectorMemoryStoreOptions,
+)
+from game_memory.onnx import load_default_provider, prepare_default_model
+from game_memory.onnx.model_home import default_model_home
+from game_memory.vector.fusion import FusionNormalization
+from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
+
+LIMIT = 10
+TIMELINE = "main"
+SEED = 20240917
+GOAL_TOLERANCE = 0.01
+RRF_VECTOR_WEIGHTS = (0.6, 0.7, 0.8, 0.9)
+CONVEX_VECTOR_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)
+FLOOR_VECTOR_WEIGHTS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9)
+LEXICAL_SPREADS = (0.0, 4.0, 16.0)
+RERANKER_ABLATIONS = {
+    "no_importance": {"importance_weight": 0.0},
+    "no_recency": {"recency_weight": 0.0},
+    "no_diversity": {"diversity_penalty": 0.0},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One recall configuration."""
+
+    name: str
+    fusion: FusionOptions
+    reranker: GameAwareMemoryRerankerOptions | None = None
+    channel: str | None = None  # "lexical" or "vector": keep only that channel's hits
+
+
+def methods() -> list[Method]:
+    """Every method measured: channels, fusion grids, each with the reranker, ablations."""
+    convex, weighted = FusionMode.CONVEX, FusionMode.WEIGHTED_RRF
+    hybrid = [Method("rrf", FusionOptions(mode=FusionMode.RRF, rrf_k=60))]
+    hybrid += [
+        Method(f"wrrf_v{w}", FusionOptions(mode=weighted, vector_weight=w, lexical_weight=_rest(w)))
+        for w in RRF_VECTOR_WEIGHTS
+    ]
+    measured = FusionOptions()
+    families: tuple[tuple[str, FusionNormalization, tuple[float, ...], float, float], ...] = (
+        ("best_lexical", "best_lexical", CONVEX_VECTOR_WEIGHTS, 0.0, 0.0),
+        ("minmax", "floor", CONVEX_VECTOR_WEIGHTS, 0.0, 0.0),
+        (
+            "floor",
+            "floor",
+            FLOOR_VECTOR_WEIGHTS,
+            measured.lexical_minimum_spread,
+            measured.vector_minimum_spread,
+        ),
+    )
+    for family, normalization, weights, lexical_spread, vector_spread in families:
+        hybrid += [
+            Method(
+                f"convex_{family}_v{w}",
+                FusionOptions(
+                    mode=convex,
+                    vector_weight=w,
+                    lexical_weight=_rest(w),
+                    normalization=normalization,
+                    lexical_minimum_spread=lexical_spread,
+                    vector_minimum_spread=vector_spread,
+                ),
+            )
+            for w in weights
+        ]
+    hybrid += [
+        Method(
+            f"convex_floor_v0.75_lexspread{spread:g}",
+            FusionOptions(vector_weight=0.75, lexical_weight=0.25, lexical_minimum_spread=spread),
+        )
+        for spread in LEXICAL_SPREADS
+    ]
+    if all(m.fusion != FusionOptions() for m in hybrid):
+        hybrid.append(Method("default", FusionOptions()))
+    default = next(m for m in hybrid if m.fusion == FusionOptions())
+    reranker = GameAwareMemoryRerankerOptions()
+    return [
+        Method(
+            "lexical",
+            FusionOptions(mode=weighted, vector_weight=0.0, lexical_weight=1.0),
+            channel="lexical",
+        ),
+        Method(
+            "vector",
+            FusionOptions(mode=weighted, vector_weight=1.0, lexical_weight=0.0),
+            channel="vector",
+        ),
+        *hybrid,
+        *(Method(f"{m.name}+rerank", m.fusion, reranker) for m in hybrid),
+        *(
+            Method(
+                f"{default.name}+rerank_{label}", default.fusion, reranker.model_copy(update=change)
+            )
+            for label, change in RERANKER_ABLATIONS.items()
+        ),
+    ]
+
+
+def _rest(weight: float) -> float:
+    return round(1.0 - weight, 6)
+
+
+class QueryCache:
+    """The real provider, with each query text embedded once and reused across methods."""
+
+    def __init__(self, provider: EmbeddingProvider) -> None:
+        self._provider = provider
+        self._queries: dict[str, EmbeddingVector] = {}
+
+    @property
+    def identity(self) -> MemoryEmbeddingIdentity:
+        return self._provider.identity
+
+    async def embed_query(self, text: str) -> EmbeddingVector:
+        if text not in self._queries:
+            self._queries[text] = await self._provider.embed_query(text)
+        return self._queries[text]
+
+    async def embed_documents(self, texts: Sequence[str]) -> Sequence[EmbeddingVector]:
+        return await self._provider.embed_documents(texts)
+
+    async def aclose(self) -> None:
+        """The benchmark closes the real provider itself."""
+
+
+def to_memory(dataset: Dataset, row: MemoryRow) -> GameMemory:
+    """The memory a row becomes: one session per set, text as searchable text."""
+    return GameMemory(
+        memory_id=row.memory_id,
+        session_id=dataset.name,
+        owner_id=row.owner_id,
+        scope=row.scope,
+        kind=row.kind,
+        payload_json="{}",
+        searchable_text=row.text,
+        moment=GameMoment(timeline_id=TIMELINE, tick=row.tick),
+        importance=row.importance,
+        tags=row.tags,
+    )
+
+
+async def run_dataset(
+    dataset: Dataset, provider: QueryCache, folder: Path, plan: list[Method]
+) -> dict[str, list[int | None]]:
+    """The rank (1-based, ``None`` past ``LIMIT``) of the first relevant memory, per method."""
+    authoritative = FileGameMemoryStore(folder / "save")
+    index = FileVectorMemoryIndex(folder / "index")
+    keep_provider = VectorMemoryStoreOptions(dispose_embedding_provider=False)
+    loader = VectorMemoryStore(authoritative, index, provider, options=keep_provider)
+    stores = [loader]
+    try:
+        for row in dataset.memories:
+            await loader.append(to_memory(dataset, row))
+        status = await loader.get_status(dataset.name)
+        if status.ready_entries != len(dataset.memories):
+            raise RuntimeError(f"{dataset.name}: only {status.ready_entries} memories have vectors")
+        at = (
+            GameMoment(timeline_id=TIMELINE, tick=dataset.asked_at_tick)
+            if dataset.asked_at_tick is not None
+            else None
+        )
+        ranks: dict[str, list[int | None]] = {}
+        for method in plan:
+            store = VectorMemoryStore(
+                authoritative,
+                index,
+                provider,
+                reranker=(GameAwareMemoryReranker(method.reranker) if method.reranker else None),
+                options=keep_provider.model_copy(update={"fusion": method.fusion}),
+            )
+            stores.append(store)
+            found: list[int | None] = []
+            for query in dataset.queries:
+                result = await store.recall(
+                    GameMemoryQuery(
+                        session_id=dataset.name,
+                        owner_id=query.owner_id,
+                        text=query.text,
+                        limit=LIMIT,
+                        at_or_before=at,
+                    )
+                )
+                if result.fallback:
+                    raise RuntimeError(f"{dataset.name}: vector recall fell back to lexical")
+                hits = list(result.hits)
+                if method.channel is not None:
+                    attribute = f"{method.channel}_rank"
+                    hits = [h for h in hits if getattr(h, attribute) is not None]
+                    hits.sort(key=lambda h: getattr(h, attribute))
+                ids = [h.memory.memory_id for h in hits]
+                found.append(next((i + 1 for i, m in enumerate(ids) if m in query.relevant), None))
+            ranks[method.name] = found
+            print(f"  {dataset.name} {method.name}", file=sys.stderr)
+        return ranks
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+def metrics(ranks: Sequence[int | None]) -> dict[str, float]:
+    n = max(len(ranks), 1)
+    return {
+        "r1": round(sum(r == 1 for r in ranks) / n, 4),
+        "r5": round(sum(r is not None and r <= 5 for r in ranks) / n, 4),
+        "mrr": round(sum(1.0 / r for r in ranks if r is not None) / n, 4),
+    }
+
+
+def summarize(dataset: Dataset, ranks: dict[str, list[int | None]]) -> dict[str, Any]:
+    """Metrics per method, on all queries, per category, and on the disagreement subset."""
+
+    def top5(name: str) -> list[bool]:
+        return [r is not None and r <= 5 for r in ranks[name]]
+
+    lexical, vector = top5("lexical"), top5("vector")
+    disagree = [i for i, (a, b) in enumerate(zip(lexical, vector, strict=True)) if a != b]
+    categories = sorted({q.category for q in dataset.queries})
+    out: dict[str, Any] = {
+        "source": dataset.source,
+        "files_sha256": dataset.files,
+        "memories": len(dataset.memories),
+        "owners": len({m.owner_id for m in dataset.memories}),
+        "queries": len(dataset.queries),
+        "game_time": dataset.asked_at_tick is not None,
+        "methods": {name: metrics(r) for name, r in ranks.items()},
+        "disagreement": {
+            "queries": len(disagree),
+            "lexical_only": sum(lexical[i] for i in disagree),
+            "vector_only": sum(vector[i] for i in disagree),
+            "r5": {name: metrics([r[i] for i in disagree])["r5"] for name, r in ranks.items()},
+        },
+    }
+    if len(categories) > 1:
+        out["categories"] = {
+            c: {
+                "queries": sum(q.category == c for q in dataset.queries),
+                "r5": {
+                    name: metrics([r[i] for i, q in enumerate(dataset.queries) if q.category == c])[
+                        "r5"
+                    ]
+                    for name, r in ranks.items()
+                },
+            }
+            for c in categories
+        }
+        out["no_shared_content_word"] = sum(
+            not content_words(q.text)
+            & set().union(
+                *(content_words(m.text) for m in dataset.memories if m.memory_id in q.relevant)
+            )
+            for q in dataset.queries
+        )
+    return out
+
+
+def margins(results: dict[str, Any], method: str) -> dict[str, Any]:
+    """R@5 of ``method`` minus the better channel, overall and on the disagreement subset.
+
+    The goal holds on a set when the margin is at least ``-GOAL_TOLERANCE`` and the
+    disagreement margin is above 0, or at least 0 when one channel won every disagreement
+    (nothing can beat a channel that found all of them).
+    """
+    per_set: dict[str, Any] = {}
+    for name, data in results.items():
+        best = max(data["methods"]["lexical"]["r5"], data["methods"]["vector"]["r5"])
+        disagreement = data["disagreement"]
+        dis = disagreement["r5"]
+        dis_margin = round(dis[method] - max(dis["lexical"], dis["vector"]), 4)
+        both_win = disagreement["lexical_only"] > 0 and disagreement["vector_only"] > 0
+        margin = round(data["methods"][method]["r5"] - best, 4)
+        per_set[name] = {
+            "r5": data["methods"][method]["r5"],
+            "better_channel_r5": best,
+            "margin": margin,
+            "disagreement_r5": dis[method],
+            "disagreement_better_channel_r5": max(dis["lexical"], dis["vector"]),
+            "disagreement_margin": dis_margin,
+            "meets_goal": margin >= -GOAL_TOLERANCE
+            and (dis_margin > 0.0 if both_win else dis_margin >= 0.0),
+        }
+    return {
+        "method": method,
+        "worst_margin": min(m["margin"] for m in per_set.values()),
+        "worst_disagreement_margin": min(m["disagreement_margin"] for m in per_set.values()),
+        "meets_goal": all(m["meets_goal"] for m in per_set.values()),
+        "per_set": per_set,
+    }
+
+
+def choose(results: dict[str, Any], plan: list[Method]) -> dict[str, Any]:
+    """Rank the hybrid methods (reranker off): the goal first, then mean R@5, then MRR.
+
+    Means are over the distinct sets (``npc_no_game_time`` repeats ``npc`` without the
+    reranker, so it is left out of the means).
+    """
+    distinct = [name for name in results if name != "npc_no_game_time" or "npc" not in results]
+    rows = []
+    for method in plan:
+        if method.channel is None and method.reranker is None:
+            row = margins(results, method.name)
+            for metric in ("r5", "mrr"):
+                values = [results[name]["methods"][method.name][metric] for name in distinct]
+                row[f"mean_{metric}"] = round(sum(values) / len(values), 4)
+            rows.append(row)
+    rows.sort(key=lambda r: (-r["meets_goal"], -r["mean_r5"], -r["mean_mrr"], r["method"]))
+    default = next(m.name for m in plan if m.fusion == FusionOptions() and m.reranker is None)
+    keys = (
+        "method",
+        "meets_goal",
+        "worst_margin",
+        "worst_disagreement_margin",
+        "mean_r5",
+        "mean_mrr",
+    )
+    return {
+        "ranking": [{k: r[k] for k in keys} for r in rows],
+        "default": {"fusion": FusionOptions().model_dump(mode="json"), **margins(results, default)},
+        "default_with_reranker": margins(results, f"{default}+rerank"),
+    }
+
+
+def sample(dataset: Dataset, maximum: int) -> Dataset:
+    if maximum <= 0 or len(dataset.queries) <= maximum:
+        return dataset
+    chosen = sorted(random.Random(SEED).sample(range(len(dataset.queries)), maximum))
+    queries = tuple(dataset.queries[i] for i in chosen)
+    return Dataset(
+        dataset.name,
+        dataset.source,
+        dataset.memories,
+        queries,
+        dataset.asked_at_tick,
+        dataset.files,
+    )
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.perf_counter()
+    home = Path(args.home) if args.home else None
+    cache = Path(args.data_cache) if args.data_cache else default_model_home() / "benchmark-data"
+    loaders = {
+        "npc": lambda: load_npc(),
+        "npc_no_game_time": lambda: load_npc(game_time=False),
+        "lee_news": lambda: load_lee(cache),
+        "faq_pt": lambda: load_faq(cache),
+    }
+    names = args.datasets.split(",") if args.datasets else list(loaders)
+    unknown = sorted(set(names) - set(loaders))
+    if unknown:
+        raise SystemExit(f"unknown datasets {unknown}; choose from {sorted(loaders)}")
+    prepare_default_model(home)
+    real = await load_default_provider(home)
+    provider = QueryCache(real)
+    plan = methods()
+    results: dict[str, Any] = {}
+    try:
+        for name in names:
+            dataset = sample(loaders[name](), args.max_queries)
+            with tempfile.TemporaryDirectory(prefix=f"retrieval-{name}-") as folder:
+                ranks = await run_dataset(dataset, provider, Path(folder), plan)
+            results[name] = summarize(dataset, ranks)
+            print(f"{name}: done after {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    finally:
+        await real.aclose()
+    return {
+        "benchmark": "retrieval",
+        "model": str(real.identity),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": sys.version.split()[0],
+        },
+        "settings": {
+            "limit": LIMIT,
+            "candidates_per_channel": VectorMemoryStoreOptions().candidate_limit(LIMIT),
+            "max_queries": args.max_queries,
+            "seed": SEED,
+            "goal_tolerance": GOAL_TOLERANCE,
+        },
+        "datasets": results,
+        "choice": choose(results, plan),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    parser.add_argument("--data-cache", help="wheel cache (default: <model home>/benchmark-data)")
+    parser.add_argument("--datasets", help="comma-separated subset (default: all)")
+    parser.add_argument(
+        "--max-queries",
+        type=int,
+        default=0,
+        help="seeded sample of at most N queries per set (default 0: all)",
+    )
+    parser.add_argument("--out", help="also write the JSON to this file")
+    args = parser.parse_args(argv)
+    report = json.dumps(asyncio.run(run(args)), indent=2)
+    if args.out:
+        Path(args.out).write_text(report + "\n", encoding="utf-8")
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
