@@ -72,6 +72,7 @@ RERANKER_ABLATIONS = {
     "no_importance": {"importance_weight": 0.0},
     "no_recency": {"recency_weight": 0.0},
     "no_diversity": {"diversity_penalty": 0.0},
+    "previous_defaults": {"importance_weight": 0.2, "recency_weight": 0.3},
 }
 
 
