@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from game_memory.model import GameMemory, GameMemoryKind, GameMoment, parse_strict_json
+from game_memory.store.plain_legacy import decode_plain_legacy
 
 __all__ = [
     "DOCUMENT_FORMAT_VERSION",
@@ -25,6 +26,7 @@ __all__ = [
     "decode_legacy_document",
     "encode_document",
     "encode_legacy_document",
+    "validate_legacy",
 ]
 
 DOCUMENT_FORMAT_VERSION = 1
@@ -86,6 +88,9 @@ def _integer(value: Any, name: str) -> int:
 def decode_legacy_document(data: bytes) -> GameMemory:
     """Decode a v1 memory document as written by the reference C# runtime.
 
+    A document of the plain, common shape is checked by ``plain_legacy`` (the same rules,
+    faster); any other goes through the memory model.
+
     Raises:
         DocumentError: invalid JSON, duplicate properties, wrong ``FormatVersion``, an
             unknown kind, or data the memory model rejects.
@@ -105,6 +110,11 @@ def decode_legacy_document(data: bytes) -> GameMemory:
     kind = _LEGACY_KINDS.get(kind_name) if isinstance(kind_name, str) else None
     if kind is None:
         raise DocumentError(f"unsupported memory kind {kind_name!r}")
+    return decode_plain_legacy(document, kind) or validate_legacy(document, kind)
+
+
+def validate_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameMemory:
+    """Build the memory of a parsed legacy document through the model's full validation."""
     if "Moment" not in document or document["Moment"] is None:
         raise DocumentError("the legacy document has no Moment")
     importance = document.get("Importance", 0.0)
