@@ -266,7 +266,13 @@ def text_vector(memory: GameMemory, record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def zero_vector(memory: GameMemory, record: dict[str, Any]) -> dict[str, Any]:
+    record["Vector"] = [0.0] * len(record["Vector"])
+    return record
+
+
 BROKEN = {
+    "all-zero vector": zero_vector,
     "file name of another memory": break_name,
     "vector shorter than its identity": short_vector,
     "vector without an identity": vector_without_identity,

@@ -35,6 +35,7 @@ import struct
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -172,14 +173,30 @@ class MemoryDigests:
 
     def get(self, memory: GameMemory) -> tuple[bytes, bytes]:
         """Return ``(sha256(memory_id), content digest)`` of ``memory``."""
-        key = id(memory)
+        return self.get_many((memory,))[0]
+
+    def get_many(self, memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes]]:
+        """Return ``(sha256(memory_id), content digest)`` of each memory, in order."""
+        found: list[tuple[bytes, bytes] | None] = []
+        missing: list[int] = []
         with self._lock:
-            cached = self._cache.get(key)
-            if cached is not None and cached[0] is memory:
-                return cached[1], cached[2]
-        hashes = (memory_hash(memory.memory_id), content_digest(memory))
-        with self._lock:
-            self._cache[key] = (memory, *hashes)
-            while len(self._cache) > self._maximum:
-                self._cache.popitem(last=False)
-        return hashes
+            cache = self._cache
+            for index, memory in enumerate(memories):
+                cached = cache.get(id(memory))
+                if cached is not None and cached[0] is memory:
+                    found.append((cached[1], cached[2]))
+                else:
+                    found.append(None)
+                    missing.append(index)
+        if missing:
+            computed = [
+                (memories[i], memory_hash(memories[i].memory_id), content_digest(memories[i]))
+                for i in missing
+            ]
+            with self._lock:
+                for index, (memory, hashed, digest) in zip(missing, computed, strict=True):
+                    self._cache[id(memory)] = (memory, hashed, digest)
+                    found[index] = (hashed, digest)
+                while len(self._cache) > self._maximum:
+                    self._cache.popitem(last=False)
+        return found  # type: ignore[return-value]

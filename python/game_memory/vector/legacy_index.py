@@ -4,10 +4,10 @@ The reference keeps one JSON record per memory, ``<root>/<K>.vector-memory.json`
 ``K = sha256(session + "\\0" + owner + "\\0" + memory_id)``: PascalCase properties, the
 memory flattened (kind as its ordinal), the identity, the vector as JSON numbers, and a
 diagnostic code; plus empty marker files under ``.vector-partitions-v2/``. Each record is
-validated (file name against identity, vector length against the identity, finite values)
-before anything is written; the records become entries and float32 rows here, made
-durable with one sync, and the legacy files are then removed (derived data needs no
-backup: the save can always rebuild it).
+validated before anything is written (file name against identity, vector length against
+the identity, finite and non-zero values); the records become entries and L2-normalized
+float32 rows here, written durably partition by partition, and the legacy files are then
+removed (derived data needs no backup: the save can always rebuild it).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import ValidationError
 
 from game_memory.errors import DerivedIndexError, PersistenceError
@@ -100,12 +101,23 @@ def _decode(
                 raise ValueError("the vector does not match its identity")
             if not all(isinstance(v, int | float) and math.isfinite(v) for v in vector):
                 raise ValueError("the vector has non-finite values")
+            if not any(vector):
+                raise ValueError("the vector is all zeros")
     except (ValueError, KeyError, TypeError, UnicodeDecodeError, ValidationError) as exc:
         raise DerivedIndexError(f"legacy vector record {path} is invalid: {exc}") from exc
     key = f"{memory.session_id}\0{memory.owner_id}\0{memory.memory_id}"
     if path.name != identity_hash(key) + LEGACY_SUFFIX:
         raise DerivedIndexError(f"legacy vector record {path} does not match its memory")
     return memory, parsed, vector, code if isinstance(code, str) else None
+
+
+def _unit_rows(rows: list[list[float]]) -> npt.NDArray[np.float32]:
+    """The rows L2-normalized (in double precision) as float32, as this index stores them."""
+    matrix = np.asarray(rows, dtype=np.float64)
+    unit: npt.NDArray[np.float32] = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(
+        np.float32
+    )
+    return unit
 
 
 def migrate_legacy_index(engine: IndexEngine) -> int:
@@ -133,7 +145,6 @@ def migrate_legacy_index(engine: IndexEngine) -> int:
             memory = item[0]
             key = (identity_hash(memory.session_id), identity_hash(memory.owner_id))
             groups.setdefault(key, []).append(item)
-        touched: list[Path] = []
         for (session_hash, owner_hash), items in groups.items():
             records: list[EntryRecord] = []
             rows: dict[int, list[list[float]]] = {}
@@ -165,13 +176,9 @@ def migrate_legacy_index(engine: IndexEngine) -> int:
                             code or "embedding_pending",
                         )
                     )
-            vectors = {code: np.asarray(bucket, dtype=np.float32) for code, bucket in rows.items()}
-            engine.append(session_hash, owner_hash, records, vectors, durable=False)
-            touched.append(Path(engine.entries_path(session_hash, owner_hash)))
-        try:
-            fs.sync_filesystem(engine.data, touched)
-        except PersistenceError as exc:
-            raise DerivedIndexError(str(exc)) from exc
+            vectors = {code: _unit_rows(bucket) for code, bucket in rows.items()}
+            # Durable before the reference files go: one partition's files at a time.
+            engine.append(session_hash, owner_hash, records, vectors, durable=True)
         for path in sources:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
