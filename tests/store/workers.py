@@ -96,7 +96,7 @@ def arm_migration_crash(phase: str) -> None:
         "journal": (engine_class, "write_journal"),
         "ledger": (Ledger, "append"),
         "pack": (engine_class, "write_pack"),
-        "sync": (fs, "sync_filesystem"),
+        "sync": (fs, "sync_all"),
         "commit": (engine_class, "commit_journal"),
     }
     if phase == "backup":

@@ -396,7 +396,7 @@ class StoreEngine:
     def write_pack(self, path: str, groups: list[tuple[str, list[bytes]]]) -> None:
         """Write a pack under a temporary name and rename it into place (not fsynced).
 
-        The caller makes the batch durable with one file-system sync before committing.
+        The caller makes the batch durable with one barrier (``fs.sync_all``) before committing.
         """
         if os.path.lexists(path):
             raise PersistenceError(f"refusing to overwrite the existing pack {path}")

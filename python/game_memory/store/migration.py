@@ -10,12 +10,12 @@ The migration runs under the store lock, so it is serialized across processes, i
 phases: (1) read and validate **every** legacy document, checking that its file name
 matches its identity; (2) resolve duplicates: an equivalent memory already migrated is
 skipped, a different one is a conflict; (3) write the new memories as one batch: journal
-(ledger mark and pack names), ledger intents, one pack per session, one file-system sync,
-journal removed (the commit); (4) only then move the legacy documents, untouched, into
-``.game-memory/legacy/`` (a backup the old runtime can read). A failure in phases 1-2
-changes nothing; a crash in phase 3 is rolled back whole by recovery (the legacy documents
-are still in place); a crash in phase 4 leaves legacy copies that the next run recognises
-as already migrated. Running it again is always safe.
+(ledger mark and pack names), ledger intents, packs per session, one barrier (everything
+written is fsynced), journal removed (the commit); (4) only then move the legacy documents,
+untouched, into ``.game-memory/legacy/`` (a backup the old runtime can read). A failure in
+phases 1-2 changes nothing; a crash in phase 3 is rolled back whole by recovery (the legacy
+documents are still in place); a crash in phase 4 leaves legacy copies that the next run
+recognises as already migrated. Running it again is always safe.
 """
 
 from __future__ import annotations
@@ -279,7 +279,9 @@ def _write_batch(
     engine.ledger.append(entries, first_index=before, durable=False)  # the barrier syncs it
     for path, groups in plans:
         engine.write_pack(path, groups)
-    fs.sync_filesystem(engine.data, [engine.ledger.path, *(Path(path) for path, _ in plans)])
+    packs = [Path(path) for path, _ in plans]
+    folders = [engine.data, *(engine.session_directory(session) for session in sessions)]
+    fs.sync_all([engine.ledger.path, *packs], folders)
     engine.commit_journal()
 
 

@@ -14,7 +14,7 @@ Layout (little-endian)::
     footer: index offset u64 | owner count u32 | CRC-32 of the index u32 | "GMPKEND1"
 
 A pack is written to a temporary name and renamed into place, so a pack that exists is
-complete; its bytes are made durable by the batch's file-system sync, and a batch that
+complete; its bytes are made durable by the batch's barrier, and a batch that
 never committed is rolled back by the journal (see engine.py).
 """
 
