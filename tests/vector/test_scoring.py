@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
+import random
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any
 
-from game_memory import GameMemory
+import numpy as np
+import pytest
+
+import game_memory.vector.scoring as scoring_module
+from game_memory import FileVectorMemoryIndex, GameMemory
 from game_memory.store.partitions import identity_hash
 from game_memory.store.view import PartitionView
 from game_memory.vector.entries import (
@@ -18,9 +25,10 @@ from game_memory.vector.entries import (
     memory_hash,
 )
 from game_memory.vector.index import IndexPartition, _extend
-from game_memory.vector.scoring import JoinCache, top_vector_hits
+from game_memory.vector.scoring import JoinCache, PartitionJoin, top_vector_hits
 
 from .conftest import MemoryFactory
+from .providers import FaultyProvider
 
 ACTIVE, OTHER = 0, 1
 
@@ -164,3 +172,68 @@ def test_cosines_are_clipped_to_minus_one_and_one(make_memory: MemoryFactory) ->
     parts = scored_parts(memories, np.array([[1.0, 0.0], [-1.0, 0.0]]))
     hits = top_vector_hits(parts, np.array([1.0001, 0.0], np.float32), 10)
     assert [score for _, score in hits] == [1.0, -1.0]
+
+
+def join_summary(joined: PartitionJoin) -> tuple[object, ...]:
+    pairs = sorted(zip(joined.positions.tolist(), joined.rows.tolist(), strict=True))
+    return (joined.ready, joined.stale, joined.pending, joined.orphans, joined.mismatched, pairs)
+
+
+def test_a_join_extended_across_appends_equals_a_join_computed_from_scratch(
+    make_memory: MemoryFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    extensions: list[int] = []
+    original = scoring_module._extend_join
+
+    def counted(*args: Any) -> PartitionJoin:
+        extensions.append(1)
+        return original(*args)
+
+    monkeypatch.setattr(scoring_module, "_extend_join", counted)
+    rng = random.Random(11)
+    engine = FileVectorMemoryIndex(tmp_path).engine
+    with engine.locked():
+        engine.identity_code(FaultyProvider(2).identity, create=True)
+        engine.identity_code(FaultyProvider(2, version="v2").identity, create=True)
+    session, owner = identity_hash("session"), identity_hash("owner")
+    memories: list[GameMemory] = []
+    cache = JoinCache(MemoryDigests())
+    for step in range(40):
+        for _ in range(rng.randint(0, 3)):
+            memories.append(make_memory(f"m{len(memories)}", tick=len(memories)))
+        names = [m.memory_id for m in memories] + ["orphan-a", "orphan-b"]
+        records: list[EntryRecord] = []
+        for _ in range(rng.randint(1, 4)):
+            name = rng.choice(names)
+            memory = next((m for m in memories if m.memory_id == name), make_memory(name))
+            kind = rng.choice(["ready", "ready", "stale", "pending", "deleted", "edited"])
+            digest = content_digest(memory)
+            if kind == "edited":
+                digest = content_digest(make_memory(name, text="other content"))
+            state = {"pending": EntryState.PENDING, "deleted": EntryState.DELETED}.get(
+                kind, EntryState.READY
+            )
+            code = 1 if kind == "stale" else 0
+            records.append(EntryRecord(state, code, 0, memory_hash(name), digest, ""))
+        ready_rows = {
+            code: np.ones((sum(1 for r in records if r.identity == code), 2), np.float32)
+            for code in (0, 1)
+        }
+        offsets = {0: 0, 1: 0}
+        placed = []
+        for r in records:
+            if r.state is EntryState.READY:
+                placed.append(
+                    EntryRecord(r.state, r.identity, offsets[r.identity], *astuple(r)[3:])
+                )
+                offsets[r.identity] += 1
+            else:
+                placed.append(r)
+        with engine.locked():
+            engine.append(session, owner, placed, {c: m for c, m in ready_rows.items() if len(m)})
+        current = engine.partition(session, owner)
+        snapshot = view(list(memories))
+        joined = cache.join(snapshot, current, 0)
+        fresh = JoinCache(MemoryDigests()).join(snapshot, current, 0)
+        assert join_summary(joined) == join_summary(fresh), f"step {step}"
+    assert len(extensions) == 39  # every step after the first extended the previous join

@@ -114,6 +114,7 @@ class IndexPartition:
     identities: npt.NDArray[np.uint32]
     rows: npt.NDArray[np.uint32]
     checksums: npt.NDArray[np.uint32]
+    hashes: bytes
     digests: bytes
     codes: npt.NDArray[np.bytes_]
     needed: dict[int, int] = field(default_factory=dict)
@@ -132,6 +133,10 @@ class IndexPartition:
     def digest(self, slot: int) -> bytes:
         """The content digest of the record in ``slot``."""
         return self.digests[slot * 32 : slot * 32 + 32]
+
+    def memory_hash(self, slot: int) -> bytes:
+        """The ``sha256(memory_id)`` of the record in ``slot``."""
+        return self.hashes[slot * 32 : slot * 32 + 32]
 
     def record(self, memory_hash: bytes) -> EntryRecord | None:
         """The latest entry of a memory, or ``None``."""
@@ -192,6 +197,7 @@ def _extend(
         identities = np.concatenate((base.identities, records["identity"]))
         rows = np.concatenate((base.rows, records["row"]))
         checksums = np.concatenate((base.checksums, records["checksum"]))
+        all_hashes = base.hashes + hashes
         digests = base.digests + records["digest"].tobytes()
         codes = np.concatenate((base.codes, records["code"]))
     else:
@@ -199,6 +205,7 @@ def _extend(
         identities = records["identity"].copy()
         rows = records["row"].copy()
         checksums = records["checksum"].copy()
+        all_hashes = hashes
         digests = records["digest"].tobytes()
         codes = records["code"].copy()
     return IndexPartition(
@@ -212,6 +219,7 @@ def _extend(
         identities,
         rows,
         checksums,
+        all_hashes,
         digests,
         codes,
     )

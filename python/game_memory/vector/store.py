@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -79,6 +80,13 @@ Stage = GameMemorySearchStageKind
 class _State(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
+
+
+def _ordered(views: Sequence[PartitionView]) -> tuple[GameMemory, ...]:
+    """Every memory of the snapshot, by owner then id (shared, not copied, for one view)."""
+    if len(views) == 1:
+        return views[0].ordered
+    return tuple(itertools.chain.from_iterable(view.ordered for view in views))
 
 
 class _Unavailable(Exception):
@@ -461,7 +469,7 @@ class VectorMemoryStore:
         hits = tuple(self._hit(query, candidate) for candidate in chosen)
         snapshot = GameMemorySearchSnapshot.model_construct(
             memories=tuple(hit.memory for hit in hits),
-            authoritative_memories=tuple(m for view in views for m in view.ordered),
+            authoritative_memories=_ordered(views),
             stages=tuple(stages),
         )
         return RecallResult(snapshot, hits, fallback)
