@@ -111,7 +111,8 @@ def row_checksums(rows: npt.NDArray[np.float32]) -> npt.NDArray[np.uint32]:
 
 def content_digest(memory: GameMemory) -> bytes:
     """SHA-256 of the memory's canonical JSON: equal digests mean equal content."""
-    return hashlib.sha256(memory.model_dump_json().encode("utf-8")).digest()
+    # The serializer's own bytes, as model_dump_json() produces them, without its overhead.
+    return hashlib.sha256(type(memory).__pydantic_serializer__.to_json(memory)).digest()
 
 
 def memory_hash(memory_id: str) -> bytes:
