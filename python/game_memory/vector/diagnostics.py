@@ -1,4 +1,20 @@
-"""Structured diagnostics: what went wrong on the derived side, without text or content."""
+"""Structured diagnostics: what went wrong on the derived side, without text or content.
+
+Codes the hybrid store reports (ids attached in brackets)::
+
+    memory_embedding_append_failed      WARNING  a saved memory got no vector
+                                                 [session, owner, memory]
+    memory_vector_search_failed         WARNING  one recall fell back to lexical [session]
+    memory_vector_rebuild_required      WARNING  vectors of another model: recall is lexical
+                                                 until a rebuild (once per session) [session]
+    memory_embedding_rebuild_failed     ERROR    a rebuild batch failed [session, owner, memory]
+    memory_vector_index_write_failed    ERROR    that failure could not be recorded
+                                                 [session, memory]
+    memory_vector_index_reset           WARNING  a rebuild deleted a damaged partition [session]
+    memory_embedding_rebuild_completed  INFORMATION  nothing is left to rebuild [session]
+
+``details`` is ``{"exception": "<exception class name>"}`` when an exception caused it.
+"""
 
 from __future__ import annotations
 

@@ -620,7 +620,17 @@ class VectorMemoryStore:
         ]
 
     async def get_status(self, session_id: str) -> VectorMemoryStatus:
-        """Count ready, pending, stale and orphan vectors of a session; derive its state."""
+        """Count ready, pending, stale and orphan vectors of a session; derive its state.
+
+        Reads the session's snapshot and its index entries (not the vectors themselves: a
+        damaged vector file shows in recall, which falls back, and is repaired by
+        ``rebuild``).
+
+        Raises:
+            DerivedIndexError: the session's index entries are damaged; run ``rebuild``
+                (or, for a damaged index folder, delete it).
+            CapacityExceededError: the session holds more than ``maximum_index_entries``.
+        """
         self._check_open()
         views = await self.session_views(session_id)
         joins = await self._run(lambda: self.joins(session_id, views))
@@ -643,12 +653,19 @@ class VectorMemoryStore:
 
         Bounded (batches of ``rebuild_batch_size``), resumable by running it again, and
         safe beside concurrent appends: the orphan sweep re-reads the save and never
-        deletes the vector of a memory that exists then. ``progress(done, total)`` is called
-        on the event loop before the first batch and after each.
+        deletes the vector of a memory that exists then. It first verifies the session's
+        index partitions (entries, vector files, row checksums) and deletes damaged ones,
+        whose memories it then embeds again. Vectors of another model are replaced; the
+        sweep compacts the partitions. ``progress(done, total)`` is called on the event
+        loop before the first batch and after each; an exception it raises ends the rebuild
+        (batches already written stay). A failed batch stops the rebuild with a
+        ``memory_embedding_rebuild_failed`` diagnostic; the returned status then still
+        requires a rebuild.
 
         Raises:
             StoreBusyError: a rebuild of this session is already running here.
-            DerivedIndexError: a failed batch could not even be recorded in the index.
+            DerivedIndexError: a failed batch could not even be recorded in the index, or
+                the index folder itself is damaged (delete it).
         """
         from game_memory.vector.rebuild import rebuild_session
 
