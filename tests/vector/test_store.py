@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 
 from game_memory import (
+    CapacityExceededError,
     DerivedIndexError,
+    EmbeddingProvider,
     EmbeddingUnavailableError,
     FileGameMemoryStore,
     FileVectorMemoryIndex,
@@ -499,3 +501,49 @@ def test_options_that_cannot_hold_the_index_vectors_are_refused(tmp_path: Path) 
             FaultyProvider(),
             options=options,
         )
+
+
+async def test_the_snapshot_of_a_search_is_bounded(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> None:
+    store = make_vector_store(options={"maximum_index_entries": 2})
+    for index in range(3):
+        await store.append(make_memory(f"m{index}"))
+    with pytest.raises(CapacityExceededError, match="maximum_snapshot_entries"):
+        await store.search(query("cat"))
+    roomy = make_vector_store()
+    with pytest.raises(CapacityExceededError):
+        await roomy.search_snapshot(query("cat"), maximum_snapshot_entries=2)
+    assert len((await roomy.search_snapshot(query("cat"), 3)).authoritative_memories) == 3
+
+
+class ListProvider:
+    """A provider returning plain float lists (the protocol allows any float sequence)."""
+
+    def __init__(self) -> None:
+        self.inner = FaultyProvider()
+
+    @property
+    def identity(self) -> Any:
+        return self.inner.identity
+
+    async def embed_query(self, text: str) -> list[float]:
+        return [float(value) for value in self.inner.inner.embed(text)]
+
+    async def embed_documents(self, texts: Sequence[str]) -> tuple[list[float], ...]:
+        return tuple([float(v) for v in self.inner.inner.embed(text)] for text in texts)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_provider_may_return_plain_float_sequences(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> None:
+    provider = ListProvider()
+    assert isinstance(provider, EmbeddingProvider)
+    store = make_vector_store(provider)
+    await store.append(make_memory("m1", text="the cat sleeps on the roof"))
+    await store.append(make_memory("m2", text="an axe by the door"))
+    result = await store.recall(query("feline", limit=1))
+    assert ids(result.memories) == ["m1"] and not result.fallback
