@@ -7,6 +7,7 @@ from pathlib import Path
 from game_memory.store.documents import encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
+from game_memory.store.packs import write_pack
 from game_memory.store.partitions import identity_hash
 from game_memory.store.records import encode_record
 
@@ -84,7 +85,7 @@ async def test_an_uncommitted_migration_batch_is_reported_and_fix_rolls_it_back(
             [LedgerEntry(session_hash, owner_hash, identity_hash("lost"))], first_index=1
         )
         for path, groups in plans:
-            engine.write_pack(path, groups)
+            write_pack(path, groups)
     assert [m.memory_id for m in await store.enumerate("batch")] == ["lost"]
     report = await store.check()
     assert any("uncommitted migration batch" in p for p in report.problems)

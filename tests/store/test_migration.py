@@ -468,3 +468,25 @@ async def test_a_legacy_document_larger_than_the_file_bound_fails_closed(
     write_legacy(save, make_memory("big", text="x" * 5_000))
     with pytest.raises(PersistenceError, match="limit"):
         await make_store(save, maximum_file_bytes=4_096).migrate_legacy_layout()
+
+
+async def test_a_document_whose_record_would_not_fit_a_pack_fails_closed(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    # The legacy document fits maximum_file_bytes, but its record plus a pack's own bytes
+    # would not: refused before anything is written (a pack must never exceed the bound).
+    save = tmp_path / "save"
+    size = next(
+        n
+        for n in range(3_000, 4_096)
+        if len(encode_legacy_document(make_memory("big", text="x" * n))) > 4_096 - 90
+    )
+    big = make_memory("big", text="x" * size)
+    assert len(encode_legacy_document(big)) <= 4_096
+    write_legacy(save, big)
+    before = files_under(save)
+    with pytest.raises(CapacityExceededError) as raised:
+        await make_store(save, maximum_file_bytes=4_096).migrate_legacy_layout()
+    assert raised.value.bound == "maximum_file_bytes"
+    assert {k: v for k, v in files_under(save).items() if not k.startswith(DATA)} == before
+    assert not (save / DATA / "ledger.log").exists()

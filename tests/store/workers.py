@@ -95,7 +95,7 @@ def arm_migration_crash(phase: str) -> None:
     targets: dict[str, tuple[Any, str]] = {
         "journal": (engine_class, "write_journal"),
         "ledger": (Ledger, "append"),
-        "pack": (engine_class, "write_pack"),
+        "pack": (migration, "write_pack"),
         "sync": (fs, "sync_all"),
         "commit": (engine_class, "commit_journal"),
     }
@@ -116,7 +116,6 @@ def arm_migration_crash(phase: str) -> None:
         die()
 
     setattr(owner, name, dying)
-    assert migration.fs is fs
 
 
 async def append(save: str, prefix: str, count: int, crash: str | None) -> None:

@@ -39,7 +39,7 @@ from game_memory.store import fs
 from game_memory.store.documents import encode_document
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.lock import ProcessLock
-from game_memory.store.packs import encode_pack, pack_path
+from game_memory.store.packs import plan_packs
 from game_memory.store.partitions import (
     PartitionCache,
     PartitionState,
@@ -370,51 +370,10 @@ class StoreEngine:
     def plan_packs(
         self, session_hash: str, groups: list[tuple[str, list[bytes]]]
     ) -> list[tuple[str, list[tuple[str, list[bytes]]]]]:
-        """Split one session's ``(owner_hash, records)`` into packs of at most the file bound."""
+        """Split one session's ``(owner_hash, records)`` into the session's next packs."""
         directory = self.session_directory(session_hash)
-        number = len(self.cache.pack_indexes(directory)) + 1
-        budget = self.maximum_file_bytes - 4_096
-        planned: list[tuple[str, list[tuple[str, list[bytes]]]]] = []
-        current: list[tuple[str, list[bytes]]] = []
-        size = 0
-        for owner_hash, records in sorted(groups):
-            chunk: list[bytes] = []
-            for record in records:
-                if size + len(record) + 64 > budget and (current or chunk):
-                    if chunk:
-                        current.append((owner_hash, chunk))
-                    planned.append((pack_path(directory, number), current))
-                    number, current, chunk, size = number + 1, [], [], 0
-                chunk.append(record)
-                size += len(record) + 64
-            if chunk:
-                current.append((owner_hash, chunk))
-        if current:
-            planned.append((pack_path(directory, number), current))
-        return planned
-
-    def write_pack(self, path: str, groups: list[tuple[str, list[bytes]]]) -> None:
-        """Write a pack under a temporary name and rename it into place (not fsynced).
-
-        The caller makes the batch durable with one barrier (``fs.sync_all``) before committing.
-        """
-        if os.path.lexists(path):
-            raise PersistenceError(f"refusing to overwrite the existing pack {path}")
-        temporary = f"{path}.{os.getpid()}.tmp"
-        data = encode_pack(groups)
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-            os.rename(temporary, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temporary)
-            raise PersistenceError(f"could not write the pack {path}: {exc.strerror}") from exc
+        first = len(self.cache.pack_indexes(directory)) + 1
+        return plan_packs(directory, first, groups, self.maximum_file_bytes)
 
     def _remove(self, path: Path) -> None:
         try:

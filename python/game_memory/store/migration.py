@@ -36,6 +36,7 @@ from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
+from game_memory.store.packs import PACK_OVERHEAD, write_pack
 from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.records import encode_record
 
@@ -261,11 +262,26 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
 def _write_batch(
     engine: StoreEngine, new: dict[tuple[str, str], list[GameMemory]], before: int
 ) -> None:
-    """Write new memories as packs: journal, ledger intents, packs, one sync, commit."""
+    """Write new memories as packs: journal, ledger intents, packs, one barrier, commit.
+
+    Raises:
+        CapacityExceededError: a memory's record would not fit a pack of
+            ``maximum_file_bytes`` (checked before anything is written).
+    """
     sessions: dict[str, list[tuple[str, list[bytes]]]] = {}
     entries: list[LedgerEntry] = []
+    largest = engine.maximum_file_bytes - PACK_OVERHEAD
     for (session_hash, owner_hash), memories in sorted(new.items()):
         records = [encode_record(encode_document(memory)) for memory in memories]
+        for memory, record in zip(memories, records, strict=True):
+            if len(record) > largest:
+                raise CapacityExceededError(
+                    f"legacy memory {memory.memory_id!r} of owner {memory.owner_id!r} takes "
+                    f"{len(record):,} bytes as a record, more than fits a file of "
+                    f"maximum_file_bytes ({engine.maximum_file_bytes:,}); nothing was "
+                    "migrated. Open the store with a larger maximum_file_bytes.",
+                    bound="maximum_file_bytes",
+                )
         sessions.setdefault(session_hash, []).append((owner_hash, records))
         entries.extend(
             LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))
@@ -278,7 +294,7 @@ def _write_batch(
     engine.write_journal(before, [path for path, _ in plans])
     engine.ledger.append(entries, first_index=before, durable=False)  # the barrier syncs it
     for path, groups in plans:
-        engine.write_pack(path, groups)
+        write_pack(path, groups)
     packs = [Path(path) for path, _ in plans]
     folders = [engine.data, *(engine.session_directory(session) for session in sessions)]
     fs.sync_all([engine.ledger.path, *packs], folders)

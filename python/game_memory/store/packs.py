@@ -20,6 +20,7 @@ never committed is rolled back by the journal (see engine.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -31,13 +32,24 @@ from game_memory.errors import PersistenceError
 from game_memory.store import fs
 from game_memory.store.records import RecordCorruption, scan_records
 
-__all__ = ["PackIndex", "encode_pack", "pack_path", "read_pack_index", "read_pack_range"]
+__all__ = [
+    "PACK_OVERHEAD",
+    "PackIndex",
+    "encode_pack",
+    "pack_path",
+    "plan_packs",
+    "read_pack_index",
+    "read_pack_range",
+    "write_pack",
+]
 
 _MAGIC = b"GMPACK01"
 _END = b"GMPKEND1"
 _ENTRY = struct.Struct("<32sQQI")
 _FOOTER = struct.Struct("<QII8s")
 PACK_NAME = re.compile(r"^p-([1-9][0-9]{0,8})\.pack$")
+# The bytes of a pack that are not records, when it holds one owner.
+PACK_OVERHEAD = len(_MAGIC) + _ENTRY.size + _FOOTER.size
 
 
 def pack_path(session_directory: str | Path, number: int) -> str:
@@ -58,6 +70,69 @@ def encode_pack(groups: list[tuple[str, list[bytes]]]) -> bytes:
     index_bytes = b"".join(index)
     footer = _FOOTER.pack(offset, len(index), zlib.crc32(index_bytes), _END)
     return b"".join(body) + index_bytes + footer
+
+
+Groups = list[tuple[str, list[bytes]]]
+
+
+def plan_packs(
+    directory: str | Path, first_number: int, groups: Groups, maximum_file_bytes: int
+) -> list[tuple[str, Groups]]:
+    """Split ``(owner_hash, records)`` groups into packs no larger than ``maximum_file_bytes``.
+
+    Returns ``(path, groups)`` per pack, numbered from ``first_number``. An owner's records
+    may continue in the next pack. Every record must fit a pack on its own
+    (``len(record) + PACK_OVERHEAD <= maximum_file_bytes``); the caller checks that.
+    """
+    number = first_number
+    planned: list[tuple[str, Groups]] = []
+    current: Groups = []
+    size = len(_MAGIC) + _FOOTER.size
+    for owner_hash, records in sorted(groups):
+        chunk: list[bytes] = []
+        for record in records:
+            # Count an index entry per record: a chunk split across packs needs one in each.
+            if size + len(record) + _ENTRY.size > maximum_file_bytes and (current or chunk):
+                if chunk:
+                    current.append((owner_hash, chunk))
+                planned.append((pack_path(directory, number), current))
+                number, current, chunk = number + 1, [], []
+                size = len(_MAGIC) + _FOOTER.size
+            chunk.append(record)
+            size += len(record) + _ENTRY.size
+        if chunk:
+            current.append((owner_hash, chunk))
+    if current:
+        planned.append((pack_path(directory, number), current))
+    return planned
+
+
+def write_pack(path: str, groups: Groups) -> None:
+    """Write a pack under a temporary name and rename it into place (not fsynced).
+
+    A pack that exists is therefore complete. The caller makes the batch durable with one
+    barrier (``fs.sync_all``) before committing it.
+
+    Raises:
+        PersistenceError: the pack exists already, or could not be written.
+    """
+    if os.path.lexists(path):
+        raise PersistenceError(f"refusing to overwrite the existing pack {path}")
+    temporary = f"{path}.{os.getpid()}.tmp"
+    data = encode_pack(groups)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.rename(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise PersistenceError(f"could not write the pack {path}: {exc.strerror}") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,20 +15,17 @@ only grow, so a cached partition is brought up to date by reading just the new b
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import os
 import re
-import stat
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_document
+from game_memory.store.names import identity_hash, partition_hash, segment_path
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -37,90 +34,22 @@ from game_memory.store.packs import (
     read_pack_range,
 )
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
+from game_memory.store.state import (
+    PackPart,
+    PartitionState,
+    Segment,
+    is_current,
+    lstat_regular,
+    session_folder,
+)
 from game_memory.store.view import PartitionView
 
+# identity_hash, partition_hash, segment_path and PartitionState are re-exported: other
+# layers import them from here.
 __all__ = ["PartitionCache", "PartitionState", "identity_hash", "partition_hash", "segment_path"]
 
 _SEGMENT = re.compile(r"^o-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
-
-
-def identity_hash(value: str) -> str:
-    """SHA-256 of the UTF-8 bytes of ``value``, as 64 lower-case hex digits."""
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
-
-
-@functools.lru_cache(maxsize=4_096)
-def partition_hash(value: str) -> str:
-    """:func:`identity_hash` of a session or owner id, memoized (they repeat on every call)."""
-    return identity_hash(value)
-
-
-def segment_path(session_directory: str | Path, owner_hash: str, index: int) -> str:
-    """The path of log segment ``index`` (0 = the first) of an owner partition."""
-    suffix = "" if index == 0 else f".{index}"
-    return f"{os.fspath(session_directory)}{os.sep}o-{owner_hash}{suffix}.log"
-
-
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    """One log segment as read: file identity, where valid records end, its memories."""
-
-    path: str
-    device: int
-    inode: int
-    size: int
-    end: int
-    torn_bytes: int
-    memories: tuple[GameMemory, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class _PackPart:
-    """One owner's range of one pack, as read."""
-
-    index: PackIndex
-    memories: tuple[GameMemory, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """One partition as read: its pack ranges, its log segments and the view of its memories.
-
-    ``tail`` is the last log segment, which a writer appends to after cutting off a torn tail.
-    """
-
-    session_hash: str
-    owner_hash: str
-    packs: tuple[_PackPart, ...]
-    segments: tuple[_Segment, ...]
-    view: PartitionView | None
-    # What the state was read from: (path, inode, size, ctime) of every pack of the session and
-    # every segment of the partition, and the next pack and segment names, which were absent.
-    probes: tuple[tuple[str, int, int, int], ...] = ()
-    absent: tuple[str, ...] = ()
-    folder: tuple[str, int] | None = None  # the session folder and its inode, if it existed
-
-    @property
-    def memory_count(self) -> int:
-        return len(self.view) if self.view is not None else 0
-
-    @property
-    def tail(self) -> _Segment | None:
-        return self.segments[-1] if self.segments else None
-
-    def find(self, memory_id: str) -> GameMemory | None:
-        """The memory with ``memory_id`` in this partition, if present."""
-        if self.view is None:
-            return None
-        position = self.view.positions.get(memory_id)
-        return None if position is None else self.view.memories[position]
-
-    def has_memory_hash(self, memory_hash: str) -> bool:
-        """Whether a memory whose id hashes to ``memory_hash`` is in this partition."""
-        if self.view is None:
-            return False
-        return any(identity_hash(m.memory_id) == memory_hash for m in self.view.memories)
 
 
 class PartitionCache:
@@ -147,7 +76,7 @@ class PartitionCache:
         number = 1
         while True:
             path = pack_path(session_directory, number)
-            info = _lstat_regular(path)
+            info = lstat_regular(path)
             if info is None:
                 return indexes
             indexes.append(self._pack_index(path, info))
@@ -156,7 +85,7 @@ class PartitionCache:
     def owner_hashes(self, session_directory: str | Path) -> list[str]:
         """Every owner with records in the session (logs and packs), sorted; links refused."""
         hashes: set[str] = set()
-        if _session_folder(session_directory) is None:
+        if session_folder(session_directory) is None:
             return []
         for entry in fs.list_directory(Path(session_directory)):
             match = _SEGMENT.match(entry.name)
@@ -183,18 +112,18 @@ class PartitionCache:
         key = (session_hash, owner_hash)
         with self._lock:
             cached = self._states.get(key)
-        if cached is not None and _unchanged(cached):
+        if cached is not None and is_current(cached):
             with self._lock:
                 if key in self._states:
                     self._states.move_to_end(key)
             return cached
-        folder_inode = _session_folder(session_directory)
+        folder_inode = session_folder(session_directory)
         indexes = self.pack_indexes(session_directory)
         packs = self._read_packs(indexes, owner_hash, session_hash, cached)
         same_packs = cached is not None and len(packs) == len(cached.packs)
         if cached is not None and same_packs:
             same_packs = all(a is b for a, b in zip(packs, cached.packs, strict=True))
-        segments: list[_Segment] = []
+        segments: list[Segment] = []
         appended: list[GameMemory] = []
         extends = same_packs and cached is not None and cached.view is not None
         changed = not same_packs
@@ -202,7 +131,7 @@ class PartitionCache:
         probes = [(pack.path, pack.inode, pack.size, pack.changed) for pack in indexes]
         while True:
             path = segment_path(session_directory, owner_hash, index)
-            info = _lstat_regular(path)
+            info = lstat_regular(path)
             if info is None:
                 break
             probes.append((path, info.st_ino, info.st_size, info.st_ctime_ns))
@@ -282,9 +211,9 @@ class PartitionCache:
         owner_hash: str,
         session_hash: str,
         cached: PartitionState | None,
-    ) -> list[_PackPart]:
+    ) -> list[PackPart]:
         previous = {id(part.index): part for part in cached.packs} if cached is not None else {}
-        parts: list[_PackPart] = []
+        parts: list[PackPart] = []
         for index in indexes:
             if owner_hash not in index.owners:
                 continue
@@ -296,7 +225,7 @@ class PartitionCache:
                 memories = tuple(
                     _decode(payload, index.path, session_hash, owner_hash) for payload in payloads
                 )
-                part = _PackPart(index, memories)
+                part = PackPart(index, memories)
             parts.append(part)
         return parts
 
@@ -304,10 +233,10 @@ class PartitionCache:
         self,
         path: str,
         info: os.stat_result,
-        previous: _Segment | None,
+        previous: Segment | None,
         session_hash: str,
         owner_hash: str,
-    ) -> _Segment:
+    ) -> Segment:
         same_file = (
             previous is not None
             and previous.inode == info.st_ino
@@ -334,7 +263,7 @@ class PartitionCache:
             ) from exc
         memories = list(previous.memories) if same_file and previous is not None else []
         memories.extend(_decode(data, path, session_hash, owner_hash) for data in scan.payloads)
-        return _Segment(
+        return Segment(
             path,
             opened.st_dev,
             opened.st_ino,
@@ -354,71 +283,6 @@ class PartitionCache:
             while self._entries > self._maximum_entries and len(self._states) > 1:
                 _, evicted = self._states.popitem(last=False)
                 self._entries -= evicted.memory_count
-
-
-def _unchanged(state: PartitionState) -> bool:
-    """Whether every file ``state`` was read from is still the same and no file was added.
-
-    Logs only grow and packs never change; packs and segments are only ever added (a pack
-    is removed only when an uncommitted batch is rolled back). So the same inode, size and
-    ctime for each, and still no next pack or segment, means the same content.
-    """
-    if not state.absent:
-        return False
-    if state.folder is not None:
-        # A session folder swapped for a link (or anything else) has another inode.
-        try:
-            if os.lstat(state.folder[0]).st_ino != state.folder[1]:
-                return False
-        except OSError:
-            return False
-    for path, inode, size, changed in state.probes:
-        try:
-            info = os.lstat(path)
-        except OSError:
-            return False
-        if info.st_ino != inode or info.st_size != size or info.st_ctime_ns != changed:
-            return False
-    # os.access answers "absent" without raising (cheaper than lstat on the hot path).
-    return not any(os.access(path, os.F_OK, follow_symlinks=False) for path in state.absent)
-
-
-def _session_folder(session_directory: str | Path) -> int | None:
-    """Check the data folder and a session folder are real folders; the session's inode.
-
-    Returns ``None`` when the session folder does not exist (a session without memories).
-
-    Raises:
-        PersistenceError: either folder is a symbolic link or not a folder.
-    """
-    folder = os.fspath(session_directory)
-    info: os.stat_result | None = None
-    for path in (os.path.dirname(folder), folder):
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
-        if not stat.S_ISDIR(info.st_mode):
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
-            raise PersistenceError(
-                f"refusing to read {path}: it is {kind}. A save folder must contain only "
-                "real files and folders."
-            )
-    return None if info is None else info.st_ino
-
-
-def _lstat_regular(path: str) -> os.stat_result | None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise PersistenceError(f"{path} should be a regular file, not a link or folder")
-    return info
 
 
 def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> GameMemory:

@@ -1,0 +1,149 @@
+"""What one read of a partition saw, and the checks that tell whether it is still current.
+
+A :class:`PartitionState` records the memories of one owner partition together with the
+identity (inode, size, change time) of every file they came from, and the names of the next
+pack and segment, which did not exist. :func:`is_current` re-checks exactly those with
+``lstat`` (a few system calls, no reads): logs only grow and packs never change, so when
+nothing moved, the cached memories are still the partition's memories.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from game_memory.errors import PersistenceError
+from game_memory.model import GameMemory
+from game_memory.store.names import identity_hash
+from game_memory.store.packs import PackIndex
+from game_memory.store.view import PartitionView
+
+__all__ = ["PackPart", "PartitionState", "Segment", "is_current", "lstat_regular", "session_folder"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One log segment as read: file identity, where valid records end, its memories."""
+
+    path: str
+    device: int
+    inode: int
+    size: int
+    end: int
+    torn_bytes: int
+    memories: tuple[GameMemory, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PackPart:
+    """One owner's range of one pack, as read."""
+
+    index: PackIndex
+    memories: tuple[GameMemory, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition as read: its pack ranges, its log segments and the view of its memories.
+
+    ``tail`` is the last log segment, which a writer appends to after cutting off a torn tail.
+    """
+
+    session_hash: str
+    owner_hash: str
+    packs: tuple[PackPart, ...]
+    segments: tuple[Segment, ...]
+    view: PartitionView | None
+    # What the state was read from: (path, inode, size, ctime) of every pack of the session and
+    # every segment of the partition, and the next pack and segment names, which were absent.
+    probes: tuple[tuple[str, int, int, int], ...] = ()
+    absent: tuple[str, ...] = ()
+    folder: tuple[str, int] | None = None  # the session folder and its inode, if it existed
+
+    @property
+    def memory_count(self) -> int:
+        return len(self.view) if self.view is not None else 0
+
+    @property
+    def tail(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    def find(self, memory_id: str) -> GameMemory | None:
+        """The memory with ``memory_id`` in this partition, if present."""
+        if self.view is None:
+            return None
+        position = self.view.positions.get(memory_id)
+        return None if position is None else self.view.memories[position]
+
+    def has_memory_hash(self, memory_hash: str) -> bool:
+        """Whether a memory whose id hashes to ``memory_hash`` is in this partition."""
+        if self.view is None:
+            return False
+        return any(identity_hash(m.memory_id) == memory_hash for m in self.view.memories)
+
+
+def is_current(state: PartitionState) -> bool:
+    """Whether every file ``state`` was read from is still the same and no file was added.
+
+    Logs only grow and packs never change; packs and segments are only ever added (a pack
+    is removed only when an uncommitted batch is rolled back). So the same inode, size and
+    ctime for each, and still no next pack or segment, means the same content.
+    """
+    if not state.absent:
+        return False
+    if state.folder is not None:
+        # A session folder swapped for a link (or anything else) has another inode.
+        try:
+            if os.lstat(state.folder[0]).st_ino != state.folder[1]:
+                return False
+        except OSError:
+            return False
+    for path, inode, size, changed in state.probes:
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        if info.st_ino != inode or info.st_size != size or info.st_ctime_ns != changed:
+            return False
+    # os.access answers "absent" without raising (cheaper than lstat on the hot path).
+    return not any(os.access(path, os.F_OK, follow_symlinks=False) for path in state.absent)
+
+
+def session_folder(session_directory: str | Path) -> int | None:
+    """Check the data folder and a session folder are real folders; the session's inode.
+
+    Returns ``None`` when the session folder does not exist (a session without memories).
+
+    Raises:
+        PersistenceError: either folder is a symbolic link or not a folder.
+    """
+    folder = os.fspath(session_directory)
+    info: os.stat_result | None = None
+    for path in (os.path.dirname(folder), folder):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
+        if not stat.S_ISDIR(info.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+            raise PersistenceError(
+                f"refusing to read {path}: it is {kind}. A save folder must contain only "
+                "real files and folders."
+            )
+    return None if info is None else info.st_ino
+
+
+def lstat_regular(path: str) -> os.stat_result | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise PersistenceError(f"{path} should be a regular file, not a link or folder")
+    return info
