@@ -137,7 +137,7 @@ def memories(size: int) -> list[GameMemory]:
 def open_store(root: Path, size: int) -> VectorMemoryStore:
     bound = size + 1_000  # room for the appends of the last phase
     return VectorMemoryStore(
-        FileGameMemoryStore(root / "save", maximum_entries=max(size, 100_000)),
+        FileGameMemoryStore(root / "save", maximum_entries=bound),
         FileVectorMemoryIndex(root / "index", capacity=bound),
         RandomUnitProvider(DIMENSIONS),
         reranker=GameAwareMemoryReranker(),
