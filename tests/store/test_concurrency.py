@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from game_memory import FileGameMemoryStore
+from game_memory import FileGameMemoryStore, StoreBusyError
 
 from .helpers import MemoryFactory, write_legacy
 from .workers import expected_memory
@@ -72,3 +75,23 @@ async def test_two_processes_migrating_one_save_migrate_it_once(
         assert len(await store.enumerate("session")) == 40
         report = await store.check()
         assert report.ok and report.memories == report.ledger_entries == 40
+
+
+async def test_a_writer_waits_for_the_lock_at_most_lock_timeout(
+    tmp_path: Path, make_memory: MemoryFactory
+) -> None:
+    save = tmp_path / "save"
+    async with FileGameMemoryStore(save, lock_timeout=0.3) as store:
+        await store.append(make_memory("m1"))
+        # Another process holding the lock looks like this: an flock on another descriptor.
+        holder = os.open(save / ".game-memory" / "lock", os.O_RDWR)
+        try:
+            fcntl.flock(holder, fcntl.LOCK_EX)
+            started = time.monotonic()
+            with pytest.raises(StoreBusyError, match="locked by another writer"):
+                await store.append(make_memory("m2"))
+            assert time.monotonic() - started >= 0.3
+            assert [m.memory_id for m in await store.enumerate("session")] == ["m1"]  # reads go on
+        finally:
+            os.close(holder)
+        assert await store.append(make_memory("m2")) is True
