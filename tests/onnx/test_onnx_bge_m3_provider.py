@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sentencepiece
 import tiny_xlmr_model as tiny
+from onnx import TensorProto
 
 from game_memory.onnx import (
     BgeM3OnnxEmbeddingOptions,
@@ -21,7 +22,6 @@ from game_memory.onnx import (
 )
 from game_memory.onnx.tokens import RunControl
 from game_memory.vector.provider import EmbeddingProvider
-from onnx import TensorProto
 
 TEXTS = [
     "the guard saw the thief near the old mill",

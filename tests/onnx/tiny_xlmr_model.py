@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import sentencepiece
-
 import onnx
+import sentencepiece
 from onnx import TensorProto, helper, numpy_helper
 
 WIDTH = 1024

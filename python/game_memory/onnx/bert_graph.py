@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-
 import onnx
+from onnx import TensorProto, helper, numpy_helper
+
 from game_memory.onnx.bert_config import BertConfig
 from game_memory.onnx.errors import ModelPreparationError
-from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["OPSET", "build_bert_graph"]
 
