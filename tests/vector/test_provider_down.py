@@ -9,12 +9,22 @@ import pytest
 from game_memory import (
     EmbeddingTimeoutError,
     EmbeddingUnavailableError,
+    GameMemory,
     HashingEmbeddingProvider,
     VectorMemoryState,
 )
 
 from .conftest import Diagnostics, MemoryFactory, VectorStoreFactory, query
 from .providers import Fault, FaultyProvider
+
+
+async def saved_while_healthy(factory: VectorStoreFactory, *memories: GameMemory) -> None:
+    """Save and embed with the default (patient) deadline, so only the query can time out."""
+    store = factory()
+    for memory in memories:
+        await store.append(memory)
+    await store.aclose()
+
 
 BROKEN = [
     Fault.FAIL,
@@ -35,9 +45,12 @@ async def test_search_answers_lexically_when_the_provider_is_down(
     diagnostics: Diagnostics,
     fault: Fault,
 ) -> None:
+    await saved_while_healthy(
+        make_vector_store,
+        make_memory("m1", text="the blacksmith forged a sword", tick=1),
+        make_memory("m2", text="the cat sleeps", tick=2),
+    )
     store = make_vector_store(options={"embedding_timeout": 0.05})
-    await store.append(make_memory("m1", text="the blacksmith forged a sword", tick=1))
-    await store.append(make_memory("m2", text="the cat sleeps", tick=2))
     provider.query_fault = fault
     try:
         result = await store.recall(query("blacksmith feline"))
@@ -77,10 +90,10 @@ async def test_search_raises_instead_when_semantic_recall_is_required(
     fault: Fault,
     error: type[Exception],
 ) -> None:
+    await saved_while_healthy(make_vector_store, make_memory("m1", text="the blacksmith"))
     store = make_vector_store(
         options={"fail_when_embedding_unavailable": True, "embedding_timeout": 0.05}
     )
-    await store.append(make_memory("m1", text="the blacksmith"))
     provider.query_fault = fault
     try:
         with pytest.raises(error):
@@ -108,10 +121,10 @@ async def test_memories_saved_while_the_provider_is_down_get_vectors_from_a_rebu
 async def test_searches_against_a_hung_provider_never_pile_up_calls(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, provider: FaultyProvider
 ) -> None:
+    await saved_while_healthy(make_vector_store, make_memory("m1", text="the blacksmith"))
     store = make_vector_store(
         options={"embedding_timeout": 0.05, "maximum_concurrent_embedding_calls": 2}
     )
-    await store.append(make_memory("m1", text="the blacksmith"))
     provider.query_fault = Fault.HANG_STUBBORN
     try:
         results = await asyncio.gather(*(store.recall(query("blacksmith")) for _ in range(10)))
