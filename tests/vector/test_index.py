@@ -16,7 +16,7 @@ from game_memory import (
     StoreClosedError,
 )
 from game_memory.store.partitions import identity_hash
-from game_memory.vector.entries import NO_VALUE, EntryRecord, EntryState, memory_hash
+from game_memory.vector.entries import NO_VALUE, EntryRecord, EntryState, encode_entry, memory_hash
 from game_memory.vector.index import INDEX_FOLDER, IndexEngine, PartitionReplacedError
 
 from .conftest import Diagnostics, MemoryFactory, VectorStoreFactory, query
@@ -250,3 +250,24 @@ def test_identity_codes_are_stable_across_reopening(tmp_path: Path) -> None:
     assert reopened.identity_code(FaultyProvider(DIMENSIONS).identity, create=False) == 0
     assert reopened.identity_code(FaultyProvider(8, version="v2").identity, create=False) == 1
     assert reopened.identity_code(FaultyProvider(8, version="v3").identity, create=False) is None
+
+
+def test_a_file_reusing_the_inode_of_a_replaced_one_is_read_whole_not_as_a_continuation(
+    tmp_path: Path,
+) -> None:
+    engine = engine_at(tmp_path)
+    with engine.locked():
+        engine.append(
+            SESSION, OWNER, [ready("a"), ready("b", 1)], vectors([1, 0, 0, 0], [0, 1, 0, 0])
+        )
+    cached = engine.partition(SESSION, OWNER)
+    assert cached is not None
+    # Another generation of the same size lands on the same inode (as after inode reuse).
+    path = Path(engine.entries_path(SESSION, OWNER))
+    other = b"".join(encode_entry(marker(name), cached.tag ^ 0xFFFF) for name in ("c", "d"))
+    with path.open("r+b") as file:
+        file.write(other)
+    reread = engine.partition(SESSION, OWNER)
+    assert reread is not None and reread is not cached
+    assert reread.tag == cached.tag ^ 0xFFFF
+    assert reread.record(memory_hash("a")) is None and reread.record(memory_hash("c")) is not None

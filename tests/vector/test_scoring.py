@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import astuple
 from pathlib import Path
@@ -44,7 +45,9 @@ def view(memories: list[GameMemory]) -> PartitionView:
 
 def partition(records: list[EntryRecord]) -> IndexPartition:
     decoded, _ = decode_entries(b"".join(encode_entry(record, 7) for record in records))
-    return _extend(None, decoded, identity_hash("session"), identity_hash("owner"), inode=1)
+    return _extend(
+        None, decoded, identity_hash("session"), identity_hash("owner"), os.stat(__file__)
+    )
 
 
 def entry(

@@ -107,6 +107,7 @@ class IndexPartition:
     session_hash: str
     owner_hash: str
     inode: int
+    changed: int
     size: int
     tag: int
     position: dict[bytes, int]
@@ -170,7 +171,7 @@ def _extend(
     records: np.ndarray,
     session_hash: str,
     owner_hash: str,
-    inode: int,
+    file: os.stat_result,
 ) -> IndexPartition:
     """Build a partition from ``base`` (whose records are a prefix) and the records after it.
 
@@ -211,7 +212,8 @@ def _extend(
     return IndexPartition(
         session_hash,
         owner_hash,
-        inode,
+        file.st_ino,
+        file.st_ctime_ns,
         (start + count) * ENTRY_BYTES,
         tag,
         position,
@@ -466,10 +468,14 @@ class IndexEngine:
             cached = self._partitions.get(key)
         whole = info.st_size // ENTRY_BYTES * ENTRY_BYTES
         base = cached if cached is not None and cached.inode == info.st_ino else None
-        if base is not None and base.size == whole:
+        if base is not None and base.size == whole and base.changed == info.st_ctime_ns:
             return base
-        if base is not None and base.size > whole:
-            base = None  # the file shrank in place: not something a writer does; reread it
+        if base is not None and (
+            base.size > whole or (base.records and self._first_tag(path) != base.tag)
+        ):
+            # Shrunk in place (not something a writer does), or another file that reuses
+            # the inode number of a replaced one: read it whole.
+            base = None
         offset = base.size if base is not None else 0
         try:
             read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES, offset=offset)
@@ -482,7 +488,7 @@ class IndexEngine:
             return self._reload(session_hash, owner_hash, path)
         try:
             records, _ = decode_entries(data)
-            partition = _extend(base, records, session_hash, owner_hash, opened.st_ino)
+            partition = _extend(base, records, session_hash, owner_hash, opened)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
         self._remember(key, partition)
@@ -500,7 +506,7 @@ class IndexEngine:
         data, opened = read
         try:
             records, _ = decode_entries(data)
-            partition = _extend(None, records, session_hash, owner_hash, opened.st_ino)
+            partition = _extend(None, records, session_hash, owner_hash, opened)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
         self._remember((session_hash, owner_hash), partition)
@@ -572,12 +578,25 @@ class IndexEngine:
                 ) from None
             raise
 
-    def _replaced(self, partition: IndexPartition) -> bool:
+    def _first_tag(self, path: str) -> int | None:
+        """The vector-file tag of an entries file's first record (``None`` if it has none)."""
         try:
-            info = os.lstat(self.entries_path(partition.session_hash, partition.owner_hash))
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return True
-        return info.st_ino != partition.inode
+            return None
+        try:
+            head = os.pread(fd, 4, 112)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return int.from_bytes(head, "little") if len(head) == 4 else None
+
+    def _replaced(self, partition: IndexPartition) -> bool:
+        """Whether the partition's entries file now belongs to another generation."""
+        return self._first_tag(self.entries_path(partition.session_hash, partition.owner_hash)) != (
+            partition.tag
+        )
 
     def verify_partition(self, session_hash: str, owner_hash: str) -> None:
         """Read a partition and every row its ready records refer to, checksums included.
