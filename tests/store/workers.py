@@ -94,7 +94,7 @@ def arm_migration_crash(phase: str) -> None:
     engine_class = engine_module.StoreEngine
     targets: dict[str, tuple[Any, str]] = {
         "journal": (engine_class, "write_journal"),
-        "ledger": (Ledger, "append"),
+        "ledger": (Ledger, "append_encoded"),
         "pack": (migration, "write_pack"),
         "sync": (fs, "sync_all"),
         "commit": (engine_class, "commit_journal"),

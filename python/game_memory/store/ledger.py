@@ -18,6 +18,7 @@ import os
 import stat
 import struct
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -30,6 +31,7 @@ RECORD_BYTES = 128
 _MAGIC = b"GML\x01"
 _BODY = struct.Struct("<4sIQ32s32s32s")
 _KIND_ADD = 1
+_TRAILER = struct.Struct("<I12x")  # the CRC-32, then 12 zero bytes
 
 
 class LedgerEntry(NamedTuple):
@@ -90,27 +92,39 @@ class Ledger:
 
     def encode(self, entries: list[LedgerEntry], first_index: int) -> bytes:
         """Frame ``entries`` as records numbered from ``first_index``."""
+        return self.encode_digests(
+            (
+                (
+                    bytes.fromhex(entry.session_hash),
+                    bytes.fromhex(entry.owner_hash),
+                    bytes.fromhex(entry.memory_hash),
+                )
+                for entry in entries
+            ),
+            first_index,
+        )
+
+    @staticmethod
+    def encode_digests(digests: Iterable[tuple[bytes, bytes, bytes]], first_index: int) -> bytes:
+        """Frame raw ``(session, owner, memory)`` SHA-256 digests as records."""
         chunks: list[bytes] = []
-        for index, entry in enumerate(entries, first_index):
-            body = _BODY.pack(
-                _MAGIC,
-                _KIND_ADD,
-                index,
-                bytes.fromhex(entry.session_hash),
-                bytes.fromhex(entry.owner_hash),
-                bytes.fromhex(entry.memory_hash),
-            )
-            chunks.append(body + struct.pack("<I", zlib.crc32(body)) + bytes(12))
+        for index, (session, owner, memory) in enumerate(digests, first_index):
+            body = _BODY.pack(_MAGIC, _KIND_ADD, index, session, owner, memory)
+            chunks.append(body + _TRAILER.pack(zlib.crc32(body)))
         return b"".join(chunks)
 
     def append(self, entries: list[LedgerEntry], *, first_index: int, durable: bool = True) -> None:
-        """Append intents in one write; with ``durable`` (the default) also fsync them.
+        """Append intents in one write; with ``durable`` (the default) also fsync them."""
+        self.append_encoded(self.encode(entries, first_index), durable=durable)
+
+    def append_encoded(self, records: bytes, *, durable: bool = True) -> None:
+        """Append framed records in one write; with ``durable`` also fsync them.
 
         ``durable=False`` is for a migration batch, which the migration journal can undo and
-        a file-system barrier makes durable before its commit.
+        a barrier makes durable before its commit.
         """
         with fs.open_append(self.path, durable=durable) as (fd, _):
-            fs.append_bytes(fd, self.encode(entries, first_index), self.path, durable=durable)
+            fs.append_bytes(fd, records, self.path, durable=durable)
 
     def truncate(self, count: int) -> None:
         """Cut the ledger to its first ``count`` records, durably."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import os
 import re
 from collections.abc import Iterator
@@ -35,7 +36,6 @@ from game_memory.model import GameMemory
 from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
 from game_memory.store.engine import StoreEngine
-from game_memory.store.ledger import LedgerEntry
 from game_memory.store.packs import PACK_OVERHEAD, write_pack
 from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.records import encode_record
@@ -269,7 +269,7 @@ def _write_batch(
             ``maximum_file_bytes`` (checked before anything is written).
     """
     sessions: dict[str, list[tuple[str, list[bytes]]]] = {}
-    entries: list[LedgerEntry] = []
+    digests: list[tuple[bytes, bytes, bytes]] = []
     largest = engine.maximum_file_bytes - PACK_OVERHEAD
     for (session_hash, owner_hash), memories in sorted(new.items()):
         records = [encode_record(encode_document(memory)) for memory in memories]
@@ -283,8 +283,9 @@ def _write_batch(
                     bound="maximum_file_bytes",
                 )
         sessions.setdefault(session_hash, []).append((owner_hash, records))
-        entries.extend(
-            LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))
+        session_digest, owner_digest = bytes.fromhex(session_hash), bytes.fromhex(owner_hash)
+        digests.extend(
+            (session_digest, owner_digest, hashlib.sha256(memory.memory_id.encode()).digest())
             for memory in memories
         )
     plans = []
@@ -292,7 +293,8 @@ def _write_batch(
         fs.ensure_directory(engine.session_directory(session_hash), durable=False)
         plans.extend(engine.plan_packs(session_hash, groups))
     engine.write_journal(before, [path for path, _ in plans])
-    engine.ledger.append(entries, first_index=before, durable=False)  # the barrier syncs it
+    intents = engine.ledger.encode_digests(digests, before)
+    engine.ledger.append_encoded(intents, durable=False)  # the barrier makes it durable
     for path, groups in plans:
         write_pack(path, groups)
     packs = [Path(path) for path, _ in plans]
