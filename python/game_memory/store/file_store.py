@@ -350,7 +350,11 @@ class FileGameMemoryStore:
         return [memory for view in views for memory in view.ordered]
 
     async def count(self) -> int:
-        """How many memories the store holds (from the ledger; no scan)."""
+        """How many memories the store holds (the ledger's size; no scan).
+
+        Includes an append in flight, or one whose writer died, until the next writer's
+        recovery drops it.
+        """
         await self._ensure_ready()
         return await self._run(self._engine.ledger.count)
 
@@ -369,8 +373,10 @@ class FileGameMemoryStore:
     async def check(self, *, fix: bool = False) -> StoreCheckReport:
         """Verify the whole save against its ledger (reads every record, bypassing caches).
 
-        With ``fix=True``, applies the documented repairs only: cut torn tails and resolve
-        pending intents. Anything else is reported, never "repaired".
+        Holds the writer lock while it runs, so the report is of one consistent state. With
+        ``fix=True``, applies the documented repairs only: cut torn tails and torn ledger
+        records, drop a pending intent whose record never landed, roll back an uncommitted
+        migration batch. Anything else is reported, never "repaired".
         """
         await self._ensure_ready()
         return await self._run(lambda: check_store(self._engine, fix=fix))
