@@ -76,11 +76,26 @@ class _Source:
 
 
 def has_legacy_layout(root: Path) -> bool:
-    """Whether ``root`` holds legacy documents or a C# partitioned folder (cheap listing)."""
-    return any(
-        entry.name.endswith(LEGACY_SUFFIX) or entry.name == CSHARP_FOLDER
-        for entry in fs.list_directory(root)
-    )
+    """Whether ``root`` holds legacy documents or a C# partitioned folder.
+
+    Stops at the first one (the migration lists the folder in full, refusing links); a
+    folder without any is listed once, refusing links.
+    """
+    try:
+        with os.scandir(root) as entries:
+            for entry in entries:
+                if entry.name.endswith(LEGACY_SUFFIX) or entry.name == CSHARP_FOLDER:
+                    return True
+                if entry.is_symlink():
+                    raise PersistenceError(
+                        f"refusing to read {entry.path}: it is a symbolic link. A save folder "
+                        "must contain only real files and folders."
+                    )
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise PersistenceError(f"could not list {root}: {exc.strerror}") from exc
+    return False
 
 
 def _documents_in(folder: str, csharp: bool) -> list[_Source]:
