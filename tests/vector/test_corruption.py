@@ -47,6 +47,10 @@ def truncate(path: Path, size: int) -> None:
         file.truncate(size)
 
 
+def truncate_entries(index: Path) -> None:
+    truncate(entries_file(index), ENTRY + 50)  # m1 whole, m2 torn, m3 gone
+
+
 def flip_entry(index: Path) -> None:
     flip(entries_file(index), ENTRY + 20)  # inside the second record's memory hash
 
@@ -106,6 +110,19 @@ async def three_ready(store: VectorMemoryStore, make_memory: MemoryFactory) -> N
     await store.aclose()
 
 
+async def damaged(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    damage: Callable[[Path], None],
+) -> dict[str, str]:
+    """Save three memories with vectors, damage the index; return the save's file hashes."""
+    await three_ready(make_vector_store(), make_memory)
+    save = file_hashes(tmp_path / "save")
+    damage(tmp_path / "index")
+    return save
+
+
 @pytest.mark.parametrize("damage", list(DETECTED.values()), ids=list(DETECTED))
 async def test_damaged_vectors_make_recall_lexical_and_never_touch_the_save(
     make_vector_store: VectorStoreFactory,
@@ -114,9 +131,7 @@ async def test_damaged_vectors_make_recall_lexical_and_never_touch_the_save(
     tmp_path: Path,
     damage: Callable[[Path], None],
 ) -> None:
-    await three_ready(make_vector_store(), make_memory)
-    save = file_hashes(tmp_path / "save")
-    damage(tmp_path / "index")
+    save = await damaged(make_vector_store, make_memory, tmp_path, damage)
     diagnostics.clear()
     store = make_vector_store()
     result = await store.recall(query("feline dog"))
@@ -135,9 +150,7 @@ async def test_a_rebuild_deletes_the_damaged_partition_and_embeds_it_again(
     tmp_path: Path,
     damage: Callable[[Path], None],
 ) -> None:
-    await three_ready(make_vector_store(), make_memory)
-    save = file_hashes(tmp_path / "save")
-    damage(tmp_path / "index")
+    save = await damaged(make_vector_store, make_memory, tmp_path, damage)
     diagnostics.clear()
     store = make_vector_store()
     status = await store.rebuild("session")
@@ -192,9 +205,12 @@ async def test_appending_beside_a_damaged_partition_saves_the_memory_and_writes_
 async def test_a_truncated_entries_file_loses_only_the_cut_records(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
-    await three_ready(make_vector_store(), make_memory)
-    save = file_hashes(tmp_path / "save")
-    truncate(entries_file(tmp_path / "index"), ENTRY + 50)  # m1 whole, m2 torn, m3 gone
+    save = await damaged(  # m1 whole, m2 torn, m3 gone
+        make_vector_store,
+        make_memory,
+        tmp_path,
+        lambda index: truncate(entries_file(index), ENTRY + 50),
+    )
     store = make_vector_store()
     status = await store.get_status("session")
     assert (status.state, status.ready_entries, status.pending_entries) == (
@@ -218,9 +234,7 @@ async def test_a_damaged_index_folder_fails_closed_and_asks_to_delete_it(
     tmp_path: Path,
     damage: Callable[[Path], None],
 ) -> None:
-    await three_ready(make_vector_store(), make_memory)
-    save = file_hashes(tmp_path / "save")
-    damage(tmp_path / "index")
+    save = await damaged(make_vector_store, make_memory, tmp_path, damage)
     store = make_vector_store()
     result = await store.recall(query("feline dog"))
     assert result.fallback and ids(result.memories) == ["m2"]

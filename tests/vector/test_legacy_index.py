@@ -129,9 +129,16 @@ def rich_memories(make_memory: MemoryFactory) -> list[GameMemory]:
     ]
 
 
-async def saved(store: VectorMemoryStore, memories: Sequence[GameMemory]) -> None:
+async def saved(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> tuple[VectorMemoryStore, FaultyProvider, list[GameMemory]]:
+    """A store whose save holds :func:`rich_memories` and whose index holds nothing yet."""
+    provider = FaultyProvider()
+    store = make_vector_store(provider)
+    memories = rich_memories(make_memory)
     for memory in memories:
         await store.authoritative.append(memory)  # the save only: no vectors written here
+    return store, provider, memories
 
 
 def test_the_reference_key_matches_the_reference_example() -> None:
@@ -142,10 +149,7 @@ def test_the_reference_key_matches_the_reference_example() -> None:
 async def test_a_reference_index_is_migrated_and_its_vectors_are_used_without_embedding(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
-    memories = rich_memories(make_memory)
-    provider = FaultyProvider()
-    store = make_vector_store(provider)
-    await saved(store, memories)
+    store, provider, memories = await saved(make_vector_store, make_memory)
     index = tmp_path / "index"
     legacy = write_reference_index(
         index,
@@ -184,10 +188,7 @@ async def test_migration_runs_once_and_reports_how_many_records_it_moved(
 async def test_a_record_without_a_vector_becomes_a_pending_entry_keeping_its_code(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
-    memories = rich_memories(make_memory)
-    provider = FaultyProvider()
-    store = make_vector_store(provider)
-    await saved(store, memories)
+    store, provider, memories = await saved(make_vector_store, make_memory)
     write_reference_index(
         tmp_path / "index",
         [
@@ -207,10 +208,8 @@ async def test_a_record_without_a_vector_becomes_a_pending_entry_keeping_its_cod
 async def test_reference_vectors_of_another_model_are_stale(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
-    memories = rich_memories(make_memory)
+    store, _, memories = await saved(make_vector_store, make_memory)
     old = FaultyProvider(version="reference")
-    store = make_vector_store(FaultyProvider())
-    await saved(store, memories)
     write_reference_index(
         tmp_path / "index",
         [(m, reference_record(m, old.identity, reference_vector(old, m))) for m in memories],
@@ -223,10 +222,7 @@ async def test_reference_vectors_of_another_model_are_stale(
 async def test_a_reference_record_of_other_content_is_migrated_but_never_used(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
-    memories = rich_memories(make_memory)
-    provider = FaultyProvider()
-    store = make_vector_store(provider)
-    await saved(store, memories)
+    store, provider, _ = await saved(make_vector_store, make_memory)
     edited = make_memory("m1", text="an older text of the memory")
     write_reference_index(
         tmp_path / "index",
@@ -290,10 +286,7 @@ async def test_an_invalid_reference_record_stops_the_migration_before_anything_m
     tmp_path: Path,
     damage: Any,
 ) -> None:
-    memories = rich_memories(make_memory)
-    provider = FaultyProvider()
-    store = make_vector_store(provider)
-    await saved(store, memories)
+    store, provider, memories = await saved(make_vector_store, make_memory)
     save = file_hashes(tmp_path / "save")
     records = [
         (m, reference_record(m, provider.identity, reference_vector(provider, m))) for m in memories
@@ -317,10 +310,7 @@ async def test_an_invalid_reference_record_stops_the_migration_before_anything_m
 async def test_a_non_finite_number_in_a_reference_vector_is_refused(
     make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
-    memories = rich_memories(make_memory)
-    provider = FaultyProvider()
-    store = make_vector_store(provider)
-    await saved(store, memories)
+    store, provider, memories = await saved(make_vector_store, make_memory)
     (path,) = write_reference_index(
         tmp_path / "index",
         [(memories[0], reference_record(memories[0], provider.identity, [0.5] * 256))],
