@@ -57,6 +57,8 @@ def test_public_classes_of_the_core_layers_are_exported() -> None:
         "LexicalHit",
         "LexicalSearchResult",
         "DocumentError",
+        "PackPart",
+        "Segment",
     }
     missing = []
     for prefix in ("game_memory.store", "game_memory.vector"):
