@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.model import GameMemory, GameMemoryQuery, memory_matches_query, ordinal_key
+from game_memory.model import GameMemory, GameMemoryQuery, memory_matches_query
 from game_memory.store.tokenizer import tokenize
 from game_memory.store.view import PartitionView
 
@@ -66,36 +66,48 @@ def lexical_search(
     return _search_columns(views, query, limit)
 
 
+def _filters(query: GameMemoryQuery) -> bool:
+    """Whether ``query`` filters beyond its session and owner (which a view already is)."""
+    return bool(
+        query.scopes
+        or query.kinds
+        or query.tags
+        or query.minimum_importance > 0.0
+        or query.at_or_before is not None
+    )
+
+
 def _search_small(
     views: Sequence[PartitionView], query: GameMemoryQuery, limit: int
 ) -> tuple[list[LexicalHit], int]:
     """The lexical search over a small snapshot, memory by memory (same formula as numpy)."""
-    visible: list[tuple[GameMemory, dict[str, int], int]] = []
+    visible: list[tuple[GameMemory, tuple[dict[str, int], int], tuple[int, str, str]]] = []
+    filtered = _filters(query)
     for view in views:
-        counted = view.term_counts
-        for index, memory in enumerate(view.memories):
-            if memory_matches_query(memory, query):
-                terms_of, length = counted[index]
-                visible.append((memory, terms_of, length))
+        rows = zip(view.memories, view.term_counts, view.order_keys, strict=True)
+        if filtered:
+            visible.extend(row for row in rows if memory_matches_query(row[0], query))
+        else:
+            visible.extend(rows)
     if limit <= 0 or not visible:
         return [], len(visible)
     base_bonus = TAG_BONUS * len(query.tags)
     text = query.text
     terms = _distinct_terms(text) if text is not None else []
-    rows: list[tuple[float, GameMemory]] = []
+    ranked: list[tuple[float, tuple[int, str, str], GameMemory]] = []
     if not terms:
         needle = text.lower() if text is not None else None
-        for memory, _, _ in visible:
+        for memory, _, key in visible:
             if not needle or _contains(memory, needle):
-                rows.append((memory.importance + base_bonus, memory))
+                ranked.append((-(memory.importance + base_bonus), key, memory))
     else:
         total = len(visible)
-        average_length = float(sum(max(length, 1) for _, _, length in visible)) / total
+        average_length = float(sum(max(counted[1], 1) for _, counted, _ in visible)) / total
         idf: dict[str, float] = {}
         for term in terms:
-            df = sum(1 for _, counts, _ in visible if term in counts)
+            df = sum(1 for _, counted, _ in visible if term in counted[0])
             idf[term] = math.log(1.0 + (total - df + 0.5) / (df + 0.5))
-        for memory, counts, length in visible:
+        for memory, (counts, length), key in visible:
             norm = BM25_K1 * (1.0 - BM25_B + BM25_B * length / average_length)
             partial = 0.0
             matched = False
@@ -107,8 +119,8 @@ def _search_small(
                 partial += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norm)
                 matched = True
             if matched:
-                rows.append((memory.importance + base_bonus + partial, memory))
-    return _ordered(rows, limit), len(visible)
+                ranked.append((-(memory.importance + base_bonus + partial), key, memory))
+    return _ordered(ranked, limit), len(visible)
 
 
 def _search_columns(
@@ -183,24 +195,23 @@ def _top(
         kept = [score >= threshold for score in scores]
         candidates = [indices[keep] for indices, keep in zip(candidates, kept, strict=True)]
         scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]
-    rows: list[tuple[float, GameMemory]] = []
+    ranked: list[tuple[float, tuple[int, str, str], GameMemory]] = []
     for view, indices, score in zip(views, candidates, scores, strict=True):
-        memories = view.memories
-        rows.extend(
-            (float(value), memories[index])
+        memories, keys = view.memories, view.order_keys
+        ranked.extend(
+            (-float(value), keys[index], memories[index])
             for index, value in zip(indices.tolist(), score.tolist(), strict=True)
         )
-    return _ordered(rows, limit)
+    return _ordered(ranked, limit)
 
 
-def _ordered(rows: list[tuple[float, GameMemory]], limit: int) -> list[LexicalHit]:
-    """Sort by score, then tick (newest first), then id and owner (ordinal); keep ``limit``."""
-    rows.sort(
-        key=lambda row: (
-            -row[0],
-            -row[1].moment.tick,
-            ordinal_key(row[1].memory_id),
-            ordinal_key(row[1].owner_id),
-        )
-    )
-    return [LexicalHit(memory, score) for score, memory in rows[:limit]]
+def _ordered(
+    ranked: list[tuple[float, tuple[int, str, str], GameMemory]], limit: int
+) -> list[LexicalHit]:
+    """Sort by score, then tick (newest first), then id and owner (ordinal); keep ``limit``.
+
+    Rows are ``(-score, view.order_keys[i], memory)``: plain tuple order is the ranking, and
+    no two rows tie on the key (one owner never holds an id twice).
+    """
+    ranked.sort()
+    return [LexicalHit(memory, -negated) for negated, _, memory in ranked[:limit]]

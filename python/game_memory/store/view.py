@@ -228,6 +228,12 @@ class PartitionView:
         return tuple(counted)
 
     @cached_property
+    def order_keys(self) -> tuple[tuple[int, str, str], ...]:
+        """Per memory, its tie-break key after the score: newest tick, then id, then owner."""
+        owner = ordinal_key(self.owner_id)
+        return tuple((-m.moment.tick, ordinal_key(m.memory_id), owner) for m in self.memories)
+
+    @cached_property
     def ordered(self) -> tuple[GameMemory, ...]:
         """The memories sorted by ``memory_id`` (ordinal), the order snapshots report."""
         return tuple(sorted(self.memories, key=lambda memory: ordinal_key(memory.memory_id)))
