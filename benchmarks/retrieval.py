@@ -2,8 +2,8 @@
 
 Usage: ``python benchmarks/retrieval.py [--home H] [--data-cache D] [--datasets a,b]
 [--max-queries N] [--limit N] [--methods PATTERNS] [--out FILE]``. Prints one JSON object
-(and writes it to ``--out``); progress goes to stderr. The full run takes about 40 minutes
-on two cores, almost all of it the 4,278 FAQ queries × 60 methods.
+(and writes it to ``--out``); progress goes to stderr. The full run takes about 25 minutes
+on two cores, almost all of it the 4,278 FAQ queries × 54 methods.
 
 For each development set (see ``retrieval_sets.py``) it builds a real save and index in a
 temporary folder: a :class:`FileGameMemoryStore`, a :class:`FileVectorMemoryIndex` and a
