@@ -78,6 +78,8 @@ RERANKER_ABLATIONS = {
     "no_importance": {"importance_weight": 0.0},
     "no_recency": {"recency_weight": 0.0},
     "no_diversity": {"diversity_penalty": 0.0},
+    "importance_0.2_no_diversity": {"importance_weight": 0.2, "diversity_penalty": 0.0},
+    "recency_0.3": {"recency_weight": 0.3},
     "previous_defaults": {"importance_weight": 0.2, "recency_weight": 0.3},
 }
 

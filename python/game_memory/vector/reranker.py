@@ -25,8 +25,8 @@ Default weights, and why (measured with ``benchmarks/retrieval.py``; see
   a memory from just now gains 0.2, one from yesterday 0.1, so a fresh memory overtakes a
   slightly more relevant one from days ago, as people remember, without overturning a
   clear answer. The NPC questions do not favour recent events, so there recency can only
-  cost; at 0.2 (with importance 0.1) it cost nothing in R@1 or R@5, at 0.3 up to 4 of 70
-  top-1 answers.
+  cost; at 0.2 (with importance 0.1) it cost nothing in R@1 or R@5, at 0.3 two of 70
+  top-1 answers (four with importance 0.2).
 * diversity 0.05 per shared trait only separates near-duplicates (it kept R@5 at 1.0
   where importance 0.2 alone dropped it).
 
