@@ -87,6 +87,17 @@ def test_importance_defaults_to_one_half_and_refuses_a_boolean() -> None:
         memory(importance=True)
 
 
+@pytest.mark.parametrize("value", [10**400, -(10**400), 2, -1])
+def test_an_integer_importance_out_of_range_is_a_validation_error_even_when_huge(
+    value: int,
+) -> None:
+    with pytest.raises(ValidationError):
+        memory(importance=value)
+    with pytest.raises(ValidationError):
+        GameMemoryQuery(session_id="s", limit=1, minimum_importance=value)
+    assert memory(importance=1).importance == 1.0
+
+
 @given(st.integers(min_value=-(2**64), max_value=2**64))
 def test_a_tick_is_any_signed_64_bit_integer(tick: int) -> None:
     expected = -(2**63) <= tick <= 2**63 - 1

@@ -353,7 +353,10 @@ Tags = Annotated[tuple[str, ...], BeforeValidator(_tags)]
 def _importance(value: Any) -> Any:
     if isinstance(value, bool):
         raise ValueError("importance must be a number, not a boolean")
-    if isinstance(value, int | float) and not math.isfinite(value):
+    if isinstance(value, int) and not 0 <= value <= 1:
+        # Checked as an integer: a huge one cannot even be converted to a float.
+        raise ValueError("importance must be between 0 and 1")
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("importance must be finite")
     return value
 

@@ -188,7 +188,15 @@ async def test_two_different_records_with_one_id_fail_closed(
 
 @pytest.mark.parametrize(
     "payload",
-    [b"not json", b"[]", b'{"format_version": 2, "memory": {}}', b'{"format_version": 1}'],
+    [
+        b"not json",
+        b"[]",
+        b'{"format_version": 2, "memory": {}}',
+        b'{"format_version": 1}',
+        b'{"format_version": 1, "memory": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"format_version": 1, "memory": {"importance": ' + b"9" * 400 + b"}}",
+    ],
+    ids=["not json", "not an object", "version 2", "no memory", "too deep", "huge number"],
 )
 async def test_a_well_framed_record_with_an_unreadable_payload_fails_closed(
     make_store: StoreFactory, make_memory: MemoryFactory, payload: bytes

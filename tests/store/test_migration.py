@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -360,6 +361,9 @@ def corrupt_variants(memory: GameMemory) -> dict[str, bytes]:
         "tick as text": changed(Moment={"TimelineId": "w", "Tick": "5", "CalendarJson": None}),
         "importance true": changed(Importance=True),
         "importance too big": changed(Importance=2),
+        "importance huge": re.sub(
+            rb'"Importance":[0-9.]+', b'"Importance":' + b"9" * 400, encode_legacy_document(memory)
+        ),
         "blank owner": changed(OwnerId=" "),
         "too deep": changed(Metadata={"a": "b"}, Extra=json.loads("[" * 70 + "]" * 70)),
         "not an object": b"[1, 2]",

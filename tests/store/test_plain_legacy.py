@@ -28,7 +28,7 @@ BAD_PAYLOADS = ['{"a": 1, "a": 2}', "{", "[" * 129 + "]" * 129, 7, None]
 GOOD_TICKS = [0, -5, 7, 2**63 - 1, -(2**63)]
 BAD_TICKS = [2**63, -(2**63) - 1, True, 1.5, "3", None]
 GOOD_IMPORTANCES = [0, 1, 0.5, 0.0, 1.0, 0.25]
-BAD_IMPORTANCES = [-0.1, 1.5, 1e400, True, "0.5", None]
+BAD_IMPORTANCES = [-0.1, 1.5, 1e400, 10**400, 2, -1, True, "0.5", None]
 
 
 def pick(draw: st.DrawFn, good: list[Any], bad: list[Any]) -> Any:
@@ -95,7 +95,7 @@ def model_result(document: dict[str, Any]) -> GameMemory | None:
         return None
 
 
-@settings(max_examples=1_500, deadline=None)
+@settings(max_examples=800, deadline=None)
 @given(documents())
 def test_the_fast_path_accepts_only_what_the_model_accepts_and_builds_the_same(
     document: dict[str, Any],
@@ -146,3 +146,31 @@ def test_documents_outside_the_plain_shape_fall_back_to_the_model() -> None:
     document = json.loads(encode_legacy_document(memory))
     assert decode_plain_legacy(document, GameMemoryKind.EVENT) is None
     assert decode_legacy_document(encode_legacy_document(memory)) == memory
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
+    max_leaves=8,
+)
+FIELDS = ["MemoryId", "SessionId", "OwnerId", "Scope", "Kind", "PayloadJson", "Moment"]
+FIELDS += ["Importance", "SearchableText", "Tags", "SourceInputId", "ExpiresAt", "Metadata"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(documents(), st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=3))
+def test_any_json_document_decodes_or_raises_a_document_error_never_anything_else(
+    document: dict[str, Any], replaced: dict[str, Any]
+) -> None:
+    data = json.dumps({**document, **replaced}).encode()
+    try:
+        memory = decode_legacy_document(data)
+    except DocumentError:
+        return
+    assert isinstance(memory, GameMemory)

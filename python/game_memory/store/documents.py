@@ -51,7 +51,7 @@ def decode_document(payload: bytes) -> GameMemory:
     """Decode and fully validate a record payload written by :func:`encode_document`."""
     try:
         document = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
         raise DocumentError(f"the record is not valid JSON: {exc}") from exc
     if not isinstance(document, dict):
         raise DocumentError("the record is not a JSON object")
@@ -120,6 +120,8 @@ def validate_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameMemor
     importance = document.get("Importance", 0.0)
     if isinstance(importance, bool) or not isinstance(importance, int | float):
         raise DocumentError("Importance must be a number")
+    if isinstance(importance, int) and not 0 <= importance <= 1:
+        raise DocumentError("Importance must be a number between 0 and 1")
     fields = {
         "memory_id": document.get("MemoryId"),
         "session_id": document.get("SessionId"),

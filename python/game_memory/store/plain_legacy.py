@@ -96,7 +96,7 @@ def decode_plain_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameM
     if not _plain_id(scope) or not _plain_text(payload, MAXIMUM_PAYLOAD_CHARACTERS):
         return None
     importance = document.get("Importance", 0.0)
-    if type(importance) is int:
+    if type(importance) is int and 0 <= importance <= 1:
         importance = float(importance)
     if type(importance) is not float or not 0.0 <= importance <= 1.0:
         return None
