@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import pickle
@@ -426,3 +427,35 @@ def test_strict_json_parsing_names_what_is_wrong() -> None:
     assert parse_strict_json('{"a": [1, 2]}', "x") == {"a": [1, 2]}
     with pytest.raises(ValueError, match="duplicate property name 'a'"):
         parse_strict_json('{"a": 1, "a": 2}', "x")
+
+
+any_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats()
+    | st.text(max_size=6)
+    | st.binary(max_size=4),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.sampled_from(list(GameMemory.model_fields)), any_values, max_size=3))
+def test_a_memory_of_arbitrary_values_validates_or_raises_a_validation_error(
+    changes: dict[str, Any],
+) -> None:
+    with contextlib.suppress(ValidationError):
+        memory(**changes)
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.sampled_from(list(GameMemoryQuery.model_fields)), any_values, max_size=3))
+def test_a_query_of_arbitrary_values_validates_or_raises_a_validation_error(
+    changes: dict[str, Any],
+) -> None:
+    with contextlib.suppress(ValidationError):
+        GameMemoryQuery(**{"session_id": "s", "limit": 1, **changes})
