@@ -13,6 +13,7 @@ only, instead of re-tokenizing the whole partition.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -197,6 +198,8 @@ class PartitionView:
         built = base.__dict__ if base is not None else {}
         self._base_columns: PredicateColumns | None = built.get("columns")
         self._base_lexical: LexicalIndex | None = built.get("lexical")
+        self._base_sorted: tuple[list[str], list[GameMemory]] | None = built.get("_sorted")
+        self._base_order_keys: tuple[tuple[int, str, str], ...] | None = built.get("order_keys")
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -230,10 +233,30 @@ class PartitionView:
     @cached_property
     def order_keys(self) -> tuple[tuple[int, str, str], ...]:
         """Per memory, its tie-break key after the score: newest tick, then id, then owner."""
+        with self._lock:
+            base, self._base_order_keys = self._base_order_keys, None
+        base = base or ()
         owner = ordinal_key(self.owner_id)
-        return tuple((-m.moment.tick, ordinal_key(m.memory_id), owner) for m in self.memories)
+        new = self.memories[len(base) :]
+        return base + tuple((-m.moment.tick, ordinal_key(m.memory_id), owner) for m in new)
+
+    @cached_property
+    def _sorted(self) -> tuple[list[str], list[GameMemory]]:
+        """Ordinal id keys and memories in id order; extended by insertion from the base."""
+        with self._lock:
+            base, self._base_sorted = self._base_sorted, None
+        if base is None:
+            pairs = sorted((ordinal_key(m.memory_id), m) for m in self.memories)
+            return [key for key, _ in pairs], [memory for _, memory in pairs]
+        keys, memories = list(base[0]), list(base[1])
+        for memory in self.memories[len(keys) :]:
+            key = ordinal_key(memory.memory_id)
+            at = bisect.bisect_right(keys, key)
+            keys.insert(at, key)
+            memories.insert(at, memory)
+        return keys, memories
 
     @cached_property
     def ordered(self) -> tuple[GameMemory, ...]:
         """The memories sorted by ``memory_id`` (ordinal), the order snapshots report."""
-        return tuple(sorted(self.memories, key=lambda memory: ordinal_key(memory.memory_id)))
+        return tuple(self._sorted[1])

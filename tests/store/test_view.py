@@ -1,0 +1,45 @@
+"""Views of a growing partition extend their predecessors' structures exactly."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tests.conftest import build_memory
+
+from game_memory.model import GameMemoryQuery, ordinal_key
+from game_memory.store.lexical import lexical_search
+from game_memory.store.view import PartitionView
+
+_IDS = st.lists(
+    st.text(alphabet="ab\u00e9\U0001f600\uff00z", min_size=1, max_size=4),
+    min_size=1,
+    max_size=30,
+    unique=True,
+)
+
+
+def _view(memories: list, base: PartitionView | None = None) -> PartitionView:  # type: ignore[type-arg]
+    positions = {memory.memory_id: index for index, memory in enumerate(memories)}
+    return PartitionView("session", "owner", tuple(memories), positions, base)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ids=_IDS, split=st.integers(min_value=0, max_value=30))
+def test_an_extended_view_orders_and_ranks_like_a_fresh_one(ids: list[str], split: int) -> None:
+    memories = [
+        build_memory(memory_id, text=f"the {memory_id} fire at the well", tick=index)
+        for index, memory_id in enumerate(ids)
+    ]
+    cut = min(split, len(memories))
+    first = _view(memories[:cut])
+    query = GameMemoryQuery(session_id="session", limit=10, text="fire well")
+    if cut:
+        # Build the base's structures so the extended view reuses and extends them.
+        assert list(first.ordered) == sorted(memories[:cut], key=lambda m: ordinal_key(m.memory_id))
+        lexical_search([first], query, 10)
+        _ = first.order_keys
+    extended = _view(memories, first if cut else None)
+    fresh = _view(memories)
+    assert extended.ordered == fresh.ordered
+    assert extended.order_keys == fresh.order_keys
+    assert lexical_search([extended], query, 10) == lexical_search([fresh], query, 10)
