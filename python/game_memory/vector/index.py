@@ -46,6 +46,7 @@ import numpy.typing as npt
 from game_memory.errors import CapacityExceededError, DerivedIndexError, PersistenceError
 from game_memory.store import fs
 from game_memory.store.lock import ProcessLock
+from game_memory.store.state import lstat_regular
 from game_memory.vector.entries import (
     ENTRY_BYTES,
     NO_VALUE,
@@ -456,13 +457,11 @@ class IndexEngine:
         """
         path = self.entries_path(session_hash, owner_hash)
         try:
-            info = os.lstat(path)
-        except FileNotFoundError:
+            info = lstat_regular(path)
+        except PersistenceError as exc:
+            raise _derived(exc) from exc
+        if info is None:
             return None
-        except OSError as exc:
-            raise DerivedIndexError(f"could not inspect {path}: {exc.strerror}") from exc
-        if not stat.S_ISREG(info.st_mode):
-            raise DerivedIndexError(f"{path} should be a regular file, not a link or folder")
         key = (session_hash, owner_hash)
         with self._cache_lock:
             cached = self._partitions.get(key)
