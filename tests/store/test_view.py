@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.conftest import build_memory
 
-from game_memory.model import GameMemoryQuery, ordinal_key
+from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
 from game_memory.store.lexical import lexical_search
 from game_memory.store.view import PartitionView
 
@@ -18,6 +17,19 @@ _IDS = st.lists(
 )
 
 
+def _memory(memory_id: str, tick: int) -> GameMemory:
+    return GameMemory(
+        memory_id=memory_id,
+        session_id="session",
+        owner_id="owner",
+        scope="personal",
+        kind="fact",
+        payload_json="{}",
+        moment=GameMoment(timeline_id="world", tick=tick),
+        searchable_text=f"the {memory_id} fire at the well",
+    )
+
+
 def _view(memories: list, base: PartitionView | None = None) -> PartitionView:  # type: ignore[type-arg]
     positions = {memory.memory_id: index for index, memory in enumerate(memories)}
     return PartitionView("session", "owner", tuple(memories), positions, base)
@@ -26,10 +38,7 @@ def _view(memories: list, base: PartitionView | None = None) -> PartitionView:  
 @settings(max_examples=60, deadline=None)
 @given(ids=_IDS, split=st.integers(min_value=0, max_value=30))
 def test_an_extended_view_orders_and_ranks_like_a_fresh_one(ids: list[str], split: int) -> None:
-    memories = [
-        build_memory(memory_id, text=f"the {memory_id} fire at the well", tick=index)
-        for index, memory_id in enumerate(ids)
-    ]
+    memories = [_memory(memory_id, index) for index, memory_id in enumerate(ids)]
     cut = min(split, len(memories))
     first = _view(memories[:cut])
     query = GameMemoryQuery(session_id="session", limit=10, text="fire well")
