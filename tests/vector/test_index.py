@@ -17,7 +17,8 @@ from game_memory import (
 )
 from game_memory.store.partitions import identity_hash
 from game_memory.vector.entries import NO_VALUE, EntryRecord, EntryState, encode_entry, memory_hash
-from game_memory.vector.index import INDEX_FOLDER, IndexEngine, PartitionReplacedError
+from game_memory.vector.index import INDEX_FOLDER, IndexEngine
+from game_memory.vector.partition import PartitionReplacedError
 
 from .conftest import Diagnostics, MemoryFactory, VectorStoreFactory, query
 from .providers import FaultyProvider

@@ -25,7 +25,8 @@ from game_memory.vector.entries import (
     encode_entry,
     memory_hash,
 )
-from game_memory.vector.index import IndexPartition, _extend
+from game_memory.vector.partition import IndexPartition
+from game_memory.vector.partition import extend_partition as _extend
 from game_memory.vector.scoring import JoinCache, PartitionJoin, top_vector_hits
 
 from .conftest import MemoryFactory

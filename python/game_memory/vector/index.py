@@ -37,11 +37,9 @@ import re
 import stat
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 
 from game_memory.errors import CapacityExceededError, DerivedIndexError, PersistenceError
 from game_memory.store import fs
@@ -57,11 +55,19 @@ from game_memory.vector.entries import (
     row_checksums,
 )
 from game_memory.vector.identity import MemoryEmbeddingIdentity
+from game_memory.vector.partition import (
+    FloatMatrix,
+    IndexPartition,
+    PartitionReplacedError,
+    RowBuffer,
+    derived_error,
+    extend_partition,
+    new_tag,
+)
 
 __all__ = [
     "INDEX_FOLDER",
     "IndexEngine",
-    "IndexPartition",
     "check_capacity",
     "identity_dimensions",
 ]
@@ -72,258 +78,7 @@ _ENTRIES = re.compile(r"^o-([0-9a-f]{64})\.entries$")
 _SESSION = re.compile(r"^s-([0-9a-f]{64})$")
 _ROWS = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.f32$")
 _MAXIMUM_ENTRIES_BYTES = 1 << 32
-_MAXIMUM_ROWS_BYTES = 1 << 40
 _CACHED_PARTITIONS = 4_096
-FloatMatrix = npt.NDArray[np.float32]
-
-
-class PartitionReplacedError(DerivedIndexError):
-    """A compaction replaced the partition while it was being read; read it again."""
-
-
-def _derived(exc: PersistenceError) -> DerivedIndexError:
-    return DerivedIndexError(
-        f"{exc} (this is the derived vector index, not the save: delete the index folder or "
-        "run a rebuild)"
-    )
-
-
-def _new_tag(previous: int) -> int:
-    while True:
-        tag = int.from_bytes(os.urandom(4), "little")
-        if tag not in (0, previous):
-            return tag
-
-
-@dataclass(eq=False)
-class IndexPartition:
-    """One owner partition of the index as read: every record, and the latest per memory.
-
-    Slots index the arrays of *all* whole records read so far, superseded ones included;
-    ``position`` maps ``sha256(memory_id)`` to the slot of its latest record, for live
-    memories only (a tombstone removes the memory). ``tag`` names the generation of the
-    partition's row files (0 before the first record). Immutable once built.
-    """
-
-    session_hash: str
-    owner_hash: str
-    inode: int
-    changed: int
-    size: int
-    tag: int
-    position: dict[bytes, int]
-    states: npt.NDArray[np.uint8]
-    identities: npt.NDArray[np.uint32]
-    rows: npt.NDArray[np.uint32]
-    checksums: npt.NDArray[np.uint32]
-    hashes: bytes
-    digests: bytes
-    codes: npt.NDArray[np.bytes_]
-    needed: dict[int, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def records(self) -> int:
-        """How many whole records were read (superseded and tombstones included)."""
-        return int(self.states.size)
-
-    @property
-    def live(self) -> int:
-        """How many memories have an entry."""
-        return len(self.position)
-
-    def digest(self, slot: int) -> bytes:
-        """The content digest of the record in ``slot``."""
-        return self.digests[slot * 32 : slot * 32 + 32]
-
-    def memory_hash(self, slot: int) -> bytes:
-        """The ``sha256(memory_id)`` of the record in ``slot``."""
-        return self.hashes[slot * 32 : slot * 32 + 32]
-
-    def record(self, memory_hash: bytes) -> EntryRecord | None:
-        """The latest entry of a memory, or ``None``."""
-        slot = self.position.get(memory_hash)
-        if slot is None:
-            return None
-        return EntryRecord(
-            EntryState(int(self.states[slot])),
-            int(self.identities[slot]),
-            int(self.rows[slot]),
-            memory_hash,
-            self.digest(slot),
-            bytes(self.codes[slot]).decode("ascii", "replace"),
-            int(self.checksums[slot]),
-        )
-
-    def rows_needed(self, code: int) -> int:
-        """One past the highest row of identity ``code`` any record refers to."""
-        with self.lock:
-            cached = self.needed.get(code)
-            if cached is None:
-                ready = (self.states == EntryState.READY) & (self.identities == code)
-                referenced = self.rows[ready]
-                cached = int(referenced.max()) + 1 if referenced.size else 0
-                self.needed[code] = cached
-            return cached
-
-
-def _extend(
-    base: IndexPartition | None,
-    records: np.ndarray,
-    session_hash: str,
-    owner_hash: str,
-    file: os.stat_result,
-) -> IndexPartition:
-    """Build a partition from ``base`` (whose records are a prefix) and the records after it.
-
-    Raises:
-        ValueError: the records carry different vector-file tags.
-    """
-    start = base.records if base is not None else 0
-    count = int(records.size)
-    tags = records["tag"]
-    tag = base.tag if base is not None and start else (int(tags[0]) if count else 0)
-    if count and (tags != tag).any():
-        raise ValueError("its records name different vector-file generations")
-    position = dict(base.position) if base is not None else {}
-    hashes = records["memory"].tobytes()
-    deleted = (records["state"] == EntryState.DELETED).tolist()
-    for index in range(count):
-        memory = hashes[index * 32 : index * 32 + 32]
-        if deleted[index]:
-            position.pop(memory, None)
-        else:
-            position[memory] = start + index
-    if base is not None and start:
-        states = np.concatenate((base.states, records["state"]))
-        identities = np.concatenate((base.identities, records["identity"]))
-        rows = np.concatenate((base.rows, records["row"]))
-        checksums = np.concatenate((base.checksums, records["checksum"]))
-        all_hashes = base.hashes + hashes
-        digests = base.digests + records["digest"].tobytes()
-        codes = np.concatenate((base.codes, records["code"]))
-    else:
-        states = records["state"].copy()
-        identities = records["identity"].copy()
-        rows = records["row"].copy()
-        checksums = records["checksum"].copy()
-        all_hashes = hashes
-        digests = records["digest"].tobytes()
-        codes = records["code"].copy()
-    return IndexPartition(
-        session_hash,
-        owner_hash,
-        file.st_ino,
-        file.st_ctime_ns,
-        (start + count) * ENTRY_BYTES,
-        tag,
-        position,
-        states,
-        identities,
-        rows,
-        checksums,
-        all_hashes,
-        digests,
-        codes,
-    )
-
-
-class _RowBuffer:
-    """The rows of one row file read so far, in a buffer with room to grow.
-
-    Rows of a file generation never change once whole, so a reload reads only the rows
-    appended since, and ``checked`` records (a prefix, the same in every version of the
-    generation's entries file) have had their rows' checksums verified. Slices handed out
-    stay valid when the buffer is replaced by a larger one. Use under ``lock``.
-    """
-
-    def __init__(self, tag: int, dimensions: int) -> None:
-        self.tag = tag
-        self.dimensions = dimensions
-        self.array: FloatMatrix = np.empty((0, dimensions), dtype=np.float32)
-        self.rows = 0
-        self.checked = 0
-        self.lock = threading.Lock()
-
-    def load(self, path: str, needed: int) -> FloatMatrix:
-        """Return the first ``needed`` rows, reading the file's new whole rows if short.
-
-        Raises:
-            FileNotFoundError: the file does not exist.
-            DerivedIndexError: it is not a regular file, is too large, or holds too few rows.
-        """
-        if self.rows < needed:
-            self._read(path)
-        if self.rows < needed:
-            raise DerivedIndexError(
-                f"{path} holds {self.rows} vectors but its entries refer to {needed}; the "
-                "derived index is damaged, rebuild it"
-            )
-        return self.array[:needed]
-
-    def verify(self, partition: IndexPartition, code: int, path: str) -> None:
-        """Check the rows that records after ``checked`` refer to against their checksums.
-
-        Raises:
-            DerivedIndexError: a row differs from what was written.
-        """
-        start = self.checked
-        if start >= partition.records:
-            return
-        chosen = (partition.states[start:] == EntryState.READY) & (
-            partition.identities[start:] == code
-        )
-        rows = partition.rows[start:][chosen].astype(np.int64)
-        expected = partition.checksums[start:][chosen]
-        for first in range(0, rows.size, 8_192):
-            block = rows[first : first + 8_192]
-            actual = row_checksums(self.array[block])
-            bad = np.flatnonzero(actual != expected[first : first + 8_192])
-            if bad.size:
-                raise DerivedIndexError(
-                    f"vector {int(block[bad[0]])} of {path} fails its checksum; the derived "
-                    "index is damaged, rebuild it"
-                )
-        self.checked = partition.records
-
-    def _read(self, path: str) -> None:
-        row_bytes = self.dimensions * 4
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            raise DerivedIndexError(
-                f"could not open {path} ({exc.strerror}); it should be a vector file this "
-                "index wrote"
-            ) from exc
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > _MAXIMUM_ROWS_BYTES:
-                raise DerivedIndexError(f"{path} is not a vector file this index wrote")
-            total = info.st_size // row_bytes
-            if total <= self.rows:
-                return
-            array = self.array
-            if total > array.shape[0]:
-                # Room for growth, so appends after a load do not copy the matrix each time.
-                grown = np.empty((total + total // 8 + 64, self.dimensions), dtype=np.float32)
-                grown[: self.rows] = array[: self.rows]
-                array = grown
-            target = array[self.rows : total].data.cast("B")
-            offset, done = self.rows * row_bytes, 0
-            while done < len(target):
-                read = os.preadv(fd, [target[done:]], offset + done)
-                if read == 0:
-                    break
-                done += read
-            self.array, self.rows = array, self.rows + done // row_bytes
-        except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            raise DerivedIndexError(f"could not read {path}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
 
 
 class IndexEngine:
@@ -336,7 +91,7 @@ class IndexEngine:
         self._lock = ProcessLock(self.data / "lock", lock_timeout)
         self._identities: list[str] = []
         self._partitions: OrderedDict[tuple[str, str], IndexPartition] = OrderedDict()
-        self._row_buffers: dict[tuple[str, str, int], _RowBuffer] = {}
+        self._row_buffers: dict[tuple[str, str, int], RowBuffer] = {}
         self._cache_lock = threading.Lock()
         self._opened = False
 
@@ -376,7 +131,7 @@ class IndexEngine:
                         "index folder and rebuild"
                     )
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         except OSError as exc:
             raise DerivedIndexError(f"could not open the index at {self.root}: {exc}") from exc
         self._opened = True
@@ -396,7 +151,7 @@ class IndexEngine:
         try:
             read = fs.read_file(self.data / "identities.json", 1 << 20)
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         if read is None:
             if self.session_hashes():
                 # Entries store identity *codes*: without this file they could be taken for
@@ -433,7 +188,7 @@ class IndexEngine:
             document = {"format_version": 1, "identities": names}
             fs.atomic_write(self.data / "identities.json", json.dumps(document).encode())
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         self._identities = names
         return len(names) - 1
 
@@ -459,7 +214,7 @@ class IndexEngine:
         try:
             info = lstat_regular(path)
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         if info is None:
             return None
         key = (session_hash, owner_hash)
@@ -479,7 +234,7 @@ class IndexEngine:
         try:
             read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES, offset=offset)
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         if read is None:
             return None
         data, opened = read
@@ -487,7 +242,7 @@ class IndexEngine:
             return self._reload(session_hash, owner_hash, path)
         try:
             records, _ = decode_entries(data)
-            partition = _extend(base, records, session_hash, owner_hash, opened)
+            partition = extend_partition(base, records, session_hash, owner_hash, opened)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
         self._remember(key, partition)
@@ -499,13 +254,13 @@ class IndexEngine:
         try:
             read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES)
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         if read is None:
             return None
         data, opened = read
         try:
             records, _ = decode_entries(data)
-            partition = _extend(None, records, session_hash, owner_hash, opened)
+            partition = extend_partition(None, records, session_hash, owner_hash, opened)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
         self._remember((session_hash, owner_hash), partition)
@@ -553,7 +308,7 @@ class IndexEngine:
         with self._cache_lock:
             buffer = self._row_buffers.get(key)
             if buffer is None or buffer.tag != partition.tag or buffer.dimensions != dimensions:
-                buffer = self._row_buffers[key] = _RowBuffer(partition.tag, dimensions)
+                buffer = self._row_buffers[key] = RowBuffer(partition.tag, dimensions)
         path = self.vectors_path(partition.session_hash, partition.owner_hash, code, partition.tag)
         try:
             with buffer.lock:
@@ -632,7 +387,7 @@ class IndexEngine:
         except OSError as exc:
             raise DerivedIndexError(f"could not reset a partition in {directory}: {exc}") from exc
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         self._forget(session_hash, owner_hash)
 
     def _remove_row_files(self, directory: Path, owner_hash: str, *, keep_tag: int | None) -> None:
@@ -667,7 +422,7 @@ class IndexEngine:
         reader never sees an entry whose row is missing.
         """
         current = self.partition(session_hash, owner_hash)
-        tag = current.tag if current is not None and current.records else _new_tag(0)
+        tag = current.tag if current is not None and current.records else new_tag(0)
         try:
             fs.ensure_directory(self.session_directory(session_hash))
             first_rows: dict[int, int] = {}
@@ -700,7 +455,7 @@ class IndexEngine:
                 else:
                     _write_all(fd, data)
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         except OSError as exc:
             raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
         return placed
@@ -742,7 +497,7 @@ class IndexEngine:
         if partition is None:
             return
         identities = self.identities()
-        tag = _new_tag(partition.tag)
+        tag = new_tag(partition.tag)
         records: list[EntryRecord] = []
         vectors: dict[int, list[FloatMatrix]] = {}
         for memory_hash in partition.position:
@@ -779,7 +534,7 @@ class IndexEngine:
         except OSError as exc:
             raise DerivedIndexError(f"could not compact {directory}: {exc}") from exc
         except PersistenceError as exc:
-            raise _derived(exc) from exc
+            raise derived_error(exc) from exc
         self._forget(session_hash, owner_hash)
 
 

@@ -14,7 +14,7 @@ from game_memory.store.partitions import identity_hash
 from game_memory.store.view import PartitionView
 from game_memory.vector.diagnostics import DiagnosticSeverity
 from game_memory.vector.entries import NO_VALUE, EntryRecord, EntryState
-from game_memory.vector.index import PartitionReplacedError
+from game_memory.vector.partition import PartitionReplacedError
 from game_memory.vector.status import VectorMemoryStatus
 
 if TYPE_CHECKING:

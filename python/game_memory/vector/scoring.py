@@ -24,7 +24,7 @@ from game_memory.model import GameMemory, ordinal_key
 from game_memory.store.partitions import identity_hash
 from game_memory.store.view import PartitionView
 from game_memory.vector.entries import EntryState, MemoryDigests
-from game_memory.vector.index import IndexPartition
+from game_memory.vector.partition import IndexPartition
 
 __all__ = ["JoinCache", "PartitionJoin", "top_vector_hits"]
 

@@ -62,8 +62,8 @@ from game_memory.vector.file_index import FileVectorMemoryIndex
 from game_memory.vector.fusion import FusedCandidate, fuse
 from game_memory.vector.gate import EmbeddingGate
 from game_memory.vector.identity import MemoryEmbeddingIdentity
-from game_memory.vector.index import FloatMatrix, PartitionReplacedError
 from game_memory.vector.options import VectorMemoryStoreOptions
+from game_memory.vector.partition import FloatMatrix, PartitionReplacedError
 from game_memory.vector.projector import MemoryTextProjector
 from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
 from game_memory.vector.recall import RecallHit, RecallResult
