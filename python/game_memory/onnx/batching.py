@@ -51,6 +51,10 @@ def pad_batch(
         real tokens and 0 on padding).
     """
     longest = max(len(ids) for ids in batch)
+    if all(len(ids) == longest for ids in batch):
+        # Nothing to pad (always so for a single text): two numpy calls instead of 2 + 2n.
+        input_ids = np.array(batch, dtype=np.int64)
+        return input_ids, np.ones_like(input_ids)
     input_ids = np.full((len(batch), longest), pad_id, dtype=np.int64)
     attention_mask = np.zeros((len(batch), longest), dtype=np.int64)
     for row, ids in enumerate(batch):

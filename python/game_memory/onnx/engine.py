@@ -135,23 +135,34 @@ class OnnxInferenceEngine:
             failure = OnnxFailureKind.CANCELLED
             raise
         finally:
-            publish_metrics(
-                self._metrics,
-                OnnxEmbeddingOperationMetrics(
-                    operation=operation,
-                    failure=failure,
-                    total_milliseconds=milliseconds_since(started),
-                    queue_milliseconds=stats.queue_milliseconds,
-                    tokenization_milliseconds=stats.tokenization_milliseconds,
-                    inference_milliseconds=stats.inference_milliseconds,
-                    text_count=stats.text_count,
-                    inference_batch_count=stats.batch_count,
-                    maximum_inference_batch_size=stats.largest_batch,
-                    token_count=stats.token_count,
-                    truncated_text_count=min(stats.truncated_count, stats.text_count),
-                    succeeded=failure is None,
-                ),
-            )
+            if self._metrics is not None:
+                self._publish(operation, failure, started, stats)
+
+    def _publish(
+        self,
+        operation: OnnxOperation,
+        failure: OnnxFailureKind | None,
+        started: float,
+        stats: OperationStats,
+    ) -> None:
+        # Only called when a sink listens: building a record is not free on the query path.
+        publish_metrics(
+            self._metrics,
+            OnnxEmbeddingOperationMetrics(
+                operation=operation,
+                failure=failure,
+                total_milliseconds=milliseconds_since(started),
+                queue_milliseconds=stats.queue_milliseconds,
+                tokenization_milliseconds=stats.tokenization_milliseconds,
+                inference_milliseconds=stats.inference_milliseconds,
+                text_count=stats.text_count,
+                inference_batch_count=stats.batch_count,
+                maximum_inference_batch_size=stats.largest_batch,
+                token_count=stats.token_count,
+                truncated_text_count=min(stats.truncated_count, stats.text_count),
+                succeeded=failure is None,
+            ),
+        )
 
     async def aclose(self) -> None:
         """Cancel waiting and running operations, wait for their threads, release the model.
