@@ -316,9 +316,22 @@ async def test_a_runtime_failure_reports_inference(make_engine, inference: Gated
         lambda hidden: hidden.astype(np.float64),
         lambda hidden: np.full_like(hidden, np.nan),
         lambda hidden: np.zeros_like(hidden),
+        lambda hidden: np.full_like(hidden, np.inf),
+        lambda hidden: np.concatenate([hidden[:1], np.full_like(hidden[1:], np.nan)]),
+        lambda hidden: np.concatenate([np.zeros_like(hidden[:1]), hidden[1:]]),
         lambda hidden: hidden.tolist(),
     ],
-    ids=["narrow", "short-batch", "float64", "nan", "zero", "not-an-array"],
+    ids=[
+        "narrow",
+        "short-batch",
+        "float64",
+        "nan",
+        "zero",
+        "infinite",
+        "one-nan-row",
+        "one-zero-row",
+        "not-an-array",
+    ],
 )
 async def test_a_malformed_output_reports_invalid_output(
     make_engine, inference: GatedInference, broken

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,6 +26,7 @@ from game_memory.onnx import (
 )
 from game_memory.onnx.batching import estimate_tensor_bytes, pad_batch, plan_batches
 from game_memory.onnx.errors import onnx_error
+from game_memory.onnx.pooling import Pooling, pool
 
 
 def test_the_defaults_are_the_reference_defaults(tmp_path: Path) -> None:
@@ -161,3 +163,25 @@ def test_padding_is_right_sided_with_a_mask() -> None:
     assert ids.tolist() == [[0, 5, 2], [0, 2, 1]]
     assert mask.tolist() == [[1, 1, 1], [1, 1, 0]]
     assert estimate_tensor_bytes(2, 3, 1024) == 2 * 3 * (24 + 4096)
+
+
+def test_equal_lengths_need_no_padding() -> None:
+    ids, mask = pad_batch([[0, 5, 2], [0, 7, 2]], pad_id=1)
+    assert ids.dtype == mask.dtype == np.int64
+    assert ids.tolist() == [[0, 5, 2], [0, 7, 2]]
+    assert mask.tolist() == [[1, 1, 1], [1, 1, 1]]
+
+
+@pytest.mark.parametrize("method", [Pooling.MEAN, Pooling.CLS])
+def test_pooling_matches_a_plain_masked_mean_with_and_without_padding(method: Pooling) -> None:
+    rng = np.random.default_rng(7)
+    hidden = rng.normal(size=(3, 5, 8)).astype(np.float32)
+    for lengths in ([5, 5, 5], [5, 2, 4]):
+        mask = np.array([[1] * n + [0] * (5 - n) for n in lengths], dtype=np.int64)
+        vectors = pool(hidden, mask, method)
+        assert vectors.dtype == np.float32
+        for row, n in enumerate(lengths):
+            states = hidden[row, :n].astype(np.float64)
+            expected = states.mean(axis=0) if method is Pooling.MEAN else states[0]
+            expected /= np.linalg.norm(expected)
+            np.testing.assert_allclose(vectors[row], expected, atol=1e-6)
