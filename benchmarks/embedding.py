@@ -1,9 +1,12 @@
 """Embedding benchmark: per provider and model, latency, throughput and provider overhead.
 
-Usage: ``python benchmarks/embedding.py [--home H] [--rounds N]``. Prints one JSON object.
+Usage: ``python benchmarks/embedding.py [--home H] [--rounds N] [--bge-m3-shaped]``. Prints
+one JSON object.
 
-For each model (the prepared all-MiniLM-L6-v2 in INT8 and fp32, and BGE-M3 when
-``GAME_MEMORY_BGE_M3_DIR`` points to a folder) at 1 and 2 intra-op threads it measures:
+For each model (the prepared all-MiniLM-L6-v2 in INT8 and fp32; BGE-M3 when
+``GAME_MEMORY_BGE_M3_DIR`` points to a folder; with ``--bge-m3-shaped``, the BGE-M3
+provider on a graph of BGE-M3's shape with random weights, see ``bge_m3_shaped.py``) at
+1 and 2 intra-op threads it measures:
 
 - the median latency of ``await provider.embed_query(query)``;
 - the median time of ``await provider.embed_documents(32 texts)`` and its throughput;
@@ -33,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from bge_m3_shaped import ensure_bge_m3_shaped_folder
 
 from game_memory.onnx import (
     OnnxEmbeddingProviderBase,
@@ -40,6 +44,7 @@ from game_memory.onnx import (
     prepare_default_model,
 )
 from game_memory.onnx.batching import pad_batch
+from game_memory.onnx.model_home import default_model_home
 from game_memory.onnx.session import OnnxSessionInference
 
 QUERY = "What did the guard see near the old mill last night?"
@@ -160,27 +165,35 @@ async def measure(provider: OnnxEmbeddingProviderBase, rounds: int) -> dict[str,
     }
 
 
-async def run(home: Path | None, rounds: int) -> dict[str, Any]:
+async def run(home: Path | None, rounds: int, bge_m3_shaped: bool) -> dict[str, Any]:
     folder = prepare_default_model(home)
-    models: list[tuple[Path, dict[str, Any]]] = [
-        (folder, {"precision": "int8"}),
-        (folder, {"precision": "fp32"}),
+    # (folder, provider options, single-query rounds, what the JSON says about the model)
+    models: list[tuple[Path, dict[str, Any], int, dict[str, Any]]] = [
+        (folder, {"precision": "int8"}, rounds, {}),
+        (folder, {"precision": "fp32"}, rounds, {}),
     ]
     skipped = []
     bge = os.environ.get("GAME_MEMORY_BGE_M3_DIR", "").strip()
     if bge:
-        models.append((Path(bge), {}))
+        models.append((Path(bge), {}, max(10, rounds // 5), {}))
     else:
         skipped.append(
             {"model": "BAAI/bge-m3", "reason": "GAME_MEMORY_BGE_M3_DIR is not set (no weights)"}
         )
+    if bge_m3_shaped:
+        shaped = (home if home is not None else default_model_home()) / "benchmarks"
+        shaped /= "bge-m3-shaped"
+        described = ensure_bge_m3_shaped_folder(
+            shaped, [QUERY, *DOCUMENTS], say=lambda line: print(line, file=sys.stderr)
+        )
+        models.append((shaped, {}, max(10, rounds // 5), {"stand_in": described}))
     load_before = _load_average()
     results = []
-    for path, options in models:
+    for path, options, model_rounds, extra in models:
         for threads in (1, 2):
             provider = await load_provider_from_directory(path, intra_op_threads=threads, **options)
             try:
-                figures = await measure(provider, rounds)
+                figures = await measure(provider, model_rounds)
             finally:
                 await provider.aclose()
             results.append(
@@ -190,7 +203,9 @@ async def run(home: Path | None, rounds: int) -> dict[str, Any]:
                     "identity": str(provider.identity),
                     "precision": options.get("precision", "int8"),
                     "threads": threads,
+                    "rounds": model_rounds,
                     **figures,
+                    **extra,
                 }
             )
     return {
@@ -214,9 +229,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
     parser.add_argument("--rounds", type=int, default=200, help="single-query rounds (200)")
+    parser.add_argument(
+        "--bge-m3-shaped",
+        action="store_true",
+        help="also measure the BGE-M3 provider on a BGE-M3-shaped graph with random weights "
+        "(built once into <home>/benchmarks/bge-m3-shaped: about a minute, 300 MB)",
+    )
     args = parser.parse_args(argv)
     home = Path(args.home) if args.home else None
-    print(json.dumps(asyncio.run(run(home, max(10, args.rounds))), indent=2))
+    result = asyncio.run(run(home, max(10, args.rounds), args.bge_m3_shaped))
+    print(json.dumps(result, indent=2))
     return 0
 
 
