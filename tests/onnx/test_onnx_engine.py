@@ -99,6 +99,18 @@ async def test_inference_runs_off_the_event_loop(make_engine, inference: GatedIn
     await engine.aclose()
 
 
+async def test_a_tokenizer_failure_gives_the_inference_slot_back(make_engine) -> None:
+    engine = make_engine(
+        tokenizer=WordTokenizer(fail_on="boom"), maximum_concurrent_inferences=1, queue_timeout=0.5
+    )
+    for _ in range(3):
+        with pytest.raises(OnnxEmbeddingError) as caught:
+            await engine.embed(["boom"], DOCUMENTS)
+        assert caught.value.kind is OnnxFailureKind.TOKENIZATION
+    assert len(await engine.embed(["fine"], DOCUMENTS)) == 1
+    await engine.aclose()
+
+
 async def test_full_queue_fails_at_once_without_starting_work(
     make_engine, inference: GatedInference, records
 ) -> None:
