@@ -10,9 +10,10 @@ provider on a graph of BGE-M3's shape with random weights, see ``bge_m3_shaped.p
 
 - the median latency of ``await provider.embed_query(query)``;
 - the median time of ``await provider.embed_documents(32 texts)`` and its throughput;
-- the median time of a bare ``InferenceSession.run`` of the same session on the same,
-  already tokenized and padded inputs, in the same rounds (interleaved with the provider
-  calls so both see the same machine state), and the ratio provider / bare;
+- the median time of bare ``InferenceSession.run`` calls of the same session on the same,
+  already tokenized and padded inputs (the provider's own batches: 32 documents are two
+  runs of 16 by default), in the same rounds (interleaved with the provider calls so both
+  see the same machine state), and the ratio provider / bare;
 - the same bare run handed to a worker thread from the event loop (what "inference off
   the event loop" costs by itself: two cross-thread wake-ups), and the ratio provider /
   that, which isolates the provider's own work (tokenization, batching, pooling, bounds).
@@ -43,7 +44,7 @@ from game_memory.onnx import (
     load_provider_from_directory,
     prepare_default_model,
 )
-from game_memory.onnx.batching import pad_batch
+from game_memory.onnx.batching import pad_batch, plan_batches
 from game_memory.onnx.model_home import default_model_home
 from game_memory.onnx.session import OnnxSessionInference
 
@@ -95,38 +96,52 @@ def median_ms(samples: list[float]) -> float:
     return round(statistics.median(samples) * 1000.0, 4)
 
 
-def bare_feeds(provider: OnnxEmbeddingProviderBase, texts: list[str]) -> dict[str, np.ndarray]:
+def bare_feeds(
+    provider: OnnxEmbeddingProviderBase, texts: list[str]
+) -> list[dict[str, np.ndarray]]:
+    """The inputs of the runs the provider makes for ``texts``: its batches, padded alike."""
     engine = provider.engine
+    limits = engine.limits
     ids = [engine.tokenizer.tokenize(text).ids for text in texts]
-    input_ids, mask = pad_batch(ids, engine.tokenizer.pad_id)
     inference = engine.inference
     assert isinstance(inference, OnnxSessionInference)
-    return inference.feeds(input_ids, mask)
+    feeds = []
+    for batch in plan_batches(
+        [len(item) for item in ids], limits.maximum_batch_size, limits.maximum_batch_tokens
+    ):
+        input_ids, mask = pad_batch([ids[index] for index in batch], engine.tokenizer.pad_id)
+        feeds.append(inference.feeds(input_ids, mask))
+    return feeds
 
 
 async def measure(provider: OnnxEmbeddingProviderBase, rounds: int) -> dict[str, Any]:
     inference = provider.engine.inference
     assert isinstance(inference, OnnxSessionInference)
     session = inference.session
+    output = ["last_hidden_state"]
     query_feeds = bare_feeds(provider, [QUERY])
     batch_feeds = bare_feeds(provider, DOCUMENTS)
+
+    def bare(feeds: list[dict[str, np.ndarray]]) -> None:
+        for feed in feeds:
+            session.run(output, feed)
+
     for _ in range(5):  # warm-up: allocator, thread pool, caches
         await provider.embed_query(QUERY)
-        session.run(["last_hidden_state"], query_feeds)
+        bare(query_feeds)
     await provider.embed_documents(DOCUMENTS)
-    session.run(["last_hidden_state"], batch_feeds)
+    bare(batch_feeds)
 
     loop = asyncio.get_running_loop()
     worker = ThreadPoolExecutor(max_workers=1)
-    output = ["last_hidden_state"]
 
     query, bare_query, hop_query = [], [], []
     for _ in range(rounds):
         started = time.perf_counter()
-        session.run(output, query_feeds)
+        bare(query_feeds)
         bare_query.append(time.perf_counter() - started)
         started = time.perf_counter()
-        await loop.run_in_executor(worker, session.run, output, query_feeds)
+        await loop.run_in_executor(worker, bare, query_feeds)
         hop_query.append(time.perf_counter() - started)
         started = time.perf_counter()
         await provider.embed_query(QUERY)
@@ -135,10 +150,10 @@ async def measure(provider: OnnxEmbeddingProviderBase, rounds: int) -> dict[str,
     batch, bare_batch, hop_batch = [], [], []
     for _ in range(max(5, rounds // 10)):
         started = time.perf_counter()
-        session.run(output, batch_feeds)
+        bare(batch_feeds)
         bare_batch.append(time.perf_counter() - started)
         started = time.perf_counter()
-        await loop.run_in_executor(worker, session.run, output, batch_feeds)
+        await loop.run_in_executor(worker, bare, batch_feeds)
         hop_batch.append(time.perf_counter() - started)
         started = time.perf_counter()
         await provider.embed_documents(DOCUMENTS)
@@ -149,8 +164,10 @@ async def measure(provider: OnnxEmbeddingProviderBase, rounds: int) -> dict[str,
     batch_ms, bare_batch_ms = median_ms(batch), median_ms(bare_batch)
     hop_query_ms, hop_batch_ms = median_ms(hop_query), median_ms(hop_batch)
     return {
-        "query_tokens": int(query_feeds["input_ids"].shape[1]),
-        "batch_padded_shape": list(batch_feeds["input_ids"].shape),
+        "query_tokens": int(query_feeds[0]["input_ids"].shape[1]),
+        # The provider's batches (maximum_batch_size, maximum_batch_tokens), which the bare
+        # runs use too: the same inputs, padded the same way.
+        "batch_padded_shapes": [list(feed["input_ids"].shape) for feed in batch_feeds],
         "single_query_median_ms": query_ms,
         "bare_run_single_query_median_ms": bare_query_ms,
         "single_query_overhead_ratio": round(query_ms / bare_query_ms, 3),
