@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +43,6 @@ from game_memory.model import (
     GameMemorySearchSnapshot,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
-    memory_matches_query,
     ordinal_key,
 )
 from game_memory.store.file_store import FileGameMemoryStore
@@ -59,16 +57,15 @@ from game_memory.vector.diagnostics import (
 )
 from game_memory.vector.entries import EntryRecord, EntryState, MemoryDigests
 from game_memory.vector.file_index import FileVectorMemoryIndex
-from game_memory.vector.fusion import FusedCandidate, fuse
 from game_memory.vector.gate import EmbeddingGate
+from game_memory.vector.hybrid_recall import hybrid_recall
 from game_memory.vector.identity import MemoryEmbeddingIdentity
 from game_memory.vector.options import VectorMemoryStoreOptions
-from game_memory.vector.partition import FloatMatrix, PartitionReplacedError
 from game_memory.vector.projector import MemoryTextProjector
 from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
-from game_memory.vector.recall import RecallHit, RecallResult
+from game_memory.vector.recall import RecallResult
 from game_memory.vector.reranker import GameAwareMemoryReranker
-from game_memory.vector.scoring import JoinCache, PartitionJoin, top_vector_hits
+from game_memory.vector.scoring import JoinCache, PartitionJoin
 from game_memory.vector.status import VectorMemoryStatus
 
 __all__ = ["VectorMemoryStore"]
@@ -80,21 +77,6 @@ Stage = GameMemorySearchStageKind
 class _State(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
-
-
-def _ordered(views: Sequence[PartitionView]) -> tuple[GameMemory, ...]:
-    """Every memory of the snapshot, by owner then id (shared, not copied, for one view)."""
-    if len(views) == 1:
-        return views[0].ordered
-    return tuple(itertools.chain.from_iterable(view.ordered for view in views))
-
-
-class _Unavailable(Exception):
-    """Vector recall cannot serve this query; lexical recall answers alone."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class VectorMemoryStore:
@@ -400,7 +382,8 @@ class VectorMemoryStore:
         """Hybrid recall as of ``query.at_or_before`` (game time), with the evidence per hit.
 
         Stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT (reused by the vector path),
-        LEXICAL_SEARCH, EMBEDDING, VECTOR_INDEX_READ, VECTOR_SCORING, RERANK.
+        LEXICAL_SEARCH, EMBEDDING, VECTOR_INDEX_READ, VECTOR_SCORING, RERANK. The steps are
+        in :mod:`game_memory.vector.hybrid_recall`.
 
         Raises:
             CapacityExceededError: the snapshot exceeds the bound.
@@ -410,194 +393,28 @@ class VectorMemoryStore:
         self._check_open()
         if not isinstance(query, GameMemoryQuery):
             raise InvalidArgumentError("recall takes a GameMemoryQuery")
-        bound = self.options.maximum_index_entries
-        if maximum_snapshot_entries is not None:
-            bound = min(bound, maximum_snapshot_entries)
-        limit = self.options.candidate_limit(query.limit)
-        expanded = query.model_copy(update={"limit": limit})
-        lexical, views, stages = await self.snapshot_views(expanded, bound)
-        self._validate_lexical(lexical, expanded, limit)
-        vector: list[tuple[GameMemory, float]] = []
-        fallback = False
-        if (
-            query.limit > 0
-            and query.text is not None
-            and self.projector.project_query(query).strip()
-        ):
-            try:
-                vector = await self._vector_recall(query, views, limit, stages)
-            except asyncio.CancelledError:
-                raise
-            except _Unavailable as exc:
-                fallback = True
-                if exc.code == "memory_vector_rebuild_required":
-                    if query.session_id not in self._warned_stale:
-                        self._warned_stale.add(query.session_id)
-                        await self._report(
-                            exc.code,
-                            DiagnosticSeverity.WARNING,
-                            str(exc),
-                            session_id=query.session_id,
-                        )
-                    if self.options.fail_when_embedding_unavailable:
-                        raise DerivedIndexError(str(exc)) from None
-            except Exception as exc:
-                fallback = True
-                await self._report(
-                    "memory_vector_search_failed",
-                    DiagnosticSeverity.WARNING,
-                    "Vector recall is unavailable for this query. Lexical recall was used.",
-                    session_id=query.session_id,
-                    error=exc,
-                )
-                if self.options.fail_when_embedding_unavailable:
-                    if isinstance(exc, GameMemoryError):
-                        raise
-                    raise EmbeddingUnavailableError(f"vector recall failed: {exc}") from exc
-        fused = fuse(lexical, vector, self.options.fusion, limit)
-        if self.reranker is not None and fused:
-            started = time.perf_counter()
-            ranked = self.reranker.rank(query, fused)
-            self._validate_reranked(ranked, fused)
-            stages.append(
-                GameMemorySearchStage.measured(
-                    Stage.RERANK, time.perf_counter() - started, len(fused), len(ranked)
-                )
-            )
-            fused = ranked
-        chosen = fused[: query.limit]
-        hits = tuple(self._hit(query, candidate) for candidate in chosen)
-        snapshot = GameMemorySearchSnapshot.model_construct(
-            memories=tuple(hit.memory for hit in hits),
-            authoritative_memories=_ordered(views),
-            stages=tuple(stages),
-        )
-        return RecallResult(snapshot, hits, fallback)
+        return await hybrid_recall(self, query, maximum_snapshot_entries)
 
-    @staticmethod
-    def _hit(query: GameMemoryQuery, candidate: FusedCandidate) -> RecallHit:
-        at = query.at_or_before
-        moment = candidate.memory.moment
-        age = (
-            at.tick - moment.tick
-            if at is not None and at.timeline_id == moment.timeline_id
-            else None
-        )
-        return RecallHit(
-            candidate.memory,
-            candidate.lexical_rank,
-            candidate.vector_rank,
-            candidate.lexical_score,
-            candidate.vector_score,
-            candidate.score,
-            age,
-        )
-
-    @staticmethod
-    def _validate_lexical(
-        lexical: Sequence[tuple[GameMemory, float]], query: GameMemoryQuery, limit: int
-    ) -> None:
-        keys = {(m.owner_id, m.memory_id) for m, _ in lexical}
-        if len(lexical) > limit or len(keys) != len(lexical):
-            raise DerivedIndexError(
-                "the authoritative store returned too many or duplicate results"
-            )
-        if not all(memory_matches_query(m, query) for m, _ in lexical):
-            raise DerivedIndexError(
-                "the authoritative store returned a memory outside the query's visibility filters"
-            )
-
-    @staticmethod
-    def _validate_reranked(
-        ranked: Sequence[FusedCandidate], fused: Sequence[FusedCandidate]
-    ) -> None:
-        known = {id(c) for c in fused}
-        seen: set[int] = set()
-        for candidate in ranked:
-            if id(candidate) not in known or id(candidate) in seen:
-                raise DerivedIndexError("the reranker returned an unknown or repeated candidate")
-            seen.add(id(candidate))
-
-    def _read_parts(
-        self, query: GameMemoryQuery, views: list[PartitionView]
-    ) -> list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]]:
-        """Join each view to its index partition and load the active matrices (blocking)."""
-        engine = self.index.engine
-        active = engine.identity_code(self.active_identity, create=False)
-        session_hash = identity_hash(query.session_id)
-        dimensions = self.active_identity.dimensions
-        joins: list[tuple[PartitionView, PartitionJoin]] = []
-        entries = 0
-        for view in views:
-            partition = engine.partition(session_hash, identity_hash(view.owner_id))
-            joined = self._joins.join(view, partition, active)
-            entries += partition.live if partition is not None else 0
-            if joined.stale:
-                raise _Unavailable(
-                    "memory_vector_rebuild_required",
-                    f"Session {query.session_id!r} holds vectors of another embedding model "
-                    f"than {self.active_identity}; recall is lexical until a rebuild.",
-                )
-            joins.append((view, joined))
-        if entries * dimensions > self.options.maximum_vector_comparisons_per_search:
-            raise _Unavailable(
-                "memory_vector_search_too_large",
-                f"{entries:,} vectors exceed maximum_vector_comparisons_per_search",
-            )
-        parts: list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]] = []
-        for view, joined in joins:
-            if joined.ready and joined.partition is not None and active is not None:
-                matrix = engine.matrix(joined.partition, active, dimensions)
-                parts.append((joined, matrix, view.columns.mask(query)))
-        if not parts and views:
-            raise _Unavailable(
-                "memory_vector_unindexed",
-                "No memory of this query has a vector of the active model yet.",
-            )
-        return parts
-
-    async def _vector_recall(
-        self,
-        query: GameMemoryQuery,
-        views: list[PartitionView],
-        limit: int,
-        stages: list[GameMemorySearchStage],
-    ) -> list[tuple[GameMemory, float]]:
-        started = time.perf_counter()
-        text = self.projector.project_query(query)
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """Embed a query text through the gate; one normalized vector."""
         embedded = await self._gate.call(lambda: self.provider.embed_query(text), "the query")
-        vector = self._normalize(embedded)
-        embedded_at = time.perf_counter()
-        stages.append(GameMemorySearchStage.measured(Stage.EMBEDDING, embedded_at - started, 1, 1))
+        return self._normalize(embedded)
 
-        def read_and_score() -> tuple[list[tuple[GameMemory, float]], int, float, float]:
-            # A compaction racing this read replaces the partition under us; the second
-            # attempt reads the new generation (a third race in a row is reported).
-            for attempt in range(3):
-                try:
-                    parts = self._read_parts(query, views)
-                    break
-                except PartitionReplacedError:
-                    if attempt == 2:
-                        raise
-            # One executor hop for both stages; each is timed where its work runs.
-            read_at = time.perf_counter()
-            hits = top_vector_hits(parts, vector, limit)
-            ready = sum(joined.ready for joined, _, _ in parts)
-            return hits, ready, read_at, time.perf_counter()
+    @property
+    def join_cache(self) -> JoinCache:
+        """The joins of snapshot views to index partitions, reused while both are unchanged."""
+        return self._joins
 
-        hits, ready, read_at, scored_at = await self._run(read_and_score)
-        stages.append(
-            GameMemorySearchStage.measured(
-                Stage.VECTOR_INDEX_READ, read_at - embedded_at, ready, ready
+    async def warn_rebuild_required(self, session_id: str, message: str) -> None:
+        """Report ``memory_vector_rebuild_required`` once per session until it is rebuilt."""
+        if session_id not in self._warned_stale:
+            self._warned_stale.add(session_id)
+            await self._report(
+                "memory_vector_rebuild_required",
+                DiagnosticSeverity.WARNING,
+                message,
+                session_id=session_id,
             )
-        )
-        stages.append(
-            GameMemorySearchStage.measured(
-                Stage.VECTOR_SCORING, scored_at - read_at, ready, len(hits)
-            )
-        )
-        return hits
 
     # -- status and rebuild -------------------------------------------------------------
 
