@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,17 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
             main([*command, "--help"])
         assert exit_.value.code == 0
         assert "usage: game-memory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["store", "hybrid", "embedding", "retrieval"])
+def test_every_benchmark_starts_from_the_cli(
+    name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --help imports the script and its sibling modules, then exits before any work.
+    # hybrid_scale re-executes itself with single-threaded BLAS unless a BLAS variable is
+    # set; here that would replace the test process.
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    path_before = list(sys.path)
+    assert main(["bench", name, "--", "--help"]) == 0
+    assert "usage:" in capsys.readouterr().out
+    assert sys.path == path_before

@@ -212,9 +212,15 @@ def run_bench(args: argparse.Namespace) -> int:
             f"{script} is not here: benchmarks ship with the source checkout, not the package"
         )
     extra = [item for item in args.extra if item != "--"]
+    # As ``python benchmarks/NAME.py`` would: the script's folder first on the path, so it
+    # can import its sibling modules (retrieval_sets, bge_m3_shaped, ...).
+    saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [str(script), *extra]
+    sys.path.insert(0, str(script.parent))
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exit_:
         return int(exit_.code or 0) if not isinstance(exit_.code, str) else _fail(exit_.code)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
     return 0
