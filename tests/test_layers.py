@@ -1,7 +1,8 @@
 """The import direction of DESIGN.md, enforced by parsing every module's imports.
 
 ``bridge``, ``cli``, ``commands``, ``composition`` and ``demo`` sit on top; below them
-``vector`` → ``store`` → ``model``/``errors``; ``onnx`` may use only the provider protocol,
+``vector`` → ``store`` → ``model``/``errors`` (with ``strict_json`` under ``model``, and
+``memory_ids`` beside it); ``onnx`` may use only the provider protocol,
 the identity and the errors. A module importing upward (or sideways into ``onnx``) fails.
 """
 
@@ -14,11 +15,14 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "python" / "game_memory"
 TOP = {"bridge", "cli", "commands", "composition", "demo"}
+BASE = {"model", "errors", "strict_json"}
 ALLOWED: dict[str, set[str]] = {
-    "model": {"model", "errors"},
+    "strict_json": {"strict_json"},
+    "model": BASE,
+    "memory_ids": BASE | {"memory_ids"},
     "errors": {"errors"},
-    "store": {"store", "model", "errors"},
-    "vector": {"vector", "store", "model", "errors"},
+    "store": BASE | {"store"},
+    "vector": BASE | {"vector", "store"},
     "onnx": {"onnx", "errors", "vector.provider", "vector.identity"},
 }
 

@@ -23,7 +23,8 @@ from game_memory import (
     derive_memory_id,
     memory_matches_query,
 )
-from game_memory.model import check_bounded_id, ordinal_key, parse_strict_json
+from game_memory.model import check_bounded_id, ordinal_key
+from game_memory.strict_json import parse_strict_json
 
 
 def memory(**fields: Any) -> GameMemory:

@@ -19,6 +19,7 @@ from game_memory.errors import (
     StoreBusyError,
     StoreClosedError,
 )
+from game_memory.memory_ids import derive_memory_id
 from game_memory.model import (
     GameMemory,
     GameMemoryKind,
@@ -27,7 +28,6 @@ from game_memory.model import (
     GameMemorySearchStage,
     GameMemorySearchStageKind,
     GameMoment,
-    derive_memory_id,
     memory_matches_query,
 )
 from game_memory.store.check import StoreCheckReport

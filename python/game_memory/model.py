@@ -10,10 +10,8 @@ implementation, so that saves sort identically whichever runtime wrote them.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from enum import IntEnum, StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any, TypeVar
@@ -29,6 +27,8 @@ from pydantic import (
     model_validator,
 )
 
+from game_memory.strict_json import MAXIMUM_JSON_DEPTH, parse_strict_json
+
 __all__ = [
     "MAXIMUM_ID_CHARACTERS",
     "GameMemory",
@@ -38,14 +38,13 @@ __all__ = [
     "GameMemorySearchStage",
     "GameMemorySearchStageKind",
     "GameMoment",
-    "derive_memory_id",
     "memory_matches_query",
     "ordinal_key",
 ]
 
 MAXIMUM_ID_CHARACTERS = 1_024
 MAXIMUM_PAYLOAD_CHARACTERS = 10_000_000
-MAXIMUM_PAYLOAD_DEPTH = 128
+MAXIMUM_PAYLOAD_DEPTH = MAXIMUM_JSON_DEPTH
 MAXIMUM_SEARCHABLE_TEXT_CHARACTERS = 1_000_000
 MAXIMUM_TAGS = 256
 MAXIMUM_METADATA_ENTRIES = 256
@@ -125,75 +124,6 @@ def _bounded_id(value: Any) -> str:
 
 
 BoundedId = Annotated[str, BeforeValidator(_bounded_id)]
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ValueError(f"JSON object has a duplicate property name {key!r}")
-            seen.add(key)
-    return result
-
-
-def _json_depth(value: Any) -> int:
-    depth = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            depth = max(depth, level)
-            stack.extend((child, level + 1) for child in item.values())
-        elif isinstance(item, list):
-            depth = max(depth, level)
-            stack.extend((child, level + 1) for child in item)
-    return depth
-
-
-_STRICT_DECODER = json.JSONDecoder(
-    object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
-)
-
-
-_scan_once: Callable[[str, int], tuple[Any, int]] = _STRICT_DECODER.scan_once  # type: ignore[attr-defined]
-_JSON_WHITESPACE = " \t\n\r"
-
-
-def _decode_strict(text: str) -> Any:
-    """``JSONDecoder.decode`` minus its Python-level wrappers (it runs on every record read)."""
-    length = len(text)
-    start = 0
-    while start < length and text[start] in _JSON_WHITESPACE:
-        start += 1
-    try:
-        value, end = _scan_once(text, start)
-    except StopIteration as exc:
-        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
-    while end < length and text[end] in _JSON_WHITESPACE:
-        end += 1
-    if end != length:
-        raise json.JSONDecodeError("Extra data", text, end)
-    return value
-
-
-def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_PAYLOAD_DEPTH) -> Any:
-    """Parse JSON rejecting duplicate keys, NaN/Infinity and nesting deeper than the bound."""
-    try:
-        value = _decode_strict(text)
-    except RecursionError as exc:
-        raise ValueError(f"{what} is nested too deeply") from exc
-    except ValueError as exc:
-        raise ValueError(f"{what} is not valid JSON: {exc}") from exc
-    # Nesting deeper than the bound needs more opening brackets than the bound.
-    if text.count("{") + text.count("[") > maximum_depth and _json_depth(value) > maximum_depth:
-        raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
-    return value
 
 
 class GameMemoryKind(StrEnum):
@@ -591,47 +521,3 @@ class GameMemorySearchSnapshot(BaseModel):
     def stage(self, kind: GameMemorySearchStageKind) -> GameMemorySearchStage | None:
         """Return the first stage of ``kind``, or ``None`` when the search had none."""
         return next((stage for stage in self.stages if stage.stage == kind), None)
-
-
-_MEMORY_ID_DOMAIN = "OpenGameAgent.ExtensionOperationId.v1"
-_MEMORY_ID_PREFIX = "oga-memory-v1:"
-
-
-def derive_memory_id(
-    session_id: str,
-    owner_id: str,
-    source_input_id: str,
-    moment: GameMoment,
-    turn: int = 1,
-    call_index: int = 0,
-    operation: str = "remember_game_memory",
-) -> str:
-    """Derive the idempotent id of one logical "remember" call.
-
-    The id is a versioned SHA-256 digest of the session, owner (actor), source input,
-    game moment, agent turn (first turn is 1) and call position within the turn, each
-    length-prefixed (4-byte big-endian) so no two field lists collide. Retrying the same
-    logical call yields the same id, so a retry is a no-op and a retry with different
-    content fails closed with ``MemoryConflictError``. Compatible with the reference.
-    """
-    if turn < 1:
-        raise ValueError("turn starts at 1")
-    if call_index < 0:
-        raise ValueError("call_index starts at 0")
-    fields: Iterable[str] = (
-        _MEMORY_ID_DOMAIN,
-        check_bounded_id(session_id, "session_id"),
-        check_bounded_id(owner_id, "owner_id"),
-        check_bounded_id(source_input_id, "source_input_id"),
-        moment.timeline_id,
-        str(moment.tick),
-        str(turn),
-        str(call_index),
-        operation,
-    )
-    digest = hashlib.sha256()
-    for field in fields:
-        data = field.encode("utf-8")
-        digest.update(len(data).to_bytes(4, "big"))
-        digest.update(data)
-    return _MEMORY_ID_PREFIX + digest.hexdigest()

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from game_memory.model import GameMemory, GameMemoryKind, GameMoment, parse_strict_json
+from game_memory.model import GameMemory, GameMemoryKind, GameMoment
 from game_memory.store.plain_legacy import decode_plain_legacy
+from game_memory.strict_json import parse_strict_json
 
 __all__ = [
     "DOCUMENT_FORMAT_VERSION",

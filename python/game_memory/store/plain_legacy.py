@@ -26,8 +26,8 @@ from game_memory.model import (
     GameMemoryKind,
     GameMoment,
     assemble_validated,
-    parse_strict_json,
 )
+from game_memory.strict_json import parse_strict_json
 
 __all__ = ["decode_plain_legacy"]
 

@@ -24,9 +24,10 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from game_memory.errors import DerivedIndexError, PersistenceError
-from game_memory.model import GameMemory, GameMemoryKind, parse_strict_json
+from game_memory.model import GameMemory, GameMemoryKind
 from game_memory.store import fs
 from game_memory.store.partitions import identity_hash
+from game_memory.strict_json import parse_strict_json
 from game_memory.vector.entries import EntryRecord, EntryState, content_digest, memory_hash
 from game_memory.vector.identity import MemoryEmbeddingIdentity
 from game_memory.vector.index import IndexEngine

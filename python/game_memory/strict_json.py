@@ -1,0 +1,86 @@
+"""Strict JSON parsing, as the reference validates payloads.
+
+Duplicate property names (at any depth), ``NaN``/``Infinity`` and nesting deeper than a
+bound are refused; Python's ``json`` accepts all three. Payloads, calendars and legacy
+documents are parsed here on every read, so the decoder skips ``json.loads``' wrappers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MAXIMUM_JSON_DEPTH", "parse_strict_json"]
+
+#: The default nesting bound: the reference's bound for payload JSON.
+MAXIMUM_JSON_DEPTH = 128
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"JSON object has a duplicate property name {key!r}")
+            seen.add(key)
+    return result
+
+
+def _json_depth(value: Any) -> int:
+    depth = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in item.values())
+        elif isinstance(item, list):
+            depth = max(depth, level)
+            stack.extend((child, level + 1) for child in item)
+    return depth
+
+
+_STRICT_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
+)
+
+
+_scan_once: Callable[[str, int], tuple[Any, int]] = _STRICT_DECODER.scan_once  # type: ignore[attr-defined]
+_JSON_WHITESPACE = " \t\n\r"
+
+
+def _decode_strict(text: str) -> Any:
+    """``JSONDecoder.decode`` minus its Python-level wrappers (it runs on every record read)."""
+    length = len(text)
+    start = 0
+    while start < length and text[start] in _JSON_WHITESPACE:
+        start += 1
+    try:
+        value, end = _scan_once(text, start)
+    except StopIteration as exc:
+        raise json.JSONDecodeError("Expecting value", text, exc.value) from None
+    while end < length and text[end] in _JSON_WHITESPACE:
+        end += 1
+    if end != length:
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_JSON_DEPTH) -> Any:
+    """Parse JSON rejecting duplicate keys, NaN/Infinity and nesting deeper than the bound."""
+    try:
+        value = _decode_strict(text)
+    except RecursionError as exc:
+        raise ValueError(f"{what} is nested too deeply") from exc
+    except ValueError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from exc
+    # Nesting deeper than the bound needs more opening brackets than the bound.
+    if text.count("{") + text.count("[") > maximum_depth and _json_depth(value) > maximum_depth:
+        raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
+    return value
