@@ -31,6 +31,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -135,34 +136,32 @@ async def measure(provider: OnnxEmbeddingProviderBase, rounds: int) -> dict[str,
     loop = asyncio.get_running_loop()
     worker = ThreadPoolExecutor(max_workers=1)
 
-    query, bare_query, hop_query = [], [], []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        bare(query_feeds)
-        bare_query.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        await loop.run_in_executor(worker, bare, query_feeds)
-        hop_query.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        await provider.embed_query(QUERY)
-        query.append(time.perf_counter() - started)
+    async def interleaved(
+        count: int, feeds: list[dict[str, np.ndarray]], call: Callable[[], Awaitable[object]]
+    ) -> tuple[float, float, float]:
+        """Median ms of the bare runs, the same runs on the worker, and the provider call."""
+        samples: tuple[list[float], list[float], list[float]] = ([], [], [])
+        for _ in range(count):
+            started = time.perf_counter()
+            bare(feeds)
+            samples[0].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await loop.run_in_executor(worker, bare, feeds)
+            samples[1].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await call()
+            samples[2].append(time.perf_counter() - started)
+        bare_ms, hop_ms, provider_ms = (median_ms(times) for times in samples)
+        return bare_ms, hop_ms, provider_ms
 
-    batch, bare_batch, hop_batch = [], [], []
-    for _ in range(max(5, rounds // 10)):
-        started = time.perf_counter()
-        bare(batch_feeds)
-        bare_batch.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        await loop.run_in_executor(worker, bare, batch_feeds)
-        hop_batch.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        await provider.embed_documents(DOCUMENTS)
-        batch.append(time.perf_counter() - started)
+    bare_query_ms, hop_query_ms, query_ms = await interleaved(
+        rounds, query_feeds, lambda: provider.embed_query(QUERY)
+    )
+    bare_batch_ms, hop_batch_ms, batch_ms = await interleaved(
+        max(5, rounds // 10), batch_feeds, lambda: provider.embed_documents(DOCUMENTS)
+    )
     worker.shutdown()
 
-    query_ms, bare_query_ms = median_ms(query), median_ms(bare_query)
-    batch_ms, bare_batch_ms = median_ms(batch), median_ms(bare_batch)
-    hop_query_ms, hop_batch_ms = median_ms(hop_query), median_ms(hop_batch)
     return {
         "query_tokens": int(query_feeds[0]["input_ids"].shape[1]),
         # The provider's batches (maximum_batch_size, maximum_batch_tokens), which the bare
