@@ -425,9 +425,9 @@ def test_derive_memory_id_is_stable_and_separates_every_field() -> None:
 
 
 def test_strict_json_parsing_names_what_is_wrong() -> None:
-    assert parse_strict_json('{"a": [1, 2]}', "x") == {"a": [1, 2]}
+    assert parse_strict_json('{"a": [1, 2]}', "x", 128) == {"a": [1, 2]}
     with pytest.raises(ValueError, match="duplicate property name 'a'"):
-        parse_strict_json('{"a": 1, "a": 2}', "x")
+        parse_strict_json('{"a": 1, "a": 2}', "x", 128)
 
 
 any_values = st.recursive(

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from game_memory.strict_json import MAXIMUM_JSON_DEPTH, parse_strict_json
+from game_memory.strict_json import parse_strict_json
 
 __all__ = [
     "MAXIMUM_ID_CHARACTERS",
@@ -44,7 +44,7 @@ __all__ = [
 
 MAXIMUM_ID_CHARACTERS = 1_024
 MAXIMUM_PAYLOAD_CHARACTERS = 10_000_000
-MAXIMUM_PAYLOAD_DEPTH = MAXIMUM_JSON_DEPTH
+MAXIMUM_PAYLOAD_DEPTH = 128
 MAXIMUM_SEARCHABLE_TEXT_CHARACTERS = 1_000_000
 MAXIMUM_TAGS = 256
 MAXIMUM_METADATA_ENTRIES = 256
@@ -200,7 +200,7 @@ class GameMoment(BaseModel):
             if len(value) > MAXIMUM_METADATA_VALUE_CHARACTERS:
                 raise ValueError("calendar_json is longer than 65,536 characters")
             _check_unicode(value, "calendar_json")
-            parse_strict_json(value, "calendar_json")
+            parse_strict_json(value, "calendar_json", MAXIMUM_PAYLOAD_DEPTH)
         return value
 
     def _comparable(self, other: object) -> GameMoment:
@@ -329,7 +329,7 @@ class GameMemory(BaseModel):
                 f"the limit is {MAXIMUM_PAYLOAD_CHARACTERS}"
             )
         _check_unicode(value, "payload_json")
-        parse_strict_json(value, "payload_json")
+        parse_strict_json(value, "payload_json", MAXIMUM_PAYLOAD_DEPTH)
         return value
 
     @field_validator("searchable_text")

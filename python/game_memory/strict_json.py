@@ -11,10 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MAXIMUM_JSON_DEPTH", "parse_strict_json"]
-
-#: The default nesting bound: the reference's bound for payload JSON.
-MAXIMUM_JSON_DEPTH = 128
+__all__ = ["parse_strict_json"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -72,7 +69,7 @@ def _decode_strict(text: str) -> Any:
     return value
 
 
-def parse_strict_json(text: str, what: str, maximum_depth: int = MAXIMUM_JSON_DEPTH) -> Any:
+def parse_strict_json(text: str, what: str, maximum_depth: int) -> Any:
     """Parse JSON rejecting duplicate keys, NaN/Infinity and nesting deeper than the bound."""
     try:
         value = _decode_strict(text)

@@ -20,6 +20,7 @@ from game_memory.model import (
     MAXIMUM_METADATA_KEY_CHARACTERS,
     MAXIMUM_METADATA_VALUE_CHARACTERS,
     MAXIMUM_PAYLOAD_CHARACTERS,
+    MAXIMUM_PAYLOAD_DEPTH,
     MAXIMUM_SEARCHABLE_TEXT_CHARACTERS,
     MAXIMUM_TAGS,
     GameMemory,
@@ -118,7 +119,7 @@ def decode_plain_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameM
     ):
         return None
     try:
-        parse_strict_json(payload, "payload_json")
+        parse_strict_json(payload, "payload_json", MAXIMUM_PAYLOAD_DEPTH)
     except ValueError:
         return None
     return assemble_validated(

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from game_memory.errors import DerivedIndexError, PersistenceError
-from game_memory.model import GameMemory, GameMemoryKind
+from game_memory.model import MAXIMUM_PAYLOAD_DEPTH, GameMemory, GameMemoryKind
 from game_memory.store import fs
 from game_memory.store.partitions import identity_hash
 from game_memory.strict_json import parse_strict_json
@@ -82,7 +82,7 @@ def _decode(
     path: Path, data: bytes
 ) -> tuple[GameMemory, MemoryEmbeddingIdentity | None, list[float] | None, str | None]:
     try:
-        document = parse_strict_json(data.decode("utf-8-sig"), str(path))
+        document = parse_strict_json(data.decode("utf-8-sig"), str(path), MAXIMUM_PAYLOAD_DEPTH)
         if not isinstance(document, dict) or document.get("FormatVersion") != 1:
             raise ValueError("not a version 1 vector record")
         memory = _memory(document["Memory"])
