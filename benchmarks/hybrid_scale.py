@@ -64,8 +64,8 @@ from game_memory import (
     VectorMemoryStore,
     VectorMemoryStoreOptions,
 )
+from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
-from game_memory.store.partitions import identity_hash
 
 DIMENSIONS = 1_024
 SESSION = "bench-session"

@@ -62,10 +62,10 @@ from game_memory import (
     VectorMemoryStore,
     VectorMemoryStoreOptions,
 )
+from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
 from game_memory.onnx import load_default_provider, prepare_default_model
 from game_memory.onnx.model_home import default_model_home
-from game_memory.vector.fusion import FusionNormalization
-from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
+from game_memory.recall.fusion import FusionNormalization
 
 LIMIT = 10
 TIMELINE = "main"

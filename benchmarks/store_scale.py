@@ -35,8 +35,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMemoryQuery, GameMoment
+from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
-from game_memory.store.partitions import identity_hash
 
 TARGET_ENTRIES = 8
 QUERY_RUNS = 25

@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMoment
+from support.vectors import diagnostics, make_vector_store, provider
+
+__all__ = ["diagnostics", "make_vector_store", "provider"]  # fixtures for every folder
 
 MemoryFactory = Callable[..., GameMemory]
 StoreFactory = Callable[..., FileGameMemoryStore]

@@ -11,8 +11,8 @@ import pytest
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.cli import main
+from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
-from game_memory.store.partitions import identity_hash
 
 
 def _memory(index: int, text: str, tick: int) -> GameMemory:

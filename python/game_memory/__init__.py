@@ -7,6 +7,9 @@ importable from here (and the in-process ONNX providers from ``game_memory.onnx`
 
 import contextlib as _contextlib
 
+from game_memory.embedding.hashing import HashingEmbeddingProvider
+from game_memory.embedding.projector import MemoryTextProjector
+from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
 from game_memory.errors import (
     CapacityExceededError,
     DerivedIndexError,
@@ -19,7 +22,9 @@ from game_memory.errors import (
     StoreBusyError,
     StoreClosedError,
 )
-from game_memory.memory_ids import derive_memory_id
+from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.lifecycle import RuntimeMemoryLifecycle
+from game_memory.memory import VectorMemoryStore
 from game_memory.model import (
     GameMemory,
     GameMemoryKind,
@@ -30,23 +35,18 @@ from game_memory.model import (
     GameMoment,
     memory_matches_query,
 )
+from game_memory.model.diagnostics import DiagnosticSeverity, MemoryVectorDiagnostic
+from game_memory.model.identity import MemoryEmbeddingIdentity
+from game_memory.model.memory_ids import derive_memory_id
+from game_memory.model.results import RecallHit, RecallResult
+from game_memory.model.status import VectorMemoryState, VectorMemoryStatus
+from game_memory.recall.fusion import FusionMode, FusionOptions
+from game_memory.recall.options import VectorMemoryStoreOptions
+from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
 from game_memory.store.check import StoreCheckReport
 from game_memory.store.file_store import FileGameMemoryStore
 from game_memory.store.migration import FileGameMemoryMigrationResult
 from game_memory.store.protocol import GameMemoryStore
-from game_memory.vector.diagnostics import DiagnosticSeverity, MemoryVectorDiagnostic
-from game_memory.vector.file_index import FileVectorMemoryIndex
-from game_memory.vector.fusion import FusionMode, FusionOptions
-from game_memory.vector.hashing import HashingEmbeddingProvider
-from game_memory.vector.identity import MemoryEmbeddingIdentity
-from game_memory.vector.lifecycle import RuntimeMemoryLifecycle
-from game_memory.vector.options import VectorMemoryStoreOptions
-from game_memory.vector.projector import MemoryTextProjector
-from game_memory.vector.provider import EmbeddingProvider, EmbeddingVector
-from game_memory.vector.recall import RecallHit, RecallResult
-from game_memory.vector.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
-from game_memory.vector.status import VectorMemoryState, VectorMemoryStatus
-from game_memory.vector.store import VectorMemoryStore
 
 __version__ = "0.1.0"
 

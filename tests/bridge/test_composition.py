@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from game_memory.composition import (
+from game_memory.errors import EmbeddingUnavailableError
+from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
+from game_memory.models import (
     DEFAULT_MODEL_UNAVAILABLE,
     OpenedMemory,
     default_index_dir,
     open_memory,
 )
-from game_memory.errors import EmbeddingUnavailableError
-from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
 
 
 def memory(
@@ -163,11 +163,11 @@ async def test_an_explicit_index_folder_inside_the_save_is_refused(tmp_path: Pat
 
 
 async def test_require_semantic_tells_a_stale_index_from_a_missing_model(tmp_path: Path) -> None:
+    from game_memory.embedding.hashing import HashingEmbeddingProvider
     from game_memory.errors import DerivedIndexError
+    from game_memory.index.file_index import FileVectorMemoryIndex
+    from game_memory.memory import VectorMemoryStore
     from game_memory.store.file_store import FileGameMemoryStore
-    from game_memory.vector.file_index import FileVectorMemoryIndex
-    from game_memory.vector.hashing import HashingEmbeddingProvider
-    from game_memory.vector.store import VectorMemoryStore
 
     async with await open_memory(tmp_path / "save", model="hashing") as opened:
         await opened.remember(memory("The blacksmith sold a rusty sword", 100))

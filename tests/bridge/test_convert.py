@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from game_memory.bridge.codes import ErrorCode, RpcError
-from game_memory.bridge.convert import build_memory, build_query, content_memory_id
+from game_memory.bridge.convert import build_memory, build_query
 from game_memory.bridge.params import RecallParams, RememberParams
-from game_memory.model import GameMemoryKind, GameMoment
+from game_memory.model import GameMemoryKind, GameMoment, content_memory_id
 
 from .conftest import remember_params
 

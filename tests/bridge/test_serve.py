@@ -462,11 +462,11 @@ async def test_stdio_serves_one_client_line_by_line(tmp_path: Path) -> None:
 async def test_store_diagnostics_are_broadcast_to_every_initialized_client(
     tmp_path: Path,
 ) -> None:
-    from game_memory.composition import OpenedMemory
+    from game_memory.embedding.hashing import HashingEmbeddingProvider
+    from game_memory.index.file_index import FileVectorMemoryIndex
+    from game_memory.memory import VectorMemoryStore
     from game_memory.model import GameMemory, GameMemoryKind, GameMoment
-    from game_memory.vector.file_index import FileVectorMemoryIndex
-    from game_memory.vector.hashing import HashingEmbeddingProvider
-    from game_memory.vector.store import VectorMemoryStore
+    from game_memory.models import OpenedMemory
 
     # Vectors written by another model version make the session's index stale.
     authoritative = FileGameMemoryStore(tmp_path / "save")

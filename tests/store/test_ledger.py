@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from game_memory import PersistenceError
+from game_memory.durable.names import identity_hash
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
-from game_memory.store.partitions import identity_hash
 
 
 def entry(index: int) -> LedgerEntry:

@@ -19,8 +19,8 @@ from game_memory import (
     MemoryConflictError,
     PersistenceError,
 )
+from game_memory.durable.names import identity_hash
 from game_memory.store.documents import decode_legacy_document, encode_legacy_document
-from game_memory.store.partitions import identity_hash
 
 from .helpers import (
     DATA,

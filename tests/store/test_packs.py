@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from game_memory import PersistenceError
+from game_memory.durable.names import identity_hash
 from game_memory.store.packs import (
     PACK_OVERHEAD,
     encode_pack,
@@ -16,7 +17,6 @@ from game_memory.store.packs import (
     read_pack_range,
     write_pack,
 )
-from game_memory.store.partitions import identity_hash
 from game_memory.store.records import encode_record
 
 OWNERS = {name: identity_hash(name) for name in ("ann", "bob", "cyd")}

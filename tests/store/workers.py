@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMemoryQuery, GameMoment
+from game_memory.durable import fs
 from game_memory.store import engine as engine_module
-from game_memory.store import fs, migration
+from game_memory.store import migration
 from game_memory.store.ledger import Ledger
 
 CRASH_AT = 3

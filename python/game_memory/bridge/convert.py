@@ -6,18 +6,16 @@ resends the same remember after a lost response creates nothing new.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 from pydantic import JsonValue, ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError, describe_validation_error
 from game_memory.bridge.params import RecallParams, RememberParams
-from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
+from game_memory.model import GameMemory, GameMemoryQuery, content_memory_id
 
-__all__ = ["build_memory", "build_query", "canonical_json", "content_memory_id"]
+__all__ = ["build_memory", "build_query", "canonical_json"]
 
-_DIGEST_DOMAIN = "game-memory.bridge.remember.v1"
 _RENAMES = {"payload_json": "payload", "searchable_text": "text"}
 
 
@@ -26,40 +24,6 @@ def canonical_json(value: JsonValue) -> str:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
-
-
-def content_memory_id(
-    session_id: str,
-    owner_id: str,
-    moment: GameMoment,
-    kind: GameMemoryKind,
-    scope: str,
-    text: str,
-    payload_json: str,
-) -> str:
-    """Return the default id of a remembered memory: ``"gm-"`` and 32 hex digits.
-
-    The digest is SHA-256 over a domain string and then session, owner, timeline, tick
-    (decimal), kind (lower case), scope, text and canonical payload JSON, each as UTF-8
-    preceded by its byte length as a 4-byte big-endian integer; the id keeps the first
-    32 hex digits (128 bits). Equal content always yields the equal id.
-    """
-    digest = hashlib.sha256()
-    for field in (
-        _DIGEST_DOMAIN,
-        session_id,
-        owner_id,
-        moment.timeline_id,
-        str(moment.tick),
-        kind.value,
-        scope,
-        text,
-        payload_json,
-    ):
-        data = field.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(4, "big"))
-        digest.update(data)
-    return "gm-" + digest.hexdigest()[:32]
 
 
 def _invalid(method: str, error: ValidationError) -> RpcError:

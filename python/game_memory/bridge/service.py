@@ -1,6 +1,6 @@
 """What the bridge needs from the memory behind it: the smallest async protocol.
 
-:class:`game_memory.composition.OpenedMemory` implements :class:`BridgeService`; tests
+:class:`game_memory.models.OpenedMemory` implements :class:`BridgeService`; tests
 use a fake. The result protocols are structural, so the vector store's own records
 (``RecallResult``, ``MemoryVectorDiagnostic``) satisfy them as they are.
 """

@@ -31,7 +31,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
-from game_memory.composition import OpenedMemory, open_memory
 from game_memory.demo.models import ensure_default_model, open_changed_model
 from game_memory.demo.outcome import Step
 from game_memory.demo.play import ProgressSink, play
@@ -39,6 +38,7 @@ from game_memory.demo.render import RebuildBar, StepPrinter, print_header, print
 from game_memory.demo.report import ModelReport, build_report
 from game_memory.demo.scenario import SCENARIO, Scenario
 from game_memory.errors import GameMemoryError
+from game_memory.models import OpenedMemory, open_memory
 
 __all__ = ["MODELS", "run", "run_demo"]
 

@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from game_memory.composition import OpenedMemory
+from game_memory.embedding.hashing import HashingEmbeddingProvider
+from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import GameMemoryError, InvalidArgumentError
+from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.memory import VectorMemoryStore
+from game_memory.models import OpenedMemory
+from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.store.file_store import FileGameMemoryStore
-from game_memory.vector.file_index import FileVectorMemoryIndex
-from game_memory.vector.hashing import HashingEmbeddingProvider
-from game_memory.vector.provider import EmbeddingProvider
-from game_memory.vector.reranker import GameAwareMemoryReranker
-from game_memory.vector.store import VectorMemoryStore
 
 __all__ = ["Preparation", "ensure_default_model", "open_changed_model"]
 

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from game_memory.composition import MemoryStatus
 from game_memory.demo.clock import format_tick
 from game_memory.demo.scenario import DemoEvent, DemoQuestion, Scenario
 from game_memory.model import GameMemorySearchStage
-from game_memory.vector.recall import RecallHit, RecallResult
+from game_memory.model.results import RecallHit, RecallResult
+from game_memory.models import MemoryStatus
 
 __all__ = [
     "EventStep",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
-from game_memory.composition import OpenedMemory
 from game_memory.demo.clock import format_tick
 from game_memory.demo.outcome import (
     EventStep,
@@ -33,7 +32,8 @@ from game_memory.demo.outcome import (
 )
 from game_memory.demo.scenario import SCENARIO, DemoEvent, DemoQuestion, Scenario
 from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
-from game_memory.vector.recall import RecallResult
+from game_memory.model.results import RecallResult
+from game_memory.models import OpenedMemory
 
 __all__ = ["ModelSwitch", "ProgressSink", "memory_of", "play", "query_of"]
 

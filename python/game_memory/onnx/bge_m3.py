@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
+from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.onnx.bge_m3_config import BGE_M3_HIDDEN_SIZE, validate_bge_m3_config
 from game_memory.onnx.engine import OnnxInferenceEngine
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
@@ -27,7 +28,6 @@ from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
 from game_memory.onnx.session import OnnxSessionInference
 from game_memory.onnx.tokens import BatchInference, TextTokenizer
 from game_memory.onnx.xlmr_tokenizer import XLMR_PREPROCESSING, XlmRobertaTokenizer
-from game_memory.vector.identity import MemoryEmbeddingIdentity
 
 __all__ = ["BgeM3OnnxEmbeddingProvider", "bge_m3_identity"]
 

@@ -10,9 +10,9 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.errors import InvalidArgumentError
+from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.onnx.engine import OnnxInferenceEngine
 from game_memory.onnx.metrics import OnnxOperation
-from game_memory.vector.identity import MemoryEmbeddingIdentity
 
 __all__ = ["OnnxEmbeddingProviderBase"]
 

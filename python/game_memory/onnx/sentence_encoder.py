@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Self
 
+from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.onnx.bert_config import BertConfig
 from game_memory.onnx.engine import OnnxInferenceEngine
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
@@ -29,7 +30,6 @@ from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
 from game_memory.onnx.session import OnnxSessionInference
 from game_memory.onnx.tokens import BatchInference, TextTokenizer
 from game_memory.onnx.wordpiece_tokenizer import WORDPIECE_PREPROCESSING, WordPieceTokenizer
-from game_memory.vector.identity import MemoryEmbeddingIdentity
 
 __all__ = [
     "MiniLmOnnxEmbeddingProvider",

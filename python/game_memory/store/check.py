@@ -15,11 +15,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from game_memory.durable import fs
+from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
-from game_memory.store import fs
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
-from game_memory.store.partitions import PartitionCache, identity_hash
+from game_memory.store.partitions import PartitionCache
 
 __all__ = ["StoreCheckReport", "check_store"]
 

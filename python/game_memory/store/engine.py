@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from game_memory.durable import fs
+from game_memory.durable.lock import ProcessLock
 from game_memory.errors import (
     CapacityExceededError,
     InvalidArgumentError,
@@ -35,10 +37,8 @@ from game_memory.errors import (
     PersistenceError,
 )
 from game_memory.model import GameMemory, check_bounded_id, ordinal_key
-from game_memory.store import fs
 from game_memory.store.documents import encode_document
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
-from game_memory.store.lock import ProcessLock
 from game_memory.store.packs import plan_packs
 from game_memory.store.partitions import (
     PartitionCache,

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
+from game_memory.durable import fs
 from game_memory.errors import InvalidArgumentError, StoreClosedError
 from game_memory.model import (
     GameMemory,
@@ -40,7 +41,6 @@ from game_memory.model import (
     GameMemorySearchStage,
     GameMemorySearchStageKind,
 )
-from game_memory.store import fs
 from game_memory.store.check import StoreCheckReport, check_store
 from game_memory.store.engine import StoreEngine
 from game_memory.store.lexical import LexicalHit, lexical_search

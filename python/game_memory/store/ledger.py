@@ -22,8 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from game_memory.durable import fs
 from game_memory.errors import PersistenceError
-from game_memory.store import fs
 
 __all__ = ["RECORD_BYTES", "Ledger", "LedgerEntry"]
 

@@ -31,13 +31,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from game_memory.durable import fs
+from game_memory.durable.names import identity_hash, partition_hash
 from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
 from game_memory.model import GameMemory
-from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.packs import PACK_OVERHEAD, write_pack
-from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.records import encode_record
 
 __all__ = ["FileGameMemoryMigrationResult", "has_legacy_layout", "migrate_legacy_layout"]

@@ -28,8 +28,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from game_memory.durable import fs
 from game_memory.errors import PersistenceError
-from game_memory.store import fs
 from game_memory.store.records import RecordCorruption, scan_records
 
 __all__ = [

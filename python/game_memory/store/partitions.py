@@ -21,11 +21,12 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
+from game_memory.durable import fs
+from game_memory.durable.fs import lstat_regular
+from game_memory.durable.names import identity_hash, partition_hash, segment_path
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
-from game_memory.store import fs
 from game_memory.store.documents import DocumentError, decode_document
-from game_memory.store.names import identity_hash, partition_hash, segment_path
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -39,7 +40,6 @@ from game_memory.store.state import (
     PartitionState,
     Segment,
     is_current,
-    lstat_regular,
     session_folder,
 )
 from game_memory.store.view import PartitionView

@@ -15,6 +15,12 @@ from types import MappingProxyType
 from typing import Any
 
 from game_memory.model import (
+    GameMemory,
+    GameMemoryKind,
+    GameMoment,
+    assemble_validated,
+)
+from game_memory.model.fields import (
     MAXIMUM_ID_CHARACTERS,
     MAXIMUM_METADATA_ENTRIES,
     MAXIMUM_METADATA_KEY_CHARACTERS,
@@ -23,10 +29,6 @@ from game_memory.model import (
     MAXIMUM_PAYLOAD_DEPTH,
     MAXIMUM_SEARCHABLE_TEXT_CHARACTERS,
     MAXIMUM_TAGS,
-    GameMemory,
-    GameMemoryKind,
-    GameMoment,
-    assemble_validated,
 )
 from game_memory.strict_json import parse_strict_json
 

@@ -14,13 +14,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
-from game_memory.store.names import identity_hash
 from game_memory.store.packs import PackIndex
 from game_memory.store.view import PartitionView
 
-__all__ = ["PackPart", "PartitionState", "Segment", "is_current", "lstat_regular", "session_folder"]
+__all__ = ["PackPart", "PartitionState", "Segment", "is_current", "session_folder"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,15 +135,3 @@ def session_folder(session_directory: str | Path) -> int | None:
                 "real files and folders."
             )
     return None if info is None else info.st_ino
-
-
-def lstat_regular(path: str) -> os.stat_result | None:
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise PersistenceError(f"{path} should be a regular file, not a link or folder")
-    return info

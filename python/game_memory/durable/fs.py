@@ -1,0 +1,411 @@
+"""Safe file primitives: no symbolic links, durable writes, and translated OS errors.
+
+Every path the store touches goes through here. Files are opened with ``O_NOFOLLOW`` and
+checked to be regular files; directories are checked with ``lstat``; a symbolic link
+anywhere (the root, its ancestors, or anything enumerated) raises ``PersistenceError``.
+Durability follows the classic recipe: write, ``fsync`` the file, ``rename`` over the target
+when replacing, then ``fsync`` the directory so the new name itself survives a power loss.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeAlias
+
+from game_memory.errors import PersistenceError
+
+__all__ = [
+    "append_bytes",
+    "atomic_write",
+    "check_no_symlinks",
+    "ensure_directory",
+    "fsync_directory",
+    "list_directory",
+    "lstat_regular",
+    "open_append",
+    "open_folder",
+    "read_at",
+    "read_file",
+    "read_range",
+    "rename_all",
+    "sync_all",
+]
+
+StrPath: TypeAlias = str | os.PathLike[str]
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:
+    if exc.errno == errno.ELOOP:
+        return PersistenceError(
+            f"refusing to {action} {path}: it is a symbolic link. A save folder must contain "
+            "only real files and folders; replace the link with the real folder."
+        )
+    return PersistenceError(f"could not {action} {path}: {exc.strerror or exc}")
+
+
+def check_no_symlinks(path: Path) -> None:
+    """Raise ``PersistenceError`` if ``path`` or any existing ancestor is a symbolic link."""
+    current = path
+    while True:
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            info = None
+        except OSError as exc:
+            raise _translate(exc, current, "inspect") from exc
+        if info is not None and stat.S_ISLNK(info.st_mode):
+            raise PersistenceError(
+                f"refusing to use {path}: {current} is a symbolic link. Point the store at "
+                "the real folder instead."
+            )
+        parent = current.parent
+        if parent == current:
+            return
+        current = parent
+
+
+def ensure_directory(path: Path, *, create: bool = True, durable: bool = True) -> bool:
+    """Make sure ``path`` is a real directory (not a link); return whether it was created.
+
+    A newly created directory's parent is fsynced so the new entry is durable, unless
+    ``durable=False`` (a batch that flushes everything it wrote with one barrier).
+    """
+    created = False
+    if create:
+        try:
+            os.mkdir(path, 0o755)
+            created = True
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise _translate(exc, path, "create the folder") from exc
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise PersistenceError(f"the folder {path} is missing") from exc
+    except OSError as exc:
+        raise _translate(exc, path, "inspect") from exc
+    if stat.S_ISLNK(info.st_mode):
+        raise PersistenceError(
+            f"refusing to use {path}: it is a symbolic link, not a folder of the save"
+        )
+    if not stat.S_ISDIR(info.st_mode):
+        raise PersistenceError(f"{path} should be a folder but is a file")
+    if created and durable:
+        fsync_directory(path.parent)
+    return created
+
+
+def fsync_directory(path: Path) -> None:
+    """Flush a directory's entries (new, renamed or removed names) to disk."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        raise _translate(exc, path, "open the folder") from exc
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise _translate(exc, path, "flush the folder") from exc
+    finally:
+        os.close(fd)
+
+
+def _open_regular(path: StrPath, flags: int, action: str, mode: int = 0o644) -> int:
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as exc:
+        raise _translate(exc, path, action) from exc
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise _translate(exc, path, action) from exc
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise PersistenceError(f"{path} should be a regular file")
+    return fd
+
+
+def read_file(
+    path: StrPath, maximum_bytes: int, *, offset: int = 0
+) -> tuple[bytes, os.stat_result] | None:
+    """Read a regular file from ``offset``; ``None`` if it does not exist.
+
+    Reads up to the size ``fstat`` reported when the file was opened (bytes appended later
+    are left for the next read), and returns that ``fstat`` with the data.
+
+    Raises ``PersistenceError`` if it is a link, not a regular file, or larger than
+    ``maximum_bytes``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _translate(exc, path, "read") from exc
+    try:
+        return _read_descriptor(fd, maximum_bytes, offset, lambda: os.fspath(path))
+    finally:
+        os.close(fd)
+
+
+def _read_descriptor(
+    fd: int, maximum_bytes: int, offset: int, where: Callable[[], str]
+) -> tuple[bytes, os.stat_result]:
+    """Read an open regular file from ``offset`` to its size at ``fstat`` (``where`` names it)."""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PersistenceError(f"{where()} should be a regular file")
+        if info.st_size > maximum_bytes:
+            raise PersistenceError(
+                f"{where()} is {info.st_size:,} bytes, more than the limit of "
+                f"{maximum_bytes:,}; it is not a file this store wrote"
+            )
+        chunks: list[bytes] = []
+        position = offset
+        while position < info.st_size:
+            chunk = os.pread(fd, min(info.st_size - position, 1 << 24), position)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            position += len(chunk)
+    except OSError as exc:
+        raise _translate(exc, where(), "read") from exc
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), info
+
+
+def read_range(path: StrPath, offset: int, length: int) -> bytes:
+    """Read exactly ``length`` bytes at ``offset`` of a regular file (no links followed).
+
+    Raises:
+        PersistenceError: the file is missing, a link, or shorter than the range.
+    """
+    fd = _open_regular(path, os.O_RDONLY, "read")
+    try:
+        chunks: list[bytes] = []
+        position, remaining = offset, length
+        while remaining > 0:
+            chunk = os.pread(fd, min(remaining, 1 << 20), position)
+            if not chunk:
+                raise PersistenceError(f"{path} is shorter than expected; it may be truncated")
+            chunks.append(chunk)
+            position += len(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _translate(exc, path, "read") from exc
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def open_append(path: Path, *, durable: bool = True) -> Iterator[tuple[int, bool]]:
+    """Open ``path`` for appending, creating it if needed; yield ``(fd, created)``.
+
+    When the file was created (and ``durable``), its directory is fsynced before the context
+    exits, so a durable record inside a new file is also reachable by name after a power
+    loss.
+    """
+    created = False
+    try:
+        fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, "create")
+        created = True
+    except PersistenceError as exc:
+        if not isinstance(exc.__cause__, FileExistsError):
+            raise
+        fd = _open_regular(path, os.O_WRONLY | os.O_APPEND, "append to")
+    try:
+        yield fd, created
+    finally:
+        os.close(fd)
+    if created and durable:
+        fsync_directory(path.parent)
+
+
+def append_bytes(fd: int, data: bytes, path: Path, *, durable: bool = True) -> None:
+    """Append ``data`` in one ``write`` call (retrying short writes); fsync if ``durable``."""
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        if durable:
+            os.fsync(fd)
+    except OSError as exc:
+        raise _translate(exc, path, "write") from exc
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably.
+
+    Writes ``<path>.<uuid>.tmp`` beside the target, fsyncs it, renames it over the target and
+    fsyncs the folder. A crash leaves either the old file or the new one, never a mix; a
+    leftover temporary file is harmless and ignored by readers.
+    """
+    temporary = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = _open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "create")
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            raise PersistenceError(f"refusing to replace {path}: it is not a regular file")
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise _translate(exc, path, "write") from exc
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    fsync_directory(path.parent)
+
+
+def open_folder(path: StrPath) -> int:
+    """Open a real folder (not a link) for ``*_at`` calls; the caller closes the descriptor."""
+    try:
+        return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR:
+            raise PersistenceError(f"{path} should be a folder but is a file") from exc
+        raise _translate(exc, path, "open the folder") from exc
+
+
+def read_at(folder_fd: int, name: str, maximum_bytes: int, folder: StrPath) -> bytes | None:
+    """Read the regular file ``name`` of an open folder whole; ``None`` if it does not exist.
+
+    Bulk reads (a migration) use this: one open, fstat, read and close per file, with no
+    path walk. ``folder`` (the folder's path) only names the file in errors.
+
+    Raises:
+        PersistenceError: the file is a link, not a regular file, or larger than
+            ``maximum_bytes``.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=folder_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _translate(exc, os.path.join(folder, name), "read") from exc
+    try:
+        return _read_descriptor(fd, maximum_bytes, 0, lambda: os.path.join(folder, name))[0]
+    finally:
+        os.close(fd)
+
+
+def rename_all(source: Path, target: Path, names: list[str]) -> None:
+    """Move each of ``names`` from folder ``source`` to folder ``target`` (same file system).
+
+    Renames relative to open folder descriptors: no path walk per file. A name already in
+    ``target`` is replaced; one already gone from ``source`` is skipped. Not durable by
+    itself: fsync both folders afterwards.
+    """
+    source_fd = open_folder(source)
+    try:
+        target_fd = open_folder(target)
+        try:
+            for name in names:
+                try:
+                    os.replace(name, name, src_dir_fd=source_fd, dst_dir_fd=target_fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise _translate(exc, source / name, "move") from exc
+        finally:
+            os.close(target_fd)
+    finally:
+        os.close(source_fd)
+
+
+def list_directory(path: Path) -> list[os.DirEntry[str]]:
+    """List a real directory's entries (sorted by name); links inside are refused.
+
+    Returns an empty list when the directory does not exist.
+    """
+    try:
+        with os.scandir(path) as entries:
+            listed = sorted(entries, key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError as exc:
+        raise PersistenceError(f"{path} should be a folder but is a file") from exc
+    except OSError as exc:
+        raise _translate(exc, path, "list") from exc
+    for entry in listed:
+        if entry.is_symlink():
+            raise PersistenceError(
+                f"refusing to read {entry.path}: it is a symbolic link. A save folder must "
+                "contain only real files and folders."
+            )
+    return listed
+
+
+_BARRIER_THREADS = 16
+
+
+def sync_all(files: list[Path], folders: list[Path]) -> None:
+    """Make ``files`` (data and metadata) and ``folders`` (their entries) durable.
+
+    One barrier for a batch: every file and folder is fsynced from a small thread pool, so
+    the file system's journal commits many of them together, and the wait is bounded by
+    this batch's own data (unlike ``syncfs``, which also flushes every other process's
+    writes to the file system). Returns when all are durable.
+
+    Raises:
+        PersistenceError: a file or folder could not be flushed (or is a link).
+    """
+
+    def flush_file(path: Path) -> None:
+        fd = _open_regular(path, os.O_RDONLY, "flush")
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise _translate(exc, path, "flush") from exc
+        finally:
+            os.close(fd)
+
+    jobs = [(flush_file, path) for path in files] + [(fsync_directory, path) for path in folders]
+    if not jobs:
+        return
+    with ThreadPoolExecutor(min(_BARRIER_THREADS, len(jobs))) as pool:
+        for future in [pool.submit(job, path) for job, path in jobs]:
+            future.result()
+
+
+def lstat_regular(path: str) -> os.stat_result | None:
+    """``lstat`` a path that must be a regular file if it exists (``None`` if it does not).
+
+    Raises:
+        PersistenceError: it is a link, a folder or anything but a regular file.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PersistenceError(f"could not inspect {path}: {exc.strerror}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise PersistenceError(f"{path} should be a regular file, not a link or folder")
+    return info

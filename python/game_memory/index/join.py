@@ -1,0 +1,353 @@
+"""Vector recall over partitions: join index entries to the snapshot, then score.
+
+A :class:`PartitionJoin` matches one owner partition's index entries to the authoritative
+view of the same partition by ``sha256(memory_id)`` and checks each content digest. Only
+ready entries of the active identity whose digest matches become scoring rows; orphans
+(no such memory), mismatches (another content), stale (another identity) and pending
+entries are counted and left out. Views and index partitions are immutable versions, so
+a join is computed once per pair and cached, and extended (not recomputed) when both
+versions only grew; a warm search is then one matrix-vector product plus a gather of the
+visible rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.durable.names import identity_hash
+from game_memory.index.entries import EntryState, MemoryDigests
+from game_memory.index.partition import IndexPartition
+from game_memory.model import GameMemory, ordinal_key
+from game_memory.store.view import PartitionView
+
+__all__ = ["JoinCache", "PartitionJoin", "top_vector_hits"]
+
+IntArray = npt.NDArray[np.int64]
+
+
+_READY, _STALE, _UNREADY, _ORPHAN, _MISMATCHED = range(5)
+
+
+@dataclass(slots=True)
+class _JoinState:
+    """What a join needs to be extended to grown versions instead of being recomputed.
+
+    Owned by one join at a time: extending a join moves (and then updates in place) its
+    state into the new join, so an extension costs what changed, not the partition's size.
+    A join whose state moved on keeps its arrays and counts, which stay valid for searches
+    that still hold it; it just cannot be extended again (``owner`` is then another join).
+    """
+
+    slots: dict[bytes, int]  # sha256(memory_id) -> view position
+    expected: list[bytes]  # content digest per view position
+    classes: dict[bytes, tuple[int, int, int]]  # entry -> (class, row, view position)
+    counts: list[int]  # entries per class
+    owner: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionJoin:
+    """Index entries of one partition matched against its authoritative view.
+
+    ``rows`` and ``positions`` are parallel: the row (in the active identity's matrix) and
+    the view position of every scorable memory. ``pending`` counts the view's memories that
+    have no ready vector of any identity for their current content (no entry, a pending or
+    failed entry, or an entry computed from other content, which is also ``mismatched``).
+    """
+
+    view: PartitionView | None
+    partition: IndexPartition | None
+    active: int | None
+    rows: IntArray
+    positions: IntArray
+    ready: int
+    stale: int
+    pending: int
+    orphans: int
+    mismatched: int
+    state: _JoinState = field(repr=False)
+
+
+def _classify(
+    partition: IndexPartition,
+    slot: int,
+    position: int | None,
+    expected: list[bytes],
+    active: int | None,
+) -> tuple[int, int, int]:
+    if position is None:
+        return (_ORPHAN, 0, -1)
+    if partition.digest(slot) != expected[position]:
+        return (_MISMATCHED, 0, position)
+    if partition.states[slot] != EntryState.READY:
+        return (_UNREADY, 0, position)
+    if active is None or partition.identities[slot] != active:
+        return (_STALE, 0, position)
+    return (_READY, int(partition.rows[slot]), position)
+
+
+def _finish(
+    view: PartitionView | None,
+    partition: IndexPartition | None,
+    active: int | None,
+    state: _JoinState,
+    rows: IntArray,
+    positions: IntArray,
+) -> PartitionJoin:
+    counts = state.counts
+    memories = len(view.memories) if view is not None else 0
+    joined = PartitionJoin(
+        view,
+        partition,
+        active,
+        rows,
+        positions,
+        counts[_READY],
+        counts[_STALE],
+        memories - counts[_READY] - counts[_STALE],
+        counts[_ORPHAN],
+        counts[_MISMATCHED],
+        state,
+    )
+    state.owner = joined
+    return joined
+
+
+def _join(
+    view: PartitionView | None,
+    partition: IndexPartition | None,
+    active: int | None,
+    digests: MemoryDigests,
+) -> PartitionJoin:
+    memories = view.memories if view is not None else ()
+    slots: dict[bytes, int] = {}
+    expected: list[bytes] = []
+    for index, (hashed, digest) in enumerate(digests.get_many(memories)):
+        slots[hashed] = index
+        expected.append(digest)
+    classes: dict[bytes, tuple[int, int, int]] = {}
+    rows: list[int] = []
+    positions: list[int] = []
+    if partition is not None:
+        # The hot loop of a cold join: plain lists instead of numpy scalars.
+        states = partition.states.tolist()
+        identities = partition.identities.tolist()
+        stored_rows = partition.rows.tolist()
+        stored = partition.digests
+        ready_state = int(EntryState.READY)
+        for hashed, slot in partition.position.items():
+            position = slots.get(hashed)
+            if position is None:
+                classes[hashed] = (_ORPHAN, 0, -1)
+            elif stored[slot * 32 : slot * 32 + 32] != expected[position]:
+                classes[hashed] = (_MISMATCHED, 0, position)
+            elif states[slot] != ready_state:
+                classes[hashed] = (_UNREADY, 0, position)
+            elif active is None or identities[slot] != active:
+                classes[hashed] = (_STALE, 0, position)
+            else:
+                classes[hashed] = (_READY, stored_rows[slot], position)
+                rows.append(stored_rows[slot])
+                positions.append(position)
+    counts = [0] * 5
+    for kind, _, _ in classes.values():
+        counts[kind] += 1
+    return _finish(
+        view,
+        partition,
+        active,
+        _JoinState(slots, expected, classes, counts),
+        np.asarray(rows, dtype=np.int64),
+        np.asarray(positions, dtype=np.int64),
+    )
+
+
+def _extends(old: PartitionJoin, view: PartitionView | None, partition: IndexPartition) -> bool:
+    """Whether ``view`` and ``partition`` are grown versions of ``old``'s (same prefix)."""
+    before = old.partition
+    if before is None or view is None or old.view is None:
+        return False
+    if (before.inode, before.tag) != (partition.inode, partition.tag):
+        return False
+    if before.records > partition.records:
+        return False
+    count = len(old.view.memories)
+    # Views of a partition share their memory objects, so this compares identities.
+    return len(view.memories) >= count and view.memories[:count] == old.view.memories
+
+
+def _extend_join(
+    old: PartitionJoin,
+    view: PartitionView,
+    partition: IndexPartition,
+    digests: MemoryDigests,
+) -> PartitionJoin:
+    """Join grown versions by reclassifying only the memories and entries that changed.
+
+    Call with ``old`` owning its state (see :class:`_JoinState`); the state moves on.
+    """
+    assert old.view is not None and old.partition is not None
+    state = old.state
+    slots, expected, classes, counts = state.slots, state.expected, state.classes, state.counts
+    added = view.memories[len(old.view.memories) :]
+    touched: set[bytes] = set()
+    for hashed, digest in digests.get_many(added):
+        slots[hashed] = len(expected)
+        expected.append(digest)
+        touched.add(hashed)
+    start = old.partition.records
+    for record in range(start, partition.records):
+        touched.add(partition.memory_hash(record))
+    dropped: list[int] = []
+    new_rows: list[int] = []
+    new_positions: list[int] = []
+    for hashed in touched:
+        previous = classes.pop(hashed, None)
+        if previous is not None:
+            counts[previous[0]] -= 1
+            if previous[0] == _READY:
+                dropped.append(previous[2])
+        slot = partition.position.get(hashed)
+        if slot is None:
+            continue  # no entry (or a tombstone): nothing to classify
+        current = _classify(partition, slot, slots.get(hashed), expected, old.active)
+        classes[hashed] = current
+        counts[current[0]] += 1
+        if current[0] == _READY:
+            new_rows.append(current[1])
+            new_positions.append(current[2])
+    rows, positions = old.rows, old.positions
+    if dropped:
+        keep = ~np.isin(positions, np.asarray(dropped, dtype=np.int64))
+        rows, positions = rows[keep], positions[keep]
+    if new_rows:
+        rows = np.concatenate((rows, np.asarray(new_rows, dtype=np.int64)))
+        positions = np.concatenate((positions, np.asarray(new_positions, dtype=np.int64)))
+    return _finish(view, partition, old.active, state, rows, positions)
+
+
+class JoinCache:
+    """The latest join per partition (session and owner), reused while nothing changed.
+
+    Views and index partitions are immutable versions: a join is valid exactly as long as
+    both are the current ones. When both have only grown (an append: the view gained
+    memories, the entries file gained records), the previous join is extended by
+    reclassifying just what changed, so a search after an append costs what the append
+    added, not the partition's size. One join is kept per partition (at most ``maximum``),
+    so superseded versions and their matrices are released instead of piling up.
+    """
+
+    def __init__(self, digests: MemoryDigests, maximum: int = 4_096) -> None:
+        self._digests = digests
+        self._maximum = maximum
+        self._joins: OrderedDict[tuple[str, str], PartitionJoin] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def join(
+        self, view: PartitionView | None, partition: IndexPartition | None, active: int | None
+    ) -> PartitionJoin:
+        """Return the (cached or extended) join of ``view`` and ``partition`` under ``active``."""
+        if view is not None:
+            key = (identity_hash(view.session_id), identity_hash(view.owner_id))
+        elif partition is not None:
+            key = (partition.session_hash, partition.owner_hash)
+        else:
+            return _join(None, None, active, self._digests)
+        with self._lock:
+            cached = self._joins.get(key)
+        if cached is not None and cached.active == active:
+            if cached.view is view and cached.partition is partition:
+                with self._lock:
+                    self._joins.move_to_end(key)
+                return cached
+            if (
+                partition is not None
+                and view is not None
+                and _extends(cached, view, partition)
+                and self._claim(key, cached)
+            ):
+                joined = _extend_join(cached, view, partition, self._digests)
+                self._remember(key, joined)
+                return joined
+        joined = _join(view, partition, active, self._digests)
+        self._remember(key, joined)
+        return joined
+
+    def _claim(self, key: tuple[str, str], cached: PartitionJoin) -> bool:
+        """Take ``cached``'s state for an extension, unless another thread already did."""
+        with self._lock:
+            if self._joins.get(key) is not cached or cached.state.owner is not cached:
+                return False
+            cached.state.owner = self  # claimed: the extended join becomes the owner
+            del self._joins[key]
+            return True
+
+    def _remember(self, key: tuple[str, str], joined: PartitionJoin) -> None:
+        with self._lock:
+            self._joins[key] = joined
+            self._joins.move_to_end(key)
+            while len(self._joins) > self._maximum:
+                self._joins.popitem(last=False)
+
+
+def top_vector_hits(
+    parts: Sequence[tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]],
+    query: npt.NDArray[np.float32],
+    limit: int,
+) -> list[tuple[GameMemory, float]]:
+    """Score every visible joined row and return the best ``limit`` memories.
+
+    Args:
+        parts: ``(join, matrix, visible)`` per partition: the matrix of the active identity
+            and the view's visibility mask for the query.
+        query: The L2-normalized query vector.
+        limit: How many candidates to keep.
+
+    Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
+    One matrix-vector product per partition; everything after it is vectorized except the
+    final sort, which only sees the ``limit`` best scores (and any ties with the last).
+    """
+    if limit <= 0:
+        return []
+    scored: list[tuple[PartitionView, IntArray, npt.NDArray[np.float32]]] = []
+    for joined, matrix, visible in parts:
+        if joined.ready == 0 or joined.view is None:
+            continue
+        keep = visible[joined.positions]
+        positions = joined.positions[keep]
+        scores = (matrix @ query)[joined.rows[keep]]
+        np.clip(scores, -1.0, 1.0, out=scores)
+        scored.append((joined.view, positions, scores))
+    total = sum(scores.size for _, _, scores in scored)
+    if total == 0:
+        return []
+    if total > limit:
+        everything = np.concatenate([scores for _, _, scores in scored])
+        threshold = np.partition(everything, total - limit)[total - limit]
+        scored = [
+            (view, positions[chosen], scores[chosen])
+            for view, positions, scores in scored
+            if (chosen := scores >= threshold).any()
+        ]
+    hits: list[tuple[GameMemory, float]] = []
+    for view, positions, scores in scored:
+        memories = view.memories
+        hits.extend(
+            (memories[p], v) for p, v in zip(positions.tolist(), scores.tolist(), strict=True)
+        )
+    hits.sort(
+        key=lambda hit: (
+            -hit[1],
+            -hit[0].importance,
+            -hit[0].moment.tick,
+            ordinal_key(hit[0].owner_id),
+            ordinal_key(hit[0].memory_id),
+        )
+    )
+    return hits[:limit]

@@ -1,0 +1,84 @@
+"""Search results and their stage metrics (no text, ids or content in the metrics)."""
+
+from __future__ import annotations
+
+import math
+from enum import IntEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from game_memory.model.fields import (
+    MAXIMUM_SNAPSHOT_MEMORIES,
+    MAXIMUM_STAGE_COUNT,
+    MAXIMUM_STAGE_MILLISECONDS,
+    MAXIMUM_STAGES,
+)
+from game_memory.model.memory import GameMemory
+
+__all__ = ["GameMemorySearchSnapshot", "GameMemorySearchStage", "GameMemorySearchStageKind"]
+
+
+class GameMemorySearchStageKind(IntEnum):
+    """The stages of one search, in the reference's ordinal order."""
+
+    STORAGE_MIGRATION = 0
+    AUTHORITATIVE_SNAPSHOT = 1
+    LEXICAL_SEARCH = 2
+    VECTOR_INDEX_READ = 3
+    EMBEDDING = 4
+    VECTOR_SCORING = 5
+    RERANK = 6
+
+
+class GameMemorySearchStage(BaseModel):
+    """How long one stage of a search took and how much it touched: never text or ids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stage: GameMemorySearchStageKind
+    duration_ms: Annotated[float, Field(ge=0.0, le=MAXIMUM_STAGE_MILLISECONDS, allow_inf_nan=False)]
+    scanned_count: Annotated[int, Field(ge=0, le=MAXIMUM_STAGE_COUNT)] = 0
+    candidate_count: Annotated[int, Field(ge=0, le=MAXIMUM_STAGE_COUNT)] = 0
+    reused: bool = False
+
+    @classmethod
+    def measured(
+        cls,
+        stage: GameMemorySearchStageKind,
+        seconds: float,
+        scanned: int = 0,
+        candidates: int = 0,
+        reused: bool = False,
+    ) -> GameMemorySearchStage:
+        """Build a stage from a duration in seconds, clamping every value into its bounds."""
+        milliseconds = seconds * 1000.0
+        if not math.isfinite(milliseconds):
+            milliseconds = MAXIMUM_STAGE_MILLISECONDS if milliseconds > 0 else 0.0
+        return cls(
+            stage=GameMemorySearchStageKind(stage),
+            duration_ms=min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS),
+            scanned_count=min(max(int(scanned), 0), MAXIMUM_STAGE_COUNT),
+            candidate_count=min(max(int(candidates), 0), MAXIMUM_STAGE_COUNT),
+            reused=bool(reused),
+        )
+
+
+class GameMemorySearchSnapshot(BaseModel):
+    """A search result: the ranked memories, the authoritative snapshot they came from, stages.
+
+    ``authoritative_memories`` is the exact bounded session (or session and owner)
+    partition the search read; every returned memory is one of them.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memories: Annotated[tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)]
+    authoritative_memories: Annotated[
+        tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)
+    ]
+    stages: Annotated[tuple[GameMemorySearchStage, ...], Field(max_length=MAXIMUM_STAGES)]
+
+    def stage(self, kind: GameMemorySearchStageKind) -> GameMemorySearchStage | None:
+        """Return the first stage of ``kind``, or ``None`` when the search had none."""
+        return next((stage for stage in self.stages if stage.stage == kind), None)

@@ -1,0 +1,82 @@
+"""How ready a session's derived vectors are for the active embedding identity."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+from game_memory.model.identity import MemoryEmbeddingIdentity
+
+__all__ = ["VectorMemoryState", "VectorMemoryStatus"]
+
+
+class VectorMemoryState(StrEnum):
+    """The derived index's state for one session.
+
+    EMPTY: no memories. READY: every memory has a vector of the active identity.
+    DEGRADED: some memories lack vectors (embedding failed or pending) or orphan records
+    exist; semantic recall works for the rest. REBUILD_REQUIRED: vectors of another model
+    exist; semantic recall is off (lexical fallback) until ``rebuild``.
+    """
+
+    EMPTY = "empty"
+    READY = "ready"
+    DEGRADED = "degraded"
+    REBUILD_REQUIRED = "rebuild_required"
+
+
+class VectorMemoryStatus(BaseModel):
+    """Counts behind a :class:`VectorMemoryState`: ``ready + pending + stale == total``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: VectorMemoryState
+    active_identity: MemoryEmbeddingIdentity
+    total_entries: int = Field(ge=0)
+    ready_entries: int = Field(ge=0)
+    pending_entries: int = Field(ge=0)
+    stale_entries: int = Field(ge=0)
+    orphan_entries: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _counts_add_up(self) -> VectorMemoryStatus:
+        if self.ready_entries + self.pending_entries + self.stale_entries != self.total_entries:
+            raise ValueError("ready + pending + stale must equal total")
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def requires_rebuild(self) -> bool:
+        """Whether a rebuild would change anything (pending, stale or orphan entries)."""
+        return bool(self.pending_entries or self.stale_entries or self.orphan_entries)
+
+    @classmethod
+    def from_counts(
+        cls,
+        identity: MemoryEmbeddingIdentity,
+        *,
+        ready: int,
+        pending: int,
+        stale: int,
+        orphans: int,
+    ) -> VectorMemoryStatus:
+        """Derive the state from the counts (the reference's rule)."""
+        total = ready + pending + stale
+        if total == 0 and orphans == 0:
+            state = VectorMemoryState.EMPTY
+        elif stale:
+            state = VectorMemoryState.REBUILD_REQUIRED
+        elif pending or orphans:
+            state = VectorMemoryState.DEGRADED
+        else:
+            state = VectorMemoryState.READY
+        return cls(
+            state=state,
+            active_identity=identity,
+            total_entries=total,
+            ready_entries=ready,
+            pending_entries=pending,
+            stale_entries=stale,
+            orphan_entries=orphans,
+        )

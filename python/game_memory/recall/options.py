@@ -1,0 +1,54 @@
+"""Bounds and switches of a :class:`~game_memory.memory.VectorMemoryStore`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from game_memory.recall.fusion import FusionOptions
+
+__all__ = ["VectorMemoryStoreOptions"]
+
+
+class VectorMemoryStoreOptions(BaseModel):
+    """Options of the hybrid store; every bound is a number with a documented range.
+
+    Attributes:
+        maximum_index_entries: Largest snapshot (memories of a session or owner) a search
+            or status reads, 1..1,000,000.
+        maximum_stored_vector_values: ``maximum_index_entries × dimensions`` must not
+            exceed it (bounds memory), 1..10,000,000,000.
+        maximum_vector_comparisons_per_search: Above ``entries × dimensions`` a search
+            skips vector recall (lexical fallback), 1..10,000,000,000.
+        candidate_multiplier: Each channel returns ``limit × multiplier`` candidates.
+        maximum_candidates: ... but never more than this, 1..100,000.
+        rebuild_batch_size: Memories embedded per provider call during a rebuild.
+        maximum_concurrent_embedding_calls: Provider calls in flight at once.
+        embedding_timeout: Seconds one embedding call may take, queueing included.
+        diagnostic_timeout: Seconds a diagnostic sink may take before it is dropped.
+        fail_when_embedding_unavailable: Raise instead of falling back to lexical recall.
+        dispose_embedding_provider: ``aclose()`` also closes the provider.
+        fusion: How lexical and vector rankings are combined.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    maximum_index_entries: Annotated[int, Field(ge=1, le=1_000_000)] = 100_000
+    maximum_stored_vector_values: Annotated[int, Field(ge=1, le=10_000_000_000)] = 200_000_000
+    maximum_vector_comparisons_per_search: Annotated[int, Field(ge=1, le=10_000_000_000)] = (
+        200_000_000
+    )
+    candidate_multiplier: Annotated[int, Field(ge=1, le=100)] = 4
+    maximum_candidates: Annotated[int, Field(ge=1, le=100_000)] = 512
+    rebuild_batch_size: Annotated[int, Field(ge=1, le=1_024)] = 32
+    maximum_concurrent_embedding_calls: Annotated[int, Field(ge=1, le=256)] = 4
+    embedding_timeout: Annotated[float, Field(ge=0.001, le=600.0)] = 30.0
+    diagnostic_timeout: Annotated[float, Field(ge=0.001, le=30.0)] = 0.5
+    fail_when_embedding_unavailable: bool = False
+    dispose_embedding_provider: bool = True
+    fusion: FusionOptions = FusionOptions()
+
+    def candidate_limit(self, limit: int) -> int:
+        """How many candidates each channel returns for a query of ``limit``."""
+        return min(self.maximum_candidates, max(limit, limit * self.candidate_multiplier))

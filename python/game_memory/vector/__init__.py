@@ -1,1 +1,0 @@
-"""Semantic recall: embedding identity and provider protocol, derived index, fusion, reranker."""
