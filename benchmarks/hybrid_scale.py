@@ -201,15 +201,15 @@ def without_embedding(result: RecallResult, seconds: float) -> float:
 
 async def cold_load(store: VectorMemoryStore) -> tuple[dict[str, object], FloatMatrix]:
     """Load the owner partition's entries, then its float32 rows, in a fresh process state."""
-    engine = await store.run(lambda: store.index.engine)
+    engine = await asyncio.to_thread(lambda: store.index.engine)
     session_hash, owner_hash = identity_hash(SESSION), identity_hash(OWNER)
     started = time.perf_counter()
-    partition = await store.run(lambda: engine.partition(session_hash, owner_hash))
+    partition = await asyncio.to_thread(lambda: engine.partition(session_hash, owner_hash))
     loaded_entries = time.perf_counter()
     assert partition is not None
     code = engine.identity_code(store.active_identity, create=False)
     assert code is not None
-    matrix = await store.run(lambda: engine.matrix(partition, code, DIMENSIONS))
+    matrix = await asyncio.to_thread(lambda: engine.matrix(partition, code, DIMENSIONS))
     loaded_rows = time.perf_counter()
     figures: dict[str, object] = {
         "entries": round((loaded_entries - started) * 1000, 3),

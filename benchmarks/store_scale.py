@@ -8,7 +8,7 @@ one target partition, then measures in one run:
 2. the real migration into the partitioned layout (``migrate_legacy_layout`` on a new
    store object: layout creation, validation of every document, the batch, the backup);
 3. the median of 25 hot owner queries (after one warm-up) for the target owner, each a
-   full ``search_snapshot`` through the async API (one thread-pool hop included).
+   full ``snapshot`` through the async API (one thread-pool hop included).
 
 The file-system journal is flushed (``os.sync``) before each timed phase, so neither pays
 for the other's writes.
@@ -95,11 +95,11 @@ async def measure(root: Path, entries: int) -> dict[str, object]:
         query = GameMemoryQuery(
             session_id="target-session", owner_id="target-owner", limit=8, text="target"
         )
-        await store.search_snapshot(query, entries)
+        await store.snapshot(query, maximum_entries=entries)
         timings: list[float] = []
         for _ in range(QUERY_RUNS):
             started = time.perf_counter()
-            snapshot = await store.search_snapshot(query, entries)
+            snapshot = (await store.snapshot(query, maximum_entries=entries)).search_snapshot()
             timings.append((time.perf_counter() - started) * 1000)
         median_ms = statistics.median(timings)
         stage = next(s for s in snapshot.stages if s.stage.name == "AUTHORITATIVE_SNAPSHOT")

@@ -21,9 +21,8 @@ from game_memory import (
     GameMemorySearchStageKind,
     GameMoment,
     derive_memory_id,
-    memory_matches_query,
 )
-from game_memory.model import check_bounded_id, ordinal_key
+from game_memory.model import check_bounded_id, memory_matches_query, ordinal_key
 from game_memory.strict_json import parse_strict_json
 
 

@@ -1,15 +1,19 @@
 """game-memory: long-term memory for game NPCs.
 
 The authoritative save is the truth; the vector index is derived from it and disposable;
-recall fuses lexical and semantic search and reranks on *game* time. Everything public is
-importable from here (and the in-process ONNX providers from ``game_memory.onnx``).
+recall fuses lexical and semantic search and reranks on *game* time. Open a save with
+:func:`open_memory` (one front door, :class:`VectorMemoryStore`, hybrid or lexical);
+backends plug in behind :class:`GameMemoryStore` and :class:`VectorIndex`. Everything public
+is importable from here (and the in-process ONNX providers from ``game_memory.onnx``); the
+modules below are the implementation.
 """
 
 import contextlib as _contextlib
 
+from game_memory._version import __version__
 from game_memory.embedding.hashing import HashingEmbeddingProvider
 from game_memory.embedding.projector import MemoryTextProjector
-from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
+from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import (
     CapacityExceededError,
     DerivedIndexError,
@@ -23,9 +27,11 @@ from game_memory.errors import (
     StoreClosedError,
 )
 from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.index.protocol import VectorIndex
 from game_memory.lifecycle import RuntimeMemoryLifecycle
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import (
+    DiagnosticSeverity,
     GameMemory,
     GameMemoryKind,
     GameMemoryQuery,
@@ -33,22 +39,22 @@ from game_memory.model import (
     GameMemorySearchStage,
     GameMemorySearchStageKind,
     GameMoment,
-    memory_matches_query,
+    MemoryEmbeddingIdentity,
+    MemoryVectorDiagnostic,
+    MigrationReport,
+    RecallHit,
+    RecallResult,
+    StoreCheckReport,
+    VectorMemoryState,
+    VectorMemoryStatus,
+    derive_memory_id,
 )
-from game_memory.model.diagnostics import DiagnosticSeverity, MemoryVectorDiagnostic
-from game_memory.model.identity import MemoryEmbeddingIdentity
-from game_memory.model.memory_ids import derive_memory_id
-from game_memory.model.results import RecallHit, RecallResult
-from game_memory.model.status import VectorMemoryState, VectorMemoryStatus
+from game_memory.opening import open_memory
 from game_memory.recall.fusion import FusionMode, FusionOptions
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
-from game_memory.store.check import StoreCheckReport
 from game_memory.store.file_store import FileGameMemoryStore
-from game_memory.store.migration import FileGameMemoryMigrationResult
-from game_memory.store.protocol import GameMemoryStore
-
-__version__ = "0.1.0"
+from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 
 __all__ = [
     "CapacityExceededError",
@@ -57,8 +63,6 @@ __all__ = [
     "EmbeddingProvider",
     "EmbeddingTimeoutError",
     "EmbeddingUnavailableError",
-    "EmbeddingVector",
-    "FileGameMemoryMigrationResult",
     "FileGameMemoryStore",
     "FileVectorMemoryIndex",
     "FusionMode",
@@ -80,6 +84,7 @@ __all__ = [
     "MemoryEmbeddingIdentity",
     "MemoryTextProjector",
     "MemoryVectorDiagnostic",
+    "MigrationReport",
     "PersistenceError",
     "RecallHit",
     "RecallResult",
@@ -87,12 +92,15 @@ __all__ = [
     "StoreBusyError",
     "StoreCheckReport",
     "StoreClosedError",
+    "StoreSnapshot",
+    "VectorIndex",
     "VectorMemoryState",
     "VectorMemoryStatus",
     "VectorMemoryStore",
     "VectorMemoryStoreOptions",
+    "__version__",
     "derive_memory_id",
-    "memory_matches_query",
+    "open_memory",
 ]
 
 # Show the public path in reprs and tracebacks (httpx does the same).

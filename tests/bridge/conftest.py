@@ -12,7 +12,7 @@ import pytest
 
 from game_memory.bridge.protocol import BridgeConnection, Received, ServerInfo
 from game_memory.bridge.service import ProgressCallback
-from game_memory.errors import EmbeddingUnavailableError, MemoryConflictError
+from game_memory.errors import EmbeddingUnavailableError, MemoryConflictError, StoreBusyError
 from game_memory.model import (
     GameMemory,
     GameMemoryQuery,
@@ -75,7 +75,8 @@ class FakeDiagnostic:
 
 @dataclass
 class FakeService:
-    """An in-memory stand-in for ``OpenedMemory`` with hooks to fail or hold calls.
+    """An in-memory stand-in for the front door (``VectorMemoryStore``) with hooks to fail
+    or hold calls.
 
     ``errors[method]`` is raised by the next call of that method; ``gate``, when set, is
     awaited by every call (so tests can hold calls in flight); ``delays[text]`` makes a
@@ -90,6 +91,7 @@ class FakeService:
     delays: dict[str, float] = field(default_factory=dict)
     rebuild_steps: int = 3
     calls: list[str] = field(default_factory=list)
+    rebuilding: set[str] = field(default_factory=set)
 
     async def _enter(self, method: str) -> None:
         self.calls.append(method)
@@ -99,7 +101,7 @@ class FakeService:
         if error is not None:
             raise error
 
-    async def remember(self, memory: GameMemory) -> bool:
+    async def append(self, memory: GameMemory) -> bool:
         await self._enter("remember")
         for existing in self.memories:
             if existing.key == memory.key:
@@ -161,21 +163,28 @@ class FakeService:
             requires_rebuild=False,
         )
 
-    async def status(self, session_id: str) -> FakeStatus:
+    async def get_status(self, session_id: str) -> FakeStatus:
         await self._enter("status")
         return self._status(session_id)
 
     async def rebuild(
         self, session_id: str, *, force: bool = False, progress: ProgressCallback | None = None
     ) -> FakeStatus:
-        await self._enter("rebuild")
-        if self.mode == "lexical":
-            raise EmbeddingUnavailableError("no embedding model is loaded; nothing to rebuild")
-        for step in range(self.rebuild_steps + 1):
-            if progress is not None:
-                progress(step, self.rebuild_steps)
-            await asyncio.sleep(0)
-        return self._status(session_id)
+        # The front door's contract: one rebuild of a session at a time.
+        if session_id in self.rebuilding:
+            raise StoreBusyError(f"a rebuild of session {session_id!r} is already running")
+        self.rebuilding.add(session_id)
+        try:
+            await self._enter("rebuild")
+            if self.mode == "lexical":
+                raise EmbeddingUnavailableError("no embedding model is loaded; nothing to rebuild")
+            for step in range(self.rebuild_steps + 1):
+                if progress is not None:
+                    progress(step, self.rebuild_steps)
+                await asyncio.sleep(0)
+            return self._status(session_id)
+        finally:
+            self.rebuilding.discard(session_id)
 
     async def migrate(self) -> FakeMigration:
         await self._enter("migrate")

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from game_memory.bridge.codes import ErrorCode
+from game_memory.bridge.handlers import METHODS as METHOD_TABLE
 from game_memory.bridge.limits import DEFAULT_LIMITS, PROTOCOL_VERSION
 from game_memory.bridge.params import (
     MAXIMUM_RECALL_LIMIT,
     MAXIMUM_RECALL_MANY_QUERIES,
-    METHOD_PARAMS,
 )
 from game_memory.bridge.protocol import METHODS, NOTIFICATIONS, UNAUTHORIZED_CLOSE_CODE
 
@@ -40,7 +40,7 @@ def test_every_method_has_a_section(doc: str, method: str) -> None:
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "initialize"])
 def test_every_param_of_every_method_is_documented(doc: str, method: str) -> None:
     text = section(doc, f"`{method}`")
-    for name in METHOD_PARAMS[method].model_fields:
+    for name in METHOD_TABLE[method].params.model_fields:
         assert f"`{name}`" in text or f'"{name}"' in text, f"{method} param {name}"
 
 

@@ -15,6 +15,7 @@ CORE = [
     "codes",
     "convert",
     "framing",
+    "handlers",
     "handshake",
     "limits",
     "messages",

@@ -466,15 +466,13 @@ async def test_store_diagnostics_are_broadcast_to_every_initialized_client(
     from game_memory.index.file_index import FileVectorMemoryIndex
     from game_memory.memory import VectorMemoryStore
     from game_memory.model import GameMemory, GameMemoryKind, GameMoment
-    from game_memory.models import OpenedMemory
 
     # Vectors written by another model version make the session's index stale.
     authoritative = FileGameMemoryStore(tmp_path / "save")
     provider = HashingEmbeddingProvider(version="older")
     index = FileVectorMemoryIndex(tmp_path / "save.index")
-    store = VectorMemoryStore(authoritative, index, provider)
-    async with OpenedMemory(store, "hybrid", None, None, authoritative) as older:
-        await older.remember(
+    async with VectorMemoryStore(authoritative, index, provider) as older:
+        await older.append(
             GameMemory(
                 memory_id="m-1",
                 session_id="save-1",

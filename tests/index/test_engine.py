@@ -13,6 +13,7 @@ from game_memory import (
     DerivedIndexError,
     FileVectorMemoryIndex,
     InvalidArgumentError,
+    MemoryTextProjector,
     StoreClosedError,
 )
 from game_memory.durable.names import identity_hash
@@ -63,7 +64,7 @@ async def test_vectors_are_stored_as_raw_float32_rows_beside_binary_entries(
     (rows,) = session.glob(f"o-{OWNER}.0.*.f32")
     stored = np.fromfile(rows, dtype="<f4")
     provider = FaultyProvider()
-    expected = provider.inner.embed(store.projector.project_document(memory))
+    expected = provider.inner.embed(MemoryTextProjector().project_document(memory))
     assert np.allclose(stored, expected / np.linalg.norm(expected), atol=1e-6)
     assert b"[" not in rows.read_bytes()[:1] and rows.stat().st_size == 256 * 4
 
@@ -211,8 +212,10 @@ async def test_an_owner_partition_holds_at_most_capacity_entries(
         assert diagnostics[0].memory_id == "m2"
         status = await store.get_status("session")
         assert (status.ready_entries, status.pending_entries) == (3, 1)
+        assert store.index is not None and store.active_identity is not None
         with pytest.raises(CapacityExceededError) as raised:
-            store.index.check_capacity(SESSION, OWNER, [ready("m9")])
+            row = np.ones((1, 256), dtype=np.float32) / 16
+            store.index.write([make_memory("m9")], row, store.active_identity)
         assert raised.value.bound == "capacity"
     finally:
         await store.aclose()

@@ -24,9 +24,10 @@ from game_memory.index.entries import (
     encode_entry,
     memory_hash,
 )
-from game_memory.index.join import JoinCache, PartitionJoin, top_vector_hits
+from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.partition import IndexPartition
 from game_memory.index.partition import extend_partition as _extend
+from game_memory.recall.vectors import top_vector_hits
 from game_memory.store.view import PartitionView
 from support.providers import FaultyProvider
 from support.vectors import MemoryFactory

@@ -8,11 +8,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from game_memory import (
     DerivedIndexError,
     DiagnosticSeverity,
+    GameMemoryQuery,
+    MemoryTextProjector,
     StoreBusyError,
     VectorMemoryState,
     VectorMemoryStore,
@@ -180,7 +183,7 @@ async def test_a_failed_batch_that_cannot_be_recorded_raises_and_says_so(
     def broken(*_: Any, **__: Any) -> None:
         raise DerivedIndexError("disk full")
 
-    monkeypatch.setattr(store, "write_markers", broken)
+    monkeypatch.setattr(store.index, "mark", broken)
     with pytest.raises(DerivedIndexError, match="recording rebuild state"):
         await store.rebuild("session")
     assert diagnostics.codes() == [
@@ -241,17 +244,18 @@ async def test_the_orphan_sweep_keeps_a_vector_written_after_its_snapshot_of_the
     """The race the reference loses: the sweep's view of the save is older than an append."""
     store = make_vector_store()
     await pending_memories(store, provider, make_memory, 2)
-    original = store.session_views
+    original = store.authoritative.snapshot
     calls: list[int] = []
 
-    async def views_then_append(session_id: str) -> Any:
-        views = await original(session_id)
-        calls.append(1)
-        if len(calls) == 2:  # the re-read after the batches, just before the sweep
-            await store.append(make_memory("late", text="a kitten in the barn", tick=99))
+    async def views_then_append(query: GameMemoryQuery, **bounds: Any) -> Any:
+        views = await original(query, **bounds)
+        if query.limit == 0:  # a read of the session's partitions (not a recall)
+            calls.append(1)
+            if len(calls) == 2:  # the re-read after the batches, just before the sweep
+                await store.append(make_memory("late", text="a kitten in the barn", tick=99))
         return views
 
-    monkeypatch.setattr(store, "session_views", views_then_append)
+    monkeypatch.setattr(store.authoritative, "snapshot", views_then_append)
     status = await store.rebuild("session")
     monkeypatch.undo()
     assert len(calls) >= 2
@@ -299,8 +303,11 @@ async def test_compaction_keeps_recall_results_identical(
     records_before = path.stat().st_size
     # Write superseded rows and records again, then compact through another rebuild.
     memories = list(before[0].snapshot.authoritative_memories)
-    vectors = await store.embed_documents(memories, "a test")
-    await store.run(lambda: store.write_vectors(memories, vectors))
+    projector = MemoryTextProjector()
+    raw = await provider.embed_documents([projector.project_document(m) for m in memories])
+    vectors = np.stack([np.asarray(v, np.float32) / np.linalg.norm(v) for v in raw])
+    assert store.index is not None and store.active_identity is not None
+    store.index.write(memories, vectors, store.active_identity)
     assert path.stat().st_size == 2 * records_before
     await store.rebuild("session")
     assert path.stat().st_size == records_before

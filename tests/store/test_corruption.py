@@ -14,6 +14,7 @@ import pytest
 from game_memory import GameMemoryQuery, PersistenceError
 from game_memory.store.documents import encode_document
 from game_memory.store.records import HEADER_BYTES, encode_record
+from support.stores import search
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path, session_folder, write_legacy
 
@@ -130,7 +131,7 @@ async def test_a_flipped_byte_in_a_pack_index_fails_closed(
     flip(pack, pack.stat().st_size - 24 - 10)  # inside the owner index
     store = make_store(save)
     with pytest.raises(PersistenceError, match="corrupt"):
-        await store.search(GameMemoryQuery(session_id="session", owner_id="o1", limit=5))
+        await search(store, GameMemoryQuery(session_id="session", owner_id="o1", limit=5))
     assert not (await store.check()).ok
 
 

@@ -19,6 +19,7 @@ from game_memory import (
     StoreClosedError,
 )
 from game_memory.model import ordinal_key
+from support.stores import search, search_snapshot
 
 from .helpers import DATA, MemoryFactory, StoreFactory, files_under, log_path
 
@@ -107,13 +108,13 @@ async def test_an_owner_query_reads_only_that_owner_and_a_session_query_only_tha
         session = "target" if index < 60 else f"session-{index % 4}"
         owner = "npc-1" if index < 3 else f"npc-{index % 7 + 2}"
         await store.append(make_memory(f"m{index}", session_id=session, owner_id=owner))
-    owner_snapshot = await store.search_snapshot(query("target", owner_id="npc-1", text="memory"))
+    owner_snapshot = await search_snapshot(store, query("target", owner_id="npc-1", text="memory"))
     stage = owner_snapshot.stage(Stage.AUTHORITATIVE_SNAPSHOT)
     assert stage is not None and stage.scanned_count == 3
     assert {m.owner_id for m in owner_snapshot.authoritative_memories} == {"npc-1"}
     assert len(owner_snapshot.memories) == 3
 
-    session_snapshot = await store.search_snapshot(query("target", limit=1))
+    session_snapshot = await search_snapshot(store, query("target", limit=1))
     stage = session_snapshot.stage(Stage.AUTHORITATIVE_SNAPSHOT)
     assert stage is not None and stage.scanned_count == 60
     assert {m.session_id for m in session_snapshot.authoritative_memories} == {"target"}
@@ -133,7 +134,7 @@ async def test_a_snapshot_reports_its_three_stages_and_ordered_partition(
         ("\uff5e", "y"),
     ):
         await store.append(make_memory(memory_id, owner_id=owner))
-    snapshot = await store.search_snapshot(query())
+    snapshot = await search_snapshot(store, query())
     assert [stage.stage for stage in snapshot.stages] == [
         Stage.STORAGE_MIGRATION,
         Stage.AUTHORITATIVE_SNAPSHOT,
@@ -159,14 +160,14 @@ async def test_game_time_hides_future_other_timeline_and_expired_memories(
         make_memory("expiring", tick=2, expires_at=GameMoment(timeline_id="world", tick=10))
     )
     at_ten = GameMoment(timeline_id="world", tick=10)
-    visible = {m.memory_id for m in await store.search(query(at_or_before=at_ten))}
+    visible = {m.memory_id for m in await search(store, query(at_or_before=at_ten))}
     assert visible == {"past", "now"}
     at_nine = GameMoment(timeline_id="world", tick=9)
-    assert {m.memory_id for m in await store.search(query(at_or_before=at_nine))} == {
+    assert {m.memory_id for m in await search(store, query(at_or_before=at_nine))} == {
         "past",
         "expiring",
     }
-    assert len(await store.search(query())) == 5  # no moment: no time filtering at all
+    assert len(await search(store, query())) == 5  # no moment: no time filtering at all
 
 
 async def test_search_results_are_ranked_and_limited(
@@ -176,10 +177,10 @@ async def test_search_results_are_ranked_and_limited(
     await store.append(make_memory("m1", text="a dragon burned the forge", tick=1))
     await store.append(make_memory("m2", text="the smith forged a sword", tick=2))
     await store.append(make_memory("m3", text="dragon dragon dragon", tick=3, importance=0.9))
-    results = await store.search(query(text="dragon", limit=1))
+    results = await search(store, query(text="dragon", limit=1))
     assert [m.memory_id for m in results] == ["m3"]
-    assert await store.search(query(text="dragon", limit=0)) == []
-    assert [m.memory_id for m in await store.search(query(text="Dragon"))] == ["m3", "m1"]
+    assert await search(store, query(text="dragon", limit=0)) == []
+    assert [m.memory_id for m in await search(store, query(text="Dragon"))] == ["m3", "m1"]
 
 
 async def test_the_store_wide_capacity_is_enforced_from_the_ledger(
@@ -213,12 +214,12 @@ async def test_a_snapshot_larger_than_its_bound_is_refused(
     store = make_store()
     for index in range(3):
         await store.append(make_memory(f"m{index}", owner_id=f"o{index}"))
-    assert len((await store.search_snapshot(query(), 3)).authoritative_memories) == 3
+    assert len((await search_snapshot(store, query(), 3)).authoritative_memories) == 3
     with pytest.raises(CapacityExceededError) as raised:
-        await store.search_snapshot(query(), 2)
+        await search_snapshot(store, query(), 2)
     assert raised.value.bound == "maximum_snapshot_entries"
     with pytest.raises(InvalidArgumentError):
-        await store.search_snapshot(query(), 0)
+        await search_snapshot(store, query(), 0)
 
 
 async def test_a_partition_log_rolls_over_to_a_new_segment_at_maximum_file_bytes(
@@ -246,8 +247,8 @@ async def test_a_closed_store_refuses_every_operation(
     await store.aclose()  # idempotent
     for operation in (
         store.append(make_memory("other")),
-        store.search(query()),
-        store.search_snapshot(query()),
+        search(store, query()),
+        search_snapshot(store, query()),
         store.enumerate("session"),
         store.count(),
         store.check(),
@@ -276,7 +277,7 @@ async def test_bad_arguments_raise_invalid_argument_errors(
     with pytest.raises(InvalidArgumentError):
         await store.enumerate(" ")
     with pytest.raises(InvalidArgumentError):
-        await store.search({"session_id": "s"})  # type: ignore[arg-type]
+        await search(store, {"session_id": "s"})  # type: ignore[arg-type]
 
 
 async def test_concurrent_tasks_appending_to_one_store_lose_nothing(
@@ -296,11 +297,11 @@ async def test_a_second_store_object_sees_appends_made_through_the_first(
 ) -> None:
     writer, reader = make_store(), make_store()
     await writer.append(make_memory("m1"))
-    assert [m.memory_id for m in await reader.search(query(owner_id="owner"))] == ["m1"]
+    assert [m.memory_id for m in await search(reader, query(owner_id="owner"))] == ["m1"]
     await writer.append(make_memory("m2"))
     await writer.append(make_memory("m3", owner_id="new-owner"))
     assert [m.memory_id for m in await reader.enumerate("session", "owner")] == ["m1", "m2"]
-    assert len(await reader.search(query())) == 3
+    assert len(await search(reader, query())) == 3
 
 
 async def test_a_small_cache_evicts_partitions_but_answers_stay_right(

@@ -10,12 +10,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from game_memory import GameMemory, GameMemoryQuery, GameMoment, memory_matches_query
-from game_memory.model import ordinal_key
+from game_memory import GameMemory, GameMemoryQuery, GameMoment
+from game_memory.model import memory_matches_query, ordinal_key
 from game_memory.store import lexical
 from game_memory.store.lexical import lexical_search
 from game_memory.store.tokenizer import tokenize
 from game_memory.store.view import PartitionView
+from support.stores import search
 
 from .helpers import StoreFactory
 
@@ -249,11 +250,11 @@ async def test_a_session_wide_search_equals_the_ranking_of_one_collection(
         await store.append(memory)
     for text in ("sword", "dragon forge", "猫", None):
         query = GameMemoryQuery(session_id="s", limit=40, text=text)
-        results = await store.search(query)
+        results = await search(store, query)
         expected = reference_search(memories, query)
         assert [m.key for m in results] == [m.key for m, _ in expected]
     owner_query = GameMemoryQuery(session_id="s", owner_id="npc-1", limit=40, text="ale tom")
-    owner_results = await store.search(owner_query)
+    owner_results = await search(store, owner_query)
     owned = [m for m in memories if m.owner_id == "npc-1"]
     assert [m.key for m in owner_results] == [
         m.key for m, _ in reference_search(owned, owner_query)

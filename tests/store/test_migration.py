@@ -21,6 +21,7 @@ from game_memory import (
 )
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import decode_legacy_document, encode_legacy_document
+from support.stores import search, search_snapshot
 
 from .helpers import (
     DATA,
@@ -169,13 +170,13 @@ async def test_flat_documents_migrate_on_first_use_and_are_moved_to_the_backup(
     ]
     originals = {legacy_name(m): write_legacy(save, m).read_bytes() for m in written}
     store = make_store(save)
-    snapshot = await store.search_snapshot(GameMemoryQuery(session_id="session", limit=20))
+    snapshot = await search_snapshot(store, GameMemoryQuery(session_id="session", limit=20))
     stage = snapshot.stage(GameMemorySearchStageKind.STORAGE_MIGRATION)
     assert stage is not None and (stage.scanned_count, stage.candidate_count) == (10, 10)
     assert sorted(snapshot.authoritative_memories, key=key) == sorted(written, key=key)
     assert not list(save.glob("*.memory.json"))
     assert files_under(save / DATA / "legacy" / "v1") == originals
-    again = await store.search_snapshot(GameMemoryQuery(session_id="session", limit=1))
+    again = await search_snapshot(store, GameMemoryQuery(session_id="session", limit=1))
     stage = again.stage(GameMemorySearchStageKind.STORAGE_MIGRATION)
     assert stage is not None and (stage.scanned_count, stage.candidate_count) == (0, 10)
 
@@ -192,7 +193,7 @@ async def test_hand_written_csharp_documents_migrate_exactly(
     assert sorted(await everything(store, ["save-1", "save-2"]), key=key) == sorted(
         FIXTURE_MEMORIES, key=key
     )
-    hits = await store.search(GameMemoryQuery(session_id="save-1", limit=5, text="dragon"))
+    hits = await search(store, GameMemoryQuery(session_id="save-1", limit=5, text="dragon"))
     assert [m.memory_id for m in hits] == ["memory-ü-1"]
     await store.aclose()
     reopened = make_store(save)
@@ -280,7 +281,7 @@ async def test_legacy_memories_join_partitions_that_already_hold_appended_ones(
     write_legacy(save, make_memory("legacy", text="forge fire"))
     await store.migrate_legacy_layout()
     await store.append(make_memory("later", text="forge later"))
-    found = await store.search(GameMemoryQuery(session_id="session", owner_id="owner", limit=5))
+    found = await search(store, GameMemoryQuery(session_id="session", owner_id="owner", limit=5))
     assert {m.memory_id for m in found} == {"appended", "legacy", "later"}
     assert (await store.check()).ok
 

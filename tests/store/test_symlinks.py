@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from game_memory import FileGameMemoryStore, GameMemoryQuery, PersistenceError
+from support.stores import search
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path, session_folder, write_legacy
 
@@ -80,7 +81,7 @@ async def test_a_linked_session_folder_is_refused_by_a_session_wide_read_and_by_
     relink(session_folder(save, "session"))
     store = make_store(save)
     with pytest.raises(PersistenceError):
-        await store.search(GameMemoryQuery(session_id="session", limit=5))
+        await search(store, GameMemoryQuery(session_id="session", limit=5))
     report = await store.check()
     assert not report.ok and any("link" in problem for problem in report.problems)
 

@@ -146,10 +146,10 @@ async def read(save: str, seconds: float) -> None:
             seen: list[GameMemory] = []
             for session in ("session-0", "session-1"):
                 seen.extend(await store.enumerate(session))
-                hits = await store.search(
-                    GameMemoryQuery(session_id=session, owner_id="npc-1", limit=10, text="crash")
+                query = GameMemoryQuery(
+                    session_id=session, owner_id="npc-1", limit=10, text="crash"
                 )
-                seen.extend(hits)
+                seen.extend(hit.memory for hit in (await store.snapshot(query)).lexical)
             for memory in seen:
                 if memory != expected_memory(memory.memory_id):
                     print(f"error {memory.memory_id} differs from what was written", flush=True)

@@ -1,20 +1,25 @@
-"""Run one validated call against the memory service and shape its JSON result.
+"""The one table of bridge methods: each name with its params model and its handler.
 
-:class:`MethodExecutor` is shared by every connection of a server: it also owns the
-server-wide rule that only one rebuild per session runs at a time.
+The sans-I/O core validates a call's params against :data:`METHODS`; the server runs the
+handler against the :class:`BridgeService` with :class:`MethodExecutor`. A method exists
+exactly when it is in the table, so the list of methods, their params and their handlers
+cannot drift apart. The rule that one rebuild of a session runs at a time is the memory's
+own (``VectorMemoryStore.rebuild`` raises ``StoreBusyError``), not the bridge's.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
 from game_memory.bridge.convert import build_memory, build_query
 from game_memory.bridge.params import (
+    InitializeParams,
     MigrateParams,
     RebuildParams,
     RecallManyParams,
@@ -22,7 +27,6 @@ from game_memory.bridge.params import (
     RememberParams,
     StatusParams,
 )
-from game_memory.bridge.protocol import Call
 from game_memory.bridge.results import (
     memory_to_json,
     migration_to_json,
@@ -30,9 +34,8 @@ from game_memory.bridge.results import (
     status_to_json,
 )
 from game_memory.bridge.service import BridgeService
-from game_memory.errors import StoreBusyError
 
-__all__ = ["MethodExecutor", "Notify", "ProgressRelay"]
+__all__ = ["METHODS", "Method", "MethodExecutor", "Notify", "ProgressRelay"]
 
 logger = logging.getLogger("game_memory.bridge")
 
@@ -86,8 +89,82 @@ class ProgressRelay:
         self._notify("memory.rebuild_progress", params, force)
 
 
+async def _remember(service: BridgeService, params: RememberParams, notify: Notify) -> Any:
+    memory = build_memory(params)
+    created = await service.append(memory)
+    return {"memory_id": memory.memory_id, "created": created, "memory": memory_to_json(memory)}
+
+
+async def _recall(service: BridgeService, params: RecallParams, notify: Notify) -> Any:
+    result = await service.recall(build_query(params), require_semantic=params.require_semantic)
+    return recall_to_json(result)
+
+
+async def _recall_many(service: BridgeService, params: RecallManyParams, notify: Notify) -> Any:
+    # One query at a time: a recall_many is bounded work, never 64 parallel recalls.
+    results: list[dict[str, Any]] = []
+    for position, raw in enumerate(params.queries):
+        try:
+            query = RecallParams.model_validate(raw)
+            entry = await _recall(service, query, notify)
+        except ValidationError as exc:
+            error = error_from_exception(exc, f"memory.recall_many queries[{position}]")
+        except Exception as exc:  # one bad query must not fail the others
+            error = error_from_exception(exc, "memory.recall_many")
+            if error.code is ErrorCode.INTERNAL_ERROR:
+                logger.error("memory.recall_many query %d failed", position, exc_info=exc)
+        else:
+            results.append({"ok": True, **entry})
+            continue
+        failure = {"code": int(error.code), "message": error.message}
+        results.append({"ok": False, "error": failure})
+    return {"results": results}
+
+
+async def _status(service: BridgeService, params: StatusParams, notify: Notify) -> Any:
+    return status_to_json(await service.get_status(params.session_id))
+
+
+async def _rebuild(service: BridgeService, params: RebuildParams, notify: Notify) -> Any:
+    relay = ProgressRelay(params.session_id, notify)
+    status = await service.rebuild(params.session_id, force=params.force, progress=relay)
+    relay.finish(status.total_entries)
+    return status_to_json(status)
+
+
+async def _migrate(service: BridgeService, params: MigrateParams, notify: Notify) -> Any:
+    return migration_to_json(await service.migrate())
+
+
+#: ``handler(service, params, notify)`` returns the JSON-ready result of one call.
+Handler = Callable[[BridgeService, Any, Notify], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One bridge method: the model its params must match and what runs it.
+
+    ``run`` is ``None`` for ``initialize``, which the protocol core answers itself.
+    """
+
+    params: type[BaseModel]
+    run: Handler | None
+
+
+#: Every method a client may call, ``initialize`` first.
+METHODS: dict[str, Method] = {
+    "initialize": Method(InitializeParams, None),
+    "memory.remember": Method(RememberParams, _remember),
+    "memory.recall": Method(RecallParams, _recall),
+    "memory.recall_many": Method(RecallManyParams, _recall_many),
+    "memory.status": Method(StatusParams, _status),
+    "memory.rebuild": Method(RebuildParams, _rebuild),
+    "memory.migrate": Method(MigrateParams, _migrate),
+}
+
+
 class MethodExecutor:
-    """Execute calls against a :class:`BridgeService`.
+    """Execute validated calls against a :class:`BridgeService`.
 
     Args:
         service: The memory to serve.
@@ -95,76 +172,15 @@ class MethodExecutor:
 
     def __init__(self, service: BridgeService) -> None:
         self._service = service
-        self._rebuilding: set[str] = set()
 
-    async def execute(self, call: Call, notify: Notify) -> Any:
-        """Run ``call`` and return its JSON-ready result.
+    async def execute(self, method: str, params: BaseModel, notify: Notify) -> Any:
+        """Run ``method`` with its validated ``params``; return its JSON-ready result.
 
         Raises:
             GameMemoryError: Whatever the service raises (mapped by the error table).
-            RpcError: For invalid converted params.
-            StoreBusyError: A rebuild of the same session is already running.
+            RpcError: For params the core models refuse, or a method without a handler.
         """
-        params = call.params
-        if isinstance(params, RememberParams):
-            return await self._remember(params)
-        if isinstance(params, RecallParams):
-            return await self._recall(params)
-        if isinstance(params, RecallManyParams):
-            return await self._recall_many(params)
-        if isinstance(params, StatusParams):
-            return status_to_json(await self._service.status(params.session_id))
-        if isinstance(params, RebuildParams):
-            return await self._rebuild(params, notify)
-        if isinstance(params, MigrateParams):
-            return migration_to_json(await self._service.migrate())
-        raise RpcError(  # pragma: no cover - METHOD_PARAMS and this dispatch agree
-            ErrorCode.METHOD_NOT_FOUND, f"method {call.method!r} has no handler"
-        )
-
-    async def _remember(self, params: RememberParams) -> dict[str, Any]:
-        memory = build_memory(params)
-        created = await self._service.remember(memory)
-        return {"memory_id": memory.memory_id, "created": created, "memory": memory_to_json(memory)}
-
-    async def _recall(self, params: RecallParams) -> dict[str, Any]:
-        result = await self._service.recall(
-            build_query(params), require_semantic=params.require_semantic
-        )
-        return recall_to_json(result)
-
-    async def _recall_many(self, params: RecallManyParams) -> dict[str, Any]:
-        # One query at a time: a recall_many is bounded work, never 64 parallel recalls.
-        results: list[dict[str, Any]] = []
-        for position, raw in enumerate(params.queries):
-            try:
-                query = RecallParams.model_validate(raw)
-                entry = await self._recall(query)
-            except ValidationError as exc:
-                error = error_from_exception(exc, f"memory.recall_many queries[{position}]")
-            except Exception as exc:  # one bad query must not fail the others
-                error = error_from_exception(exc, "memory.recall_many")
-                if error.code is ErrorCode.INTERNAL_ERROR:
-                    logger.error("memory.recall_many query %d failed", position, exc_info=exc)
-            else:
-                results.append({"ok": True, **entry})
-                continue
-            failure = {"code": int(error.code), "message": error.message}
-            results.append({"ok": False, "error": failure})
-        return {"results": results}
-
-    async def _rebuild(self, params: RebuildParams, notify: Notify) -> dict[str, Any]:
-        session_id = params.session_id
-        if session_id in self._rebuilding:
-            raise StoreBusyError(
-                f"a rebuild of session {session_id!r} is already running; wait for its "
-                "memory.rebuild response"
-            )
-        self._rebuilding.add(session_id)
-        try:
-            relay = ProgressRelay(session_id, notify)
-            status = await self._service.rebuild(session_id, force=params.force, progress=relay)
-            relay.finish(status.total_entries)
-            return status_to_json(status)
-        finally:
-            self._rebuilding.discard(session_id)
+        spec = METHODS.get(method)
+        if spec is None or spec.run is None:
+            raise RpcError(ErrorCode.METHOD_NOT_FOUND, f"method {method!r} has no handler")
+        return await spec.run(self._service, params, notify)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from game_memory._version import __version__
+
 __all__ = ["DEFAULT_LIMITS", "PROTOCOL_VERSION", "SERVER_NAME", "BridgeLimits"]
 
 #: The only protocol version this server speaks.
 PROTOCOL_VERSION = 1
 
 #: What ``initialize`` reports as ``server``.
-SERVER_NAME = "game-memory 0.1.0"
+SERVER_NAME = f"game-memory {__version__}"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from game_memory.model import GameMemoryKind, GameMoment
 __all__ = [
     "MAXIMUM_RECALL_LIMIT",
     "MAXIMUM_RECALL_MANY_QUERIES",
-    "METHOD_PARAMS",
     "InitializeParams",
     "MigrateParams",
     "RebuildParams",
@@ -147,15 +146,3 @@ class RebuildParams(_Params):
 
 class MigrateParams(_Params):
     """``memory.migrate``: no params."""
-
-
-#: Every method the bridge serves and the model its params must match.
-METHOD_PARAMS: dict[str, type[BaseModel]] = {
-    "initialize": InitializeParams,
-    "memory.remember": RememberParams,
-    "memory.recall": RecallParams,
-    "memory.recall_many": RecallManyParams,
-    "memory.status": StatusParams,
-    "memory.rebuild": RebuildParams,
-    "memory.migrate": MigrateParams,
-}

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from game_memory.bridge.batches import Batch
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception, params_not_object
+from game_memory.bridge.handlers import METHODS as _METHOD_TABLE
 from game_memory.bridge.handshake import (
     ServerInfo,
     initialize_result,
@@ -44,7 +45,6 @@ from game_memory.bridge.messages import (
     success_response,
     utf8_size,
 )
-from game_memory.bridge.params import METHOD_PARAMS
 
 __all__ = [
     "METHODS",
@@ -61,7 +61,7 @@ __all__ = [
 logger = logging.getLogger("game_memory.bridge")
 
 #: Every method a client may call, ``initialize`` first.
-METHODS: tuple[str, ...] = tuple(METHOD_PARAMS)
+METHODS: tuple[str, ...] = tuple(_METHOD_TABLE)
 #: Every notification the server sends.
 NOTIFICATIONS: tuple[str, ...] = ("memory.diagnostic", "memory.rebuild_progress")
 #: The WebSocket close code after a wrong or missing token.
@@ -335,8 +335,8 @@ class BridgeConnection:
                     {"kind": "ShuttingDown"},
                 )
             )
-        model = METHOD_PARAMS.get(method)
-        if model is None:
+        spec = _METHOD_TABLE.get(method)
+        if spec is None:
             names = ", ".join(METHODS)
             return reply(
                 RpcError(
@@ -348,7 +348,7 @@ class BridgeConnection:
         if not isinstance(raw_params, dict):
             return reply(params_not_object(method))
         try:
-            params = model.model_validate(raw_params)
+            params = spec.params.model_validate(raw_params)
         except ValidationError as exc:
             return reply(error_from_exception(exc, method))
         if self._in_flight >= self._limits.maximum_in_flight:

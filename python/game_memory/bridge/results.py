@@ -95,7 +95,7 @@ def status_to_json(status: StatusView) -> dict[str, Any]:
     return {
         "mode": status.mode,
         "state": status.state,
-        "active_identity": status.active_identity,
+        "active_identity": None if status.active_identity is None else str(status.active_identity),
         "total_entries": status.total_entries,
         "ready_entries": status.ready_entries,
         "pending_entries": status.pending_entries,

@@ -84,7 +84,7 @@ class Session:
         deadline = asyncio.timeout(seconds)
         try:
             async with deadline:
-                result = await self._server.executor.execute(call, self.notify)
+                result = await self._server.executor.execute(call.method, call.params, self.notify)
         except asyncio.CancelledError:
             for message in self.connection.fail(call, _shutting_down(call.method)):
                 self.outbox.offer(message, force=True)

@@ -62,7 +62,10 @@ class StatusView(Protocol):
     @property
     def state(self) -> str: ...
     @property
-    def active_identity(self) -> str | None: ...
+    def active_identity(self) -> object | None:
+        """The identity (its ``str`` is sent), or ``None`` without a model."""
+        ...
+
     @property
     def total_entries(self) -> int: ...
     @property
@@ -119,12 +122,7 @@ class BridgeService(Protocol):
         """``"hybrid"`` (lexical and vector recall) or ``"lexical"``."""
         ...
 
-    @property
-    def identity(self) -> str | None:
-        """The embedding model's identity string, or ``None`` in lexical mode."""
-        ...
-
-    async def remember(self, memory: GameMemory) -> bool:
+    async def append(self, memory: GameMemory) -> bool:
         """Append ``memory``; return ``False`` when an identical memory was already there."""
         ...
 
@@ -134,7 +132,7 @@ class BridgeService(Protocol):
         """Recall as ``query`` says; with ``require_semantic`` never fall back to lexical."""
         ...
 
-    async def status(self, session_id: str) -> StatusView:
+    async def get_status(self, session_id: str) -> StatusView:
         """Report a session's index status."""
         ...
 

@@ -1,7 +1,8 @@
 """The maintenance commands of the CLI: status, rebuild, migrate, search, check, bench.
 
-Each is a thin mirror of one Python call (``OpenedMemory.status`` / ``rebuild`` /
-``migrate`` / ``recall``, ``FileGameMemoryStore.check``) with human-readable output. Every
+Each is a thin mirror of one call of the front door that :func:`game_memory.open_memory`
+opens (``get_status`` / ``rebuild`` / ``migrate`` / ``recall`` / ``check``) with
+human-readable output. Every
 ``GameMemoryError`` becomes one line on stderr and exit code 1; nothing prints a traceback
 for a condition the user can act on.
 """
@@ -14,7 +15,6 @@ import json
 import runpy
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -23,9 +23,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from game_memory.errors import GameMemoryError
+from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemoryQuery, GameMoment
-from game_memory.models import OpenedMemory, open_memory
-from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.opening import open_memory
 
 __all__ = [
     "run_bench",
@@ -62,9 +62,15 @@ def _one_line(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _with_memory(args: argparse.Namespace, action: Callable[[OpenedMemory], Awaitable[int]]) -> int:
+def _with_memory(
+    args: argparse.Namespace, action: Callable[[VectorMemoryStore], Awaitable[int]]
+) -> int:
     async def main() -> int:
-        memory = await open_memory(args.save_dir, args.index_dir, args.model)
+        memory = await open_memory(
+            args.save_dir,
+            index=getattr(args, "index_dir", None),
+            model=getattr(args, "model", "lexical"),
+        )
         try:
             if memory.notice is not None:
                 Console(stderr=True, highlight=False).print(
@@ -83,10 +89,16 @@ def _with_memory(args: argparse.Namespace, action: Callable[[OpenedMemory], Awai
 def run_status(args: argparse.Namespace) -> int:
     """``game-memory status``: the session's vector index status."""
 
-    async def action(memory: OpenedMemory) -> int:
-        status = await memory.status(args.session)
+    async def action(memory: VectorMemoryStore) -> int:
+        status = await memory.get_status(args.session)
         table = Table(title=f"session {args.session}", show_header=False)
-        for key, value in asdict(status).items():
+        identity = status.active_identity
+        rows = {
+            **status.model_dump(mode="json"),
+            "mode": status.mode,
+            "active_identity": None if identity is None else str(identity),
+        }
+        for key, value in rows.items():
             table.add_row(key, str(value))
         _console().print(table)
         return 0
@@ -97,7 +109,7 @@ def run_status(args: argparse.Namespace) -> int:
 def run_rebuild(args: argparse.Namespace) -> int:
     """``game-memory rebuild``: re-embed the session's memories, with a progress bar."""
 
-    async def action(memory: OpenedMemory) -> int:
+    async def action(memory: VectorMemoryStore) -> int:
         with Progress(
             TextColumn("rebuilding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         ) as bar:
@@ -120,7 +132,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
 def run_migrate(args: argparse.Namespace) -> int:
     """``game-memory migrate``: migrate a legacy save (and vector index)."""
 
-    async def action(memory: OpenedMemory) -> int:
+    async def action(memory: VectorMemoryStore) -> int:
         report = await memory.migrate()
         _console().print(
             f"migrated {report.migrated_entries} legacy memories "
@@ -137,7 +149,7 @@ def run_search(args: argparse.Namespace) -> int:
     if (args.tick is None) != (args.timeline is None):
         return _fail("--tick and --timeline go together (a moment is a tick on a timeline)")
 
-    async def action(memory: OpenedMemory) -> int:
+    async def action(memory: VectorMemoryStore) -> int:
         at = None
         if args.tick is not None:
             at = GameMoment(timeline_id=args.timeline, tick=args.tick)
@@ -184,9 +196,8 @@ def run_search(args: argparse.Namespace) -> int:
 def run_check(args: argparse.Namespace) -> int:
     """``game-memory check``: verify (and with --fix repair) a save's files."""
 
-    async def main() -> int:
-        async with FileGameMemoryStore(args.save_dir) as store:
-            report = await store.check(fix=args.fix)
+    async def action(memory: VectorMemoryStore) -> int:
+        report = await memory.check(fix=args.fix)
         console = _console()
         for repair in report.repairs:
             console.print(f"[green]repaired:[/green] {repair}")
@@ -198,10 +209,7 @@ def run_check(args: argparse.Namespace) -> int:
         )
         return 0 if report.ok else 1
 
-    try:
-        return asyncio.run(main())
-    except GameMemoryError as exc:
-        return _fail(str(exc))
+    return _with_memory(args, action)
 
 
 def run_bench(args: argparse.Namespace) -> int:

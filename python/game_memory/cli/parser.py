@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import cast
 
+from game_memory._version import __version__
+
 __all__ = ["build_parser", "main"]
 
 #: command name -> "module:function" that runs it with the parsed arguments.
@@ -54,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="game-memory",
         description="Long-term memory for game NPCs: remember, recall on game time, rebuild.",
     )
-    parser.add_argument("--version", action="version", version="game-memory 0.1.0")
+    parser.add_argument("--version", action="version", version=f"game-memory {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = commands.add_parser(

@@ -1,6 +1,6 @@
 """``game-memory serve``: run the sidecar the Godot addon talks to.
 
-Opens the memory (:func:`game_memory.models.open_memory`), starts the chosen
+Opens the memory (:func:`game_memory.open_memory`), starts the chosen
 transport, prints ONE ready line on stdout, and serves until stdin reaches end of file
 (the game died), SIGTERM or SIGINT. Then it refuses new requests, lets running ones finish
 within the grace period, sends what is queued, closes the stores and exits 0. Logs go to
@@ -34,7 +34,7 @@ from game_memory.bridge.stdin import StdinReader
 from game_memory.bridge.stdio import StdioTransport
 from game_memory.bridge.websocket import WebSocketTransport, check_loopback
 from game_memory.errors import GameMemoryError
-from game_memory.models import open_memory
+from game_memory.opening import open_memory
 
 __all__ = ["TIMEOUT_ENVIRONMENT_VARIABLE", "ServeSettings", "run"]
 
@@ -198,13 +198,14 @@ async def serve(settings: ServeSettings) -> int:
     _stop_on_signals(stop)
     relay = _DiagnosticRelay()
     memory = await open_memory(
-        settings.save_dir, settings.index_dir, settings.model, diagnostics=relay
+        settings.save_dir, index=settings.index_dir, model=settings.model, diagnostics=relay
     )
     try:
         notices = () if memory.notice is None else (diagnostic_to_json(memory.notice),)
         for notice in notices:
             logger.warning("%s", notice["message"])
-        info = ServerInfo(mode=memory.mode, model=memory.identity, startup_diagnostics=notices)
+        identity = None if memory.active_identity is None else str(memory.active_identity)
+        info = ServerInfo(mode=memory.mode, model=identity, startup_diagnostics=notices)
         server = BridgeServer(memory, info, settings.limits)
         relay.target = server.broadcast_diagnostic
         transport: WebSocketTransport | StdioTransport

@@ -38,7 +38,8 @@ from game_memory.demo.render import RebuildBar, StepPrinter, print_header, print
 from game_memory.demo.report import ModelReport, build_report
 from game_memory.demo.scenario import SCENARIO, Scenario
 from game_memory.errors import GameMemoryError
-from game_memory.models import OpenedMemory, open_memory
+from game_memory.memory import VectorMemoryStore
+from game_memory.opening import open_memory
 
 __all__ = ["MODELS", "run", "run_demo"]
 
@@ -130,25 +131,32 @@ async def _play_in(
                 "recall is lexical only: the default embedding model could not be prepared "
                 f"({preparation.problem}); run 'game-memory models prepare' when online"
             )
-    memory = await open_memory(save_dir, index_dir, opened_with, home=home)
+    memory = await open_memory(save_dir, index=index_dir, model=opened_with, home=home)
     if memory.notice is not None:
         notice = memory.notice.message
     if model == "lexical":
         notice = "recall is lexical only (--model lexical): no vectors, no model change"
-    report = ModelReport(model, memory.mode, memory.identity, notice, prepared_now)
+    identity = None if memory.active_identity is None else str(memory.active_identity)
+    report = ModelReport(model, memory.mode, identity, notice, prepared_now)
 
-    async def switch() -> OpenedMemory:
+    async def switch() -> VectorMemoryStore:
         return await open_changed_model(
             save_dir, index_dir, opened_with, scenario.changed_model_maximum_tokens, home
         )
 
     can_switch = memory.mode == "hybrid" and opened_with in ("default", "hashing")
-    if on_start is not None:
-        try:
+    compare: VectorMemoryStore | None = None
+    try:
+        if memory.mode == "hybrid":
+            # Lexical recall alone over the same save, to show what semantic recall adds.
+            compare = await open_memory(save_dir, model="lexical")
+        if on_start is not None:
             on_start(report)
-        except BaseException:
-            await memory.aclose()
-            raise
+    except BaseException:
+        await memory.aclose()
+        if compare is not None:
+            await compare.aclose()
+        raise
     # play() owns the memory from its first step on and closes it, also on errors.
     steps: list[Step] = []
     async with contextlib.aclosing(
@@ -157,6 +165,7 @@ async def _play_in(
             scenario,
             switch_model=switch if can_switch else None,
             progress=rebuild_progress,
+            compare=compare,
         )
     ) as playing:
         async for step in playing:

@@ -21,12 +21,9 @@ from pathlib import Path
 
 from game_memory.embedding.hashing import HashingEmbeddingProvider
 from game_memory.embedding.provider import EmbeddingProvider
-from game_memory.errors import GameMemoryError, InvalidArgumentError
-from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.errors import InvalidArgumentError
 from game_memory.memory import VectorMemoryStore
-from game_memory.models import OpenedMemory
-from game_memory.recall.reranker import GameAwareMemoryReranker
-from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.opening import open_memory
 
 __all__ = ["Preparation", "ensure_default_model", "open_changed_model"]
 
@@ -80,7 +77,7 @@ async def open_changed_model(
     model: str,
     maximum_tokens: int,
     home: Path | None = None,
-) -> OpenedMemory:
+) -> VectorMemoryStore:
     """Open the save with a changed model: another embedding identity than ``model``'s.
 
     Args:
@@ -105,15 +102,4 @@ async def open_changed_model(
         provider = await onnx.load_default_provider(home, maximum_tokens=maximum_tokens)
     else:
         raise InvalidArgumentError(f"the demo changes the default or hashing model, not {model!r}")
-    try:
-        authoritative = FileGameMemoryStore(save_dir)
-        store = VectorMemoryStore(
-            authoritative,
-            FileVectorMemoryIndex(index_dir),
-            provider,
-            reranker=GameAwareMemoryReranker(),
-        )
-    except GameMemoryError:
-        await provider.aclose()
-        raise
-    return OpenedMemory(store, "hybrid", str(provider.identity), None, authoritative)
+    return await open_memory(save_dir, index=index_dir, model=provider)

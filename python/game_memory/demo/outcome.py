@@ -7,14 +7,12 @@ The terminal demo renders these records with ``rich`` and prints their JSON with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from game_memory.demo.clock import format_tick
 from game_memory.demo.scenario import DemoEvent, DemoQuestion, Scenario
-from game_memory.model import GameMemorySearchStage
-from game_memory.model.results import RecallHit, RecallResult
-from game_memory.models import MemoryStatus
+from game_memory.model import GameMemorySearchStage, RecallHit, RecallResult, VectorMemoryStatus
 
 __all__ = [
     "EventStep",
@@ -156,9 +154,20 @@ def _expired(scenario: Scenario, memory_id: str, tick: int) -> bool:
     return event.expires_at is not None and event.expires_at <= tick
 
 
-def status_json(status: MemoryStatus) -> dict[str, Any]:
+def status_json(status: VectorMemoryStatus) -> dict[str, Any]:
     """A status as JSON-ready data (the bridge's ``memory.status`` shape)."""
-    return asdict(status)
+    identity = status.active_identity
+    return {
+        "mode": status.mode,
+        "state": status.state.value,
+        "active_identity": None if identity is None else str(identity),
+        "total_entries": status.total_entries,
+        "ready_entries": status.ready_entries,
+        "pending_entries": status.pending_entries,
+        "stale_entries": status.stale_entries,
+        "orphan_entries": status.orphan_entries,
+        "requires_rebuild": status.requires_rebuild,
+    }
 
 
 @dataclass(frozen=True)
@@ -313,7 +322,7 @@ class ModelChangeStep:
 
     previous_identity: str | None
     identity: str | None
-    status: MemoryStatus
+    status: VectorMemoryStatus
 
     def to_json(self) -> dict[str, Any]:
         """The step as JSON-ready data."""
@@ -331,7 +340,7 @@ class RebuildStep:
 
     reason: str
     progress: tuple[tuple[int, int], ...]
-    status: MemoryStatus
+    status: VectorMemoryStatus
 
     def to_json(self) -> dict[str, Any]:
         """The step as JSON-ready data."""

@@ -31,14 +31,14 @@ from game_memory.demo.outcome import (
     Step,
 )
 from game_memory.demo.scenario import SCENARIO, DemoEvent, DemoQuestion, Scenario
+from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
 from game_memory.model.results import RecallResult
-from game_memory.models import OpenedMemory
 
 __all__ = ["ModelSwitch", "ProgressSink", "memory_of", "play", "query_of"]
 
 #: Closes nothing, opens the same save with the changed embedding model.
-ModelSwitch = Callable[[], Awaitable[OpenedMemory]]
+ModelSwitch = Callable[[], Awaitable[VectorMemoryStore]]
 #: Receives ``(done, total)`` while a rebuild runs.
 ProgressSink = Callable[[int, int], None]
 
@@ -83,34 +83,31 @@ def query_of(scenario: Scenario, question: DemoQuestion) -> GameMemoryQuery:
     )
 
 
-def _lexical_view(memory: OpenedMemory) -> OpenedMemory:
-    # Lexical recall alone over the same save, to show what semantic recall adds. It shares
-    # the hybrid memory's file store and is never closed itself: the owner closes it.
-    store = memory.authoritative
-    return OpenedMemory(store, "lexical", None, None, store)
-
-
 async def _ask(
-    memory: OpenedMemory, scenario: Scenario, question: DemoQuestion, stage: str
+    memory: VectorMemoryStore,
+    scenario: Scenario,
+    question: DemoQuestion,
+    stage: str,
+    compare: VectorMemoryStore | None,
 ) -> QuestionStep:
     query = query_of(scenario, question)
     result: RecallResult = await memory.recall(query)
     lexical = None
-    if memory.mode == "hybrid":
-        lexical = await _lexical_view(memory).recall(query)
+    if memory.mode == "hybrid" and compare is not None:
+        lexical = await compare.recall(query)
     return QuestionStep.judge(scenario, question, stage, result, lexical)
 
 
-async def _remember(memory: OpenedMemory, scenario: Scenario, event: DemoEvent) -> EventStep:
+async def _remember(memory: VectorMemoryStore, scenario: Scenario, event: DemoEvent) -> EventStep:
     created = 0
     for owner in event.witnesses:
-        if await memory.remember(memory_of(scenario, event, owner)):
+        if await memory.append(memory_of(scenario, event, owner)):
             created += 1
     return EventStep(event, created)
 
 
 async def _rebuild(
-    memory: OpenedMemory, scenario: Scenario, reason: str, progress: ProgressSink | None
+    memory: VectorMemoryStore, scenario: Scenario, reason: str, progress: ProgressSink | None
 ) -> RebuildStep:
     seen: list[tuple[int, int]] = []
 
@@ -124,11 +121,12 @@ async def _rebuild(
 
 
 async def play(
-    memory: OpenedMemory,
+    memory: VectorMemoryStore,
     scenario: Scenario = SCENARIO,
     *,
     switch_model: ModelSwitch | None = None,
     progress: ProgressSink | None = None,
+    compare: VectorMemoryStore | None = None,
 ) -> AsyncGenerator[Step, None]:
     """Play ``scenario`` on ``memory`` and yield each step as it happens.
 
@@ -143,13 +141,15 @@ async def play(
         switch_model: Opens the same save with a changed embedding model; called after
             ``memory`` is closed. ``None`` skips the model-change phase.
         progress: Receives ``(done, total)`` during every rebuild.
+        compare: A lexical-mode memory over the same save: each hybrid answer is shown
+            beside what lexical recall alone says. Closed with ``memory``.
 
     Raises:
         GameMemoryError: A store failure (nothing in the scenario itself fails).
     """
     current = memory
     try:
-        status = await current.status(scenario.session_id)
+        status = await current.get_status(scenario.session_id)
         if status.requires_rebuild:
             yield await _rebuild(
                 current,
@@ -162,7 +162,7 @@ async def play(
         for question in sorted(scenario.questions_of("play"), key=lambda item: item.tick):
             while pending and pending[0].tick <= question.tick:
                 yield await _remember(current, scenario, pending.pop(0))
-            yield await _ask(current, scenario, question, "play")
+            yield await _ask(current, scenario, question, "play", compare)
         while pending and pending[0].tick <= scenario.end_tick:
             yield await _remember(current, scenario, pending.pop(0))
 
@@ -176,7 +176,7 @@ async def play(
                 "the same timeline, and every later memory stays in the save.",
             )
             for question in rewinds:
-                yield await _ask(current, scenario, question, "rewind")
+                yield await _ask(current, scenario, question, "rewind", compare)
 
         changes = scenario.questions_of("model_change")
         if not changes:
@@ -196,14 +196,24 @@ async def play(
             "The game ships with another embedding model setting: the save's vectors "
             "were made by the old one.",
         )
-        previous = current.identity
+        previous = _identity(current)
         await current.aclose()
         current = await switch_model()
-        yield ModelChangeStep(previous, current.identity, await current.status(scenario.session_id))
+        status = await current.get_status(scenario.session_id)
+        yield ModelChangeStep(previous, _identity(current), status)
         for question in changes:
-            yield await _ask(current, scenario, question, "after_model_change")
+            yield await _ask(current, scenario, question, "after_model_change", compare)
         yield await _rebuild(current, scenario, "the embedding model changed", progress)
         for question in changes:
-            yield await _ask(current, scenario, question, "after_rebuild")
+            yield await _ask(current, scenario, question, "after_rebuild", compare)
     finally:
-        await current.aclose()
+        try:
+            await current.aclose()
+        finally:
+            if compare is not None:
+                await compare.aclose()
+
+
+def _identity(memory: VectorMemoryStore) -> str | None:
+    identity = memory.active_identity
+    return None if identity is None else str(identity)

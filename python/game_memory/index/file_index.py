@@ -1,32 +1,52 @@
-"""The public face of the derived vector index (see index.py for the format)."""
+"""``FileVectorMemoryIndex``: the derived vector index of one save, in a folder of its own.
+
+It implements :class:`~game_memory.index.protocol.VectorIndex` over the blocking
+:class:`~game_memory.index.engine.IndexEngine` (the on-disk format is described there), and
+owns the caches that make a warm recall one matrix-vector product: the digests of memory
+objects and the joins of snapshot views to index partitions.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
-from game_memory.errors import InvalidArgumentError, StoreClosedError
+from game_memory.durable.names import identity_hash
+from game_memory.errors import DerivedIndexError, InvalidArgumentError, StoreClosedError
 from game_memory.index.engine import IndexEngine, check_capacity
-from game_memory.index.entries import EntryRecord
+from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests
+from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.legacy import has_legacy_index, migrate_legacy_index
+from game_memory.index.partition import FloatMatrix, PartitionReplacedError
+from game_memory.index.protocol import OrphanCandidates
+from game_memory.model import GameMemory, MemoryEmbeddingIdentity
+from game_memory.store.view import PartitionView
 
 __all__ = ["FileVectorMemoryIndex"]
+
+_RETRIES = 3
 
 
 class FileVectorMemoryIndex:
     """The derived vector index of one save, in a folder of its own.
 
     Derived data: it may be deleted at any time and rebuilt from the save with
-    ``VectorMemoryStore.rebuild``. Keep it outside the save folder (the hybrid store
-    refuses an index inside it). A reference (C#) flat index found in the folder is
-    migrated on first use.
+    ``VectorMemoryStore.rebuild``. Keep it outside the save folder (the front door refuses
+    an index inside it). A reference (C#) flat index found in the folder is migrated on
+    first use. Writers are serialized across processes by a lock; readers take none.
 
     Args:
         directory: The index folder (created if missing; no symbolic links).
         capacity: Most entries one owner partition may hold, 1..1,000,000.
         lock_timeout: Seconds to wait for another writer before ``StoreBusyError``.
+        digest_cache_entries: Memory digests kept in memory (the join's hot data),
+            1,000..10,000,000.
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
     """
 
     def __init__(
@@ -35,12 +55,21 @@ class FileVectorMemoryIndex:
         *,
         capacity: int = 100_000,
         lock_timeout: float = 30.0,
+        digest_cache_entries: int = 200_000,
     ) -> None:
         if isinstance(capacity, bool) or not 1 <= capacity <= 1_000_000:
             raise InvalidArgumentError("capacity must be an integer from 1 to 1,000,000")
+        if isinstance(digest_cache_entries, bool) or not (
+            1_000 <= digest_cache_entries <= 10_000_000
+        ):
+            raise InvalidArgumentError(
+                "digest_cache_entries must be an integer from 1,000 to 10,000,000"
+            )
         self.directory = Path(os.path.abspath(os.fspath(directory)))
-        self.capacity = capacity
+        self._capacity = capacity
         self._engine = IndexEngine(self.directory, capacity=capacity, lock_timeout=lock_timeout)
+        self._digests = MemoryDigests(digest_cache_entries)
+        self._joins = JoinCache(self._digests)
         self._open_lock = threading.Lock()
         self._opened = False
         self._closed = False
@@ -49,8 +78,21 @@ class FileVectorMemoryIndex:
         return f"FileVectorMemoryIndex({str(self.directory)!r})"
 
     @property
+    def folder(self) -> Path:
+        """The index folder (absolute)."""
+        return self.directory
+
+    @property
+    def capacity(self) -> int:
+        """Most entries one owner partition may hold."""
+        return self._capacity
+
+    @property
     def engine(self) -> IndexEngine:
-        """The blocking engine, opened (and legacy-migrated) on first use. Blocks."""
+        """The blocking engine, opened (and legacy-migrated) on first use. Blocks.
+
+        For tools and tests that inspect the files; recall goes through the protocol.
+        """
         if self._closed:
             raise StoreClosedError(f"the vector index at {self.directory} is closed")
         if not self._opened:
@@ -62,15 +104,187 @@ class FileVectorMemoryIndex:
                     self._opened = True
         return self._engine
 
-    def check_capacity(
+    # -- reads --------------------------------------------------------------------------
+
+    def join(self, view: PartitionView, identity: MemoryEmbeddingIdentity) -> PartitionJoin:
+        """Match the entries of ``view``'s partition against it (cached; blocking)."""
+        engine = self.engine
+        active = engine.identity_code(identity, create=False)
+        partition = engine.partition(identity_hash(view.session_id), identity_hash(view.owner_id))
+        return self._joins.join(view, partition, active)
+
+    def session_joins(
+        self,
+        session_id: str,
+        views: Sequence[PartitionView],
+        identity: MemoryEmbeddingIdentity,
+    ) -> list[PartitionJoin]:
+        """Join every partition of a session, orphaned ones included (blocking)."""
+        engine = self.engine
+        active = engine.identity_code(identity, create=False)
+        session_hash = identity_hash(session_id)
+        by_owner = {identity_hash(view.owner_id): view for view in views}
+        owners = sorted(set(by_owner) | set(engine.owner_hashes(session_hash)))
+        return [
+            self._joins.join(by_owner.get(owner), engine.partition(session_hash, owner), active)
+            for owner in owners
+        ]
+
+    def vectors(self, joined: PartitionJoin, identity: MemoryEmbeddingIdentity) -> FloatMatrix:
+        """The active identity's rows of a joined partition (blocking).
+
+        Raises:
+            PartitionReplacedError: a compaction replaced the partition; join it again.
+            DerivedIndexError: the rows are missing or damaged.
+        """
+        if joined.partition is None or joined.active is None:
+            raise DerivedIndexError("the joined partition has no vectors of the active model")
+        return self.engine.matrix(joined.partition, joined.active, identity.dimensions)
+
+    def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
+        """Whether ``memory`` has a ready vector of ``identity`` for its content (blocking)."""
+        engine = self.engine
+        partition = engine.partition(
+            identity_hash(memory.session_id), identity_hash(memory.owner_id)
+        )
+        if partition is None:
+            return False
+        hashed, digest = self._digests.get(memory)
+        record = partition.record(hashed)
+        active = engine.identity_code(identity, create=False)
+        return (
+            record is not None
+            and record.state is EntryState.READY
+            and record.identity == active
+            and record.digest == digest
+        )
+
+    # -- writes -------------------------------------------------------------------------
+
+    def write(
+        self,
+        memories: Sequence[GameMemory],
+        vectors: FloatMatrix,
+        identity: MemoryEmbeddingIdentity,
+    ) -> None:
+        """Write ready entries for ``memories`` durably (blocking; under the index lock).
+
+        Per partition, the rows are flushed before the entries that point at them, so a
+        crash leaves either the new entries with their rows or the old entries.
+
+        Raises:
+            CapacityExceededError: an owner partition would exceed :attr:`capacity`.
+        """
+        engine = self.engine
+        with engine.locked():
+            code = engine.identity_code(identity, create=True)
+            assert code is not None
+            for (session_hash, owner_hash), positions in _groups(memories).items():
+                records = [
+                    EntryRecord(EntryState.READY, code, offset, *self._digests.get(memories[p]), "")
+                    for offset, p in enumerate(positions)
+                ]
+                self._check_capacity(session_hash, owner_hash, records)
+                engine.append(session_hash, owner_hash, records, {code: vectors[positions]})
+
+    def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
+        """Record that ``memories`` have no usable vector (blocking; under the index lock)."""
+        engine = self.engine
+        with engine.locked():
+            for (session_hash, owner_hash), positions in _groups(memories).items():
+                records = [
+                    EntryRecord(state, NO_VALUE, NO_VALUE, *self._digests.get(memories[p]), code)
+                    for p in positions
+                ]
+                engine.append(session_hash, owner_hash, records)
+
+    def _check_capacity(
         self, session_hash: str, owner_hash: str, records: list[EntryRecord]
     ) -> None:
-        """Raise ``CapacityExceededError`` if ``records`` add too many memories (blocking)."""
         partition = self.engine.partition(session_hash, owner_hash)
         new = sum(
             1 for r in records if partition is None or r.memory_hash not in partition.position
         )
-        check_capacity(partition, new, self.capacity)
+        check_capacity(partition, new, self._capacity)
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def verify(self, session_id: str, *, repair: bool) -> list[Exception]:
+        """Verify a session's partitions (entries, rows, checksums); maybe delete the damaged.
+
+        Blocking. A partition replaced by a concurrent compaction is read again.
+        """
+        engine = self.engine
+        session_hash = identity_hash(session_id)
+        damaged: list[Exception] = []
+        for owner_hash in engine.owner_hashes(session_hash):
+            for attempt in range(_RETRIES):
+                try:
+                    engine.verify_partition(session_hash, owner_hash)
+                    break
+                except PartitionReplacedError:
+                    if attempt == _RETRIES - 1:
+                        raise
+                except DerivedIndexError as exc:
+                    if repair:
+                        with engine.locked():
+                            engine.reset_partition(session_hash, owner_hash)
+                    damaged.append(exc)
+                    break
+        return damaged
+
+    def orphans(self, session_id: str, views: Sequence[PartitionView]) -> OrphanCandidates:
+        """The session's entries whose memory is absent from ``views`` (blocking)."""
+        engine = self.engine
+        session_hash = identity_hash(session_id)
+        alive = self._alive(views)
+        entries: dict[object, dict[bytes, object]] = {}
+        for owner_hash in engine.owner_hashes(session_hash):
+            partition = engine.partition(session_hash, owner_hash)
+            if partition is None:
+                continue
+            known = alive.get(owner_hash, set())
+            found: dict[bytes, object] = {}
+            for hashed in partition.position:
+                if hashed not in known:
+                    found[hashed] = partition.record(hashed)
+            entries[owner_hash] = found
+        return OrphanCandidates(session_id, entries)
+
+    def remove_orphans(self, candidates: OrphanCandidates, views: Sequence[PartitionView]) -> int:
+        """Delete confirmed orphans and compact the session (blocking; under the lock)."""
+        engine = self.engine
+        session_hash = identity_hash(candidates.session_id)
+        alive = self._alive(views)
+        removed = 0
+        with engine.locked():
+            for owner_hash in engine.owner_hashes(session_hash):
+                partition = engine.partition(session_hash, owner_hash)
+                if partition is None:
+                    continue
+                known = alive.get(owner_hash, set())
+                listed = candidates.entries.get(owner_hash, {})
+                orphans = [
+                    hashed
+                    for hashed, record in listed.items()
+                    if hashed not in known and partition.record(hashed) == record
+                ]
+                if orphans:
+                    tombstones = [
+                        EntryRecord(EntryState.DELETED, NO_VALUE, NO_VALUE, h, bytes(32), "")
+                        for h in orphans
+                    ]
+                    engine.append(session_hash, owner_hash, tombstones)
+                    removed += len(orphans)
+                engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
+        return removed
+
+    def _alive(self, views: Sequence[PartitionView]) -> dict[str, set[bytes]]:
+        """``sha256(memory_id)`` of every memory of ``views``, per owner hash."""
+        return {
+            identity_hash(view.owner_id): {h for h, _ in self._digests.get_many(view.memories)}
+            for view in views
+        }
 
     async def migrate_legacy_index(self) -> int:
         """Migrate a reference flat index found in the folder; return how many records.
@@ -95,3 +309,12 @@ class FileVectorMemoryIndex:
     async def aclose(self) -> None:
         """Close the index; idempotent."""
         self._closed = True
+
+
+def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:
+    """Positions of ``memories`` per partition (session and owner hashes), in order."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for position, memory in enumerate(memories):
+        key = (identity_hash(memory.session_id), identity_hash(memory.owner_id))
+        groups.setdefault(key, []).append(position)
+    return groups

@@ -18,7 +18,7 @@ from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.model.memory import GameMemory, GameMemoryKind, GameMoment
 from game_memory.model.memory_ids import content_memory_id, derive_memory_id
 from game_memory.model.query import GameMemoryQuery, memory_matches_query
-from game_memory.model.results import RecallHit, RecallResult
+from game_memory.model.results import MigrationReport, RecallHit, RecallResult, StoreCheckReport
 from game_memory.model.search import (
     GameMemorySearchSnapshot,
     GameMemorySearchStage,
@@ -42,8 +42,10 @@ __all__ = [
     "GameMoment",
     "MemoryEmbeddingIdentity",
     "MemoryVectorDiagnostic",
+    "MigrationReport",
     "RecallHit",
     "RecallResult",
+    "StoreCheckReport",
     "VectorMemoryState",
     "VectorMemoryStatus",
     "assemble_validated",

@@ -1,13 +1,15 @@
-"""What a hybrid recall returns: the snapshot, plus why each memory ranked where it did."""
+"""What the front door returns: recalls with their evidence, migration and check reports."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from game_memory.model.memory import GameMemory
 from game_memory.model.search import GameMemorySearchSnapshot
 
-__all__ = ["RecallHit", "RecallResult"]
+__all__ = ["MigrationReport", "RecallHit", "RecallResult", "StoreCheckReport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +55,40 @@ class RecallResult:
     def memories(self) -> tuple[GameMemory, ...]:
         """The recalled memories, best first."""
         return self.snapshot.memories
+
+
+class MigrationReport(BaseModel):
+    """What a migration moved into the current layout.
+
+    Attributes:
+        migrated_entries: Legacy memories moved into the save's current layout.
+        partitioned_entries: Memories in the save afterwards.
+        vector_entries: Legacy vector-index entries moved (0 when only the save migrated).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    migrated_entries: int = Field(ge=0)
+    partitioned_entries: int = Field(ge=0)
+    vector_entries: int = Field(default=0, ge=0)
+
+    @property
+    def performed_work(self) -> bool:
+        """Whether any legacy document or index entry was found and migrated."""
+        return self.migrated_entries > 0 or self.vector_entries > 0
+
+
+class StoreCheckReport(BaseModel):
+    """The outcome of a store check: problems found (after repairs) and repairs applied."""
+
+    model_config = ConfigDict(frozen=True)
+
+    memories: int
+    ledger_entries: int
+    problems: tuple[str, ...]
+    repairs: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """Whether the store is consistent."""
+        return not self.problems

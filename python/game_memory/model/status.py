@@ -17,22 +17,28 @@ class VectorMemoryState(StrEnum):
     EMPTY: no memories. READY: every memory has a vector of the active identity.
     DEGRADED: some memories lack vectors (embedding failed or pending) or orphan records
     exist; semantic recall works for the rest. REBUILD_REQUIRED: vectors of another model
-    exist; semantic recall is off (lexical fallback) until ``rebuild``.
+    exist; semantic recall is off (lexical fallback) until ``rebuild``. LEXICAL: no
+    embedding model is loaded; recall is lexical by choice and nothing needs a rebuild.
     """
 
     EMPTY = "empty"
     READY = "ready"
     DEGRADED = "degraded"
     REBUILD_REQUIRED = "rebuild_required"
+    LEXICAL = "lexical"
 
 
 class VectorMemoryStatus(BaseModel):
-    """Counts behind a :class:`VectorMemoryState`: ``ready + pending + stale == total``."""
+    """Counts behind a :class:`VectorMemoryState`: ``ready + pending + stale == total``.
+
+    In lexical mode (no model) ``active_identity`` is ``None``, the state is ``LEXICAL``
+    and every memory of the session counts as ready.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     state: VectorMemoryState
-    active_identity: MemoryEmbeddingIdentity
+    active_identity: MemoryEmbeddingIdentity | None
     total_entries: int = Field(ge=0)
     ready_entries: int = Field(ge=0)
     pending_entries: int = Field(ge=0)
@@ -50,6 +56,24 @@ class VectorMemoryStatus(BaseModel):
     def requires_rebuild(self) -> bool:
         """Whether a rebuild would change anything (pending, stale or orphan entries)."""
         return bool(self.pending_entries or self.stale_entries or self.orphan_entries)
+
+    @property
+    def mode(self) -> str:
+        """``"hybrid"`` with an embedding model, ``"lexical"`` without."""
+        return "lexical" if self.active_identity is None else "hybrid"
+
+    @classmethod
+    def lexical(cls, memories: int) -> VectorMemoryStatus:
+        """The status of a session of ``memories`` memories in lexical mode."""
+        return cls(
+            state=VectorMemoryState.LEXICAL,
+            active_identity=None,
+            total_entries=memories,
+            ready_entries=memories,
+            pending_entries=0,
+            stale_entries=0,
+            orphan_entries=0,
+        )
 
     @classmethod
     def from_counts(

@@ -1,49 +1,85 @@
-"""Hybrid recall on a ``VectorMemoryStore``: one snapshot, two rankings, fused, reranked.
+"""Recall: one snapshot, two rankings, fused, reranked on game time.
 
-1. Read **one** bounded authoritative snapshot and rank it lexically (the store's
-   ``snapshot_views``).
-2. Embed the query, join each partition view of that snapshot to its index partition
-   (right memory, same content, active identity) and score the visible, ready vectors.
-   Any failure here, or vectors of another model in the session, makes the query lexical
-   (``fallback``) with a diagnostic, unless ``fail_when_embedding_unavailable``.
+1. Read **one** bounded authoritative snapshot, ranked lexically by the store
+   (:meth:`GameMemoryStore.snapshot`: the BM25 scores come from the store, never invented).
+2. With an embedder and an index, embed the query, join each partition view of that
+   snapshot to its index partition (right memory, same content, active identity) and score
+   the visible, ready vectors. Any failure here, or vectors of another model in the session,
+   makes the query lexical (``fallback``) with a diagnostic, unless
+   ``fail_when_embedding_unavailable``. Without an embedder (lexical mode) this step is
+   skipped and nothing falls back.
 3. Fuse both rankings, rerank on game time, cut to the query's limit. Only memories of
    the snapshot can come back, whatever the index holds.
+
+The pipeline is a function over explicit collaborators (:class:`RecallParts`); it never asks
+which backend it holds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
-from game_memory.durable.names import identity_hash
+from game_memory.embedding.embedder import Embedder
 from game_memory.errors import DerivedIndexError, EmbeddingUnavailableError, GameMemoryError
-from game_memory.index.join import PartitionJoin, top_vector_hits
+from game_memory.index.join import PartitionJoin
 from game_memory.index.partition import FloatMatrix, PartitionReplacedError
+from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
+    DiagnosticSeverity,
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchSnapshot,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
+    MemoryVectorDiagnostic,
+    RecallHit,
+    RecallResult,
     memory_matches_query,
 )
-from game_memory.model.diagnostics import DiagnosticSeverity
-from game_memory.model.results import RecallHit, RecallResult
 from game_memory.recall.fusion import FusedCandidate, fuse
+from game_memory.recall.options import VectorMemoryStoreOptions
+from game_memory.recall.reranker import GameAwareMemoryReranker
+from game_memory.recall.vectors import top_vector_hits
+from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 from game_memory.store.view import PartitionView
 
-if TYPE_CHECKING:
-    from game_memory.memory import VectorMemoryStore
+__all__ = ["REBUILD_REQUIRED", "RecallParts", "Report", "Runner", "recall", "report_failure"]
 
-__all__ = ["hybrid_recall"]
-
+_T = TypeVar("_T")
 Stage = GameMemorySearchStageKind
+
+#: The diagnostic code of a session whose vectors are of another model.
+REBUILD_REQUIRED = "memory_vector_rebuild_required"
+_ATTEMPTS = 3
+
+
+class Runner(Protocol):
+    """Runs blocking work (index reads, numpy) off the event loop and awaits it."""
+
+    def __call__(self, function: Callable[[], _T]) -> Awaitable[_T]: ...
+
+
+#: Delivers one diagnostic (never raises).
+Report = Callable[[MemoryVectorDiagnostic], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RecallParts:
+    """What recall works with; ``embedder`` and ``index`` are ``None`` in lexical mode."""
+
+    store: GameMemoryStore
+    index: VectorIndex | None
+    embedder: Embedder | None
+    reranker: GameAwareMemoryReranker | None
+    options: VectorMemoryStoreOptions
+    run: Runner
+    report: Report
 
 
 class _Unavailable(Exception):
@@ -54,41 +90,78 @@ class _Unavailable(Exception):
         self.code = code
 
 
-def _ordered(views: Sequence[PartitionView]) -> tuple[GameMemory, ...]:
-    """Every memory of the snapshot, by owner then id (shared, not copied, for one view)."""
-    if len(views) == 1:
-        return views[0].ordered
-    return tuple(itertools.chain.from_iterable(view.ordered for view in views))
+async def report_failure(
+    report: Report,
+    code: str,
+    severity: DiagnosticSeverity,
+    message: str,
+    *,
+    error: BaseException | None = None,
+    session_id: str | None = None,
+    owner_id: str | None = None,
+    memory_id: str | None = None,
+) -> None:
+    """Build a diagnostic (the exception's class name in its details) and deliver it."""
+    await report(
+        MemoryVectorDiagnostic(
+            code=code,
+            severity=severity,
+            message=message,
+            session_id=session_id,
+            owner_id=owner_id,
+            memory_id=memory_id,
+            details={"exception": type(error).__name__} if error is not None else None,
+        )
+    )
 
 
-async def hybrid_recall(
-    store: VectorMemoryStore, query: GameMemoryQuery, maximum_snapshot_entries: int | None
+async def recall(
+    query: GameMemoryQuery, parts: RecallParts, *, maximum_snapshot_entries: int | None = None
 ) -> RecallResult:
-    """Recall ``query`` on ``store`` (see ``VectorMemoryStore.recall`` and the module)."""
-    options = store.options
+    """Recall ``query`` as of ``query.at_or_before`` (game time), with evidence per hit.
+
+    Raises:
+        CapacityExceededError: the snapshot exceeds the bound.
+        EmbeddingUnavailableError, DerivedIndexError: only with
+            ``fail_when_embedding_unavailable``; otherwise ``fallback`` is set.
+    """
+    options = parts.options
     bound = options.maximum_index_entries
     if maximum_snapshot_entries is not None:
         bound = min(bound, maximum_snapshot_entries)
     limit = options.candidate_limit(query.limit)
     expanded = query.model_copy(update={"limit": limit})
-    lexical, views, stages = await store.snapshot_views(expanded, bound)
-    _validate_lexical(lexical, expanded, limit)
+    snapshot = await parts.store.snapshot(expanded, maximum_entries=bound)
+    lexical = [(hit.memory, hit.score) for hit in snapshot.lexical]
+    _validate_snapshot(snapshot, lexical, expanded, limit)
+    stages = [
+        s.model_copy(update={"reused": True}) if s.stage is Stage.AUTHORITATIVE_SNAPSHOT else s
+        for s in snapshot.stages
+    ]
     vector: list[tuple[GameMemory, float]] = []
     fallback = False
-    if query.limit > 0 and query.text is not None and store.projector.project_query(query).strip():
+    embedder = parts.embedder
+    if query.limit > 0 and embedder is not None and embedder.query_text(query).strip():
         try:
-            vector = await _vector_recall(store, query, views, limit, stages)
+            vector = await _vector_recall(parts, embedder, query, snapshot.views, limit, stages)
         except asyncio.CancelledError:
             raise
         except _Unavailable as exc:
             fallback = True
-            if exc.code == "memory_vector_rebuild_required":
-                await store.warn_rebuild_required(query.session_id, str(exc))
+            if exc.code == REBUILD_REQUIRED:
+                await report_failure(
+                    parts.report,
+                    REBUILD_REQUIRED,
+                    DiagnosticSeverity.WARNING,
+                    str(exc),
+                    session_id=query.session_id,
+                )
                 if options.fail_when_embedding_unavailable:
                     raise DerivedIndexError(str(exc)) from None
         except Exception as exc:
             fallback = True
-            await store.report(
+            await report_failure(
+                parts.report,
                 "memory_vector_search_failed",
                 DiagnosticSeverity.WARNING,
                 "Vector recall is unavailable for this query. Lexical recall was used.",
@@ -100,9 +173,9 @@ async def hybrid_recall(
                     raise
                 raise EmbeddingUnavailableError(f"vector recall failed: {exc}") from exc
     fused = fuse(lexical, vector, options.fusion, limit)
-    if store.reranker is not None and fused:
+    if parts.reranker is not None and fused:
         started = time.perf_counter()
-        ranked = store.reranker.rank(query, fused)
+        ranked = parts.reranker.rank(query, fused)
         _validate_reranked(ranked, fused)
         stages.append(
             GameMemorySearchStage.measured(
@@ -110,14 +183,13 @@ async def hybrid_recall(
             )
         )
         fused = ranked
-    chosen = fused[: query.limit]
-    hits = tuple(_hit(query, candidate) for candidate in chosen)
-    snapshot = GameMemorySearchSnapshot.model_construct(
+    hits = tuple(_hit(query, candidate) for candidate in fused[: query.limit])
+    result = GameMemorySearchSnapshot.model_construct(
         memories=tuple(hit.memory for hit in hits),
-        authoritative_memories=_ordered(views),
+        authoritative_memories=snapshot.authoritative_memories,
         stages=tuple(stages),
     )
-    return RecallResult(snapshot, hits, fallback)
+    return RecallResult(result, hits, fallback)
 
 
 def _hit(query: GameMemoryQuery, candidate: FusedCandidate) -> RecallHit:
@@ -135,9 +207,18 @@ def _hit(query: GameMemoryQuery, candidate: FusedCandidate) -> RecallHit:
     )
 
 
-def _validate_lexical(
-    lexical: Sequence[tuple[GameMemory, float]], query: GameMemoryQuery, limit: int
+def _validate_snapshot(
+    snapshot: StoreSnapshot,
+    lexical: Sequence[tuple[GameMemory, float]],
+    query: GameMemoryQuery,
+    limit: int,
 ) -> None:
+    """Trust no backend blindly: the hits and views must belong to the query."""
+    for view in snapshot.views:
+        if view.session_id != query.session_id or (
+            query.owner_id is not None and view.owner_id != query.owner_id
+        ):
+            raise DerivedIndexError("the authoritative snapshot escaped the query's partition")
     keys = {(m.owner_id, m.memory_id) for m, _ in lexical}
     if len(lexical) > limit or len(keys) != len(lexical):
         raise DerivedIndexError("the authoritative store returned too many or duplicate results")
@@ -157,37 +238,35 @@ def _validate_reranked(ranked: Sequence[FusedCandidate], fused: Sequence[FusedCa
 
 
 def _read_parts(
-    store: VectorMemoryStore, query: GameMemoryQuery, views: list[PartitionView]
-) -> list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]]:
+    index: VectorIndex,
+    embedder: Embedder,
+    options: VectorMemoryStoreOptions,
+    query: GameMemoryQuery,
+    views: Sequence[PartitionView],
+) -> list[tuple[PartitionJoin, FloatMatrix, np.ndarray]]:
     """Join each view to its index partition and load the active matrices (blocking)."""
-    engine = store.index.engine
-    identity = store.active_identity
-    active = engine.identity_code(identity, create=False)
-    session_hash = identity_hash(query.session_id)
-    dimensions = identity.dimensions
+    identity = embedder.identity
     joins: list[tuple[PartitionView, PartitionJoin]] = []
     entries = 0
     for view in views:
-        partition = engine.partition(session_hash, identity_hash(view.owner_id))
-        joined = store.join_cache.join(view, partition, active)
-        entries += partition.live if partition is not None else 0
+        joined = index.join(view, identity)
+        entries += joined.entries
         if joined.stale:
             raise _Unavailable(
-                "memory_vector_rebuild_required",
+                REBUILD_REQUIRED,
                 f"Session {query.session_id!r} holds vectors of another embedding model "
                 f"than {identity}; recall is lexical until a rebuild.",
             )
         joins.append((view, joined))
-    if entries * dimensions > store.options.maximum_vector_comparisons_per_search:
+    if entries * identity.dimensions > options.maximum_vector_comparisons_per_search:
         raise _Unavailable(
             "memory_vector_search_too_large",
             f"{entries:,} vectors exceed maximum_vector_comparisons_per_search",
         )
-    parts: list[tuple[PartitionJoin, FloatMatrix, npt.NDArray[np.bool_]]] = []
+    parts: list[tuple[PartitionJoin, FloatMatrix, np.ndarray]] = []
     for view, joined in joins:
-        if joined.ready and joined.partition is not None and active is not None:
-            matrix = engine.matrix(joined.partition, active, dimensions)
-            parts.append((joined, matrix, view.columns.mask(query)))
+        if joined.ready:
+            parts.append((joined, index.vectors(joined, identity), view.columns.mask(query)))
     if not parts and views:
         raise _Unavailable(
             "memory_vector_unindexed",
@@ -197,34 +276,38 @@ def _read_parts(
 
 
 async def _vector_recall(
-    store: VectorMemoryStore,
+    parts: RecallParts,
+    embedder: Embedder,
     query: GameMemoryQuery,
-    views: list[PartitionView],
+    views: Sequence[PartitionView],
     limit: int,
     stages: list[GameMemorySearchStage],
 ) -> list[tuple[GameMemory, float]]:
+    index = parts.index
+    if index is None:
+        raise _Unavailable("memory_vector_index_missing", "No vector index is configured.")
     started = time.perf_counter()
-    vector = await store.embed_query(store.projector.project_query(query))
+    vector = await embedder.embed_query(embedder.query_text(query))
     embedded_at = time.perf_counter()
     stages.append(GameMemorySearchStage.measured(Stage.EMBEDDING, embedded_at - started, 1, 1))
 
     def read_and_score() -> tuple[list[tuple[GameMemory, float]], int, float, float]:
         # A compaction racing this read replaces the partition under us; the second
         # attempt reads the new generation (a third race in a row is reported).
-        for attempt in range(3):
+        for attempt in range(_ATTEMPTS):
             try:
-                parts = _read_parts(store, query, views)
+                joined = _read_parts(index, embedder, parts.options, query, views)
                 break
             except PartitionReplacedError:
-                if attempt == 2:
+                if attempt == _ATTEMPTS - 1:
                     raise
         # One executor hop for both stages; each is timed where its work runs.
         read_at = time.perf_counter()
-        hits = top_vector_hits(parts, vector, limit)
-        ready = sum(joined.ready for joined, _, _ in parts)
+        hits = top_vector_hits(joined, vector, limit)
+        ready = sum(j.ready for j, _, _ in joined)
         return hits, ready, read_at, time.perf_counter()
 
-    hits, ready, read_at, scored_at = await store.run(read_and_score)
+    hits, ready, read_at, scored_at = await parts.run(read_and_score)
     stages.append(
         GameMemorySearchStage.measured(Stage.VECTOR_INDEX_READ, read_at - embedded_at, ready, ready)
     )

@@ -13,34 +13,17 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from game_memory.durable import fs
 from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
+from game_memory.model import StoreCheckReport
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
 from game_memory.store.partitions import PartitionCache
 
-__all__ = ["StoreCheckReport", "check_store"]
+__all__ = ["check_store"]
 
 _SESSION = re.compile(r"^s-([0-9a-f]{64})$")
-
-
-class StoreCheckReport(BaseModel):
-    """The outcome of a check: problems found (after repairs) and repairs applied."""
-
-    model_config = ConfigDict(frozen=True)
-
-    memories: int
-    ledger_entries: int
-    problems: tuple[str, ...]
-    repairs: tuple[str, ...]
-
-    @property
-    def ok(self) -> bool:
-        """Whether the store is consistent."""
-        return not self.problems
 
 
 def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tuple[str, int]]]:

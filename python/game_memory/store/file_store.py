@@ -27,7 +27,6 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
@@ -37,21 +36,18 @@ from game_memory.errors import InvalidArgumentError, StoreClosedError
 from game_memory.model import (
     GameMemory,
     GameMemoryQuery,
-    GameMemorySearchSnapshot,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
+    MigrationReport,
+    StoreCheckReport,
 )
-from game_memory.store.check import StoreCheckReport, check_store
+from game_memory.store.check import check_store
 from game_memory.store.engine import StoreEngine
-from game_memory.store.lexical import LexicalHit, lexical_search
-from game_memory.store.migration import (
-    FileGameMemoryMigrationResult,
-    has_legacy_layout,
-    migrate_legacy_layout,
-)
-from game_memory.store.view import PartitionView
+from game_memory.store.lexical import lexical_search
+from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
+from game_memory.store.protocol import StoreSnapshot
 
-__all__ = ["FileGameMemoryStore", "LexicalSearchResult"]
+__all__ = ["FileGameMemoryStore"]
 
 _T = TypeVar("_T")
 MAXIMUM_ENTRIES_LIMIT = 1_000_000
@@ -81,26 +77,6 @@ def _settle(
 class _State(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
-
-
-@dataclass(frozen=True, slots=True)
-class LexicalSearchResult:
-    """A lexical search with everything a hybrid search reuses.
-
-    ``hits`` are the ranked results with their BM25 scores; ``views`` are the partitions
-    of the authoritative snapshot (sorted by owner), ``visible_count`` the memories the
-    query could see, and ``stages`` the metrics so far.
-    """
-
-    hits: list[LexicalHit]
-    views: list[PartitionView]
-    visible_count: int
-    stages: list[GameMemorySearchStage]
-
-    @property
-    def authoritative_memories(self) -> tuple[GameMemory, ...]:
-        """Every memory of the snapshot, ordered by owner then id."""
-        return tuple(memory for view in self.views for memory in view.ordered)
 
 
 def _check_range(name: str, value: int, low: int, high: int) -> int:
@@ -165,6 +141,11 @@ class FileGameMemoryStore:
     def __repr__(self) -> str:
         return f"FileGameMemoryStore({str(self.directory)!r}, state={self._state.value})"
 
+    @property
+    def folder(self) -> Path:
+        """The save folder (absolute)."""
+        return self.directory
+
     async def __aenter__(self) -> FileGameMemoryStore:
         return self
 
@@ -207,7 +188,7 @@ class FileGameMemoryStore:
     def _closed(self) -> StoreClosedError:
         return StoreClosedError(f"the memory store at {self.directory} is closed; open a new one")
 
-    async def _ensure_ready(self) -> FileGameMemoryMigrationResult | None:
+    async def _ensure_ready(self) -> MigrationReport | None:
         """Open the layout and migrate legacy documents, once per store object.
 
         Returns what the first call did (its migration result), ``None`` afterwards.
@@ -218,11 +199,11 @@ class FileGameMemoryStore:
             if self._ready:
                 return None
 
-            def prepare() -> FileGameMemoryMigrationResult:
+            def prepare() -> MigrationReport:
                 self._engine.open_layout()
                 if has_legacy_layout(self.directory):
                     return migrate_legacy_layout(self._engine)
-                return FileGameMemoryMigrationResult(
+                return MigrationReport(
                     migrated_entries=0, partitioned_entries=self._engine.ledger.count()
                 )
 
@@ -253,56 +234,33 @@ class FileGameMemoryStore:
         await self._ensure_ready()
         return await self._run(lambda: self._engine.append(memory))
 
-    async def search(self, query: GameMemoryQuery) -> list[GameMemory]:
-        """Recall up to ``query.limit`` visible memories, best first (BM25 + importance).
-
-        Visibility follows ``memory_matches_query``: memories after ``query.at_or_before``
-        (game time), on another timeline, or expired at that moment are never returned.
-        """
-        if isinstance(query, GameMemoryQuery) and query.limit == 0:
-            return []
-        return list((await self.search_snapshot(query)).memories)
-
-    async def search_snapshot(
-        self, query: GameMemoryQuery, maximum_snapshot_entries: int | None = None
-    ) -> GameMemorySearchSnapshot:
-        """Recall with the bounded authoritative snapshot and stage metrics.
+    async def snapshot(
+        self, query: GameMemoryQuery, *, maximum_entries: int | None = None
+    ) -> StoreSnapshot:
+        """Read the query's partitions once and rank them lexically (BM25 + importance).
 
         Reads only the query owner's partition when ``owner_id`` is set, else only the
-        query session's partitions. Stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT,
-        LEXICAL_SEARCH.
+        query session's partitions. Visibility follows ``memory_matches_query``: memories
+        after ``query.at_or_before`` (game time), on another timeline, or expired at that
+        moment are never ranked. Stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT,
+        LEXICAL_SEARCH. Takes no lock; sees only acknowledged (whole) records.
 
         Raises:
-            CapacityExceededError: the snapshot holds more than ``maximum_snapshot_entries``.
-        """
-        result = await self.search_lexical(query, maximum_snapshot_entries)
-        return GameMemorySearchSnapshot.model_construct(
-            memories=tuple(hit.memory for hit in result.hits),
-            authoritative_memories=result.authoritative_memories,
-            stages=tuple(result.stages),
-        )
-
-    async def search_lexical(
-        self, query: GameMemoryQuery, maximum_snapshot_entries: int | None = None
-    ) -> LexicalSearchResult:
-        """Like :meth:`search_snapshot`, but keeping scores and partition views.
-
-        This is the capability a hybrid store uses to validate derived vectors against the
-        same snapshot without reading the save twice.
+            CapacityExceededError: the partitions hold more than ``maximum_entries`` (or
+                ``maximum_entries`` of the store) memories.
+            PersistenceError: a partition is corrupt or unsafe.
         """
         if not isinstance(query, GameMemoryQuery):
-            raise InvalidArgumentError("search takes a GameMemoryQuery")
+            raise InvalidArgumentError("snapshot takes a GameMemoryQuery")
         bound = self.maximum_entries
-        if maximum_snapshot_entries is not None:
-            _check_range(
-                "maximum_snapshot_entries", maximum_snapshot_entries, 1, MAXIMUM_SNAPSHOT_LIMIT
-            )
-            bound = min(bound, maximum_snapshot_entries)
+        if maximum_entries is not None:
+            _check_range("maximum_entries", maximum_entries, 1, MAXIMUM_SNAPSHOT_LIMIT)
+            bound = min(bound, maximum_entries)
         started = time.perf_counter()
         first_use = await self._ensure_ready()
         ready = time.perf_counter()
 
-        def read() -> LexicalSearchResult:
+        def read() -> StoreSnapshot:
             if first_use is not None:
                 migrated, partitioned = first_use.migrated_entries, first_use.partitioned_entries
             else:
@@ -313,7 +271,7 @@ class FileGameMemoryStore:
             snapshot_done = time.perf_counter()
             hits, visible = lexical_search(views, query, query.limit)
             lexical_done = time.perf_counter()
-            stages = [
+            stages = (
                 GameMemorySearchStage.measured(
                     GameMemorySearchStageKind.STORAGE_MIGRATION,
                     ready - started,
@@ -332,8 +290,8 @@ class FileGameMemoryStore:
                     snapshot_size,
                     len(hits),
                 ),
-            ]
-            return LexicalSearchResult(hits, views, visible, stages)
+            )
+            return StoreSnapshot(tuple(views), tuple(hits), visible, stages)
 
         return await self._run(read)
 
@@ -358,7 +316,7 @@ class FileGameMemoryStore:
         await self._ensure_ready()
         return await self._run(self._engine.ledger.count)
 
-    async def migrate_legacy_layout(self) -> FileGameMemoryMigrationResult:
+    async def migrate_legacy_layout(self) -> MigrationReport:
         """Migrate legacy documents now (idempotent; also done on first use).
 
         Serialized across processes; every document is validated before anything moves;

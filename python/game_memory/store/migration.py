@@ -29,37 +29,21 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from game_memory.durable import fs
 from game_memory.durable.names import identity_hash, partition_hash
 from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
-from game_memory.model import GameMemory
+from game_memory.model import GameMemory, MigrationReport
 from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.packs import PACK_OVERHEAD, write_pack
 from game_memory.store.records import encode_record
 
-__all__ = ["FileGameMemoryMigrationResult", "has_legacy_layout", "migrate_legacy_layout"]
+__all__ = ["has_legacy_layout", "migrate_legacy_layout"]
 
 LEGACY_SUFFIX = ".memory.json"
 CSHARP_FOLDER = ".memory-v2"
 LEGACY_BACKUP = "legacy"
 _HASH_FOLDER = re.compile(r"^[so]-[0-9a-f]{64}$")
-
-
-class FileGameMemoryMigrationResult(BaseModel):
-    """What a migration did: legacy documents migrated, and memories in the store after."""
-
-    model_config = ConfigDict(frozen=True)
-
-    migrated_entries: int = Field(ge=0)
-    partitioned_entries: int = Field(ge=0)
-
-    @property
-    def performed_work(self) -> bool:
-        """Whether any legacy document was found and migrated."""
-        return self.migrated_entries > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +192,7 @@ def _conflict(memory: GameMemory, where: str) -> MemoryConflictError:
     )
 
 
-def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
+def migrate_legacy_layout(engine: StoreEngine) -> MigrationReport:
     """Migrate every legacy document of ``engine``'s folder (see the module docstring).
 
     Raises:
@@ -221,9 +205,7 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
         engine.recover()
         sources = _sources(engine.root)
         if not sources:
-            return FileGameMemoryMigrationResult(
-                migrated_entries=0, partitioned_entries=engine.ledger.count()
-            )
+            return MigrationReport(migrated_entries=0, partitioned_entries=engine.ledger.count())
         if len(sources) > engine.maximum_entries:
             raise CapacityExceededError(
                 f"the legacy save holds {len(sources):,} documents, more than maximum_entries "
@@ -269,7 +251,7 @@ def migrate_legacy_layout(engine: StoreEngine) -> FileGameMemoryMigrationResult:
             _write_batch(engine, new, before)
 
         _back_up(engine, sources)
-        return FileGameMemoryMigrationResult(
+        return MigrationReport(
             migrated_entries=len(sources), partitioned_entries=engine.ledger.count()
         )
 

@@ -1,40 +1,128 @@
-"""The smallest surface a memory store offers to the layers above it."""
+"""The save's seam: what recall, rebuild and the front door need from an authoritative store.
+
+A backend (the file store, the in-memory store, later PostgreSQL) implements
+:class:`GameMemoryStore`; nothing above it asks which class it holds (httpx's client never
+asks which transport it has). The one read recall makes is :meth:`GameMemoryStore.snapshot`:
+a bounded, consistent read of the query's partitions *together with* their lexical ranking,
+so the hybrid pipeline validates derived vectors against the same read and never invents
+lexical scores.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from game_memory.model import GameMemory, GameMemoryQuery, GameMemorySearchSnapshot
+from game_memory.model import (
+    GameMemory,
+    GameMemoryQuery,
+    GameMemorySearchSnapshot,
+    GameMemorySearchStage,
+    MigrationReport,
+    StoreCheckReport,
+)
+from game_memory.store.lexical import LexicalHit
+from game_memory.store.view import PartitionView
 
-__all__ = ["GameMemoryStore"]
+__all__ = ["GameMemoryStore", "StoreSnapshot"]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSnapshot:
+    """One bounded authoritative read of a query's partitions, ranked lexically.
+
+    Attributes:
+        views: Every owner partition the query reads (one when the query names an owner,
+            else the session's), sorted by owner id (ordinal). Each view holds *all* of the
+            partition's memories, visible to the query or not: visibility is applied by the
+            query's predicate (``PartitionView.columns.mask``), never by leaving memories out.
+        lexical: The best ``query.limit`` visible memories by the BM25 contract of
+            ``store/lexical.py`` (score, then newest tick, then id, then owner), each with its
+            score.
+        visible: How many memories of the views the query can see.
+        stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT and LEXICAL_SEARCH, measured.
+
+    Views are immutable. A backend should hand out the *same* view object while a
+    partition is unchanged, and a grown partition's view should start with the previous
+    view's memory objects, so derived joins are reused or extended instead of recomputed;
+    correctness never depends on it.
+    """
+
+    views: tuple[PartitionView, ...]
+    lexical: tuple[LexicalHit, ...]
+    visible: int
+    stages: tuple[GameMemorySearchStage, ...]
+
+    @property
+    def authoritative_memories(self) -> tuple[GameMemory, ...]:
+        """Every memory of the snapshot, by owner then memory id (ordinal)."""
+        if len(self.views) == 1:
+            return self.views[0].ordered
+        return tuple(memory for view in self.views for memory in view.ordered)
+
+    def search_snapshot(self) -> GameMemorySearchSnapshot:
+        """The reference's search result: the lexical hits, the snapshot and the stages."""
+        return GameMemorySearchSnapshot.model_construct(
+            memories=tuple(hit.memory for hit in self.lexical),
+            authoritative_memories=self.authoritative_memories,
+            stages=self.stages,
+        )
 
 
 @runtime_checkable
 class GameMemoryStore(Protocol):
-    """An authoritative (or authority-wrapping) store of memories.
+    """An authoritative store of memories, partitioned by session and owner.
 
-    ``enumerate`` yields every memory of a session (or one owner), ordered by owner then
-    memory id (ordinal), never another session's. ``search_snapshot`` returns ranked results
-    together with the exact bounded partition they were ranked from, so a caller can validate
-    derived data against the same snapshot without a second read.
+    Every method may raise ``StoreClosedError`` after :meth:`aclose`, and any
+    ``GameMemoryError`` its backend documents. Methods are safe to await concurrently from
+    one event loop and never block it.
     """
 
+    @property
+    def folder(self) -> Path | None:
+        """The local folder holding the save, or ``None`` when it is not on this disk.
+
+        The front door refuses a derived index folder inside it.
+        """
+        ...
+
     async def append(self, memory: GameMemory) -> bool:
-        """Add a memory; ``False`` when an equivalent one is already there."""
+        """Add a memory durably; ``False`` when an equivalent one is already there.
+
+        Raises:
+            MemoryConflictError: the id already holds different content (nothing changes).
+            CapacityExceededError: a bound of the store is reached (it names the bound).
+        """
         ...
 
-    async def search(self, query: GameMemoryQuery) -> list[GameMemory]:
-        """Recall up to ``query.limit`` visible memories, best first."""
-        ...
+    async def snapshot(
+        self, query: GameMemoryQuery, *, maximum_entries: int | None = None
+    ) -> StoreSnapshot:
+        """Read the query's partitions once and rank them lexically (see :class:`StoreSnapshot`).
 
-    async def search_snapshot(
-        self, query: GameMemoryQuery, maximum_snapshot_entries: int | None = None
-    ) -> GameMemorySearchSnapshot:
-        """Recall with the authoritative snapshot and stage metrics."""
+        ``query.limit`` bounds the lexical hits (0 reads the partitions and ranks nothing).
+
+        Raises:
+            CapacityExceededError: the partitions hold more than ``maximum_entries`` (or the
+                store's own bound) memories.
+        """
         ...
 
     async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
-        """Every memory of a session (or of one owner in it)."""
+        """Every memory of a session (or one owner), by owner then memory id (ordinal)."""
+        ...
+
+    async def count(self) -> int:
+        """How many memories the whole store holds."""
+        ...
+
+    async def migrate_legacy_layout(self) -> MigrationReport:
+        """Bring a legacy save into the current layout (idempotent; ``0`` migrated if none)."""
+        ...
+
+    async def check(self, *, fix: bool = False) -> StoreCheckReport:
+        """Verify the store's own consistency; with ``fix`` apply only repairs losing nothing."""
         ...
 
     async def aclose(self) -> None:

@@ -1,4 +1,4 @@
-"""``open_memory``: one object over the real stores, in lexical and hybrid mode."""
+"""``open_memory``: the one front door over the real stores, in lexical and hybrid mode."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ from pathlib import Path
 import pytest
 
 from game_memory.errors import EmbeddingUnavailableError
+from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
-from game_memory.models import (
-    DEFAULT_MODEL_UNAVAILABLE,
-    OpenedMemory,
-    default_index_dir,
-    open_memory,
-)
+from game_memory.models import DEFAULT_MODEL_UNAVAILABLE
+from game_memory.opening import default_index_dir, open_memory
 
 
 def memory(
@@ -44,11 +41,11 @@ def test_the_default_index_folder_is_a_sibling_of_the_save(tmp_path: Path) -> No
 
 async def test_lexical_mode_remembers_recalls_and_reports(tmp_path: Path) -> None:
     async with await open_memory(tmp_path / "save", model="lexical") as opened:
-        assert (opened.mode, opened.identity, opened.notice) == ("lexical", None, None)
-        assert await opened.remember(memory("Bought a rusty sword", 100)) is True
-        assert await opened.remember(memory("Bought a rusty sword", 100)) is False
-        await opened.remember(memory("The forge burned down with the sword", 300))
-        await opened.remember(memory("Sword lessons", 200, owner="npc-tom"))
+        assert (opened.mode, opened.active_identity, opened.notice) == ("lexical", None, None)
+        assert await opened.append(memory("Bought a rusty sword", 100)) is True
+        assert await opened.append(memory("Bought a rusty sword", 100)) is False
+        await opened.append(memory("The forge burned down with the sword", 300))
+        await opened.append(memory("Sword lessons", 200, owner="npc-tom"))
 
         result = await opened.recall(query("sword", at=250, owner_id="npc-mira"))
         assert [hit.memory.searchable_text for hit in result.hits] == ["Bought a rusty sword"]
@@ -63,11 +60,11 @@ async def test_lexical_mode_remembers_recalls_and_reports(tmp_path: Path) -> Non
         assert [h.lexical_rank for h in everything.hits] == [1, 2, 3]
         assert all(h.age_ticks is None for h in everything.hits)
 
-        status = await opened.status("save-1")
+        status = await opened.get_status("save-1")
         assert (status.mode, status.state, status.active_identity) == ("lexical", "lexical", None)
         assert (status.total_entries, status.ready_entries, status.pending_entries) == (3, 3, 0)
         assert status.requires_rebuild is False
-        assert (await opened.status("other-save")).total_entries == 0
+        assert (await opened.get_status("other-save")).total_entries == 0
 
         with pytest.raises(EmbeddingUnavailableError, match="no embedding model is loaded"):
             await opened.rebuild("save-1")
@@ -110,7 +107,7 @@ async def test_the_opened_memory_serves_the_bridge_protocol(tmp_path: Path) -> N
     async with await open_memory(tmp_path / "save", model="lexical") as opened:
         service: BridgeService = opened
         assert service.mode == "lexical"
-        assert isinstance(opened, OpenedMemory)
+        assert isinstance(opened, VectorMemoryStore)
 
 
 async def test_hashing_mode_is_hybrid_with_the_index_beside_the_save(tmp_path: Path) -> None:
@@ -119,11 +116,11 @@ async def test_hashing_mode_is_hybrid_with_the_index_beside_the_save(tmp_path: P
         tmp_path / "save", model="hashing", diagnostics=seen.append
     ) as opened:
         assert opened.mode == "hybrid"
-        assert opened.identity == "hashing/feature-hashing-words@v1:256"
+        assert str(opened.active_identity) == "hashing/feature-hashing-words@v1:256"
         assert opened.notice is None
-        await opened.remember(memory("The blacksmith sold a rusty sword", 100))
-        await opened.remember(memory("A dragon burned the forge", 300))
-        await opened.remember(memory("Tom taught sword fighting", 50, owner="npc-tom"))
+        await opened.append(memory("The blacksmith sold a rusty sword", 100))
+        await opened.append(memory("A dragon burned the forge", 300))
+        await opened.append(memory("Tom taught sword fighting", 50, owner="npc-tom"))
 
         result = await opened.recall(query("rusty sword", at=250, owner_id="npc-mira"))
         assert [hit.memory.searchable_text for hit in result.hits] == [
@@ -134,14 +131,14 @@ async def test_hashing_mode_is_hybrid_with_the_index_beside_the_save(tmp_path: P
         assert hit.age_ticks == 150
         assert result.fallback is False
 
-        status = await opened.status("save-1")
+        status = await opened.get_status("save-1")
         assert (status.mode, status.state, status.total_entries, status.ready_entries) == (
             "hybrid",
             "ready",
             3,
             3,
         )
-        assert status.active_identity == opened.identity
+        assert status.active_identity == opened.active_identity
 
         calls: list[tuple[int, int]] = []
         rebuilt = await opened.rebuild(
@@ -159,29 +156,25 @@ async def test_an_explicit_index_folder_inside_the_save_is_refused(tmp_path: Pat
     from game_memory.errors import InvalidArgumentError
 
     with pytest.raises(InvalidArgumentError, match="inside the save"):
-        await open_memory(tmp_path / "save", tmp_path / "save" / "index", model="hashing")
+        await open_memory(tmp_path / "save", index=tmp_path / "save" / "index", model="hashing")
 
 
 async def test_require_semantic_tells_a_stale_index_from_a_missing_model(tmp_path: Path) -> None:
     from game_memory.embedding.hashing import HashingEmbeddingProvider
     from game_memory.errors import DerivedIndexError
     from game_memory.index.file_index import FileVectorMemoryIndex
-    from game_memory.memory import VectorMemoryStore
     from game_memory.store.file_store import FileGameMemoryStore
 
     async with await open_memory(tmp_path / "save", model="hashing") as opened:
-        await opened.remember(memory("The blacksmith sold a rusty sword", 100))
+        await opened.append(memory("The blacksmith sold a rusty sword", 100))
 
     # The same save and index under another model version: its vectors are stale.
     authoritative = FileGameMemoryStore(tmp_path / "save")
     provider = HashingEmbeddingProvider(version="v2")
-    store = VectorMemoryStore(
+    async with VectorMemoryStore(
         authoritative, FileVectorMemoryIndex(tmp_path / "save.index"), provider
-    )
-    async with OpenedMemory(
-        store, "hybrid", str(provider.identity), None, authoritative
     ) as changed:
-        assert (await changed.status("save-1")).state == "rebuild_required"
+        assert (await changed.get_status("save-1")).state == "rebuild_required"
         lexical = await changed.recall(query("sword"))
         assert lexical.fallback is True
         assert [hit.vector_rank for hit in lexical.hits] == [None]

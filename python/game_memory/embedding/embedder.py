@@ -1,0 +1,90 @@
+"""Embedding as recall and rebuild need it: bounded provider calls, checked unit vectors.
+
+An :class:`Embedder` puts a provider behind an :class:`EmbeddingGate` (concurrency and one
+deadline per call) and a :class:`MemoryTextProjector` (what text is embedded), and checks
+what comes back: the shape its identity promises, finite values, not all zero. Every
+vector it returns is L2-normalized float32, so a dot product is the cosine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.embedding.gate import EmbeddingGate
+from game_memory.embedding.projector import MemoryTextProjector
+from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
+from game_memory.errors import EmbeddingUnavailableError
+from game_memory.model import GameMemory, GameMemoryQuery, MemoryEmbeddingIdentity
+
+__all__ = ["Embedder"]
+
+
+class Embedder:
+    """A provider with its gate and projector; the identity is fixed at construction.
+
+    Args:
+        provider: The embedding model.
+        gate: Bounds concurrent calls and gives each a deadline.
+        projector: What text of a memory or query is embedded.
+    """
+
+    def __init__(
+        self, provider: EmbeddingProvider, gate: EmbeddingGate, projector: MemoryTextProjector
+    ) -> None:
+        self.provider = provider
+        self.identity: MemoryEmbeddingIdentity = provider.identity
+        self.projector = projector
+        self._gate = gate
+
+    def query_text(self, query: GameMemoryQuery) -> str:
+        """The text embedded for ``query`` (empty without text: vector recall is skipped)."""
+        return self.projector.project_query(query)
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """Embed a query text through the gate; one normalized vector.
+
+        Raises:
+            EmbeddingTimeoutError: the queue or the call exceeded the deadline.
+            EmbeddingUnavailableError: the provider failed or returned a bad vector.
+        """
+        embedded = await self._gate.call(lambda: self.provider.embed_query(text), "the query")
+        return self._normalize(embedded)
+
+    async def embed_documents(
+        self, memories: Sequence[GameMemory], what: str
+    ) -> npt.NDArray[np.float32]:
+        """Embed memories through the gate; one normalized row per memory, in order.
+
+        ``what`` names the work in error messages (``"memory 'm1'"``).
+
+        Raises:
+            EmbeddingTimeoutError: the queue or the call exceeded the deadline.
+            EmbeddingUnavailableError: the provider failed or returned a bad batch.
+        """
+        texts = [self.projector.project_document(memory) for memory in memories]
+        vectors = await self._gate.call(lambda: self.provider.embed_documents(texts), what)
+        if vectors is None or len(vectors) != len(texts):
+            raise EmbeddingUnavailableError(
+                f"{what}: the provider returned an invalid batch size "
+                f"({'none' if vectors is None else len(vectors)} vectors for {len(texts)} texts)"
+            )
+        return np.stack([self._normalize(vector) for vector in vectors])
+
+    def _normalize(self, vector: EmbeddingVector) -> npt.NDArray[np.float32]:
+        array = np.asarray(vector, dtype=np.float64)
+        dimensions = self.identity.dimensions
+        if array.shape != (dimensions,):
+            raise EmbeddingUnavailableError(
+                f"the provider returned a vector of shape {array.shape}; its identity "
+                f"{self.identity} promises {dimensions} dimensions"
+            )
+        if not np.isfinite(array).all():
+            raise EmbeddingUnavailableError("the provider returned a vector with NaN or infinity")
+        norm = math.sqrt(float(array @ array))
+        if norm == 0.0:
+            raise EmbeddingUnavailableError("the provider returned an all-zero vector")
+        return (array / norm).astype(np.float32)

@@ -1,0 +1,97 @@
+"""``open_memory``: a save folder and a model name, opened as the one front door.
+
+What the README example, ``game-memory serve``, every other CLI command and the demo call.
+It composes ``VectorMemoryStore(FileGameMemoryStore(save), FileVectorMemoryIndex(index),
+provider, reranker=GameAwareMemoryReranker(...))``, or the same front door without a
+provider in lexical mode (:mod:`game_memory.models` says which). The index folder defaults
+to the sibling ``<save parent>/<save name>.index``: derived data never lives in the save.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from game_memory.embedding.provider import EmbeddingProvider
+from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.memory import VectorMemoryStore
+from game_memory.model import DiagnosticSink
+from game_memory.models import ModelChoice, load_model
+from game_memory.recall.options import VectorMemoryStoreOptions
+from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
+from game_memory.store.file_store import FileGameMemoryStore
+
+__all__ = ["default_index_dir", "open_memory"]
+
+
+def default_index_dir(save: str | os.PathLike[str]) -> Path:
+    """Return the default index folder of a save: ``<parent>/<name>.index``."""
+    folder = Path(os.path.abspath(os.fspath(save)))
+    return folder.with_name(folder.name + ".index")
+
+
+async def open_memory(
+    save: str | os.PathLike[str],
+    *,
+    index: str | os.PathLike[str] | None = None,
+    model: str | EmbeddingProvider = "default",
+    options: VectorMemoryStoreOptions | None = None,
+    reranker: GameAwareMemoryRerankerOptions | None = None,
+    diagnostics: DiagnosticSink | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> VectorMemoryStore:
+    """Open a save folder with the chosen model.
+
+    Nothing is read from the save yet: the stores open their files on first use.
+
+    Args:
+        save: The authoritative save folder (created on the first write).
+        index: The derived index folder; default :func:`default_index_dir`. It must not be
+            inside the save.
+        model: ``"default"``, ``"lexical"``, ``"hashing"``, a model folder (see
+            :func:`game_memory.models.load_model`), or a provider object to use as is (the
+            memory then owns and closes it). When ``"default"`` is unavailable the memory
+            opens in lexical mode and :attr:`VectorMemoryStore.notice` says why.
+        options: Bounds, switches and the fusion of the front door.
+        reranker: The game-time reranker's weights (default weights when ``None``).
+        diagnostics: Receives every :class:`MemoryVectorDiagnostic` the memory reports
+            (sync or async callable). The start-up notice is not sent to it.
+        home: The model cache folder for ``"default"`` (default ``$GAME_MEMORY_HOME``).
+
+    Returns:
+        The front door; close it with ``aclose()`` (or ``async with``).
+
+    Raises:
+        PersistenceError: the save folder is unsafe (a symbolic link).
+        InvalidArgumentError: the index folder is inside the save folder, or an option is
+            out of range.
+        EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
+    """
+    choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)
+    provider = choice.provider
+    try:
+        authoritative = FileGameMemoryStore(save)
+    except BaseException:
+        if provider is not None:
+            await provider.aclose()
+        raise
+    try:
+        derived = (
+            None
+            if provider is None
+            else FileVectorMemoryIndex(index if index is not None else default_index_dir(save))
+        )
+        return VectorMemoryStore(
+            authoritative,
+            derived,
+            provider,
+            reranker=GameAwareMemoryReranker(reranker),
+            diagnostics=diagnostics,
+            options=options,
+            notice=choice.notice,
+        )
+    except BaseException:
+        await authoritative.aclose()
+        if provider is not None:
+            await provider.aclose()
+        raise
