@@ -1,0 +1,193 @@
+"""Where the derived index keeps its files, what its folder says, and its identity table.
+
+Layout of ``<index>/.game-memory-index/`` (format version 1)::
+
+    format.json                    {"format": "game-memory-vector-index", "format_version": 1}
+    identities.json                the embedding identities seen; an entry stores its position
+    lock                           the writer lock
+    s-<sha256(session)>/o-<sha256(owner)>.entries            128-byte entry records (entries.py)
+    s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.f32   float32 rows of identity <code>
+
+:class:`IndexLayout` names these paths, creates or verifies the folder, lists sessions and
+owners, and keeps the identity table (identity string -> small code). The reading and
+writing of partitions is :class:`~game_memory.index.engine.IndexEngine`'s job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from pathlib import Path
+
+from game_memory.durable import fs
+from game_memory.durable.lock import ProcessLock
+from game_memory.errors import DerivedIndexError, PersistenceError
+from game_memory.index.partition import derived_error
+from game_memory.model.identity import MemoryEmbeddingIdentity
+
+__all__ = ["INDEX_FOLDER", "ROWS_NAME", "IndexLayout", "identity_dimensions", "list_names"]
+
+INDEX_FOLDER = ".game-memory-index"
+_FORMAT = "game-memory-vector-index"
+_ENTRIES = re.compile(r"^o-([0-9a-f]{64})\.entries$")
+_SESSION = re.compile(r"^s-([0-9a-f]{64})$")
+#: A row file's name: owner hash, identity code, generation tag.
+ROWS_NAME = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.f32$")
+
+
+class IndexLayout:
+    """The paths, the format check, the listings and the identity table of one index folder.
+
+    Thread-safe for reading; :meth:`identity_code` with ``create`` must be called under the
+    writer lock (:meth:`locked`).
+    """
+
+    def __init__(self, directory: Path, *, lock_timeout: float) -> None:
+        self.root = directory
+        self.data = directory / INDEX_FOLDER
+        self._lock = ProcessLock(self.data / "lock", lock_timeout)
+        self._identities: list[str] = []
+        self._opened = False
+
+    def open(self) -> None:
+        """Create or verify the layout (idempotent)."""
+        if self._opened:
+            return
+        try:
+            fs.check_no_symlinks(self.root)
+            self.root.mkdir(parents=True, exist_ok=True)
+            fs.ensure_directory(self.data)
+            read = fs.read_file(self.data / "format.json", 65_536)
+            if read is None:
+                document = {"format": _FORMAT, "format_version": 1}
+                fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
+                if not os.path.lexists(self.data / "identities.json") and not self.session_hashes():
+                    # Written up front: its absence beside entries then always means damage.
+                    empty = {"format_version": 1, "identities": []}
+                    fs.atomic_write(self.data / "identities.json", json.dumps(empty).encode())
+            else:
+                try:
+                    document = json.loads(read[0])
+                except ValueError as exc:
+                    raise DerivedIndexError(
+                        f"{self.data / 'format.json'} is corrupt; delete the index folder and "
+                        "rebuild"
+                    ) from exc
+                if (
+                    not isinstance(document, dict)
+                    or document.get("format") != _FORMAT
+                    or document.get("format_version") != 1
+                ):
+                    raise DerivedIndexError(
+                        f"{self.data} holds an index of another format or version; delete the "
+                        "index folder and rebuild"
+                    )
+        except PersistenceError as exc:
+            raise derived_error(exc) from exc
+        except OSError as exc:
+            raise DerivedIndexError(f"could not open the index at {self.root}: {exc}") from exc
+        self._opened = True
+
+    def session_directory(self, session_hash: str) -> Path:
+        """The folder of one session's partitions."""
+        return self.data / f"s-{session_hash}"
+
+    def locked(self) -> ProcessLock:
+        """The cross-process writer lock (a context manager)."""
+        return self._lock
+
+    def identities(self) -> list[str]:
+        """Every identity code's identity string (reloaded when another process added one)."""
+        try:
+            read = fs.read_file(self.data / "identities.json", 1 << 20)
+        except PersistenceError as exc:
+            raise derived_error(exc) from exc
+        if read is None:
+            if self.session_hashes():
+                # Entries store identity *codes*: without this file they could be taken for
+                # another model's vectors.
+                raise DerivedIndexError(
+                    f"{self.data / 'identities.json'} is missing but the index holds entries; "
+                    "delete the index folder and rebuild"
+                )
+            return []
+        try:
+            names = json.loads(read[0])["identities"]
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise ValueError("not a list of strings")
+            for name in names:
+                identity_dimensions(name)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DerivedIndexError(
+                f"{self.data / 'identities.json'} is corrupt ({exc}); delete the index folder "
+                "and rebuild"
+            ) from exc
+        self._identities = names
+        return names
+
+    def identity_code(self, identity: MemoryEmbeddingIdentity, *, create: bool) -> int | None:
+        """The code of ``identity``; with ``create`` (under the lock) add it if new."""
+        name = str(identity)
+        names = self._identities if name in self._identities else self.identities()
+        if name in names:
+            return names.index(name)
+        if not create:
+            return None
+        names = [*names, name]
+        try:
+            document = {"format_version": 1, "identities": names}
+            fs.atomic_write(self.data / "identities.json", json.dumps(document).encode())
+        except PersistenceError as exc:
+            raise derived_error(exc) from exc
+        self._identities = names
+        return len(names) - 1
+
+    def entries_path(self, session_hash: str, owner_hash: str) -> str:
+        """The entries file of a partition."""
+        return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.entries"
+
+    def vectors_path(self, session_hash: str, owner_hash: str, code: int, tag: int) -> str:
+        """The row file of identity ``code`` in generation ``tag`` of a partition."""
+        return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.{code}.{tag:08x}.f32"
+
+    def owner_hashes(self, session_hash: str) -> list[str]:
+        """Owners with an entries file in the session (sorted)."""
+        names = list_names(self.session_directory(session_hash))
+        return sorted(m.group(1) for name in names if (m := _ENTRIES.match(name)))
+
+    def session_hashes(self) -> list[str]:
+        """Sessions with a folder in the index."""
+        return sorted(m.group(1) for name in list_names(self.data) if (m := _SESSION.match(name)))
+
+
+def identity_dimensions(name: str) -> int:
+    """The dimensions of an identity string ``provider/model@version:dims``.
+
+    Raises:
+        ValueError: the string does not end in ``:<dimensions>``.
+    """
+    head, separator, tail = name.rpartition(":")
+    if not separator or not head or not tail.isdigit() or not 1 <= int(tail) <= 65_536:
+        raise ValueError(f"{name!r} is not an embedding identity")
+    return int(tail)
+
+
+def list_names(directory: Path) -> list[str]:
+    """The names in an index folder (none if it is missing); the folder must not be a link.
+
+    Entries inside may be anything: readers open files with ``O_NOFOLLOW`` and check that
+    they are regular, so a planted link is reported as damage (which a rebuild deletes)
+    instead of making the whole session unreadable.
+    """
+    try:
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode):
+            raise DerivedIndexError(f"{directory} should be a folder, not a file or link")
+        with os.scandir(directory) as entries:
+            return sorted(entry.name for entry in entries)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise DerivedIndexError(f"could not list {directory}: {exc.strerror}") from exc

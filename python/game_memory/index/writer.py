@@ -1,0 +1,208 @@
+"""Writing an index partition's files: appends, compaction, reset (call under the lock).
+
+Functions over their explicit inputs (the layout, the partition as last read, the rows to
+keep); the engine reads the current partition first and forgets its caches after. The
+order of every write is what makes a crash harmless:
+
+* an append flushes the rows before the entries that point at them, so a reader never
+  sees an entry whose row is missing;
+* a compaction writes the new generation's row files under a new tag, renames the new
+  entries file into place, and only then deletes the old generation's rows, so a crash
+  leaves either version whole (plus, at worst, unreferenced row files the next compaction
+  removes) and a concurrent reader gets the old pair or ``PartitionReplacedError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from game_memory.durable import fs
+from game_memory.errors import CapacityExceededError, DerivedIndexError, PersistenceError
+from game_memory.index.entries import (
+    ENTRY_BYTES,
+    NO_VALUE,
+    EntryRecord,
+    EntryState,
+    encode_entry,
+    row_checksums,
+)
+from game_memory.index.layout import ROWS_NAME, IndexLayout, identity_dimensions, list_names
+from game_memory.index.partition import FloatMatrix, IndexPartition, derived_error, new_tag
+
+__all__ = ["append_files", "check_capacity", "compact_files", "remove_files"]
+
+#: ``rows(code, dimensions)``: the matrix of identity ``code`` of the partition.
+Rows = Callable[[int, int], FloatMatrix]
+
+
+def append_files(
+    layout: IndexLayout,
+    session_hash: str,
+    owner_hash: str,
+    current: IndexPartition | None,
+    records: list[EntryRecord],
+    vectors: dict[int, FloatMatrix] | None,
+    *,
+    durable: bool,
+) -> list[EntryRecord]:
+    """Append vectors (per identity code) and entry records; return records with rows.
+
+    Each ready record's ``row`` is an offset into the ``vectors`` rows of its identity
+    given here; it is rewritten to the row's position in the partition's row file.
+    ``current`` is the partition as read just before, under the lock.
+    """
+    tag = current.tag if current is not None and current.records else new_tag(0)
+    try:
+        fs.ensure_directory(layout.session_directory(session_hash))
+        first_rows: dict[int, int] = {}
+        sums: dict[int, list[int]] = {}
+        for code, matrix in (vectors or {}).items():
+            sums[code] = row_checksums(matrix).tolist()
+            path = layout.vectors_path(session_hash, owner_hash, code, tag)
+            first_rows[code] = _append_rows(path, matrix, durable)
+        placed = [
+            EntryRecord(
+                r.state,
+                r.identity,
+                first_rows[r.identity] + r.row,
+                r.memory_hash,
+                r.digest,
+                r.code,
+                sums[r.identity][r.row],
+            )
+            if r.state is EntryState.READY
+            else EntryRecord(r.state, NO_VALUE, NO_VALUE, r.memory_hash, r.digest, r.code)
+            for r in records
+        ]
+        path = layout.entries_path(session_hash, owner_hash)
+        _cut_torn(path, ENTRY_BYTES)
+        data = b"".join(encode_entry(r, tag) for r in placed)
+        with fs.open_append(Path(path)) as (fd, _):
+            if durable:
+                fs.append_bytes(fd, data, Path(path))
+            else:
+                _write_all(fd, data)
+    except PersistenceError as exc:
+        raise derived_error(exc) from exc
+    except OSError as exc:
+        raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+    return placed
+
+
+def compact_files(
+    layout: IndexLayout,
+    partition: IndexPartition,
+    identities: list[str],
+    rows: Rows,
+    keep_codes: set[int],
+) -> None:
+    """Rewrite a partition without superseded records, dead rows or unused identities."""
+    session_hash, owner_hash = partition.session_hash, partition.owner_hash
+    tag = new_tag(partition.tag)
+    records: list[EntryRecord] = []
+    vectors: dict[int, list[FloatMatrix]] = {}
+    for memory_hash in partition.position:
+        record = partition.record(memory_hash)
+        assert record is not None
+        if record.state is EntryState.READY:
+            if record.identity not in keep_codes:
+                continue
+            matrix = rows(record.identity, identity_dimensions(identities[record.identity]))
+            kept = vectors.setdefault(record.identity, [])
+            kept.append(matrix[record.row])
+            record = EntryRecord(
+                record.state,
+                record.identity,
+                len(kept) - 1,
+                record.memory_hash,
+                record.digest,
+                record.code,
+                record.checksum,
+            )
+        records.append(record)
+    directory = layout.session_directory(session_hash)
+    try:
+        for code, kept in vectors.items():
+            target = layout.vectors_path(session_hash, owner_hash, code, tag)
+            fs.atomic_write(Path(target), np.asarray(kept, dtype="<f4").tobytes())
+        fs.atomic_write(
+            Path(layout.entries_path(session_hash, owner_hash)),
+            b"".join(encode_entry(r, tag) for r in records),
+        )
+        _remove_row_files(directory, owner_hash, keep_tag=tag)
+        fs.fsync_directory(directory)
+    except OSError as exc:
+        raise DerivedIndexError(f"could not compact {directory}: {exc}") from exc
+    except PersistenceError as exc:
+        raise derived_error(exc) from exc
+
+
+def remove_files(layout: IndexLayout, session_hash: str, owner_hash: str) -> None:
+    """Delete a partition's entries and row files: its memories have no vectors after."""
+    directory = layout.session_directory(session_hash)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(layout.entries_path(session_hash, owner_hash))
+        _remove_row_files(directory, owner_hash, keep_tag=None)
+        fs.fsync_directory(directory)
+    except OSError as exc:
+        raise DerivedIndexError(f"could not reset a partition in {directory}: {exc}") from exc
+    except PersistenceError as exc:
+        raise derived_error(exc) from exc
+
+
+def check_capacity(partition: IndexPartition | None, new: int, capacity: int) -> None:
+    """Raise ``CapacityExceededError`` if ``new`` more memories exceed an owner's capacity."""
+    live = partition.live if partition is not None else 0
+    if live + new > capacity:
+        raise CapacityExceededError(
+            f"an owner partition of the vector index would hold {live + new:,} entries, more "
+            f"than the index capacity of {capacity:,}; open the index with a larger capacity",
+            bound="capacity",
+        )
+
+
+def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None) -> None:
+    """Delete the owner's row files of every generation but ``keep_tag``."""
+    for name in list_names(directory):
+        match = ROWS_NAME.match(name)
+        if match and match.group(1) == owner_hash and int(match.group(3), 16) != keep_tag:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+
+
+def _append_rows(path: str, matrix: FloatMatrix, durable: bool) -> int:
+    row_bytes = int(matrix.shape[1]) * 4
+    _cut_torn(path, row_bytes)
+    with fs.open_append(Path(path)) as (fd, _):
+        first = os.fstat(fd).st_size // row_bytes
+        data = np.ascontiguousarray(matrix, dtype="<f4").tobytes()
+        if durable:
+            fs.append_bytes(fd, data, Path(path))
+        else:
+            _write_all(fd, data)
+    return first
+
+
+def _cut_torn(path: str, unit: int) -> None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if info.st_size % unit:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, info.st_size - info.st_size % unit)
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
