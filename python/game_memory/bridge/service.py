@@ -1,8 +1,9 @@
 """What the bridge needs from the memory behind it: the smallest async protocol.
 
-:class:`game_memory.models.OpenedMemory` implements :class:`BridgeService`; tests
-use a fake. The result protocols are structural, so the vector store's own records
-(``RecallResult``, ``MemoryVectorDiagnostic``) satisfy them as they are.
+:class:`game_memory.VectorMemoryStore` (the front door) implements :class:`BridgeService`;
+tests use a fake. The result protocols are structural, so the front door's own records
+(``RecallResult``, ``VectorMemoryStatus``, ``MigrationReport``, ``MemoryVectorDiagnostic``)
+satisfy them as they are.
 """
 
 from __future__ import annotations
