@@ -179,6 +179,10 @@ Metadata = Annotated[
 Tags = Annotated[tuple[str, ...], BeforeValidator(_tags)]
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class GameMemory(BaseModel):
     """One immutable memory of one NPC (its *owner*) in one save (its *session*).
 
@@ -187,6 +191,12 @@ class GameMemory(BaseModel):
     memory is a no-op, and reusing an id for different content is a conflict.
     ``payload_json`` is the memory's structured content as JSON text; ``searchable_text``
     is the prose lexical and semantic recall read first.
+
+    ``belief_key`` (a bounded id such as ``"bridge.eastmarch"``) makes memories of one owner
+    versions of one belief: as of a moment only the newest visible version is recalled
+    (see :func:`game_memory.model.query.memory_matches_query` and the partition rule in
+    ``store/view.py``). It is part of content equivalence. A memory without one serializes
+    exactly as before the field existed, so its content digest is unchanged.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -204,6 +214,7 @@ class GameMemory(BaseModel):
     source_input_id: BoundedId | None = None
     expires_at: GameMoment | None = None
     metadata: Metadata = Field(default_factory=lambda: MappingProxyType({}))
+    belief_key: BoundedId | None = Field(default=None, exclude_if=_is_none)
 
     @field_validator("payload_json")
     @classmethod

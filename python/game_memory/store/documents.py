@@ -1,6 +1,9 @@
 """Memory documents: this store's own record payload, and the reference's v1 JSON format.
 
-Our payload is ``{"format_version": 1, "memory": <GameMemory as snake_case JSON>}``.
+Our payload is ``{"format_version": V, "memory": <GameMemory as snake_case JSON>}``: ``V``
+is 1 for a memory without a ``belief_key`` (the bytes every release wrote before the field
+existed, so older saves and content digests are unchanged) and 2 for one with it. Both
+are read; a version-1 record carrying a ``belief_key`` is damage.
 The legacy format is what the C# runtime writes (``System.Text.Json`` defaults): PascalCase
 properties, ``FormatVersion`` 1, the kind as its PascalCase name, ``PayloadJson`` as a JSON
 string, non-ASCII and HTML-sensitive characters ``\\u``-escaped. Legacy documents are read
@@ -30,7 +33,8 @@ __all__ = [
     "validate_legacy",
 ]
 
-DOCUMENT_FORMAT_VERSION = 1
+DOCUMENT_FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _LEGACY_MAXIMUM_DEPTH = 64
 _LEGACY_KINDS = {kind.reference_name: kind for kind in GameMemoryKind}
 
@@ -45,7 +49,8 @@ _SERIALIZER = GameMemory.__pydantic_serializer__
 def encode_document(memory: GameMemory) -> bytes:
     """Serialize ``memory`` as this store's record payload (compact UTF-8 JSON)."""
     # The serializer's bytes are exactly model_dump_json() encoded, without the round trip.
-    return b'{"format_version":1,"memory":' + _SERIALIZER.to_json(memory) + b"}"
+    version = b"1" if memory.belief_key is None else b"2"
+    return b'{"format_version":' + version + b',"memory":' + _SERIALIZER.to_json(memory) + b"}"
 
 
 def decode_document(payload: bytes) -> GameMemory:
@@ -57,15 +62,18 @@ def decode_document(payload: bytes) -> GameMemory:
     if not isinstance(document, dict):
         raise DocumentError("the record is not a JSON object")
     version = document.get("format_version")
-    if version != DOCUMENT_FORMAT_VERSION:
+    if version not in _READABLE_VERSIONS or isinstance(version, bool):
         raise DocumentError(
-            f"the record has format version {version!r}; this game-memory reads version "
-            f"{DOCUMENT_FORMAT_VERSION} (a newer release may have written it)"
+            f"the record has format version {version!r}; this game-memory reads versions "
+            "1 and 2 (a newer release may have written it)"
         )
     try:
-        return GameMemory.model_validate(document.get("memory"))
+        memory = GameMemory.model_validate(document.get("memory"))
     except ValidationError as exc:
         raise DocumentError(f"the record holds an invalid memory: {exc}") from exc
+    if version == 1 and memory.belief_key is not None:
+        raise DocumentError("a format-1 record cannot hold a belief_key")
+    return memory
 
 
 def _legacy_moment(value: Any, name: str) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ Everything here blocks; :class:`~game_memory.store.file_store.FileGameMemoryStor
 in a bounded thread pool. Layout of ``<save>/.game-memory/`` (format version 1, described
 in full in ``docs/storage-format.md``)::
 
-    format.json          {"format": "game-memory-store", "format_version": 1}
+    format.json          {"format": "game-memory-store", "format_version": 2}  (1: read too)
     lock                 the cross-process writer lock (flock)
     ledger.log           one 128-byte intent per memory (see ledger.py)
     migration.json       present only while a legacy migration batch is uncommitted
@@ -54,7 +54,11 @@ __all__ = ["DATA_FOLDER", "STORE_FORMAT_VERSION", "StoreEngine"]
 
 DATA_FOLDER = ".game-memory"
 _PACK_RELATIVE = re.compile(r"^s-[0-9a-f]{64}/p-[1-9][0-9]{0,8}\.pack$")
-STORE_FORMAT_VERSION = 1
+#: The format new saves get. Format 1 (before ``belief_key``) is read and written as is;
+#: the first memory with a ``belief_key`` upgrades a format-1 save to 2 (format.json is
+#: replaced atomically before its record is written), so older releases then refuse it.
+STORE_FORMAT_VERSION = 2
+_READABLE_FORMATS = (1, 2)
 _FORMAT_NAME = "game-memory-store"
 
 
@@ -119,12 +123,19 @@ class StoreEngine:
                 raise ValueError("not a game-memory store")
         except (ValueError, KeyError, TypeError) as exc:
             raise PersistenceError(f"{path} is not a valid store format file: {exc}") from exc
-        if version != STORE_FORMAT_VERSION:
+        if version not in _READABLE_FORMATS:
             raise PersistenceError(
                 f"{self.root} was written in store format {version}; this game-memory reads "
-                f"format {STORE_FORMAT_VERSION}. Upgrade game-memory to open it."
+                f"formats 1 and {STORE_FORMAT_VERSION}. Upgrade game-memory to open it."
             )
         return version
+
+    def _require_format(self, version: int) -> None:
+        """Upgrade format.json to ``version`` if it is older (under the writer lock)."""
+        current = self._read_format()
+        if current is not None and current < version:
+            document = {"format": _FORMAT_NAME, "format_version": version}
+            fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -204,6 +215,8 @@ class StoreEngine:
                     f"{memory.session_id!r} already holds different content; an id cannot be "
                     "reused. Use a new id (derive_memory_id gives stable ones)."
                 )
+            if memory.belief_key is not None:
+                self._require_format(2)
             count = self.ledger.count()
             if count >= self.maximum_entries:
                 raise CapacityExceededError(

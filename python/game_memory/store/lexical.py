@@ -85,7 +85,11 @@ def _search_small(
     filtered = _filters(query)
     for view in views:
         rows = zip(view.memories, view.term_counts, view.order_keys, strict=True)
-        if filtered:
+        if view.has_beliefs:
+            # Older versions of a belief are hidden as of the query's moment (view.py).
+            shown = view.columns.mask(query).tolist()
+            visible.extend(row for row, keep in zip(rows, shown, strict=True) if keep)
+        elif filtered:
             visible.extend(row for row in rows if memory_matches_query(row[0], query))
         else:
             visible.extend(rows)

@@ -140,5 +140,6 @@ def decode_plain_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameM
             "source_input_id": source,
             "expires_at": expiry,
             "metadata": MappingProxyType(metadata),
+            "belief_key": None,
         },
     )

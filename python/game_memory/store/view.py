@@ -9,6 +9,17 @@ Partitions only grow, so a view of a grown partition is built from the previous 
 new view keeps a reference to the previous view's *built* structures (never to the view
 itself, so versions do not chain up in memory) and extends them with the new memories
 only, instead of re-tokenizing the whole partition.
+
+**Belief versions.** Memories of the partition (one owner) that share a ``belief_key`` are
+versions of one belief. As of a query's moment, only the newest *time-visible* version is
+recalled: among the versions on the query's timeline, not later than ``at_or_before`` and
+not expired then, the one with the highest tick wins, and of two at one tick the later
+append. The others are superseded at that moment, whatever the query's other filters say
+(a belief is what the NPC holds then; a filter does not bring an older belief back).
+Without ``at_or_before`` every version is time-visible and the newest of all wins. Older
+versions stay in the save, so an earlier moment still recalls what was believed then.
+:meth:`PredicateColumns.mask` applies this rule with the visibility predicate, so every
+recall path (lexical, vector, both lexical code paths) sees the same memories.
 """
 
 from __future__ import annotations
@@ -63,6 +74,7 @@ class PredicateColumns:
     count: int
     _timelines: _Codes
     _scopes: _Codes
+    _beliefs: _Codes
 
     def __init__(
         self, memories: Sequence[GameMemory], base: PredicateColumns | None = None
@@ -72,6 +84,7 @@ class PredicateColumns:
         count = len(new)
         self._timelines = base._timelines if base is not None else _Codes()
         self._scopes = base._scopes if base is not None else _Codes()
+        self._beliefs = base._beliefs if base is not None else _Codes()
         ticks = np.fromiter((m.moment.tick for m in new), np.int64, count)
         importance = np.fromiter((m.importance for m in new), np.float64, count)
         timelines = np.fromiter(
@@ -83,6 +96,11 @@ class PredicateColumns:
         )
         scopes = np.fromiter((self._scopes.code(m.scope) for m in new), np.int32, count)
         kinds = np.fromiter((m.kind.ordinal for m in new), np.int8, count)
+        beliefs = np.fromiter(
+            (-1 if m.belief_key is None else self._beliefs.code(m.belief_key) for m in new),
+            np.int32,
+            count,
+        )
         tag_lists: dict[str, list[int]] = {}
         for index, memory in enumerate(new, start):
             for tag in memory.tags:
@@ -91,6 +109,7 @@ class PredicateColumns:
             self.ticks, self.importance, self.timeline_codes = ticks, importance, timelines
             self.has_expiry, self.expiry_ticks = has_expiry, expiry
             self.scope_codes, self.kind_codes = scopes, kinds
+            self.belief_codes = beliefs
             self._tags = {tag: np.asarray(docs, np.int64) for tag, docs in tag_lists.items()}
         else:
             self.ticks = np.concatenate((base.ticks, ticks))
@@ -100,14 +119,54 @@ class PredicateColumns:
             self.expiry_ticks = np.concatenate((base.expiry_ticks, expiry))
             self.scope_codes = np.concatenate((base.scope_codes, scopes))
             self.kind_codes = np.concatenate((base.kind_codes, kinds))
+            self.belief_codes = np.concatenate((base.belief_codes, beliefs))
             self._tags = dict(base._tags)
             for tag, docs in tag_lists.items():
                 previous = self._tags.get(tag, _EMPTY_DOCUMENTS)
                 self._tags[tag] = np.concatenate((previous, np.asarray(docs, np.int64)))
         self.count = start + count
+        keyed = np.flatnonzero(self.belief_codes >= 0)
+        # Versions grouped by belief, oldest first within each: (code, tick, append order).
+        self._versions: IntArray = keyed[
+            np.lexsort((keyed, self.ticks[keyed], self.belief_codes[keyed]))
+        ]
+
+    @property
+    def has_beliefs(self) -> bool:
+        """Whether any memory of the partition carries a ``belief_key``."""
+        return bool(self._versions.size)
+
+    def superseded(self, query: GameMemoryQuery) -> BoolArray:
+        """Which memories are older versions of a belief as of the query's moment.
+
+        See the module docstring: the newest time-visible version of each belief wins.
+        """
+        hidden = np.zeros(self.count, dtype=np.bool_)
+        versions = self._versions
+        if not versions.size:
+            return hidden
+        at = query.at_or_before
+        if at is not None:
+            code = self._timelines.get(at.timeline_id)
+            if code is None:
+                return hidden
+            ticks = self.ticks[versions]
+            timely = (self.timeline_codes[versions] == code) & (ticks <= at.tick)
+            timely &= ~self.has_expiry[versions] | (at.tick < self.expiry_ticks[versions])
+            versions = versions[timely]
+        if versions.size < 2:
+            return hidden
+        beliefs = self.belief_codes[versions]
+        older = beliefs[:-1] == beliefs[1:]  # a later version of the same belief follows
+        hidden[versions[:-1][older]] = True
+        return hidden
 
     def mask(self, query: GameMemoryQuery) -> BoolArray:
-        """Which memories of the partition the query may see (session/owner checked by caller)."""
+        """Which memories of the partition the query may see (session/owner checked by caller).
+
+        The visibility predicate (``memory_matches_query``) and, for belief versions, the
+        rule that only the newest time-visible version of a belief is recalled.
+        """
         mask = np.ones(self.count, dtype=np.bool_)
         if query.scopes:
             codes = [code for s in query.scopes if (code := self._scopes.get(s)) is not None]
@@ -130,6 +189,8 @@ class PredicateColumns:
             mask &= self.timeline_codes == code
             mask &= self.ticks <= at.tick
             mask &= ~self.has_expiry | (at.tick < self.expiry_ticks)
+        if self._versions.size:
+            mask &= ~self.superseded(query)
         return mask
 
 
@@ -206,6 +267,11 @@ class PartitionView:
 
     def __repr__(self) -> str:
         return f"PartitionView(owner={self.owner_id!r}, memories={len(self.memories)})"
+
+    @cached_property
+    def has_beliefs(self) -> bool:
+        """Whether any memory carries a ``belief_key`` (then visibility needs the columns)."""
+        return any(memory.belief_key is not None for memory in self.memories)
 
     @cached_property
     def columns(self) -> PredicateColumns:
