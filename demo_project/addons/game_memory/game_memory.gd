@@ -209,7 +209,9 @@ func get_last_error() -> Dictionary:
 ## [code]kind[/code] (event, fact, relationship, goal, reflection, procedure),
 ## [code]scope[/code], [code]importance[/code] (0..1), [code]tags[/code],
 ## [code]payload[/code], [code]memory_id[/code], [code]expires_at[/code] (a moment),
-## [code]source_input_id[/code], [code]metadata[/code].
+## [code]source_input_id[/code], [code]metadata[/code], [code]belief_key[/code] (an id such as
+## [code]"bridge.eastmarch"[/code]: memories of one owner with one key are versions of one
+## belief, and a recall as of a moment sees only the newest version visible then).
 ## Resolves with [code]memory_id[/code], [code]created[/code] (false when the same memory was
 ## already stored: resending is a no-op) and [code]memory[/code].
 func remember(owner_id: String, text: String, moment: Dictionary,

@@ -19,6 +19,7 @@ const REMEMBER_OPTIONS: Array[String] = [
 	"expires_at",
 	"source_input_id",
 	"metadata",
+	"belief_key",
 ]
 ## The option keys [method GameMemory.recall] accepts (and each query of
 ## [method GameMemory.recall_many], besides [code]owner_id[/code], [code]text[/code] and

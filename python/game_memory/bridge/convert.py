@@ -57,6 +57,7 @@ def build_memory(params: RememberParams) -> GameMemory:
             params.scope,
             params.text,
             payload_json,
+            params.belief_key,
         )
     try:
         return GameMemory(
@@ -73,6 +74,7 @@ def build_memory(params: RememberParams) -> GameMemory:
             source_input_id=params.source_input_id,
             expires_at=params.expires_at,
             metadata=params.metadata or {},
+            belief_key=params.belief_key,
         )
     except ValidationError as exc:
         raise _invalid("memory.remember", exc) from exc

@@ -101,6 +101,7 @@ class RememberParams(_Params):
     expires_at: GameMoment | None = None
     source_input_id: Id | None = None
     metadata: dict[str, str] | None = None
+    belief_key: Id | None = None
 
     @property
     def payload_given(self) -> bool:

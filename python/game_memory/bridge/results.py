@@ -54,6 +54,7 @@ def memory_to_json(memory: GameMemory) -> dict[str, Any]:
         "expires_at": None if memory.expires_at is None else moment_to_json(memory.expires_at),
         "metadata": dict(memory.metadata),
         "source_input_id": memory.source_input_id,
+        "belief_key": memory.belief_key,
     }
 
 

@@ -177,13 +177,15 @@ def run_search(args: argparse.Namespace) -> int:
             print(json.dumps({"fallback": result.fallback, "memories": rows}, indent=2))
             return 0
         table = Table(title="recalled" + (" (lexical fallback)" if result.fallback else ""))
-        for column in ("owner", "tick", "why", "memory"):
+        beliefs = any(hit.memory.belief_key is not None for hit in result.hits)
+        columns = ("owner", "tick", "why", *(("belief",) if beliefs else ()), "memory")
+        for column in columns:
             table.add_column(column)
         for hit in result.hits:
             m = hit.memory
-            table.add_row(
-                m.owner_id, str(m.moment.tick), hit.channels, m.searchable_text or m.payload_json
-            )
+            belief = (m.belief_key or "",) if beliefs else ()
+            text = m.searchable_text or m.payload_json
+            table.add_row(m.owner_id, str(m.moment.tick), hit.channels, *belief, text)
         _console().print(table)
         return 0
 

@@ -68,11 +68,13 @@ def content_memory_id(
     scope: str,
     text: str,
     payload_json: str,
+    belief_key: str | None = None,
 ) -> str:
     """Return the default id of a remembered memory: ``"gm-"`` and 32 hex digits.
 
     The digest is SHA-256 over a domain string and then session, owner, timeline, tick
-    (decimal), kind (lower case), scope, text and canonical payload JSON, each as UTF-8
+    (decimal), kind (lower case), scope, text and canonical payload JSON (and the belief
+    key, when there is one: ids of memories without a key are unchanged), each as UTF-8
     preceded by its byte length as a 4-byte big-endian integer; the id keeps the first
     32 hex digits (128 bits). Equal content always yields the equal id.
     """
@@ -87,6 +89,7 @@ def content_memory_id(
         scope,
         text,
         payload_json,
+        *(() if belief_key is None else (belief_key,)),
     ):
         data = field.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(4, "big"))
