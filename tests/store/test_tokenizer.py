@@ -1,4 +1,8 @@
-"""The lexical tokenizer against the reference rule (§2.3), spelled out as a character loop."""
+"""The lexical tokenizer against the reference rule (§2.3), spelled out as a character loop.
+
+The one deliberate change, Japanese kana split by script with hiragana as uni- and bigrams,
+is spelled out here too (``split_kana``), independently of the implementation.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ def reference_tokenize(text: str | None) -> list[str]:
 
     def flush() -> None:
         if word:
-            tokens.append("".join(word))
+            tokens.extend(split_kana("".join(word)))
             word.clear()
 
     for unit in _utf16_units(text)[:MAXIMUM_UTF16_UNITS]:
@@ -70,9 +74,48 @@ def reference_tokenize(text: str | None) -> list[str]:
     return tokens[:MAXIMUM_TOKENS]
 
 
+def _kind(character: str) -> str:
+    code = ord(character)
+    if 0x3041 <= code <= 0x309F:
+        return "hiragana"
+    if 0x30A0 <= code <= 0x30FF or 0x31F0 <= code <= 0x31FF or 0xFF66 <= code <= 0xFF9F:
+        return "katakana"
+    return "other"
+
+
+def split_kana(word: str) -> list[str]:
+    """A word split where kana script changes (ー continues kana); hiragana as 1- and 2-grams."""
+    if all(_kind(character) == "other" for character in word):
+        return [word]
+    segments: list[tuple[str, str]] = []
+    for character in word:
+        kind = _kind(character)
+        if character == "ー" and segments and segments[-1][0] != "other":
+            kind = segments[-1][0]
+        if segments and segments[-1][0] == kind:
+            segments[-1] = (kind, segments[-1][1] + character)
+        else:
+            segments.append((kind, character))
+    tokens: list[str] = []
+    for kind, text in segments:
+        if kind != "hiragana":
+            tokens.append(text)
+            continue
+        for index, character in enumerate(text):
+            tokens.append(character)
+            if index:
+                tokens.append(text[index - 1] + character)
+    return tokens
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        ("ドラゴンは", ["ドラゴン", "は"]),  # a particle no longer glues to a katakana word
+        ("ドラゴンはどこ", ["ドラゴン", "は", "ど", "はど", "こ", "どこ"]),
+        ("ラーメンを食べた", ["ラーメン", "を", "食", "べ", "た", "べた"]),
+        ("Tシャツ", ["t", "シャツ"]),
+        ("ｶﾀｶﾅです", ["ｶﾀｶﾅ", "で", "す", "です"]),
         ("一只猫", ["一", "只", "一只", "猫", "只猫"]),
         ('{"text":"Feline"}', ["text", "feline"]),
         ("Hello, World_42!", ["hello", "world_42"]),
@@ -108,7 +151,8 @@ _CJK_EDGES = [
 ]
 _TRICKY = ["Σ", "ς", "İ", "ı", "ß", "ǅ", "ʰ", "²", "Ⅻ", "\u0301", "٣", "\u00a0", "\u2028"]
 _ASTRAL = ["\U0001d400", "\U0001f600", "\U00020000"]
-_ALPHABET = st.sampled_from([*_ASCII, *_CJK_EDGES, *_TRICKY, *_ASTRAL])
+_KANA = ["ド", "ラ", "ー", "は", "を", "ゝ", "ヿ", "\u30a0", "\u3041", "\u309f", "ｶ", "ﾞ", "ㇰ"]
+_ALPHABET = st.sampled_from([*_ASCII, *_CJK_EDGES, *_TRICKY, *_ASTRAL, *_KANA])
 
 
 @settings(max_examples=400)

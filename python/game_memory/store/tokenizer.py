@@ -1,6 +1,7 @@
-"""The lexical tokenizer: words, plus CJK unigrams and bigrams.
+"""The lexical tokenizer: words, plus CJK unigrams and bigrams, with Japanese kana split by script.
 
-It reproduces the reference tokenizer exactly, which walks UTF-16 code units:
+It reproduces the reference tokenizer, which walks UTF-16 code units, with one deliberate
+change for Japanese (below):
 
 * only the first 100,000 UTF-16 code units are read, and at most 4,096 tokens are emitted;
 * a word is a maximal run of letters, decimal digits and ``_`` (Unicode categories Lu, Ll,
@@ -9,6 +10,16 @@ It reproduces the reference tokenizer exactly, which walks UTF-16 code units:
 * a CJK ideograph (U+3400–U+4DBF, U+4E00–U+9FFF, U+F900–U+FAFF) ends the current word and
   is emitted alone, followed by the bigram with the previous ideograph when they touch;
 * anything else, including characters outside the BMP (surrogate pairs in .NET), separates.
+
+**Kana** (the change). The reference glues a katakana word and the hiragana particle after
+it into one word (``ドラゴンは``), so a query ``ドラゴン`` finds nothing lexically. Here a
+word is also split where its script changes between katakana (U+30A0–U+30FF, U+31F0–U+31FF,
+half-width U+FF66–U+FF9F; the prolonged sound mark ``ー`` continues either kana), hiragana
+(U+3041–U+309F) and any other letters; katakana segments stay words (``ドラゴン``, loanwords
+and names), and hiragana segments are emitted like ideographs, as unigrams and bigrams, so
+particles (``は``, ``を``, ``に``) become tokens of their own instead of gluing to a word
+and a hiragana word still matches inside a longer run: ``ドラゴンはどこ`` gives ``ドラゴン,
+は, ど, はど, こ, どこ``. Text without kana tokenizes exactly as the reference does.
 
 Example: ``一只猫`` gives ``一, 只, 一只, 猫, 只猫``; ``{"text":"Feline"}`` gives ``text, feline``.
 The implementation scans with one compiled regular expression instead of a character loop.
@@ -54,6 +65,49 @@ def _is_word_char(char: str) -> bool:
     return char == "_" or unicodedata.category(char) in _WORD_CATEGORIES
 
 
+_OTHER, _KATAKANA, _HIRAGANA = 0, 1, 2
+_PROLONGED = "\u30fc"
+_KANA = re.compile("[\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\uff66-\uff9f]")
+
+
+def _script(char: str) -> int:
+    code = ord(char)
+    if 0x3041 <= code <= 0x309F:
+        return _HIRAGANA
+    if 0x30A0 <= code <= 0x30FF or 0x31F0 <= code <= 0x31FF or 0xFF66 <= code <= 0xFF9F:
+        return _KATAKANA
+    return _OTHER
+
+
+def _kana_tokens(word: str) -> list[str]:
+    """Split a word where its script changes; hiragana segments become unigrams and bigrams."""
+    tokens: list[str] = []
+    segment: list[str] = []
+    kind = _OTHER
+
+    def flush() -> None:
+        if not segment:
+            return
+        text = "".join(segment)
+        if kind == _HIRAGANA:
+            tokens.append(text[0])
+            for index in range(1, len(text)):
+                tokens.append(text[index])
+                tokens.append(text[index - 1 : index + 1])
+        else:
+            tokens.append(text.translate(_LOWER))
+        segment.clear()
+
+    for char in word:
+        script = kind if char == _PROLONGED and segment and kind != _OTHER else _script(char)
+        if script != kind and segment:
+            flush()
+        kind = script
+        segment.append(char)
+    flush()
+    return tokens
+
+
 def _words(run: str) -> list[str]:
     if run.isascii():
         return [run.lower()]
@@ -67,7 +121,9 @@ def _words(run: str) -> list[str]:
             current = []
     if current:
         words.append("".join(current).translate(_LOWER))
-    return words
+    if _KANA.search(run) is None:
+        return words
+    return [token for word in words for token in _kana_tokens(word)]
 
 
 def _truncate_utf16(text: str) -> str:
