@@ -16,6 +16,25 @@ from support.vectors import diagnostics, make_vector_store, provider
 
 __all__ = ["diagnostics", "make_vector_store", "provider"]  # fixtures for every folder
 
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def default_model_home() -> Path:
+    """A model cache folder holding the prepared default model (prepared here if needed).
+
+    ``$GAME_MEMORY_HOME`` when set (CI sets it, so the model is prepared once per run).
+    """
+    import os
+
+    from game_memory.onnx import prepare_default_model
+
+    configured = os.environ.get("GAME_MEMORY_HOME", "").strip()
+    home = Path(configured) if configured else REPOSITORY / ".cache" / "pytest-game-memory-home"
+    prepare_default_model(home)
+    return home
+
+
 MemoryFactory = Callable[..., GameMemory]
 StoreFactory = Callable[..., FileGameMemoryStore]
 

@@ -28,6 +28,7 @@ def test_fusion_defaults_are_the_measured_floor_convex_combination() -> None:
         "normalization": "floor",
         "lexical_minimum_spread": 8.0,
         "vector_minimum_spread": 1.0,
+        "lexical_scale": 8.0,
     }
 
 
@@ -43,6 +44,10 @@ def test_reranker_defaults_are_the_measured_weights() -> None:
         "recency_half_life_ticks": 1_440.0,
         "diversity_penalty": 0.05,
         "maximum_greedy_selections": 512,
+        "relevance": "absolute",
+        "supersession_penalty": 0.0,
+        "supersession_similarity": 0.75,
+        "supersession_candidates": 32,
     }
 
 

@@ -20,8 +20,13 @@ from game_memory.recall.fusion import FusedCandidate
 from support.vectors import MemoryFactory, query
 
 
-def candidate(memory: GameMemory, score: float = 1.0) -> FusedCandidate:
-    return FusedCandidate(memory, score, 1, None, score, None)
+def candidate(
+    memory: GameMemory, score: float = 1.0, relevance: float | None = None
+) -> FusedCandidate:
+    """A fused candidate whose relevance (absolute) is its score unless given."""
+    return FusedCandidate(
+        memory, score, 1, None, score, None, score if relevance is None else relevance
+    )
 
 
 def only(**weights: float) -> GameAwareMemoryReranker:
@@ -127,9 +132,15 @@ def test_importance_lifts_what_the_game_marked_as_significant(make_memory: Memor
     assert ids(ranked) == ["major", "minor"]
 
 
-def test_relevance_is_the_fused_score_relative_to_the_best(make_memory: MemoryFactory) -> None:
+def test_relative_relevance_is_the_fused_score_relative_to_the_best(
+    make_memory: MemoryFactory,
+) -> None:
     options = GameAwareMemoryRerankerOptions(
-        relevance_weight=1.0, importance_weight=0.5, recency_weight=0.0, diversity_penalty=0.0
+        relevance_weight=1.0,
+        importance_weight=0.5,
+        recency_weight=0.0,
+        diversity_penalty=0.0,
+        relevance="relative",
     )
     # b is far less relevant (0.2 of the best): importance 0.9 vs 0.1 adds only 0.4.
     a = candidate(make_memory("a", importance=0.1), 1.0)
@@ -162,7 +173,8 @@ def test_diversity_counts_the_largest_overlap_with_any_memory_already_picked(
     c = make_memory("c", scope="s1", kind="fact", tags=("x", "y"))  # shares 2 with a, 2 with b
     d = make_memory("d", scope="s3", kind="goal", tags=("z",))  # shares nothing
     ranked = only(relevance_weight=1.0, diversity_penalty=0.1).rank(
-        query(), [candidate(a, 1.0), candidate(b, 0.9), candidate(c, 0.85), candidate(d, 0.5)]
+        query(),
+        [candidate(a, 1.0), candidate(b, 0.9), candidate(c, 0.85), candidate(d, 0.5)],
     )
     # c pays max(2, 2) × 0.1 = 0.2 (0.65 > d's 0.5); a sum would have cost it 0.4 (0.45).
     assert ids(ranked) == ["a", "b", "c", "d"]

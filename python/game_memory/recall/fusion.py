@@ -23,6 +23,17 @@ Three modes:
   min–max normalization.
 * ``"best_lexical"``: the cosine as is (clipped to [0, 1]) and the lexical score divided by
   the query's best lexical score.
+* ``"absolute"``: the cosine as is (clipped to [0, 1]) and the lexical score divided by the
+  larger of the query's best lexical score and ``lexical_scale`` (BM25 units). No channel's
+  score depends on how many candidates there are: a lone or last candidate keeps a score
+  that reflects its own similarity (an NPC with five memories is the common case), and a
+  weak lexical match is not stretched to full weight.
+
+Every candidate also gets a ``relevance`` in [0, 1]: its fused score divided by the highest
+score the mode can give with the channels that returned candidates in this recall (the sum
+of their weights for ``CONVEX``, ``Σ w/(k + 1)`` for the RRF modes). The reranker weighs
+that relevance against recency and importance on one scale, whatever the mode and however
+many candidates there are.
 
 The default (``CONVEX``, ``"floor"``, vector weight 0.75, lexical 0.25, minimum spreads
 8.0 and 1.0) was chosen by measurement on three real development sets: it is never below
@@ -33,10 +44,12 @@ the better single channel in R@5, and above both where they disagree. See
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Literal
 
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from game_memory.errors import DerivedIndexError
@@ -44,7 +57,7 @@ from game_memory.model import GameMemory, ordinal_key
 
 __all__ = ["FusedCandidate", "FusionMode", "FusionNormalization", "FusionOptions", "fuse"]
 
-FusionNormalization = Literal["floor", "best_lexical"]
+FusionNormalization = Literal["floor", "best_lexical", "absolute"]
 """How ``CONVEX`` puts the two channels on one scale (see the module docstring)."""
 
 _Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
@@ -75,6 +88,8 @@ class FusionOptions(BaseModel):
         lexical_minimum_spread: ``"floor"``: the smallest BM25 spread (best − worst
             candidate) stretched to the full lexical weight, 0..1,000,000.
         vector_minimum_spread: ``"floor"``: the same for cosine similarity, 0..1.
+        lexical_scale: ``"absolute"``: the BM25 score that counts as full lexical evidence
+            (a query's best lexical score above it divides instead), 0..1,000,000.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -86,11 +101,17 @@ class FusionOptions(BaseModel):
     normalization: FusionNormalization = "floor"
     lexical_minimum_spread: _LexicalSpread = 8.0
     vector_minimum_spread: _CosineSpread = 1.0
+    lexical_scale: Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)] = 8.0
 
 
 @dataclass(frozen=True, slots=True)
 class FusedCandidate:
-    """A candidate after fusion, with the evidence from each channel."""
+    """A candidate after fusion, with the evidence from each channel.
+
+    ``relevance`` is ``score`` as a fraction of the best score the fusion could give in this
+    recall (see the module docstring); ``vector`` is the memory's unit vector when the
+    vector channel returned it (the reranker compares memories with it), else ``None``.
+    """
 
     memory: GameMemory
     score: float
@@ -98,6 +119,8 @@ class FusedCandidate:
     vector_rank: int | None
     lexical_score: float | None
     vector_score: float | None
+    relevance: float = 0.0
+    vector: npt.NDArray[np.float32] | None = field(default=None, compare=False, repr=False)
 
 
 def fuse(
@@ -105,9 +128,11 @@ def fuse(
     vector: Sequence[tuple[GameMemory, float]],
     options: FusionOptions,
     limit: int,
+    vectors: Sequence[npt.NDArray[np.float32]] | None = None,
 ) -> list[FusedCandidate]:
     """Fuse two ranked ``(memory, score)`` lists (best first) into at most ``limit``.
 
+    ``vectors``, when given, holds the unit vector of each ``vector`` candidate (parallel).
     Ties are broken by importance, then newer tick, then owner and memory id (ordinal).
 
     Raises:
@@ -129,10 +154,20 @@ def fuse(
                 row.lexical_rank, row.lexical_score = rank + 1, score
             else:
                 row.vector_rank, row.vector_score = rank + 1, score
+                if vectors is not None:
+                    row.vector = vectors[rank]
             row.score += _contribution(options, channel, rank, score, scales[channel])
+    best = _best_possible(options, bool(lexical), bool(vector))
     fused = [
         FusedCandidate(
-            r.memory, r.score, r.lexical_rank, r.vector_rank, r.lexical_score, r.vector_score
+            r.memory,
+            r.score,
+            r.lexical_rank,
+            r.vector_rank,
+            r.lexical_score,
+            r.vector_score,
+            min(max(r.score / best, 0.0), 1.0) if best > 0 else 0.0,
+            r.vector,
         )
         for r in rows.values()
     ]
@@ -156,6 +191,20 @@ class _Row:
     vector_rank: int | None = None
     lexical_score: float | None = None
     vector_score: float | None = None
+    vector: npt.NDArray[np.float32] | None = None
+
+
+def _best_possible(options: FusionOptions, lexical: bool, vector: bool) -> float:
+    """The highest fused score the mode can give with the channels that returned anything."""
+    weights = (
+        (options.lexical_weight if lexical else 0.0),
+        (options.vector_weight if vector else 0.0),
+    )
+    if options.mode is FusionMode.RRF:
+        return (int(lexical) + int(vector)) / (options.rrf_k + 1)
+    if options.mode is FusionMode.WEIGHTED_RRF:
+        return sum(weights) / (options.rrf_k + 1)
+    return sum(weights)
 
 
 def _scale(
@@ -173,6 +222,8 @@ def _scale(
     high = max(scores)
     if options.normalization == "best_lexical":
         return (0.0, high if channel == 0 else 1.0)
+    if options.normalization == "absolute":
+        return (0.0, max(high, options.lexical_scale) if channel == 0 else 1.0)
     low = min(scores)
     if low == high:
         # One candidate (or all equal): no spread to measure, so measure from the score's

@@ -45,7 +45,7 @@ from game_memory.model import (
 from game_memory.recall.fusion import FusedCandidate, fuse
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.reranker import GameAwareMemoryReranker
-from game_memory.recall.vectors import top_vector_hits
+from game_memory.recall.vectors import top_vector_candidates
 from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 from game_memory.store.view import PartitionView
 
@@ -139,11 +139,14 @@ async def recall(
         for s in snapshot.stages
     ]
     vector: list[tuple[GameMemory, float]] = []
+    vectors: list[np.ndarray] = []
     fallback = False
     embedder = parts.embedder
     if query.limit > 0 and embedder is not None and embedder.query_text(query).strip():
         try:
-            vector = await _vector_recall(parts, embedder, query, snapshot.views, limit, stages)
+            vector, vectors = await _vector_recall(
+                parts, embedder, query, snapshot.views, limit, stages
+            )
         except asyncio.CancelledError:
             raise
         except _Unavailable as exc:
@@ -172,7 +175,7 @@ async def recall(
                 if isinstance(exc, GameMemoryError):
                     raise
                 raise EmbeddingUnavailableError(f"vector recall failed: {exc}") from exc
-    fused = fuse(lexical, vector, options.fusion, limit)
+    fused = fuse(lexical, vector, options.fusion, limit, vectors if vector else None)
     if parts.reranker is not None and fused:
         started = time.perf_counter()
         ranked = parts.reranker.rank(query, fused)
@@ -282,7 +285,7 @@ async def _vector_recall(
     views: Sequence[PartitionView],
     limit: int,
     stages: list[GameMemorySearchStage],
-) -> list[tuple[GameMemory, float]]:
+) -> tuple[list[tuple[GameMemory, float]], list[np.ndarray]]:
     index = parts.index
     if index is None:
         raise _Unavailable("memory_vector_index_missing", "No vector index is configured.")
@@ -291,7 +294,9 @@ async def _vector_recall(
     embedded_at = time.perf_counter()
     stages.append(GameMemorySearchStage.measured(Stage.EMBEDDING, embedded_at - started, 1, 1))
 
-    def read_and_score() -> tuple[list[tuple[GameMemory, float]], int, float, float]:
+    def read_and_score() -> tuple[
+        tuple[list[tuple[GameMemory, float]], list[np.ndarray]], int, float, float
+    ]:
         # A compaction racing this read replaces the partition under us; the second
         # attempt reads the new generation (a third race in a row is reported).
         for attempt in range(_ATTEMPTS):
@@ -303,7 +308,7 @@ async def _vector_recall(
                     raise
         # One executor hop for both stages; each is timed where its work runs.
         read_at = time.perf_counter()
-        hits = top_vector_hits(joined, vector, limit)
+        hits = top_vector_candidates(joined, vector, limit)
         ready = sum(j.ready for j, _, _ in joined)
         return hits, ready, read_at, time.perf_counter()
 
@@ -312,6 +317,8 @@ async def _vector_recall(
         GameMemorySearchStage.measured(Stage.VECTOR_INDEX_READ, read_at - embedded_at, ready, ready)
     )
     stages.append(
-        GameMemorySearchStage.measured(Stage.VECTOR_SCORING, scored_at - read_at, ready, len(hits))
+        GameMemorySearchStage.measured(
+            Stage.VECTOR_SCORING, scored_at - read_at, ready, len(hits[0])
+        )
     )
     return hits

@@ -39,20 +39,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from game_memory.model import GameMemoryQuery
+from game_memory.model import GameMemory, GameMemoryQuery
 from game_memory.recall.fusion import FusedCandidate
+from game_memory.store.tokenizer import tokenize
 
 __all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions"]
 
 _Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
+_Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 class GameAwareMemoryRerankerOptions(BaseModel):
-    """Weights of the game-aware reranker (see the module docstring)."""
+    """Weights of the game-aware reranker (see the module docstring).
+
+    Attributes:
+        relevance_weight, importance_weight, recency_weight: The three terms' weights.
+        recency_half_life_ticks: Game ticks after which recency has halved.
+        diversity_penalty: Subtracted per trait shared with a memory already picked.
+        maximum_greedy_selections: Candidates ordered by the greedy pass (the rest follow).
+        relevance: ``"absolute"``: a candidate's relevance is its fusion relevance, a
+            fraction of the best score the fusion could give (independent of how many
+            candidates there are); ``"relative"``: its fused score divided by the best
+            candidate's (the earlier rule: the best is always 1).
+        supersession_penalty: Subtracted from a memory when a newer memory of the same
+            owner on the same timeline among the first ``supersession_candidates`` says
+            nearly the same (similarity at least ``supersession_similarity``): the newer
+            of two versions of one belief comes first even without a ``belief_key``.
+        supersession_similarity: How alike two memories must be (cosine of their vectors,
+            or the overlap of their words when either has no vector) to count as versions.
+        supersession_candidates: How many of the best candidates are compared pairwise.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -62,6 +83,10 @@ class GameAwareMemoryRerankerOptions(BaseModel):
     recency_half_life_ticks: Annotated[float, Field(gt=0.0, le=1e15, allow_inf_nan=False)] = 1_440.0
     diversity_penalty: _Weight = 0.05
     maximum_greedy_selections: Annotated[int, Field(ge=1, le=4_096)] = 512
+    relevance: Literal["absolute", "relative"] = "absolute"
+    supersession_penalty: _Weight = 0.0
+    supersession_similarity: _Unit = 0.75
+    supersession_candidates: Annotated[int, Field(ge=2, le=512)] = 32
 
 
 class GameAwareMemoryReranker:
@@ -81,6 +106,12 @@ class GameAwareMemoryReranker:
             return 0.0
         return math.pow(0.5, (at.tick - moment.tick) / self.options.recency_half_life_ticks)
 
+    def relevance(self, candidate: FusedCandidate, best: float) -> float:
+        """The relevance term's input in [0, 1] (see ``GameAwareMemoryRerankerOptions``)."""
+        if self.options.relevance == "absolute":
+            return candidate.relevance
+        return candidate.score / best if best > 0 else 0.0
+
     def rank(
         self, query: GameMemoryQuery, candidates: Sequence[FusedCandidate]
     ) -> list[FusedCandidate]:
@@ -90,11 +121,14 @@ class GameAwareMemoryReranker:
         options = self.options
         best = candidates[0].score
         base = [
-            options.relevance_weight * (c.score / best if best > 0 else 0.0)
+            options.relevance_weight * self.relevance(c, best)
             + options.importance_weight * c.memory.importance
             + options.recency_weight * self.recency(query, c)
             for c in candidates
         ]
+        if options.supersession_penalty > 0:
+            for index in _superseded(candidates, options):
+                base[index] -= options.supersession_penalty
         remaining = list(range(len(candidates)))
         overlap = [0] * len(candidates)
         chosen: list[int] = []
@@ -114,3 +148,42 @@ class GameAwareMemoryReranker:
                 overlap[i] = max(overlap[i], shared)
         chosen.extend(remaining)
         return [candidates[i] for i in chosen]
+
+
+def _words(memory: GameMemory) -> frozenset[str]:
+    return frozenset(tokenize(memory.searchable_text or memory.payload_json))
+
+
+def _superseded(
+    candidates: Sequence[FusedCandidate], options: GameAwareMemoryRerankerOptions
+) -> set[int]:
+    """Indexes of the first candidates that a newer, nearly identical candidate supersedes."""
+    first = list(candidates[: options.supersession_candidates])
+    vectors = [c.vector for c in first]
+    gram = None
+    if all(v is not None for v in vectors) and len(first) > 1:
+        stacked = np.stack([np.asarray(v, np.float32) for v in vectors])
+        gram = stacked @ stacked.T
+    words: dict[int, frozenset[str]] = {}
+    superseded: set[int] = set()
+    threshold = options.supersession_similarity
+    for older, a in enumerate(first):
+        for newer, b in enumerate(first):
+            ma, mb = a.memory, b.memory
+            if (
+                mb.moment.tick <= ma.moment.tick
+                or mb.owner_id != ma.owner_id
+                or mb.moment.timeline_id != ma.moment.timeline_id
+            ):
+                continue
+            if gram is not None and a.vector is not None and b.vector is not None:
+                similarity = float(gram[older, newer])
+            else:
+                left = words.setdefault(older, _words(ma))
+                right = words.setdefault(newer, _words(mb))
+                union = len(left | right)
+                similarity = len(left & right) / union if union else 0.0
+            if similarity >= threshold:
+                superseded.add(older)
+                break
+    return superseded

@@ -11,7 +11,7 @@ from game_memory.index.join import PartitionJoin
 from game_memory.model import GameMemory, ordinal_key
 from game_memory.store.view import PartitionView
 
-__all__ = ["top_vector_hits"]
+__all__ = ["top_vector_candidates", "top_vector_hits"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -33,33 +33,46 @@ def top_vector_hits(
     One matrix-vector product per partition; everything after it is vectorized except the
     final sort, which only sees the ``limit`` best scores (and any ties with the last).
     """
+    return top_vector_candidates(parts, query, limit)[0]
+
+
+def top_vector_candidates(
+    parts: Sequence[tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]],
+    query: npt.NDArray[np.float32],
+    limit: int,
+) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]]:
+    """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order."""
     if limit <= 0:
-        return []
-    scored: list[tuple[PartitionView, IntArray, npt.NDArray[np.float32]]] = []
+        return [], []
+    scored: list[
+        tuple[PartitionView, IntArray, npt.NDArray[np.float32], IntArray, npt.NDArray[np.float32]]
+    ] = []
     for joined, matrix, visible in parts:
         if joined.ready == 0 or joined.view is None:
             continue
         keep = visible[joined.positions]
         positions = joined.positions[keep]
-        scores = (matrix @ query)[joined.rows[keep]]
+        rows = joined.rows[keep]
+        scores = (matrix @ query)[rows]
         np.clip(scores, -1.0, 1.0, out=scores)
-        scored.append((joined.view, positions, scores))
-    total = sum(scores.size for _, _, scores in scored)
+        scored.append((joined.view, positions, scores, rows, matrix))
+    total = sum(entry[2].size for entry in scored)
     if total == 0:
-        return []
+        return [], []
     if total > limit:
-        everything = np.concatenate([scores for _, _, scores in scored])
+        everything = np.concatenate([entry[2] for entry in scored])
         threshold = np.partition(everything, total - limit)[total - limit]
         scored = [
-            (view, positions[chosen], scores[chosen])
-            for view, positions, scores in scored
+            (view, positions[chosen], scores[chosen], rows[chosen], matrix)
+            for view, positions, scores, rows, matrix in scored
             if (chosen := scores >= threshold).any()
         ]
-    hits: list[tuple[GameMemory, float]] = []
-    for view, positions, scores in scored:
+    hits: list[tuple[GameMemory, float, npt.NDArray[np.float32]]] = []
+    for view, positions, scores, rows, matrix in scored:
         memories = view.memories
         hits.extend(
-            (memories[p], v) for p, v in zip(positions.tolist(), scores.tolist(), strict=True)
+            (memories[p], v, matrix[r])
+            for p, v, r in zip(positions.tolist(), scores.tolist(), rows.tolist(), strict=True)
         )
     hits.sort(
         key=lambda hit: (
@@ -70,4 +83,5 @@ def top_vector_hits(
             ordinal_key(hit[0].memory_id),
         )
     )
-    return hits[:limit]
+    chosen_hits = hits[:limit]
+    return [(memory, score) for memory, score, _ in chosen_hits], [v for _, _, v in chosen_hits]

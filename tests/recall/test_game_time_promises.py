@@ -1,0 +1,193 @@
+"""The reranker's game-time promises, on a scale that does not depend on the candidates.
+
+* A lone or last candidate keeps a score that reflects its own similarity (``"absolute"``).
+* A fresh memory overtakes a slightly more relevant old one; importance breaks near-ties.
+* Of two versions of one belief (alike, same owner and timeline), the newer comes first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from game_memory import (
+    FusionOptions,
+    GameAwareMemoryReranker,
+    GameAwareMemoryRerankerOptions,
+    GameMemory,
+    GameMemoryQuery,
+    GameMoment,
+)
+from game_memory.recall.fusion import FusedCandidate, fuse
+from support.vectors import MemoryFactory
+
+ABSOLUTE = FusionOptions(normalization="absolute")
+
+
+def at(tick: int) -> GameMemoryQuery:
+    return GameMemoryQuery(
+        session_id="session",
+        limit=10,
+        text="x",
+        at_or_before=GameMoment(timeline_id="world", tick=tick),
+    )
+
+
+def unit(*values: float) -> np.ndarray:
+    vector = np.asarray(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def test_a_lone_candidate_keeps_its_own_similarity(make_memory: MemoryFactory) -> None:
+    a, b = make_memory("a"), make_memory("b")
+    (lone,) = fuse([(a, 2.0)], [(a, 0.6)], ABSOLUTE, 10)
+    pair = {
+        c.memory.memory_id: c
+        for c in fuse([(a, 2.0), (b, 1.0)], [(a, 0.6), (b, 0.5)], ABSOLUTE, 10)
+    }
+    # 0.75 × cosine + 0.25 × BM25 / max(best, lexical_scale 8): the same alone or not.
+    assert lone.score == pytest.approx(0.75 * 0.6 + 0.25 * 2.0 / 8.0)
+    assert pair["a"].score == pytest.approx(lone.score)
+    assert pair["b"].score == pytest.approx(0.75 * 0.5 + 0.25 * 1.0 / 8.0)
+    assert lone.relevance == pytest.approx(lone.score)  # weights sum to 1
+
+
+def test_under_floor_normalization_the_last_of_two_scores_zero(make_memory: MemoryFactory) -> None:
+    # Why "absolute" exists: the earlier default gives the weaker of two candidates nothing.
+    a, b = make_memory("a"), make_memory("b")
+    fused = {
+        c.memory.memory_id: c
+        for c in fuse(
+            [(a, 2.0), (b, 1.9)], [(a, 0.8), (b, 0.79)], FusionOptions(normalization="floor"), 10
+        )
+    }
+    assert fused["b"].score == 0.0 and fused["a"].score > 0.0
+
+
+def test_relevance_is_a_fraction_of_the_best_the_channels_present_can_give(
+    make_memory: MemoryFactory,
+) -> None:
+    a = make_memory("a")
+    (lexical_only,) = fuse([(a, 16.0)], [], ABSOLUTE, 10)
+    assert lexical_only.relevance == pytest.approx(1.0)  # a strong lexical match, alone
+    (rrf,) = fuse([(a, 3.0)], [(a, 0.9)], FusionOptions(mode="rrf"), 10)
+    assert rrf.relevance == pytest.approx(1.0)  # first in both channels
+
+
+def _candidate(
+    memory: GameMemory, relevance: float, vector: np.ndarray | None = None
+) -> FusedCandidate:
+    return FusedCandidate(memory, relevance, 1, 1, 1.0, relevance, relevance, vector)
+
+
+def test_a_fresh_memory_overtakes_a_slightly_more_relevant_old_one(
+    make_memory: MemoryFactory,
+) -> None:
+    old = make_memory("old", tick=0, importance=0.5)
+    fresh = make_memory("fresh", tick=1_440, importance=0.5)
+    reranker = GameAwareMemoryReranker()
+    ranked = reranker.rank(at(1_440), [_candidate(old, 0.70), _candidate(fresh, 0.65)])
+    assert [c.memory.memory_id for c in ranked] == ["fresh", "old"]
+    # ... but not a clearly more relevant one: recency is worth at most 0.2.
+    ranked = reranker.rank(at(1_440), [_candidate(old, 0.90), _candidate(fresh, 0.55)])
+    assert [c.memory.memory_id for c in ranked] == ["old", "fresh"]
+
+
+def test_importance_breaks_a_near_tie(make_memory: MemoryFactory) -> None:
+    plain = make_memory("plain", tick=10, importance=0.1)
+    vital = make_memory("vital", tick=10, importance=1.0)
+    ranked = GameAwareMemoryReranker().rank(
+        at(10), [_candidate(plain, 0.70), _candidate(vital, 0.66)]
+    )
+    assert [c.memory.memory_id for c in ranked] == ["vital", "plain"]
+
+
+def test_the_scale_does_not_depend_on_how_many_candidates_there_are(
+    make_memory: MemoryFactory,
+) -> None:
+    old = make_memory("old", tick=0)
+    fresh = make_memory("fresh", tick=1_440)
+    fillers = [make_memory(f"f{i}", tick=5, scope=f"s{i}", kind="goal") for i in range(8)]
+    reranker = GameAwareMemoryReranker()
+    two = reranker.rank(at(1_440), [_candidate(old, 0.70), _candidate(fresh, 0.65)])
+    many = reranker.rank(
+        at(1_440),
+        [_candidate(old, 0.70), _candidate(fresh, 0.65), *[_candidate(f, 0.1) for f in fillers]],
+    )
+    assert [c.memory.memory_id for c in two] == [c.memory.memory_id for c in many[:2]]
+
+
+def test_a_newer_version_of_a_belief_supersedes_the_older(make_memory: MemoryFactory) -> None:
+    options = GameAwareMemoryRerankerOptions(supersession_penalty=0.3, supersession_similarity=0.6)
+    old = make_memory("old", tick=100, text="The bridge is open.")
+    new = make_memory("new", tick=500, text="The bridge collapsed.")
+    other = make_memory("other", tick=50, text="Wolves in the hills.")
+    same, apart = unit(1.0, 0.9, 0.0), unit(0.0, 0.1, 1.0)
+    candidates = [
+        _candidate(old, 0.80, unit(1.0, 0.8, 0.0)),
+        _candidate(new, 0.60, same),
+        _candidate(other, 0.55, apart),
+    ]
+    ranked = [
+        c.memory.memory_id for c in GameAwareMemoryReranker(options).rank(at(900), candidates)
+    ]
+    assert ranked[0] == "new" and ranked.index("old") > 0
+    # Off by default in the options, and never across owners or timelines.
+    plain = GameAwareMemoryReranker(options.model_copy(update={"supersession_penalty": 0.0}))
+    assert plain.rank(at(900), candidates)[0].memory.memory_id == "old"
+    elsewhere = new.model_copy(update={"owner_id": "someone-else"})
+    moved = [candidates[0], _candidate(elsewhere, 0.60, same), candidates[2]]
+    assert GameAwareMemoryReranker(options).rank(at(900), moved)[0].memory.memory_id == "old"
+
+
+def test_without_vectors_the_overlap_of_words_tells_versions_apart(
+    make_memory: MemoryFactory,
+) -> None:
+    options = GameAwareMemoryRerankerOptions(supersession_penalty=0.3, supersession_similarity=0.5)
+    old = make_memory("old", tick=100, text="the ferry to Vel leaves at dawn")
+    new = make_memory("new", tick=500, text="the ferry to Vel leaves at noon")
+    ranked = GameAwareMemoryReranker(options).rank(
+        at(900), [_candidate(old, 0.8), _candidate(new, 0.6)]
+    )
+    assert [c.memory.memory_id for c in ranked] == ["new", "old"]
+
+
+@pytest.mark.model
+async def test_the_bridge_reopened_with_the_default_model_comes_first(
+    tmp_path: Path, default_model_home: Path
+) -> None:
+    """The issue's example: the old memory is the closer match, the new one is fresh and vital."""
+    from game_memory import open_memory
+
+    async with await open_memory(
+        tmp_path / "save", model="default", home=default_model_home
+    ) as memory:
+        assert memory.mode == "hybrid"
+        for memory_id, text, tick, importance in (
+            ("old", "The bridge to Eastmarch is open.", 0, 0.0),
+            ("new", "The bridge to Eastmarch is open again.", 1_440, 1.0),
+        ):
+            await memory.append(
+                GameMemory(
+                    memory_id=memory_id,
+                    session_id="s",
+                    owner_id="o",
+                    scope="world",
+                    kind="fact",
+                    payload_json="{}",
+                    moment=GameMoment(timeline_id="main", tick=tick),
+                    importance=importance,
+                    searchable_text=text,
+                )
+            )
+        result = await memory.recall(
+            GameMemoryQuery(
+                session_id="s",
+                limit=2,
+                text="Is the bridge to Eastmarch open?",
+                at_or_before=GameMoment(timeline_id="main", tick=1_440),
+            )
+        )
+    assert [hit.memory.memory_id for hit in result.hits] == ["new", "old"]
