@@ -45,15 +45,16 @@ def model_home() -> Path:
     return Path(configured) if configured else REPOSITORY / ".cache" / "pytest-game-memory-home"
 
 
-@pytest.fixture(scope="session")
-def built_bundle() -> Iterator[BuiltBundleRun]:
-    """``game-memory bundle --output <tmp> --json``, once for the whole session."""
+def _build(model: str) -> tuple[Path, BuiltBundleRun]:
     output = Path(tempfile.mkdtemp(prefix="game-memory-bundle-test-"))
     output.chmod(0o755)  # an unprivileged player must be able to run it
     home = model_home()
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "game_memory.cli", "bundle", "--output", str(output), "--json"],
+        [
+            *[sys.executable, "-m", "game_memory.cli", "bundle"],
+            *["--output", str(output), "--model", model, "--json"],
+        ],
         env={**os.environ, "GAME_MEMORY_HOME": str(home)},
         capture_output=True,
         text=True,
@@ -61,12 +62,34 @@ def built_bundle() -> Iterator[BuiltBundleRun]:
         check=False,
     )
     wall = time.monotonic() - started
-    assert result.returncode == 0, f"game-memory bundle failed:\n{result.stderr}"
+    assert result.returncode == 0, f"game-memory bundle --model {model} failed:\n{result.stderr}"
     summary = json.loads(result.stdout)
-    folder = Path(summary["bundle"])
-    _FIGURES.update(summary, wall_seconds=round(wall, 1))
+    run = BuiltBundleRun(Path(summary["bundle"]), Path(summary["executable"]), summary, home, wall)
+    return output, run
+
+
+@pytest.fixture(scope="session")
+def built_bundle() -> Iterator[BuiltBundleRun]:
+    """``game-memory bundle --output <tmp> --json`` (the default model), once per session."""
+    output, run = _build("default")
+    _FIGURES.update(run.summary, wall_seconds=round(run.wall_seconds, 1))
     try:
-        yield BuiltBundleRun(folder, Path(summary["executable"]), summary, home, wall)
+        yield run
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def lexical_bundle() -> Iterator[BuiltBundleRun]:
+    """``game-memory bundle --model lexical``: no model and no embedding runtime, once."""
+    output, run = _build("lexical")
+    _FIGURES.update(
+        lexical_bytes=run.summary["total_bytes"],
+        lexical_ready_seconds=run.summary["ready_seconds"],
+        lexical_build_seconds=run.summary["build_seconds"],
+    )
+    try:
+        yield run
     finally:
         shutil.rmtree(output, ignore_errors=True)
 
@@ -92,6 +115,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             "ready_seconds",
             "scrubbed_ready_seconds",
             "lexical_bytes",
+            "lexical_ready_seconds",
+            "lexical_build_seconds",
         )
         if key in _FIGURES
     }

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from game_memory.bundle.layout import MANIFEST_NAME, BundleManifest, bundle_platform
+from game_memory.bundle.layout import BundleManifest, bundle_platform
 from game_memory.bundle.model_copy import FP32_GRAPH
 from game_memory.onnx.prepare import default_model_directory, prepared_model_problems
 
@@ -81,6 +81,20 @@ def test_the_bundle_has_the_documented_layout(built_bundle: BuiltBundleRun) -> N
     assert manifest.model.kind == "default"
     assert manifest.model.folder == "models/all-MiniLM-L6-v2"
     assert manifest.freezer.startswith("pyinstaller ")
+
+
+def test_the_bundle_holds_only_files_and_links_inside_it(built_bundle: BuiltBundleRun) -> None:
+    """What the export plugin's copy (tests/godot, case shipping) relies on: regular files,
+    folders, and relative symbolic links that stay inside the bundle."""
+    folder = built_bundle.folder.resolve()
+    for path in built_bundle.folder.rglob("*"):
+        if path.is_symlink():
+            target = os.readlink(path)
+            assert not os.path.isabs(target), f"{path} links to an absolute path {target}"
+            assert path.resolve().is_relative_to(folder), f"{path} links outside the bundle"
+            assert path.resolve().exists(), f"{path} is a dangling link"
+        else:
+            assert path.is_file() or path.is_dir(), f"{path} is neither a file nor a folder"
 
 
 def test_the_bundle_is_under_250_mb_with_the_default_model(built_bundle: BuiltBundleRun) -> None:
@@ -200,26 +214,24 @@ def test_a_command_other_than_serve_is_refused_with_advice(
     assert "runs only 'serve'" in result.stderr and "pip install game-memory==" in result.stderr
 
 
-def test_a_lexical_bundle_serves_lexical_recall_without_a_model(
-    built_bundle: BuiltBundleRun, tmp_path: Path, player: dict[str, str]
+def test_a_lexical_bundle_serves_lexical_recall_and_is_much_smaller(
+    built_bundle: BuiltBundleRun,
+    lexical_bundle: BuiltBundleRun,
+    tmp_path: Path,
+    player: dict[str, str],
 ) -> None:
-    """``--model lexical`` is the default bundle without ``models/``: built here by copying the
-    frozen program and writing its manifest, so the session freezes once."""
-    lexical = tmp_path / "lexical" / "game-memory"
-    shutil.copytree(
-        built_bundle.folder, lexical, symlinks=True, ignore=shutil.ignore_patterns("models")
-    )
-    manifest = BundleManifest.read(lexical)
-    manifest.model_copy(
-        update={"model": manifest.model.model_copy(update={"kind": "lexical", "folder": None})}
-    ).write(lexical)
-    size = sum(p.lstat().st_size for p in lexical.rglob("*") if p.is_file() and not p.is_symlink())
-    record_figure("lexical_bytes", size)
+    manifest = BundleManifest.read(lexical_bundle.folder)
+    assert manifest.model.kind == "lexical" and manifest.model.folder is None
+    assert not (lexical_bundle.folder / "models").exists()
+    internal = {path.name for path in (lexical_bundle.folder / "_internal").iterdir()}
+    assert not internal & {"onnxruntime", "onnx", "tokenizers", "sentencepiece"}
+    saved = built_bundle.summary["total_bytes"] - lexical_bundle.summary["total_bytes"]
+    assert saved > built_bundle.summary["model_bytes"] + 30_000_000  # model and its runtime
     request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocol_version": 1}}
     result = subprocess.run(
         [
             *_env_i(player),
-            str(lexical / "game-memory"),
+            str(lexical_bundle.executable),
             *["serve", "--stdio", "--save-dir", str(tmp_path / "save")],
         ],
         input=json.dumps(request) + "\n",
@@ -232,4 +244,51 @@ def test_a_lexical_bundle_serves_lexical_recall_without_a_model(
     initialized = json.loads(result.stdout.splitlines()[1])
     assert initialized["result"]["mode"] == "lexical"
     assert "embedding_model_unavailable" not in result.stdout  # lexical by design, no notice
-    assert (lexical / MANIFEST_NAME).is_file()
+
+
+async def test_a_lexical_bundle_remembers_and_recalls(
+    lexical_bundle: BuiltBundleRun, tmp_path: Path, player: dict[str, str]
+) -> None:
+    async with websocket_rpc(
+        [*_env_i(player), str(lexical_bundle.executable)],
+        tmp_path / "save",
+        {},
+        tmp_path / "lexical.log",
+    ) as rpc:
+        assert rpc.server_info["mode"] == "lexical"
+        await rpc.result(
+            "memory.remember",
+            {
+                "session_id": "slot",
+                "owner_id": "mira",
+                "text": "The forge burned down at night.",
+                "moment": {"timeline_id": "main", "tick": 5},
+            },
+        )
+        found = await rpc.result(
+            "memory.recall",
+            {"session_id": "slot", "owner_id": "mira", "text": "forge burned"},
+        )
+        assert [memory["text"] for memory in found["memories"]] == [
+            "The forge burned down at night."
+        ]
+
+
+def test_a_lexical_bundle_refuses_a_model_folder_it_cannot_load(
+    lexical_bundle: BuiltBundleRun, tmp_path: Path, player: dict[str, str]
+) -> None:
+    result = subprocess.run(
+        [
+            *_env_i(player),
+            str(lexical_bundle.executable),
+            *["serve", "--stdio", "--save-dir", str(tmp_path / "save")],
+            *["--model", str(default_model_directory(lexical_bundle.model_home))],
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "built with --model lexical" in result.stderr and "Traceback" not in result.stderr

@@ -114,7 +114,7 @@ def build_bundle(
         raise BundleError(f"cannot write into {output}: {exc.strerror or exc}") from exc
     try:
         report("freezing the sidecar with PyInstaller (a minute or two)")
-        frozen = freeze_sidecar(scratch)
+        frozen = freeze_sidecar(scratch, embedding=choice.source is not None)
         report("copying the model into the bundle")
         relative, model_bytes = copy_model(choice, frozen.folder)
         (frozen.folder / _GDIGNORE).write_bytes(b"")

@@ -29,6 +29,7 @@ from pathlib import Path
 from game_memory.bundle.layout import BUNDLE_FOLDER, BundleError, executable_name
 
 __all__ = [
+    "EMBEDDING_RUNTIME_MODULES",
     "EXCLUDED_MODULES",
     "PYINSTALLER_REQUIREMENT",
     "FrozenSidecar",
@@ -71,6 +72,18 @@ EXCLUDED_MODULES = (
     "tkinter",
     "unittest",
     "yaml",
+)
+
+#: Left out of a lexical bundle (``--model lexical``) as well: the embedding runtime, which
+#: only loads a model (about 60 MB of the frozen folder). Such a bundle serves lexical
+#: recall and the hashing model, and refuses ``--model PATH``.
+EMBEDDING_RUNTIME_MODULES = (
+    "game_memory.onnx",
+    "ml_dtypes",
+    "onnx",
+    "onnxruntime",
+    "sentencepiece",
+    "tokenizers",
 )
 
 #: The script PyInstaller freezes: the bundle's own entry point (see
@@ -121,13 +134,17 @@ def _package_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
-def freeze_sidecar(scratch: Path, *, timeout: float = 1_800.0) -> FrozenSidecar:
+def freeze_sidecar(
+    scratch: Path, *, embedding: bool = True, timeout: float = 1_800.0
+) -> FrozenSidecar:
     """Freeze the sidecar into ``scratch/dist/game-memory``.
 
     ``scratch`` must be an empty folder; PyInstaller's work files and log stay in it.
 
     Args:
         scratch: The working folder.
+        embedding: Include the embedding runtime (onnxruntime, tokenizers); False for a
+            lexical bundle, which then holds none of :data:`EMBEDDING_RUNTIME_MODULES`.
         timeout: Seconds PyInstaller may take before it is stopped.
 
     Raises:
@@ -159,7 +176,7 @@ def freeze_sidecar(scratch: Path, *, timeout: float = 1_800.0) -> FrozenSidecar:
         "--log-level",
         "WARN",
     ]
-    for module in EXCLUDED_MODULES:
+    for module in EXCLUDED_MODULES + (() if embedding else EMBEDDING_RUNTIME_MODULES):
         command += ["--exclude-module", module]
     command.append(str(entry))
     # A reproducible analysis: no user site packages, no bytecode written into the checkout.

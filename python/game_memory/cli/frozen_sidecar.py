@@ -8,8 +8,9 @@ installed command does not need to:
   (``sys.executable`` when frozen). Its ``game-memory-bundle.json`` names the model folder
   relative to the bundle, and ``--model default`` (the addon's default) becomes that
   folder's absolute path, or ``lexical`` in a bundle built with ``--model lexical``. Any
-  other ``--model`` value is passed on unchanged. ``GAME_MEMORY_HOME``, the current
-  directory and the player's model cache play no part.
+  other ``--model`` value is passed on unchanged, except that a lexical bundle, which
+  holds no embedding runtime, refuses a model folder (exit code 2). ``GAME_MEMORY_HOME``,
+  the current directory and the player's model cache play no part.
 * **It checks that the save and index folders are writable** (creating them if needed) and
   exits with code 1 and one line on stderr naming the folder when one is not, instead of
   starting and failing the game's first ``remember``. Exit codes are those of ``serve``:
@@ -77,6 +78,13 @@ def _serve_arguments(
     if args.model == "default":
         folder = manifest.model_folder(root)
         args.model = "lexical" if folder is None else str(folder)
+    elif manifest.model.kind == "lexical" and args.model not in ("lexical", "hashing"):
+        print(
+            f"{_PROGRAM}: this bundle was built with --model lexical and holds no embedding "
+            f"runtime, so it cannot load {args.model!r}; build the bundle with --model PATH",
+            file=sys.stderr,
+        )
+        return 2
     return args
 
 
