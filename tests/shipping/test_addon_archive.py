@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import shutil
+import subprocess
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -79,3 +82,28 @@ def test_the_command_prints_the_archive_and_fails_cleanly_on_a_wrong_source(
     assert main(["addon", "--output", str(tmp_path), "--source", str(tmp_path)]) == 1
     error = capsys.readouterr().err
     assert "has no plugin.cfg" in error and "Traceback" not in error
+
+
+def test_a_git_archive_of_the_repository_holds_only_the_addon() -> None:
+    """What an Asset Library download is: ``git archive`` with .gitattributes' export-ignore."""
+    git = shutil.which("git")
+    assert git, "git is needed to check the repository's export-ignore attributes"
+    listing = subprocess.run(
+        [git, "archive", "--worktree-attributes", "--format=tar", "HEAD"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    with tarfile.open(fileobj=io.BytesIO(listing.stdout)) as archive:
+        files = sorted(member.name for member in archive.getmembers() if member.isfile())
+    tracked = subprocess.run(
+        [git, "ls-tree", "-r", "--name-only", "HEAD", "godot_addon/addons/game_memory"],
+        cwd=REPOSITORY,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.split()
+    assert files == sorted(tracked)
+    assert "godot_addon/addons/game_memory/plugin.cfg" in files
