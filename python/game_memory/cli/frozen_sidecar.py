@@ -30,7 +30,7 @@ from pathlib import Path
 from game_memory.bundle.layout import BundleError, BundleManifest
 from game_memory.cli.parser import build_parser
 from game_memory.cli.serve import run
-from game_memory.models import default_index_dir
+from game_memory.opening import default_index_dir
 
 __all__ = ["bundle_root", "main", "unwritable_folder_problem"]
 
