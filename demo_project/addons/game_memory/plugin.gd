@@ -26,11 +26,10 @@ var _export_plugin: EditorExportPlugin = null
 
 
 func _enter_tree() -> void:
-	_add_setting(GameMemorySidecarLocator.PATH_SETTING, GameMemorySidecarLocator.DEFAULT_PATH,
-			"The game-memory sidecar when none is beside the game: a bundle folder or an "
-			+ "executable (res:// works when running from the editor).")
-	_add_setting(BundleExport.BUNDLE_FOLDER_SETTING, BundleExport.DEFAULT_BUNDLE_FOLDER,
-			"The bundle folder (game-memory bundle --output) copied beside desktop exports.")
+	# Where the node looks when no bundle is beside the game (a bundle folder or an executable).
+	_add_setting(GameMemorySidecarLocator.PATH_SETTING, GameMemorySidecarLocator.DEFAULT_PATH)
+	# The bundle folder (game-memory bundle --output) copied beside desktop exports.
+	_add_setting(BundleExport.BUNDLE_FOLDER_SETTING, BundleExport.DEFAULT_BUNDLE_FOLDER)
 	_export_plugin = ExportPlugin.new()
 	add_export_plugin(_export_plugin)
 
@@ -59,9 +58,10 @@ func _disable_plugin() -> void:
 		remove_autoload_singleton(AUTOLOAD_NAME)
 
 
-func _add_setting(setting: String, default_value: String, description: String) -> void:
+func _add_setting(setting: String, default_value: String) -> void:
 	if not ProjectSettings.has_setting(setting):
 		ProjectSettings.set_setting(setting, default_value)
+	# At its initial value a setting is not written to project.godot.
 	ProjectSettings.set_initial_value(setting, default_value)
 	ProjectSettings.add_property_info({"name": setting, "type": TYPE_STRING,
-			"hint": PROPERTY_HINT_PLACEHOLDER_TEXT, "hint_string": description})
+			"hint": PROPERTY_HINT_NONE, "hint_string": ""})
