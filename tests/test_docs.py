@@ -62,6 +62,8 @@ def test_the_cli_has_every_documented_command() -> None:
         "bench",
         "models prepare",
         "models info",
+        "bundle",
+        "addon",
     }
 
 

@@ -4,6 +4,7 @@ Every import counts: at module level, under ``TYPE_CHECKING`` and inside functio
 hidden behind ``TYPE_CHECKING`` is still a circle). Floors, from the top::
 
     cli, bridge, demo            the ways in (bridge and demo never import cli)
+    bundle                       shipping: the sidecar bundle and the addon zip (under cli)
     opening, memory, rebuild,    the front door, what builds it, and its upkeep
     models, lifecycle
     recall                       the pipeline over explicit collaborators
@@ -49,7 +50,8 @@ ALLOWED: dict[str, set[str]] = {
 _FRONT = SEAMS | {"index", "recall", "memory", "rebuild", "models", "lifecycle", "opening", "onnx"}
 ALLOWED["bridge"] = _FRONT | {"bridge"}
 ALLOWED["demo"] = _FRONT | {"demo"}
-ALLOWED["cli"] = _FRONT | {"bridge", "demo", "cli"}
+ALLOWED["bundle"] = _FRONT | {"bundle"}
+ALLOWED["cli"] = _FRONT | {"bridge", "demo", "bundle", "cli"}
 
 
 def _module_name(path: Path) -> str:

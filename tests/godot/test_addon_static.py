@@ -88,7 +88,9 @@ def test_plugin_version_matches_the_python_package() -> None:
     assert config["plugin"]["script"].strip('"') == "plugin.gd"
 
 
-@pytest.mark.parametrize("path", sorted(ADDON_DIR.glob("*.gd")), ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", sorted(ADDON_DIR.rglob("*.gd")), ids=lambda path: str(path.relative_to(ADDON_DIR))
+)
 def test_every_public_member_of_the_addon_has_a_doc_comment(path: Path) -> None:
     lines = path.read_text().splitlines()
     undocumented = [
@@ -150,18 +152,46 @@ def test_the_docs_page_examples_parse() -> None:
 
 
 def test_runtime_scripts_do_not_use_editor_classes() -> None:
+    """Runtime scripts (the addon's top folder) never touch Editor* classes or editor/; only
+    GameMemory is @tool (for its configuration warning), and it starts nothing there."""
     for path in ADDON_DIR.glob("*.gd"):
         source = path.read_text()
         if path.name == "plugin.gd":
             assert "extends EditorPlugin" in source
             continue
         assert not re.search(r"\bEditor[A-Z]\w*", source), f"{path.name} uses an editor class"
-        assert not source.startswith("@tool"), f"{path.name} must not run in the editor"
+        assert "/editor/" not in source, f"{path.name} depends on editor-only code"
+        if path.name == "game_memory.gd":
+            assert source.startswith("@tool\n")
+            for function in ("_ready", "start", "_call"):
+                body = source.split(f"func {function}(", 1)[1].split("\nfunc ", 1)[0]
+                assert "Engine.is_editor_hint()" in body, f"{function} runs in the editor"
+        else:
+            assert not source.startswith("@tool"), f"{path.name} must not run in the editor"
 
 
-def test_plugin_registers_nothing() -> None:
+def test_editor_scripts_are_in_the_editor_folder_and_the_copy_logic_is_plain() -> None:
+    editor = ADDON_DIR / "editor"
+    assert "extends EditorExportPlugin" in (editor / "export_plugin.gd").read_text()
+    plain = (editor / "bundle_export.gd").read_text()
+    assert not re.search(r"\bEditor[A-Z]\w*", plain), "the engine tests run bundle_export.gd"
+    assert not plain.startswith("@tool")
+    for path in editor.glob("*.gd"):
+        assert "class_name" not in path.read_text(), f"{path.name} adds a global class"
+
+
+def test_plugin_undoes_everything_it_registers() -> None:
     source = (ADDON_DIR / "plugin.gd").read_text()
-    assert not re.search(r"add_(custom_type|autoload_singleton|control|tool)", source)
+
+    def body(function: str) -> str:
+        return source.split(f"func {function}(", 1)[1].split("\nfunc ", 1)[0]
+
+    assert "add_export_plugin(" in body("_enter_tree")
+    assert "remove_export_plugin(" in body("_exit_tree")
+    assert "add_autoload_singleton(" in body("_enable_plugin")
+    assert "remove_autoload_singleton(" in body("_disable_plugin")
+    assert "set_setting(setting, null)" in body("_exit_tree")
+    assert not re.search(r"add_(custom_type|control|tool)", source)
 
 
 def test_icon_is_an_svg_referenced_by_game_memory() -> None:

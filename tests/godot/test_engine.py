@@ -22,7 +22,7 @@ from .harness import EngineRun
 
 pytestmark = [pytest.mark.godot, pytest.mark.usefixtures("engine")]
 
-CORE_CASES = ("remember_recall", "recall_many", "errors", "rebuild")
+CORE_CASES = ("remember_recall", "recall_many", "errors", "rebuild", "shipping")
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +120,45 @@ def test_rebuild_reports_progress_and_completion(core_run: EngineRun) -> None:
             "rebuild_progress_never_goes_back",
             "rebuild_completed_emitted_once_with_the_result",
             "rebuilt_index_is_ready",
+        },
+    )
+
+
+def test_shipping_finds_the_sidecar_and_plans_the_export(core_run: EngineRun) -> None:
+    """The locator's order and the export plugin's copy logic, as plain functions on real
+    files under user:// (the web runtime has no editor and launches nothing)."""
+    assert_case_passed(
+        core_run,
+        "shipping",
+        {
+            "the_bundle_beside_the_game_comes_first",
+            "then_the_project_setting_a_folder_means_the_sidecar_in_it",
+            "then_game_memory_on_the_path",
+            "without_an_executable_path_nothing_beside_the_game_is_tried",
+            "a_relative_setting_is_relative_to_the_executable",
+            "a_user_setting_is_globalized",
+            "windows_splits_the_path_on_semicolons",
+            "windows_adds_exe_to_a_setting_without_it",
+            "windows_finds_the_exe_beside_the_game",
+            "macos_also_looks_in_the_app_plugins_folder",
+            "the_error_names_every_place_tried",
+            "a_linux_export_copies_the_bundle_beside_the_executable",
+            "a_web_export_skips_the_bundle",
+            "a_android_export_skips_the_bundle",
+            "a_bundle_for_another_os_is_not_copied",
+            "a_bundle_for_another_arch_is_not_copied",
+            "no_bundle_is_an_error_with_advice",
+            "a_macos_export_puts_the_bundle_in_the_app",
+            "the_editor_folder_is_left_out_of_exports",
+            "every_file_arrives_identical_hidden_ones_too",
+            "a_symbolic_link_stays_a_link_to_the_same_target",
+            "the_copy_keeps_the_permissions_the_platform_reports",
+            "copying_again_replaces_the_older_bundle_whole",
+            "a_folder_that_is_not_a_bundle_is_never_replaced",
+            "copying_something_that_is_not_a_bundle_is_refused",
+            "by_default_the_node_looks_for_the_sidecar",
+            "a_save_in_the_install_folder_is_refused",
+            "scratch_folder_removed",
         },
     )
 

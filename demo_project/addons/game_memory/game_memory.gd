@@ -1,3 +1,4 @@
+@tool
 @icon("res://addons/game_memory/icons/game_memory.svg")
 class_name GameMemory
 extends Node
@@ -10,9 +11,16 @@ extends Node
 ## [method Node._process], and every call has its own id and its own timeout, so many NPCs may
 ## await at once.
 ## [br][br]
-## On desktop, leave [member server_url] empty: the node launches [member sidecar_command]
-## ([code]game-memory serve[/code]) and connects to it. Elsewhere (web exports, tests, a shared
-## server), run the sidecar yourself and set [member server_url] and [member token].
+## On desktop, leave [member server_url] empty: the node launches the sidecar
+## ([code]game-memory serve[/code]) and connects to it. With [member sidecar_command] empty
+## it uses the bundle beside the exported game, then the project setting
+## [code]game_memory/sidecar/path[/code], then [code]game-memory[/code] on the PATH (see
+## [GameMemorySidecarLocator]); the export plugin copies the bundle that
+## [code]game-memory bundle[/code] builds. Elsewhere (web exports, tests, a shared server),
+## run the sidecar yourself and set [member server_url] and [member token].
+## [br][br]
+## The script is [code]@tool[/code] only to show a configuration warning in the editor when no
+## sidecar can be found; it never starts a sidecar in the editor.
 ## [codeblock]
 ## @onready var memory: GameMemory = $GameMemory
 ##
@@ -68,7 +76,10 @@ enum State {
 @export_group("Connection")
 ## The sidecar's WebSocket URL, e.g. [code]ws://127.0.0.1:8765[/code]. Empty: launch a
 ## sidecar with [member sidecar_command] (desktop only).
-@export var server_url: String = ""
+@export var server_url: String = "":
+	set(value):
+		server_url = value
+		update_configuration_warnings()
 ## The token the sidecar printed or was given with [code]--token-file[/code]; used with
 ## [member server_url] (a launched sidecar's token is read from its ready line).
 @export var token: String = ""
@@ -76,18 +87,30 @@ enum State {
 @export var autostart: bool = true
 
 @export_group("Sidecar")
-## The program that runs the sidecar: [code]game-memory[/code] on the PATH, or a full path.
-@export var sidecar_command: String = "game-memory"
+## The program that runs the sidecar: a full path, or a name on the PATH. Empty (the
+## default): the bundle beside the game, then [code]game_memory/sidecar/path[/code], then
+## [code]game-memory[/code] on the PATH.
+@export var sidecar_command: String = "":
+	set(value):
+		sidecar_command = value
+		update_configuration_warnings()
 ## Arguments put before [code]serve[/code], e.g. [code]["-m", "game_memory.cli"][/code]
 ## when [member sidecar_command] is a Python interpreter.
 @export var sidecar_arguments: PackedStringArray = PackedStringArray()
 ## The embedding model the launched sidecar loads: [code]default[/code], [code]lexical[/code],
 ## [code]hashing[/code] or a model folder.
 @export var model: String = "default"
-## The authoritative save folder of the launched sidecar ([code]user://[/code] paths work).
-@export var save_directory: String = "user://game_memory/save"
+## The authoritative save folder of the launched sidecar: [code]user://[/code] (a per-user
+## writable folder) or an absolute path, never [code]res://[/code] (the game's install folder).
+@export var save_directory: String = "user://game_memory/save":
+	set(value):
+		save_directory = value
+		update_configuration_warnings()
 ## The derived index folder of the launched sidecar; it can always be rebuilt from the save.
-@export var index_directory: String = "user://game_memory/index"
+@export var index_directory: String = "user://game_memory/index":
+	set(value):
+		index_directory = value
+		update_configuration_warnings()
 
 @export_group("Session")
 ## The save session every call reads and writes; use one per save slot.
@@ -111,13 +134,30 @@ var _last_error: Dictionary = {}
 #endregion
 
 
+#region Static methods
+## Returns why [param save_folder] or [param index_folder] cannot hold a save (a
+## [code]res://[/code] path is inside the game's install folder, read-only once exported),
+## or "" when both can.
+static func install_folder_problem(save_folder: String, index_folder: String) -> String:
+	for folder: String in [save_folder, index_folder]:
+		if folder.strip_edges().begins_with("res://"):
+			return "%s is inside the game's install folder, which players cannot write; " \
+					% folder + "use a user:// folder for save_directory and index_directory"
+	return ""
+#endregion
+
+
 #region Engine callbacks
 func _init() -> void:
 	# Keep answering while the game is paused (a pause menu must not time memory calls out).
-	process_mode = Node.PROCESS_MODE_ALWAYS
+	if not Engine.is_editor_hint():
+		process_mode = Node.PROCESS_MODE_ALWAYS
 
 
 func _ready() -> void:
+	if Engine.is_editor_hint():
+		set_process(false) # in the editor the node only reports configuration warnings
+		return
 	if autostart:
 		start()
 
@@ -136,6 +176,18 @@ func _exit_tree() -> void:
 func _notification(what: int) -> void:
 	if what == NOTIFICATION_PREDELETE and _sidecar != null:
 		_sidecar.kill()
+
+
+func _get_configuration_warnings() -> PackedStringArray:
+	var warnings: PackedStringArray = PackedStringArray()
+	if server_url.is_empty() and sidecar_command.is_empty():
+		var located: Dictionary = GameMemorySidecarLocator.locate_for_this_game()
+		if not located["ok"]:
+			warnings.append(str(located["error"]["message"]))
+	var problem: String = install_folder_problem(save_directory, index_directory)
+	if not problem.is_empty():
+		warnings.append(problem)
+	return warnings
 #endregion
 
 
@@ -144,6 +196,8 @@ func _notification(what: int) -> void:
 ## empty. Does nothing while starting or ready. [signal backend_ready] or
 ## [signal backend_failed] follows.
 func start() -> void:
+	if Engine.is_editor_hint():
+		return # never a sidecar in the editor; _call() answers there instead
 	if _state == State.LAUNCHING or _state == State.CONNECTING or _state == State.READY:
 		return
 	_discard_backend()
@@ -160,11 +214,22 @@ func start() -> void:
 	_sidecar = GameMemorySidecar.new()
 	_sidecar.started.connect(_on_sidecar_started)
 	_sidecar.failed.connect(_on_backend_failed)
+	var problem: String = install_folder_problem(save_directory, index_directory)
+	if not problem.is_empty():
+		_on_backend_failed(GameMemoryError.make(GameMemoryError.SIDECAR_FAILED, problem))
+		return
+	var command: String = sidecar_command
+	if command.is_empty() and not OS.has_feature("web"):
+		var located: Dictionary = GameMemorySidecarLocator.locate_for_this_game()
+		if not located["ok"]:
+			_on_backend_failed(located["error"])
+			return
+		command = str(located["command"])
 	for folder: String in [save_directory, index_directory]:
 		DirAccess.make_dir_recursive_absolute(ProjectSettings.globalize_path(folder))
 	var arguments: PackedStringArray = GameMemorySidecar.build_arguments(
 			sidecar_arguments, save_directory, index_directory, model)
-	_sidecar.launch(sidecar_command, arguments, startup_timeout)
+	_sidecar.launch(command, arguments, startup_timeout)
 
 
 ## Stops the backend: every unresolved request fails with [constant GameMemoryError.STOPPED],
@@ -306,6 +371,9 @@ func migrate() -> Dictionary:
 
 #region Private methods
 func _call(method: String, params: Dictionary) -> Dictionary:
+	if Engine.is_editor_hint():
+		return GameMemoryError.failure(GameMemoryError.SIDECAR_FAILED, "%s was not sent: " \
+				% method + "GameMemory starts no sidecar in the editor; call it from the game")
 	if _state == State.IDLE:
 		start()
 	var request: GameMemoryRequest

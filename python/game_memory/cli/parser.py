@@ -29,6 +29,8 @@ _HANDLERS: dict[str, str] = {
     "bench": "game_memory.cli.maintenance:run_bench",
     "models prepare": "game_memory.cli.models:run_prepare",
     "models info": "game_memory.cli.models:run_info",
+    "bundle": "game_memory.cli.bundle:run",
+    "addon": "game_memory.cli.addon:run",
 }
 
 _MODEL_HELP = (
@@ -132,6 +134,29 @@ def build_parser() -> argparse.ArgumentParser:
     prepare.add_argument("--force", action="store_true", help="rebuild even if prepared")
     info = model_commands.add_parser("info", help="show the prepared models and their hashes")
     info.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+
+    bundle = commands.add_parser(
+        "bundle",
+        help="build the self-contained sidecar a game ships (DIR/game-memory, no Python needed)",
+    )
+    bundle.add_argument("--output", required=True, help="write DIR/game-memory into this folder")
+    bundle.add_argument(
+        "--model",
+        default="default",
+        help="the model inside the bundle: 'default' (all-MiniLM-L6-v2 INT8, prepared if "
+        "needed), 'lexical' (none: smallest, lexical recall only) or a model folder",
+    )
+    bundle.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    bundle.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    addon = commands.add_parser(
+        "addon", help="write the Godot addon's Asset Library zip (addons/game_memory/ only)"
+    )
+    addon.add_argument("--output", required=True, help="write the zip into this folder")
+    addon.add_argument(
+        "--source",
+        help="the addon folder (default: godot_addon/addons/game_memory of this checkout)",
+    )
     return parser
 
 

@@ -1,0 +1,132 @@
+"""The entry point of the frozen sidecar that ``game-memory bundle`` builds.
+
+A bundle runs ``game-memory serve`` only (the addon's one use of it); any other command is
+refused with advice to install the package. Before serving it does two things the
+installed command does not need to:
+
+* **It finds its bundled model.** The bundle folder is the folder of the executable
+  (``sys.executable`` when frozen). Its ``game-memory-bundle.json`` names the model folder
+  relative to the bundle, and ``--model default`` (the addon's default) becomes that
+  folder's absolute path, or ``lexical`` in a bundle built with ``--model lexical``. Any
+  other ``--model`` value is passed on unchanged, except that a lexical bundle, which
+  holds no embedding runtime, refuses a model folder (exit code 2). ``GAME_MEMORY_HOME``,
+  the current directory and the player's model cache play no part.
+* **It checks that the save and index folders are writable** (creating them if needed) and
+  exits with code 1 and one line on stderr naming the folder when one is not, instead of
+  starting and failing the game's first ``remember``. Exit codes are those of ``serve``:
+  0 after a clean stop, 1 when the memory cannot be opened (this check included), 2 for bad
+  arguments or a command the bundle does not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from game_memory.bundle.layout import BundleError, BundleManifest
+from game_memory.cli.parser import build_parser
+from game_memory.cli.serve import run
+from game_memory.opening import default_index_dir
+
+__all__ = ["bundle_root", "main", "unwritable_folder_problem"]
+
+_PROGRAM = "game-memory (bundled sidecar)"
+
+
+def bundle_root() -> Path:
+    """The bundle folder: where the frozen executable is (resolved through links)."""
+    return Path(sys.executable).resolve().parent
+
+
+def unwritable_folder_problem(folder: Path) -> str | None:
+    """Create ``folder`` if needed and write and delete a probe file in it.
+
+    Returns:
+        ``None`` when it is writable, else a sentence naming the folder and the reason.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle, probe = tempfile.mkstemp(prefix=".write-probe-", dir=folder)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as exc:
+        return (
+            f"the folder {folder} is not writable ({exc.strerror or exc}); give the sidecar a "
+            "folder the player can write (the addon's default is user://game_memory)"
+        )
+    return None
+
+
+def _serve_arguments(
+    argv: Sequence[str], manifest: BundleManifest, root: Path
+) -> argparse.Namespace | int:
+    try:
+        args = build_parser().parse_args(list(argv))
+    except SystemExit as exc:  # argparse printed the usage and the problem
+        return int(exc.code) if isinstance(exc.code, int) else 2
+    if args.command != "serve":
+        print(
+            f"{_PROGRAM}: this bundle runs only 'serve'; install the game-memory package "
+            f"(pip install game-memory=={manifest.version}) for 'game-memory {args.command}'",
+            file=sys.stderr,
+        )
+        return 2
+    if args.model == "default":
+        folder = manifest.model_folder(root)
+        args.model = "lexical" if folder is None else str(folder)
+    elif manifest.model.kind == "lexical" and args.model not in ("lexical", "hashing"):
+        print(
+            f"{_PROGRAM}: this bundle was built with --model lexical and holds no embedding "
+            f"runtime, so it cannot load {args.model!r}; build the bundle with --model PATH",
+            file=sys.stderr,
+        )
+        return 2
+    return args
+
+
+def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
+    """Run the bundled sidecar with ``argv`` (default: the process arguments).
+
+    Args:
+        argv: The command line after the program name (``serve --stdio ...``).
+        root: The bundle folder; default :func:`bundle_root`.
+
+    Returns:
+        The exit code (see the module docstring).
+    """
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if any(argument in ("--version", "-h", "--help") for argument in arguments[:1]):
+        return _parse_only(arguments)
+    folder = root if root is not None else bundle_root()
+    try:
+        manifest = BundleManifest.read(folder)
+    except BundleError as exc:
+        print(f"{_PROGRAM}: {exc}", file=sys.stderr)
+        return 1
+    args = _serve_arguments(arguments, manifest, folder)
+    if isinstance(args, int):
+        return args
+    save_dir = Path(args.save_dir).expanduser()
+    needed = [save_dir]
+    if args.model != "lexical":  # lexical recall reads the save alone; no index is opened
+        needed.append(
+            Path(args.index_dir).expanduser() if args.index_dir else default_index_dir(save_dir)
+        )
+    for folder_needed in needed:
+        problem = unwritable_folder_problem(folder_needed)
+        if problem is not None:
+            print(f"game-memory serve: {problem}", file=sys.stderr)
+            return 1
+    return run(args)
+
+
+def _parse_only(arguments: list[str]) -> int:
+    try:
+        build_parser().parse_args(arguments)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else 0
+    return 0

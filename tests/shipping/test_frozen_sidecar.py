@@ -1,0 +1,70 @@
+"""The frozen sidecar's entry point, run in-process on a bundle folder without a freeze."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from game_memory.bundle.build import build_bundle
+from game_memory.bundle.layout import BundledModel, BundleError, BundleManifest
+from game_memory.cli.frozen_sidecar import main, unwritable_folder_problem
+
+
+def _bundle(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    BundleManifest(
+        version="0.1.0",
+        platform="linux-x86_64",
+        executable="game-memory",
+        model=BundledModel(kind="lexical"),
+        freezer="pyinstaller 6.22.3",
+        python="3.11.7",
+    ).write(folder)
+    return folder
+
+
+def test_a_folder_without_a_manifest_exits_1_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--stdio", "--save-dir", str(tmp_path / "save")], root=tmp_path) == 1
+    assert "is not a game-memory bundle" in capsys.readouterr().err
+
+
+def test_other_commands_are_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _bundle(tmp_path / "game-memory")
+    assert main(["models", "prepare"], root=root) == 2
+    assert "runs only 'serve'" in capsys.readouterr().err
+
+
+def test_bad_arguments_exit_2_like_serve(tmp_path: Path) -> None:
+    root = _bundle(tmp_path / "game-memory")
+    assert main(["serve", "--save-dir", str(tmp_path)], root=root) == 2  # no transport
+
+
+def test_an_unusable_save_folder_exits_1_before_serving(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _bundle(tmp_path / "game-memory")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code = main(["serve", "--stdio", "--save-dir", str(blocker / "save")], root=root)
+    assert code == 1
+    error = capsys.readouterr().err
+    assert f"the folder {blocker / 'save'} is not writable" in error
+
+
+def test_a_writable_folder_is_created_and_left_clean(tmp_path: Path) -> None:
+    folder = tmp_path / "new" / "save"
+    assert unwritable_folder_problem(folder) is None
+    assert folder.is_dir() and list(folder.iterdir()) == []
+
+
+def test_a_folder_that_is_not_a_bundle_is_never_replaced(tmp_path: Path) -> None:
+    (tmp_path / "game-memory").mkdir()
+    (tmp_path / "game-memory" / "my-notes.txt").write_text("keep me")
+    with pytest.raises(BundleError, match="is not a game-memory bundle"):
+        build_bundle(tmp_path, "lexical")
+    assert (tmp_path / "game-memory" / "my-notes.txt").read_text() == "keep me"
