@@ -33,8 +33,8 @@ var top_k: int = 3
 ## The villagers: [code]{"id", "name", "role"}[/code].
 var npcs: Array[Dictionary] = []
 ## The events in time order: [code]{"id", "tick", "text", "witnesses", "kind", "scope",
-## "importance", "tags", "expires_at"}[/code] (ticks as ints; [code]expires_at[/code] may be
-## null).
+## "importance", "tags", "expires_at", "belief_key"}[/code] (ticks as ints;
+## [code]expires_at[/code] and [code]belief_key[/code] may be null).
 var events: Array[Dictionary] = []
 ## The questions in file order: [code]{"id", "phase", "npc", "tick", "text", "expected",
 ## "paraphrase", "note"}[/code].
@@ -134,6 +134,8 @@ func remember_options(item: Dictionary) -> Dictionary:
 	}
 	if item["expires_at"] != null:
 		options["expires_at"] = moment(int(item["expires_at"]))
+	if item.get("belief_key") != null:
+		options["belief_key"] = item["belief_key"]
 	return options
 
 

@@ -9,7 +9,8 @@ extends Node
 ## [br]- [code]{"step": "ready", "ok", "mode", "model"}[/code] once the backend is up;
 ## [br]- [code]{"step": "event", "id", "tick", "created", "ok"}[/code] per event;
 ## [br]- [code]{"step": "question", "id", "stage", "npc", "tick", "memory_ids", "fallback",
-## "correct", "future_ids", "expired_ids", "ok"}[/code] per question;
+## "correct", "future_ids", "expired_ids", "shown_beliefs", "ok"}[/code] per question
+## ([code]shown_beliefs[/code]: the "belief ..." lines the recalled list shows);
 ## [br]- [code]{"step": "phase", "phase", "tick", "skipped"}[/code] before the rewind and the
 ## model change; [code]{"step": "model_change", "ok", "status"}[/code] and
 ## [code]{"step": "rebuild", "ok", "progress", "status"}[/code] during the model change;
@@ -99,7 +100,8 @@ func _ask(question: Dictionary, stage: String) -> void:
 	var verdict: Dictionary = _scenario.judge(question, result["memories"])
 	record.merge({"memory_ids": memory_ids, "fallback": result["fallback"],
 			"correct": verdict["correct"], "future_ids": verdict["future_ids"],
-			"expired_ids": verdict["expired_ids"]})
+			"expired_ids": verdict["expired_ids"],
+			"shown_beliefs": _shown_beliefs(_village.recalled_text())})
 	_answers += 1
 	if verdict["correct"]:
 		_correct += 1
@@ -226,3 +228,11 @@ func _on_watchdog_timeout() -> void:
 			"correct": _correct, "problems": _problems})
 	_finish(3)
 #endregion
+
+
+func _shown_beliefs(shown: String) -> Array[String]:
+	var lines: Array[String] = []
+	for line: String in shown.split("\n"):
+		if line.strip_edges().begins_with("belief "):
+			lines.append(line.strip_edges())
+	return lines

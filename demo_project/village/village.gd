@@ -207,6 +207,11 @@ func ask(text: String) -> Dictionary:
 	return result
 
 
+## Returns the recalled memories as shown on screen (the list's text without markup).
+func recalled_text() -> String:
+	return _recalled_list.get_parsed_text()
+
+
 ## Shows a verdict line under the recalled memories.
 func show_verdict(text: String) -> void:
 	_verdict_label.text = text
@@ -347,6 +352,9 @@ func _show_recall(result: Dictionary, tick: int) -> void:
 				% [index + 1, item["text"], DemoScenario.format_tick(at),
 				DemoScenario.describe_age(tick - at), _why(item)]
 				+ "importance %.1f[/color]\n" % float(item.get("importance", 0.0)))
+		if item.get("belief_key") != null:
+			_recalled_list.append_text("[color=#80c0ff]     belief %s, as of %s[/color]\n"
+					% [item["belief_key"], DemoScenario.format_tick(at)])
 	if result["fallback"]:
 		_verdict_label.text = "semantic recall unavailable: lexical recall answered alone"
 

@@ -181,6 +181,21 @@ def test_replaying_into_a_data_folder_is_idempotent_and_rebuilds_a_stale_index(
         assert step["memory_ids"] == _questions(first, "play")[key]["memory_ids"]
 
 
+@pytest.mark.parametrize("report_name", ["lexical_report", "hashing_report"])
+def test_a_belief_update_answers_with_the_version_believed_at_each_moment(
+    report_name: str, request: pytest.FixtureRequest
+) -> None:
+    report: dict[str, Any] = request.getfixturevalue(report_name)
+    play, rewind = _questions(report, "play"), _questions(report, "rewind")
+    assert "ford-passable" in play["ford-before"]["memory_ids"][:3]
+    assert "ford-flooded" not in play["ford-before"]["memory_ids"]  # not yet happened
+    assert "ford-flooded" in play["ford-after"]["memory_ids"][:3]
+    assert "ford-passable" not in play["ford-after"]["memory_ids"]  # superseded
+    assert "ford-passable" in rewind["rewind-ford"]["memory_ids"][:3]  # the earlier save
+    (flooded,) = [m for m in play["ford-after"]["memories"] if m["memory_id"] == "ford-flooded"]
+    assert flooded["belief_key"] == "ford.willow"
+
+
 def test_the_rich_output_shows_the_clock_the_villager_and_why(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -198,6 +213,7 @@ def test_the_rich_output_shows_the_clock_the_villager_and_why(
         "re-embedding memories",
         "Correct answers:",
         "The player loads the save",
+        "belief ford.willow",
     ):
         assert text in out, text
 

@@ -186,6 +186,18 @@ def test_the_godot_demo_answers_every_question_as_the_terminal_demo_does(
         assert got["future_ids"] == [] and got["expired_ids"] == [], key
 
 
+def test_the_godot_demo_shows_the_belief_update_on_screen(godot_run: Any) -> None:
+    """Asked before the flood, after it, and on the save loaded from Day 1."""
+    ours = {(r["id"], r["stage"]): r for r in _records(godot_run, "question")}
+    before, after = ours[("ford-before", "play")], ours[("ford-after", "play")]
+    rewound = ours[("rewind-ford", "rewind")]
+    assert before["memory_ids"][0] == "ford-passable" and "ford-flooded" not in before["memory_ids"]
+    assert after["memory_ids"][0] == "ford-flooded" and "ford-passable" not in after["memory_ids"]
+    assert rewound["memory_ids"][0] == "ford-passable"
+    assert before["shown_beliefs"] == ["belief ford.willow, as of Day 1, 07:30"]
+    assert after["shown_beliefs"] == ["belief ford.willow, as of Day 3, 19:00"]
+
+
 def test_the_godot_demo_rewinds_and_changes_the_model_like_the_terminal_demo(
     godot_run: Any, real_report: dict[str, Any]
 ) -> None:

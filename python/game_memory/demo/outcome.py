@@ -42,6 +42,7 @@ class RecalledMemory:
         vector_score: Cosine similarity with the question, or ``None``.
         fused_score: The fused score before the game-time rerank.
         age_ticks: Game minutes between the memory and the question.
+        belief_key: The belief it is a version of, or ``None``.
     """
 
     memory_id: str
@@ -55,6 +56,7 @@ class RecalledMemory:
     vector_score: float | None
     fused_score: float
     age_ticks: int | None
+    belief_key: str | None = None
 
     @classmethod
     def from_hit(cls, hit: RecallHit) -> RecalledMemory:
@@ -72,6 +74,7 @@ class RecalledMemory:
             vector_score=None if hit.vector_score is None else round(hit.vector_score, 4),
             fused_score=round(hit.fused_score, 4),
             age_ticks=hit.age_ticks,
+            belief_key=memory.belief_key,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -83,6 +86,7 @@ class RecalledMemory:
             "clock": format_tick(self.tick),
             "kind": self.kind,
             "importance": self.importance,
+            "belief_key": self.belief_key,
             "why": {
                 "channels": self.channels,
                 "lexical_rank": self.lexical_rank,

@@ -69,6 +69,7 @@ def memory_of(scenario: Scenario, event: DemoEvent, owner_id: str) -> GameMemory
         searchable_text=event.text,
         tags=event.tags,
         expires_at=expires,
+        belief_key=event.belief_key,
     )
 
 

@@ -179,6 +179,8 @@ def _memories_table(memories: Sequence[RecalledMemory], expected: Sequence[str])
         text = Text(memory.text)
         if memory.memory_id in expected:
             text.stylize("bold")
+        if memory.belief_key is not None:
+            text.append(f"\nbelief {memory.belief_key}, as of {format_tick(memory.tick)}", "cyan")
         when = f"{format_tick(memory.tick)}\n{describe_age(memory.age_ticks)}"
         table.add_row(str(rank), text, when, _why(memory))
     return table

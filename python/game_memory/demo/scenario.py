@@ -8,6 +8,10 @@ questions to different NPCs at different moments:
 * ``play`` questions are asked as the clock moves forward; several are paraphrases that
   share no content word with the memory that answers them, so only semantic recall finds
   it ("Who took the money?" against "A hooded thief grabbed the coin purse ...");
+* a belief changes: the ford the villagers cross is passable on Day 1 and flooded after
+  the rain of Day 3 (two versions of the belief ``ford.willow``); asked before, the NPC
+  answers with the old version, asked after, only with the new one, and after loading an
+  earlier save, with the old one again;
 * ``rewind`` questions are asked after the player loads an earlier save: the clock goes
   back on the same timeline and nothing that has not happened yet may be recalled;
 * ``model_change`` questions are asked after the embedding model changed, once before the
@@ -61,6 +65,8 @@ class DemoEvent:
         importance: 0..1, how much it matters to the witnesses.
         tags: Labels the game attaches (embedded with the text, not searched lexically).
         expires_at: The tick from which it no longer matters (a rumour), or ``None``.
+        belief_key: Events sharing a key are versions of one belief: a question asked
+            after the newer one is answered by it alone, an earlier one by the older.
     """
 
     id: str
@@ -72,6 +78,7 @@ class DemoEvent:
     importance: float = 0.5
     tags: tuple[str, ...] = ()
     expires_at: int | None = None
+    belief_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,16 @@ _EVENTS = (
         ("tess", "mira", "bram"),
         importance=0.6,
         tags=("theft",),
+    ),
+    DemoEvent(
+        "ford-passable",
+        _t(1, 7, 30),
+        "The ford over the Willow river is knee-deep; carts cross it without trouble.",
+        ("elda", "tess"),
+        kind="fact",
+        importance=0.4,
+        tags=("ford",),
+        belief_key="ford.willow",
     ),
     DemoEvent(
         "willow-bark",
@@ -499,6 +516,16 @@ _EVENTS = (
         importance=0.1,
         tags=("weather",),
     ),
+    DemoEvent(
+        "ford-flooded",
+        _t(3, 19, 0),
+        "After the heavy rain the ford over the Willow river is flooded; no cart can cross.",
+        ("elda", "tess"),
+        kind="fact",
+        importance=0.6,
+        tags=("ford",),
+        belief_key="ford.willow",
+    ),
     # Day 4: the stranger is caught and confesses; the harvest dance.
     DemoEvent(
         "caught-at-granary",
@@ -657,6 +684,15 @@ _QUESTIONS = (
         ("gate-mended", "gate-promise"),
     ),
     DemoQuestion(
+        "ford-before",
+        "play",
+        "elda",
+        _t(2, 9, 0),
+        "Can I take my cart across the river?",
+        ("ford-passable",),
+        note="the belief ford.willow as of Day 2: the ford is passable",
+    ),
+    DemoQuestion(
         "prying",
         "play",
         "jory",
@@ -685,6 +721,16 @@ _QUESTIONS = (
         note="asked again on the rewound save below",
     ),
     DemoQuestion(
+        "ford-after",
+        "play",
+        "elda",
+        _t(4, 9, 0),
+        "Can I take my cart across the river?",
+        ("ford-flooded",),
+        note="the same question after the flood: only the newer version of the belief "
+        "answers; the older one stays in the save",
+    ),
+    DemoQuestion(
         "reward",
         "play",
         "tess",
@@ -708,6 +754,15 @@ _QUESTIONS = (
         "Who took our money?",
         ("theft-at-well",),
         note="the theft is remembered; the coins in the cloak are not, yet",
+    ),
+    DemoQuestion(
+        "rewind-ford",
+        "rewind",
+        "elda",
+        _t(1, 15, 0),
+        "Can I take my cart across the river?",
+        ("ford-passable",),
+        note="the save from Day 1: the ford is passable again, the flood has not happened",
     ),
     DemoQuestion(
         "rewind-mira",
