@@ -24,5 +24,7 @@ def test_a_newer_belief_answers_after_its_moment_and_the_older_before(
             "after_the_update_only_the_new_belief_answers",
             "recalled_memories_carry_their_key",
             "a_misspelled_option_names_belief_key",
+            "recall_arguments_select_the_mode_and_name_every_option",
+            "no_recall_arguments_by_default",
         },
     )

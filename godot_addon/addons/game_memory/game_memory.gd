@@ -100,6 +100,13 @@ enum State {
 ## The embedding model the launched sidecar loads: [code]default[/code], [code]lexical[/code],
 ## [code]hashing[/code] or a model folder.
 @export var model: String = "default"
+## How the launched sidecar fuses lexical and vector rankings: empty for the measured
+## default, or [code]convex[/code], [code]rrf[/code], [code]weighted_rrf[/code].
+@export var fusion: String = ""
+## Options of the launched sidecar's recall by name, e.g.
+## [code]{"fusion": {"vector_weight": 0.8}, "reranker": {"recency_weight": 0.3}}[/code]
+## (the fields of FusionOptions and GameAwareMemoryRerankerOptions; see docs/retrieval.md).
+@export var recall_options: Dictionary = {}
 ## The authoritative save folder of the launched sidecar: [code]user://[/code] (a per-user
 ## writable folder) or an absolute path, never [code]res://[/code] (the game's install folder).
 @export var save_directory: String = "user://game_memory/save":
@@ -229,6 +236,7 @@ func start() -> void:
 		DirAccess.make_dir_recursive_absolute(ProjectSettings.globalize_path(folder))
 	var arguments: PackedStringArray = GameMemorySidecar.build_arguments(
 			sidecar_arguments, save_directory, index_directory, model)
+	arguments.append_array(GameMemorySidecar.recall_arguments(fusion, recall_options))
 	_sidecar.launch(command, arguments, startup_timeout)
 
 

@@ -99,6 +99,26 @@ static func build_arguments(prefix: PackedStringArray, save_directory: String,
 	return arguments
 
 
+## Returns the sidecar arguments that select the fusion [param mode] (empty: the default) and
+## set the fusion and reranker options of [param options]
+## ([code]{"fusion": {...}, "reranker": {...}}[/code]) by name.
+static func recall_arguments(mode: String, options: Dictionary) -> PackedStringArray:
+	var arguments: PackedStringArray = PackedStringArray()
+	if not mode.is_empty():
+		arguments.append_array(PackedStringArray(["--fusion", mode]))
+	for group: String in ["fusion", "reranker"]:
+		var values: Variant = options.get(group, {})
+		if not values is Dictionary:
+			continue
+		var names: Array = values.keys()
+		names.sort()
+		for name: Variant in names:
+			arguments.append_array(PackedStringArray([
+				"--%s-option" % group, "%s=%s" % [name, JSON.stringify(values[name])],
+			]))
+	return arguments
+
+
 ## Returns where the process is in its life.
 func get_state() -> State:
 	return _state

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from game_memory.cli.options import recall_settings
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemoryQuery, GameMoment
@@ -65,11 +66,18 @@ def _one_line(error: ValidationError) -> str:
 def _with_memory(
     args: argparse.Namespace, action: Callable[[VectorMemoryStore], Awaitable[int]]
 ) -> int:
+    try:
+        settings = recall_settings(args)
+    except ValueError as exc:
+        return _fail(str(exc))
+
     async def main() -> int:
         memory = await open_memory(
             args.save_dir,
             index=getattr(args, "index_dir", None),
             model=getattr(args, "model", "lexical"),
+            options=settings.options,
+            reranker=settings.reranker,
         )
         try:
             if memory.notice is not None:

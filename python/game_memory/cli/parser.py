@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from game_memory._version import __version__
+from game_memory.cli.options import add_recall_arguments
 
 __all__ = ["build_parser", "main"]
 
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     transport.add_argument("--stdio", action="store_true", help="serve one client over stdio")
     _add_store_arguments(serve)
+    add_recall_arguments(serve)
     serve.add_argument("--token-file", help="read the client token from this file")
     serve.add_argument(
         "--request-timeout",
@@ -105,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = commands.add_parser("search", help="recall memories as of a game moment")
     _add_store_arguments(search)
+    add_recall_arguments(search)
     search.add_argument("--session", required=True, help="the session (save slot) id")
     search.add_argument("--owner", help="only this NPC's memories")
     search.add_argument("--text", help="what to recall")

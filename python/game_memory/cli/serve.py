@@ -21,7 +21,7 @@ import secrets
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from game_memory.bridge.service import DiagnosticView
 from game_memory.bridge.stdin import StdinReader
 from game_memory.bridge.stdio import StdioTransport
 from game_memory.bridge.websocket import WebSocketTransport, check_loopback
+from game_memory.cli.options import RecallSettings, recall_settings
 from game_memory.errors import GameMemoryError
 from game_memory.opening import open_memory
 
@@ -58,6 +59,7 @@ class ServeSettings:
         port: The port to bind (0 picks a free one).
         token: The token WebSocket clients must present (``None`` for stdio).
         limits: The bridge's bounds.
+        recall: The fusion and reranker options from ``--fusion`` and friends.
     """
 
     save_dir: Path
@@ -67,6 +69,7 @@ class ServeSettings:
     port: int
     token: str | None
     limits: BridgeLimits
+    recall: RecallSettings = field(default_factory=RecallSettings)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -99,6 +102,7 @@ class ServeSettings:
             port=port,
             token=token,
             limits=limits,
+            recall=recall_settings(args),
         )
 
 
@@ -198,7 +202,12 @@ async def serve(settings: ServeSettings) -> int:
     _stop_on_signals(stop)
     relay = _DiagnosticRelay()
     memory = await open_memory(
-        settings.save_dir, index=settings.index_dir, model=settings.model, diagnostics=relay
+        settings.save_dir,
+        index=settings.index_dir,
+        model=settings.model,
+        diagnostics=relay,
+        options=settings.recall.options,
+        reranker=settings.recall.reranker,
     )
     try:
         notices = () if memory.notice is None else (diagnostic_to_json(memory.notice),)

@@ -55,6 +55,7 @@ func run() -> void:
 		not unknown["ok"] and message_of(unknown).contains("belief_key"),
 		{"result": unknown}
 	)
+	_check_recall_arguments()
 
 
 func _texts(result: Dictionary) -> Array:
@@ -62,3 +63,33 @@ func _texts(result: Dictionary) -> Array:
 	for item: Dictionary in result.get("memories", []):
 		texts.append(item.get("text"))
 	return texts
+
+
+func _check_recall_arguments() -> void:
+	var arguments: PackedStringArray = GameMemorySidecar.recall_arguments(
+		"rrf",
+		{
+			"fusion": {"vector_weight": 0.8, "normalization": "absolute"},
+			"reranker": {"recency_weight": 0.3}
+		}
+	)
+	check(
+		"recall_arguments_select_the_mode_and_name_every_option",
+		(
+			arguments
+			== PackedStringArray(
+				[
+					"--fusion",
+					"rrf",
+					"--fusion-option",
+					'normalization="absolute"',
+					"--fusion-option",
+					"vector_weight=0.8",
+					"--reranker-option",
+					"recency_weight=0.3",
+				]
+			)
+		),
+		{"arguments": arguments}
+	)
+	check("no_recall_arguments_by_default", GameMemorySidecar.recall_arguments("", {}).is_empty())

@@ -1,0 +1,113 @@
+"""Recall options from the command line: the fusion mode and any fusion or reranker field.
+
+``--fusion MODE`` picks the fusion mode; ``--fusion-option NAME=VALUE`` and
+``--reranker-option NAME=VALUE`` (repeatable) set any field of :class:`FusionOptions` and
+:class:`GameAwareMemoryRerankerOptions` by name, so a new option needs no new flag. Values
+are read as JSON when they parse (``0.5``, ``true``, ``"floor"``) and as text otherwise;
+the option models validate them, and a mistake is one line that names the field.
+
+The parser imports nothing heavy (``game-memory --help`` stays fast); the option models are
+imported when a command turns the flags into options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from game_memory.recall.options import VectorMemoryStoreOptions
+    from game_memory.recall.reranker import GameAwareMemoryRerankerOptions
+
+__all__ = ["FUSION_MODES", "RecallSettings", "add_recall_arguments", "recall_settings"]
+
+#: ``FusionMode``'s values (a test keeps them equal), without importing the recall package.
+FUSION_MODES = ("rrf", "weighted_rrf", "convex")
+
+
+@dataclass(frozen=True)
+class RecallSettings:
+    """The parsed recall options: ``None`` keeps the library's defaults."""
+
+    options: VectorMemoryStoreOptions | None = None
+    reranker: GameAwareMemoryRerankerOptions | None = None
+
+
+def add_recall_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--fusion``, ``--fusion-option`` and ``--reranker-option`` to ``parser``."""
+    parser.add_argument(
+        "--fusion",
+        choices=FUSION_MODES,
+        help="how lexical and vector rankings are combined (default: the measured default)",
+    )
+    parser.add_argument(
+        "--fusion-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a fusion option by name (repeatable), e.g. vector_weight=0.8",
+    )
+    parser.add_argument(
+        "--reranker-option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="set a game-time reranker option by name (repeatable), e.g. recency_weight=0.3",
+    )
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for item in items:
+        name, separator, text = item.partition("=")
+        if not separator or not name.strip():
+            raise ValueError(f"{flag} takes NAME=VALUE, not {item!r}")
+        try:
+            values[name.strip()] = json.loads(text)
+        except ValueError:
+            values[name.strip()] = text
+    return values
+
+
+def _build(model: type[BaseModel], values: dict[str, Any], flag: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'value'}: "
+            f"{error['msg'].removeprefix('Value error, ')}"
+            for error in exc.errors()
+        )
+        raise ValueError(f"{flag}: {problems}") from None
+
+
+def recall_settings(args: argparse.Namespace) -> RecallSettings:
+    """Turn the parsed flags into options (``None`` where nothing was given).
+
+    Raises:
+        ValueError: a flag is malformed or names an unknown field or a bad value.
+    """
+    from game_memory.recall.fusion import FusionOptions
+    from game_memory.recall.options import VectorMemoryStoreOptions
+    from game_memory.recall.reranker import GameAwareMemoryRerankerOptions
+
+    fusion_values = _pairs(getattr(args, "fusion_option", []) or [], "--fusion-option")
+    if getattr(args, "fusion", None):
+        fusion_values.setdefault("mode", args.fusion)
+    reranker_values = _pairs(getattr(args, "reranker_option", []) or [], "--reranker-option")
+    options = None
+    if fusion_values:
+        fusion = _build(FusionOptions, fusion_values, "--fusion-option")
+        options = VectorMemoryStoreOptions(fusion=fusion)
+    reranker = (
+        _build(GameAwareMemoryRerankerOptions, reranker_values, "--reranker-option")
+        if reranker_values
+        else None
+    )
+    return RecallSettings(options=options, reranker=reranker)
