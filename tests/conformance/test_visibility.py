@@ -126,3 +126,65 @@ async def test_one_session_never_sees_another(
     assert [hit.memory.memory_id for hit in other.lexical] == ["theirs"]
     assert {view.session_id for view in other.views} == {"other"}
     assert await store.enumerate("nobody") == []
+
+
+# -- belief versions ------------------------------------------------------------------------
+
+
+async def remember_beliefs(store: Any, make_memory: MemoryFactory) -> None:
+    """Versions of one belief of npc-a (and one of npc-b, whose beliefs are its own)."""
+    bridge = {"belief_key": "bridge.eastmarch"}
+    for memory in (
+        make_memory("open", owner_id="npc-a", text="the cat bridge is open", tick=100, **bridge),
+        make_memory(
+            "repairs",
+            owner_id="npc-a",
+            text="the cat bridge is closed for repairs",
+            tick=500,
+            expires_at=at(800),
+            importance=0.1,
+            **bridge,
+        ),
+        make_memory("z-same", owner_id="npc-a", text="the cat bridge sways", tick=50, **bridge),
+        make_memory("a-same", owner_id="npc-a", text="the cat bridge creaks", tick=50, **bridge),
+        make_memory("rumour", owner_id="npc-a", text="a cat rumour", tick=10),
+        make_memory("theirs", owner_id="npc-b", text="the cat bridge is open", tick=10, **bridge),
+    ):
+        await store.append(memory)
+
+
+BELIEF_CASES: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("no moment: the newest of all", {}, ["repairs", "rumour", "theirs"]),
+    ("as of 600 the repairs", {"at_or_before": at(600)}, ["repairs", "rumour", "theirs"]),
+    ("expired: the older again", {"at_or_before": at(900)}, ["open", "rumour", "theirs"]),
+    ("at one tick the later append", {"at_or_before": at(60)}, ["a-same", "rumour", "theirs"]),
+    (
+        "a filter never brings one back",
+        {"at_or_before": at(600), "minimum_importance": 0.5},
+        ["rumour", "theirs"],
+    ),
+    ("another timeline", {"at_or_before": at(600, BRANCH)}, []),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "filters", "expected"), BELIEF_CASES, ids=[c[0] for c in BELIEF_CASES]
+)
+async def test_only_the_newest_time_visible_version_of_a_belief_is_recalled(
+    open_hybrid: HybridFactory,
+    provider: FaultyProvider,
+    make_memory: MemoryFactory,
+    case: str,
+    filters: dict[str, Any],
+    expected: list[str],
+) -> None:
+    memory = open_hybrid(provider)
+    await remember_beliefs(memory, make_memory)
+    for text in ("cat", "feline", None):
+        query = GameMemoryQuery(session_id="session", limit=50, text=text, **filters)
+        lexical = await memory.authoritative.snapshot(query)
+        assert lexical.visible == len(expected)
+        if text != "feline":  # a paraphrase: found by vectors only
+            assert ids(hit.memory for hit in lexical.lexical) == expected
+        assert ids((await memory.recall(query)).memories) == expected
+    assert len(await memory.enumerate("session")) == 6  # every version stays in the save

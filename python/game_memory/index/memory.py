@@ -29,7 +29,6 @@ import numpy as np
 
 from game_memory.durable.names import identity_hash
 from game_memory.errors import DerivedIndexError, InvalidArgumentError, StoreClosedError
-from game_memory.index.engine import check_capacity
 from game_memory.index.entries import (
     NO_VALUE,
     EntryRecord,
@@ -46,6 +45,7 @@ from game_memory.index.partition import (
     new_tag,
 )
 from game_memory.index.protocol import OrphanCandidates
+from game_memory.index.writer import check_capacity
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.store.view import PartitionView
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from game_memory.errors import DerivedIndexError
-from game_memory.index.engine import identity_dimensions
 from game_memory.index.entries import EntryRecord, EntryState, decode_entries, encode_entry
+from game_memory.index.layout import identity_dimensions
 from game_memory.index.partition import (
     FloatMatrix,
     IndexPartition,
