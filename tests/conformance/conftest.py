@@ -4,7 +4,8 @@ Every test in ``tests/conformance/`` runs once per backend it uses: a test takin
 ``open_store`` (or ``store``) runs on every entry of :data:`STORE_BACKENDS`, one taking
 ``open_index`` on every entry of :data:`INDEX_BACKENDS`, and one taking ``open_hybrid`` on
 every pair. A new backend (PostgreSQL) adds one factory to each registry and runs the whole
-suite; nothing else here names a backend.
+suite. No test names a backend, except ``test_equivalence.py``, whose reference is the file
+pair.
 
 A factory takes the test's ``tmp_path`` and returns an *opener*. ``open_store(save="save",
 **options)`` opens a handle on the named save of this test: opening the same name again gives

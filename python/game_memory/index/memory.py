@@ -292,7 +292,7 @@ class InMemoryVectorIndex:
         session_hash = identity_hash(session_id)
         with self._lock:
             slots = [self._slots[(session_hash, owner)] for owner in self._owners(session_hash)]
-            copies = [(slot, bytes(slot.entries), dict(slot.rows)) for slot in slots]
+            copies = [(slot, *slot.probes()) for slot in slots]
             identities = list(self._identities)
         damaged: list[Exception] = []
         for slot, entries, buffers in copies:

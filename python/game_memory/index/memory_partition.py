@@ -111,13 +111,26 @@ class MemoryPartition:
         fresh.add(records)
         return fresh
 
+    def probes(self) -> tuple[bytes, dict[int, RowBuffer]]:
+        """A copy of the records and unchecked buffers over the rows as they are now.
+
+        Call under the index lock (a write may swap a buffer's array for a grown one);
+        :meth:`check` then runs on the copy without it.
+        """
+        probes: dict[int, RowBuffer] = {}
+        for code, buffer in self.rows.items():
+            probe = probes[code] = RowBuffer(buffer.tag, buffer.dimensions)  # checked = 0
+            probe.array, probe.rows = buffer.array, buffer.rows
+        return bytes(self.entries), probes
+
     def check(
         self, entries: bytes, buffers: dict[int, RowBuffer], identities: Sequence[str]
     ) -> None:
         """Decode a copy of the records from scratch; check every row a ready record names.
 
-        Unlike :meth:`RowBuffer.verify` on a live buffer (new rows only), every row is
-        checked again: here the buffer *is* the storage.
+        ``entries`` and ``buffers`` come from :meth:`probes`. Unlike a live buffer's
+        :meth:`RowBuffer.verify` (new rows only), every row is checked again: here the
+        buffer *is* the storage.
 
         Raises:
             DerivedIndexError: a record fails its CRC, names another generation or an
@@ -144,6 +157,4 @@ class MemoryPartition:
                 raise DerivedIndexError(f"the {self.label} holds rows of the wrong width")
             if partition.rows_needed(code) > buffer.rows:
                 raise DerivedIndexError(f"the {self.label} lacks rows its entries refer to")
-            probe = RowBuffer(buffer.tag, buffer.dimensions)  # checked = 0: every row
-            probe.array, probe.rows = buffer.array, buffer.rows
-            probe.verify(partition, code, f"the {self.label}")
+            buffer.verify(partition, code, f"the {self.label}")

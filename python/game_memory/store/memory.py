@@ -6,9 +6,10 @@ its durability, for tests, tools and ephemeral NPCs:
 
 * **Not durable, by design**: nothing is written anywhere. A crash, ``kill -9`` or
   :meth:`~InMemoryGameMemoryStore.aclose` loses every memory; there is nothing to recover.
-* **Atomic**: an append either adds the memory whole or changes nothing; readers never see
-  half of one. Each call is one critical section under a short ``threading.Lock`` (no
-  ``await`` inside), so the store is safe for many tasks of one event loop and for threads.
+* **Atomic**: an append either adds the memory whole or changes nothing; a read sees the
+  store as it was at one instant. State is touched only in short critical sections under a
+  ``threading.Lock`` (no ``await`` inside), so the store is safe for many tasks of one event
+  loop and for threads.
 * **The same rules as the save**: idempotent appends, ``MemoryConflictError`` for a reused
   id, a store-wide ``maximum_entries``, owner partitions inside sessions, snapshots built
   from :class:`~game_memory.store.view.PartitionView` objects (the same object while a
