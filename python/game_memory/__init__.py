@@ -27,6 +27,7 @@ from game_memory.errors import (
     StoreClosedError,
 )
 from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.index.memory import InMemoryVectorIndex
 from game_memory.index.protocol import VectorIndex
 from game_memory.lifecycle import RuntimeMemoryLifecycle
 from game_memory.memory import VectorMemoryStore
@@ -54,6 +55,7 @@ from game_memory.recall.fusion import FusionMode, FusionOptions
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
 from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.store.memory import InMemoryGameMemoryStore
 from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 
 __all__ = [
@@ -79,6 +81,8 @@ __all__ = [
     "GameMemoryStore",
     "GameMoment",
     "HashingEmbeddingProvider",
+    "InMemoryGameMemoryStore",
+    "InMemoryVectorIndex",
     "InvalidArgumentError",
     "MemoryConflictError",
     "MemoryEmbeddingIdentity",
