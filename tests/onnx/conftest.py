@@ -14,11 +14,9 @@ import sentencepiece
 import tiny_bert_model as bert
 import tiny_xlmr_model as tiny
 
-from game_memory.onnx import (
-    OnnxEmbeddingOperationMetrics,
-    build_sentence_encoder_folder,
-    prepare_default_model,
-)
+from game_memory.onnx import OnnxEmbeddingOperationMetrics, prepare_named_model
+from game_memory.onnx.build.safetensors_reader import read_safetensors
+from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -87,8 +85,8 @@ def tiny_prepared(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> 
         folder,
         model_id="tiny/bert",
         config=tiny_bert_files["config.json"],
-        tokenizer=tiny_bert_files["tokenizer.json"],
-        weights=tiny_bert_files["model.safetensors"],
+        tokenizer_files={"tokenizer.json": tiny_bert_files["tokenizer.json"]},
+        weights=read_safetensors(tiny_bert_files["model.safetensors"]),
         default_maximum_tokens=32,
         extra_files={"vocab.txt": tiny_bert_files["vocab.txt"]},
         source={"package": "tiny-bert-model"},
@@ -112,4 +110,4 @@ def prepared_default_model() -> Path:
     """
     configured = os.environ.get("GAME_MEMORY_HOME", "").strip()
     home = Path(configured) if configured else REPOSITORY / ".cache" / "pytest-game-memory-home"
-    return prepare_default_model(home)
+    return prepare_named_model("default", home)
