@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from game_memory.onnx.bge_m3 import BgeM3OnnxEmbeddingProvider
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
@@ -80,9 +80,8 @@ async def load_default_provider(
     Raises:
         OnnxEmbeddingError: As :func:`load_named_provider`.
     """
-    provider = await load_named_provider("default", home, **options)
-    assert isinstance(provider, MiniLmOnnxEmbeddingProvider)
-    return provider
+    # load_named_provider opens "default" as a MiniLmOnnxEmbeddingProvider.
+    return cast(MiniLmOnnxEmbeddingProvider, await load_named_provider("default", home, **options))
 
 
 async def load_provider_from_directory(

