@@ -36,8 +36,8 @@ import onnx
 import sentencepiece
 
 from game_memory.onnx.bert_config import BertConfig
-from game_memory.onnx.bert_graph import build_bert_graph
-from game_memory.onnx.quantize import quantize_int8
+from game_memory.onnx.build.bert_graph import build_bert_graph
+from game_memory.onnx.build.quantize import quantize_int8
 
 __all__ = ["SHAPE", "ensure_bge_m3_shaped_folder"]
 

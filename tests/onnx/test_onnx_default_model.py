@@ -9,11 +9,8 @@ import numpy as np
 import pytest
 
 from game_memory.cli.models import run_info
-from game_memory.onnx import (
-    MiniLmOnnxEmbeddingProvider,
-    PreparedModelManifest,
-    load_provider_from_directory,
-)
+from game_memory.onnx import MiniLmOnnxEmbeddingProvider, load_provider_from_directory
+from game_memory.onnx.prepared_manifest import PreparedModelManifest
 
 pytestmark = pytest.mark.model
 

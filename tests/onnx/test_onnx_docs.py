@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+import game_memory.onnx as onnx
 from game_memory.onnx import (
+    MODEL_NAMES,
     BgeM3OnnxEmbeddingOptions,
     OnnxEmbeddingOperationMetrics,
     OnnxFailureKind,
@@ -42,3 +44,16 @@ def test_the_commands_and_the_benchmark_are_documented(text: str) -> None:
     for phrase in ("game-memory models prepare", "game-memory models info", "--force", "--home"):
         assert phrase in text
     assert "python benchmarks/embedding.py" in text
+
+
+def test_both_named_models_and_their_benchmark_are_documented(text: str) -> None:
+    for name in MODEL_NAMES:
+        assert f"| `{name}` |" in text, name
+    assert "game-memory models prepare multilingual" in text
+    assert "python benchmarks/multilingual.py" in text
+    assert "+xlmr-unigram-prefix-query-passage-mean-l2-v1-max512:384" in text
+
+
+def test_every_public_name_is_documented(text: str) -> None:
+    for name in onnx.__all__:
+        assert f"`{name}" in text, name

@@ -21,9 +21,9 @@ from game_memory.onnx import (
     OnnxEmbeddingError,
     OnnxEmbeddingOperationMetrics,
     OnnxFailureKind,
-    OnnxInferenceEngine,
     OnnxOperation,
 )
+from game_memory.onnx.engine import OnnxInferenceEngine
 from game_memory.onnx.limits import EngineLimits
 from game_memory.onnx.pooling import Pooling
 

@@ -20,12 +20,11 @@ from game_memory.onnx import (
     BgeM3OnnxEmbeddingOptions,
     ModelPreparationError,
     OnnxEmbeddingError,
-    OnnxEmbeddingTimeoutError,
     OnnxFailureKind,
     SentenceEncoderOnnxEmbeddingOptions,
 )
 from game_memory.onnx.batching import estimate_tensor_bytes, pad_batch, plan_batches
-from game_memory.onnx.errors import onnx_error
+from game_memory.onnx.errors import OnnxEmbeddingTimeoutError, onnx_error
 from game_memory.onnx.pooling import Pooling, pool
 
 

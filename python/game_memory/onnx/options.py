@@ -196,10 +196,11 @@ class BgeM3OnnxEmbeddingOptions(OnnxProviderOptions):
 
 
 class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
-    """Options of :class:`SentenceEncoderOnnxEmbeddingProvider` (all-MiniLM-L6-v2 and kin).
+    """Options of :class:`SentenceEncoderOnnxEmbeddingProvider` (all-MiniLM-L6-v2, e5).
 
     The same bounds as BGE-M3 except ``maximum_tokens`` (default ``None``: the length the
-    model was trained with, from its manifest, 256 for all-MiniLM-L6-v2; at most the
+    model was trained with, from its manifest, 256 for all-MiniLM-L6-v2 and 512 for
+    multilingual-e5-small; at most the
     model's position limit and ``maximum_batch_tokens``, checked at load) and
     ``precision``: ``"int8"`` (default, ``onnx/model_int8.onnx``) or ``"fp32"``
     (``onnx/model.onnx``, about 4x larger and 2-4x slower, batch-independent vectors).
@@ -212,6 +213,8 @@ class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
         MANIFEST_NAME,
         "config.json",
         "tokenizer.json",
+        "sentencepiece.model",
+        "normalizer.json",
         "onnx/model_int8.onnx",
         "onnx/model.onnx",
     )

@@ -59,8 +59,14 @@ class EmbeddingPipeline:
     inference: BatchInference
     pooling: Pooling
 
-    def run(self, texts: Sequence[str], control: RunControl, stats: OperationStats) -> list[Vector]:
-        """Embed ``texts`` in order, filling ``stats``.
+    def run(
+        self,
+        texts: Sequence[str],
+        control: RunControl,
+        stats: OperationStats,
+        prefix: str = "",
+    ) -> list[Vector]:
+        """Embed ``texts`` in order, each after ``prefix``, filling ``stats``.
 
         Raises:
             OnnxEmbeddingError: ``TOKENIZATION``, ``INVALID_CONFIGURATION`` (tensor
@@ -69,7 +75,7 @@ class EmbeddingPipeline:
             Terminated: ``control`` was cancelled.
         """
         try:
-            tokenized = self._tokenize(texts, control, stats)
+            tokenized = self._tokenize(texts, prefix, control, stats)
             return self._infer(tokenized, control, stats)
         except (OnnxEmbeddingError, Terminated):
             raise
@@ -81,7 +87,7 @@ class EmbeddingPipeline:
             ) from exc
 
     def _tokenize(
-        self, texts: Sequence[str], control: RunControl, stats: OperationStats
+        self, texts: Sequence[str], prefix: str, control: RunControl, stats: OperationStats
     ) -> list[TokenizedText]:
         started = time.perf_counter()
         limit = self.limits.maximum_tokens
@@ -91,7 +97,7 @@ class EmbeddingPipeline:
                 if control.cancelled:
                     raise Terminated
                 try:
-                    item = self.tokenizer.tokenize(text)
+                    item = self.tokenizer.tokenize(prefix + text if prefix else text)
                 except OnnxEmbeddingError:
                     raise
                 except Exception as exc:

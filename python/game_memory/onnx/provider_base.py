@@ -22,11 +22,26 @@ class OnnxEmbeddingProviderBase:
 
     Vectors are float32 and already L2-normalized. Safe to call concurrently from one
     event loop; inference never runs on the loop. Use ``async with`` or call ``aclose()``.
+
+    Args:
+        identity: The identity of the vectors (the prefixes must be part of it).
+        engine: Runs the model.
+        query_prefix: Put before every query text before tokenization (e5: ``query: ``).
+        document_prefix: Put before every document text (e5: ``passage: ``).
     """
 
-    def __init__(self, identity: MemoryEmbeddingIdentity, engine: OnnxInferenceEngine) -> None:
+    def __init__(
+        self,
+        identity: MemoryEmbeddingIdentity,
+        engine: OnnxInferenceEngine,
+        *,
+        query_prefix: str = "",
+        document_prefix: str = "",
+    ) -> None:
         self._identity = identity
         self._engine = engine
+        self._query_prefix = query_prefix
+        self._document_prefix = document_prefix
 
     @property
     def identity(self) -> MemoryEmbeddingIdentity:
@@ -39,7 +54,7 @@ class OnnxEmbeddingProviderBase:
         return self._engine
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed one query text (same preprocessing as documents).
+        """Embed one query text (after the query prefix, if the model has one).
 
         Raises:
             InvalidArgumentError: ``text`` is not a string.
@@ -48,18 +63,24 @@ class OnnxEmbeddingProviderBase:
         """
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text must be a str, not {type(text).__name__}")
-        (vector,) = await self._engine.embed((text,), OnnxOperation.QUERY)
+        (vector,) = await self._engine.embed(
+            (text,), OnnxOperation.QUERY, prefix=self._query_prefix
+        )
         return vector
 
     async def embed_documents(self, texts: Sequence[str]) -> list[npt.NDArray[np.float32]]:
-        """Embed 1..``maximum_texts_per_call`` texts; one vector per text, in order.
+        """Embed 1..``maximum_texts_per_call`` texts (after the document prefix, if any).
+
+        One vector per text, in order.
 
         Raises:
             InvalidArgumentError: ``texts`` is empty, too long or holds a non-string.
             OnnxEmbeddingError: With the failure's kind; see ``docs/embeddings.md``.
             asyncio.CancelledError: The caller cancelled; the run was terminated.
         """
-        return await self._engine.embed(texts, OnnxOperation.DOCUMENTS)
+        return await self._engine.embed(
+            texts, OnnxOperation.DOCUMENTS, prefix=self._document_prefix
+        )
 
     async def aclose(self) -> None:
         """Cancel running work and release the model; idempotent. Later calls fail ``CLOSED``."""

@@ -1,10 +1,13 @@
 """``SentenceEncoderOnnxEmbeddingProvider``: BERT-family sentence encoders, mean pooled.
 
 It opens a folder written by ``game-memory models prepare`` (``game-memory-model.json``,
-``config.json``, ``tokenizer.json``, ``onnx/model_int8.onnx`` and ``onnx/model.onnx``),
-checks every file against the manifest's sizes and SHA-256, tokenizes with WordPiece,
-runs the encoder in onnxruntime and returns the L2-normalized mean of the real tokens'
-states. :class:`MiniLmOnnxEmbeddingProvider` is the same provider for the default model.
+``config.json``, the tokenizer files, ``onnx/model_int8.onnx`` and ``onnx/model.onnx``),
+checks every file against the manifest's sizes and SHA-256, tokenizes with the
+manifest's tokenizer (WordPiece for all-MiniLM-L6-v2, XLM-R unigram for
+multilingual-e5-small), puts the manifest's prefixes before queries and documents
+(``query: `` and ``passage: `` for e5), runs the encoder in onnxruntime and returns the
+L2-normalized mean of the real tokens' states. :class:`MiniLmOnnxEmbeddingProvider` is the
+same provider for the default model.
 """
 
 from __future__ import annotations
@@ -25,11 +28,19 @@ from game_memory.onnx.model_files import (
 )
 from game_memory.onnx.options import SentenceEncoderOnnxEmbeddingOptions
 from game_memory.onnx.pooling import Pooling
-from game_memory.onnx.prepared_manifest import MANIFEST_NAME, PreparedModelManifest
+from game_memory.onnx.prepared_manifest import (
+    MANIFEST_NAME,
+    TOKENIZER_FILES,
+    PreparedModelManifest,
+)
+from game_memory.onnx.prepared_tokenizer import (
+    TOKENIZER_FILE_BYTES,
+    open_prepared_tokenizer,
+    preprocessing_label,
+)
 from game_memory.onnx.provider_base import OnnxEmbeddingProviderBase
 from game_memory.onnx.session import OnnxSessionInference
 from game_memory.onnx.tokens import BatchInference, TextTokenizer
-from game_memory.onnx.wordpiece_tokenizer import WORDPIECE_PREPROCESSING, WordPieceTokenizer
 
 __all__ = [
     "MiniLmOnnxEmbeddingProvider",
@@ -39,10 +50,8 @@ __all__ = [
 ]
 
 CONFIG = "config.json"
-TOKENIZER = "tokenizer.json"
 MODEL_FILES = {"int8": "onnx/model_int8.onnx", "fp32": "onnx/model.onnx"}
 _JSON_BYTES = 1_048_576
-_TOKENIZER_BYTES = 16_777_216
 
 
 def resolved_maximum_tokens(
@@ -60,20 +69,23 @@ def sentence_encoder_identity(
     """The identity: model id, precision, weights and tokenizer hashes, preprocessing.
 
     ``version`` is ``model_version`` if set, else ``<precision>-<16 hex of the ONNX
-    file's SHA-256>-<16 hex of tokenizer.json's>``; ``+bert-wordpiece-mean-l2-v1-max<N>``
-    follows, e.g. ``onnx-in-process/sentence-transformers/all-MiniLM-L6-v2@int8-<16 hex>-
-    <16 hex>+bert-wordpiece-mean-l2-v1-max256:384``.
+    file's SHA-256>`` and ``-<16 hex>`` of each tokenizer file; ``+<preprocessing>-max<N>``
+    follows (:func:`preprocessing_label`), e.g.
+    ``onnx-in-process/sentence-transformers/all-MiniLM-L6-v2@int8-<16 hex>-<16 hex of
+    tokenizer.json>+bert-wordpiece-mean-l2-v1-max256:384`` and
+    ``onnx-in-process/intfloat/multilingual-e5-small@int8-<16 hex>-<16 hex of
+    sentencepiece.model>-<16 hex of normalizer.json>+xlmr-unigram-prefix-query-passage-
+    mean-l2-v1-max512:384``.
     """
     model_file = MODEL_FILES[options.precision]
     maximum_tokens = resolved_maximum_tokens(options, prepared)
-    version = options.model_version or (
-        f"{options.precision}-{manifest.record(model_file).sha256[:16]}-"
-        f"{manifest.record(TOKENIZER).sha256[:16]}"
-    )
+    hashes = [manifest.record(model_file).sha256[:16]]
+    hashes += [manifest.record(path).sha256[:16] for path in TOKENIZER_FILES[prepared.tokenizer]]
+    version = options.model_version or "-".join([options.precision, *hashes])
     return MemoryEmbeddingIdentity(
         provider_id=options.provider_id,
         model_id=prepared.model_id,
-        version=f"{version}+{WORDPIECE_PREPROCESSING}-max{maximum_tokens}",
+        version=f"{version}+{preprocessing_label(prepared)}-max{maximum_tokens}",
         dimensions=prepared.hidden_size,
     )
 
@@ -82,7 +94,7 @@ def sentence_encoder_identity(
 class _Loaded:
     manifest: ModelFileManifest
     prepared: PreparedModelManifest
-    tokenizer: WordPieceTokenizer
+    tokenizer: TextTokenizer
     inference: OnnxSessionInference
 
 
@@ -99,7 +111,11 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
     )
     prepared = PreparedModelManifest.read(directory)
     model_file = MODEL_FILES[options.precision]
-    files = [(CONFIG, _JSON_BYTES), (TOKENIZER, _TOKENIZER_BYTES)]
+    tokenizer_files = TOKENIZER_FILES[prepared.tokenizer]
+    files = [
+        (CONFIG, _JSON_BYTES),
+        *((path, TOKENIZER_FILE_BYTES[path]) for path in tokenizer_files),
+    ]
     files.append((model_file, options.maximum_model_bytes))
     listed = {path: prepared.file(path) for path, _ in files}
     manifest = verify_model_files(
@@ -141,8 +157,11 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
             f"maximum_batch_tokens={options.maximum_batch_tokens} cannot hold one text of "
             f"maximum_tokens={maximum_tokens}; raise maximum_batch_tokens",
         )
-    tokenizer = WordPieceTokenizer(
-        manifest.absolute(TOKENIZER), maximum_tokens, config.pad_token_id
+    tokenizer = open_prepared_tokenizer(
+        {path: manifest.absolute(path) for path in tokenizer_files},
+        prepared,
+        maximum_tokens,
+        config.pad_token_id,
     )
     if cancelled():
         raise onnx_error(OnnxFailureKind.CANCELLED, "loading the sentence encoder was abandoned")
@@ -157,6 +176,12 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
 
 class SentenceEncoderOnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
     """A prepared BERT-family sentence encoder, in process; an ``EmbeddingProvider``.
+
+    ``embed_query`` puts the manifest's ``query_prefix`` before the text and
+    ``embed_documents`` its ``document_prefix`` (e5: ``query: `` and ``passage: ``; the
+    prefix counts toward ``maximum_tokens`` but not toward
+    ``maximum_characters_per_text``). Texts longer than ``maximum_tokens`` (512 for e5,
+    256 for MiniLM, special tokens included) are cut, and counted as truncated.
 
     Create it with ``await SentenceEncoderOnnxEmbeddingProvider.create(options)``. The
     constructor is the injection seam for tests.
@@ -193,7 +218,12 @@ class SentenceEncoderOnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
             Pooling.MEAN,
             options.metrics,
         )
-        super().__init__(sentence_encoder_identity(options, manifest, prepared), engine)
+        super().__init__(
+            sentence_encoder_identity(options, manifest, prepared),
+            engine,
+            query_prefix=prepared.query_prefix,
+            document_prefix=prepared.document_prefix,
+        )
         self._options = options
         self._manifest = manifest
         self._prepared = prepared

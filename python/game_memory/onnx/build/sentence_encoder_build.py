@@ -1,9 +1,11 @@
-"""Build a prepared sentence-encoder folder from a BERT's config, tokenizer and weights.
+"""Build a prepared sentence-encoder folder from a BERT's config, weights and tokenizer files.
 
-The folder holds ``config.json``, ``tokenizer.json`` (and any extra files such as
-``vocab.txt``), ``onnx/model.onnx`` (fp32, built with :func:`build_bert_graph`),
+The folder holds ``config.json``, the tokenizer files (``tokenizer.json`` for WordPiece;
+``sentencepiece.model`` and ``normalizer.json`` for the XLM-R unigram tokenizer), any extra
+files such as ``vocab.txt``, ``onnx/model.onnx`` (fp32, built with :func:`build_bert_graph`),
 ``onnx/model_int8.onnx`` (per-channel INT8) and, written last, the manifest. Both graphs
-are loaded and run once before the manifest is written, so a folder with a manifest works.
+are loaded and run once, through the tokenizer the provider will use, before the manifest
+is written, so a folder with a manifest works.
 """
 
 from __future__ import annotations
@@ -13,22 +15,30 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
+from pydantic import ValidationError
 
 from game_memory.onnx.bert_config import BertConfig
-from game_memory.onnx.bert_graph import build_bert_graph
+from game_memory.onnx.build.bert_graph import build_bert_graph
+from game_memory.onnx.build.quantize import quantize_int8
 from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError
 from game_memory.onnx.model_files import sha256_file
-from game_memory.onnx.prepared_manifest import PreparedFile, PreparedModelManifest
-from game_memory.onnx.quantize import quantize_int8
-from game_memory.onnx.safetensors_reader import read_safetensors
+from game_memory.onnx.prepared_manifest import (
+    TOKENIZER_FILES,
+    PreparedFile,
+    PreparedModelManifest,
+    TokenizerKind,
+)
+from game_memory.onnx.prepared_tokenizer import open_prepared_tokenizer
 from game_memory.onnx.session import OnnxSessionInference
 from game_memory.onnx.tokens import RunControl
-from game_memory.onnx.wordpiece_tokenizer import WordPieceTokenizer
 
 __all__ = ["ProgressCallback", "build_sentence_encoder_folder"]
 
 #: ``progress(stage, done, total)``; stages: download, verify, build, quantize, check, write.
 ProgressCallback = Callable[[str, int, int], None]
+
+_CHECK_TEXT = "a quick check of the prepared model"
 
 
 def _report(progress: ProgressCallback | None, stage: str, done: int, total: int) -> None:
@@ -41,9 +51,12 @@ def build_sentence_encoder_folder(
     *,
     model_id: str,
     config: bytes,
-    tokenizer: bytes,
-    weights: bytes,
+    weights: Mapping[str, npt.NDArray[np.generic]],
+    tokenizer_files: Mapping[str, bytes],
     default_maximum_tokens: int,
+    tokenizer: TokenizerKind = "wordpiece",
+    query_prefix: str = "",
+    document_prefix: str = "",
     extra_files: Mapping[str, bytes] | None = None,
     source: Mapping[str, str] | None = None,
     progress: ProgressCallback | None = None,
@@ -54,9 +67,13 @@ def build_sentence_encoder_folder(
         destination: The folder to fill (created if missing).
         model_id: The model id of the identity.
         config: ``config.json`` of a BERT model.
-        tokenizer: ``tokenizer.json`` (WordPiece, with a ``[CLS] ... [SEP]`` template).
-        weights: ``model.safetensors``.
+        weights: Tensors named as ``transformers``' ``BertModel``'s; read once each, in
+            graph order (a lazy mapping keeps only one dequantized tensor alive).
+        tokenizer_files: The files of ``tokenizer`` (``TOKENIZER_FILES``), by name.
         default_maximum_tokens: The sequence length the model was trained with.
+        tokenizer: Which tokenizer the files make up.
+        query_prefix: Put before queries (``"query: "`` for e5).
+        document_prefix: Put before documents (``"passage: "`` for e5).
         extra_files: More files to copy verbatim (e.g. ``vocab.txt``).
         source: Provenance recorded in the manifest.
         progress: Receives ``("build", layer, layers)``, ``("quantize", ...)``, ...
@@ -65,31 +82,50 @@ def build_sentence_encoder_folder(
         The manifest written last into ``destination``.
 
     Raises:
-        ModelPreparationError: Stage ``build`` (bad config, weights or tokenizer),
-            ``quantize``, or ``check`` (a built graph does not load or run).
+        ModelPreparationError: Stage ``build`` (bad config, weights, tokenizer files or
+            prefixes), ``quantize``, or ``check`` (a built graph does not load or run).
     """
     try:
         bert = BertConfig.from_document(json.loads(config.decode("utf-8")))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ModelPreparationError(f"config.json is unusable: {exc}", stage="build") from exc
+        draft = PreparedModelManifest(
+            model_id=model_id,
+            tokenizer=tokenizer,
+            query_prefix=query_prefix,
+            document_prefix=document_prefix,
+            hidden_size=bert.hidden_size,
+            default_maximum_tokens=default_maximum_tokens,
+            source=dict(source or {}),
+            files=(),
+        )
+    except (UnicodeDecodeError, ValueError) as exc:  # ValidationError is a ValueError
+        reason = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise ModelPreparationError(
+            f"the model description is unusable: {reason}", stage="build"
+        ) from exc
     if default_maximum_tokens > bert.max_position_embeddings:
         raise ModelPreparationError(
             f"default_maximum_tokens {default_maximum_tokens} exceeds the position limit "
             f"{bert.max_position_embeddings}",
             stage="build",
         )
+    if set(tokenizer_files) != set(TOKENIZER_FILES[tokenizer]):
+        raise ModelPreparationError(
+            f"a {tokenizer} tokenizer needs the files {list(TOKENIZER_FILES[tokenizer])}, not "
+            f"{sorted(tokenizer_files)}",
+            stage="build",
+        )
     (destination / "onnx").mkdir(parents=True, exist_ok=True)
-    files: dict[str, bytes] = {"config.json": config, "tokenizer.json": tokenizer}
-    files.update(extra_files or {})
+    files: dict[str, bytes] = {"config.json": config, **tokenizer_files, **(extra_files or {})}
     for name, data in files.items():
         (destination / name).write_bytes(data)
 
     layers = bert.num_hidden_layers
     _report(progress, "build", 0, layers)
     graph = build_bert_graph(
-        read_safetensors(weights),
+        weights,
         bert,
         progress=lambda done, total: _report(progress, "build", done, total),
+        check=False,  # the check stage loads and runs the saved file in onnxruntime
     )
     fp32 = destination / "onnx" / "model.onnx"
     fp32.write_bytes(graph.SerializeToString())
@@ -100,25 +136,23 @@ def build_sentence_encoder_folder(
     quantize_int8(fp32, int8)
     _report(progress, "quantize", 1, 1)
 
+    entries = [*files, "onnx/model.onnx", "onnx/model_int8.onnx"]
+    manifest = draft.model_copy(
+        update={
+            "files": tuple(
+                PreparedFile(
+                    path=name,
+                    bytes=(destination / name).stat().st_size,
+                    sha256=sha256_file(destination / name),
+                )
+                for name in entries
+            )
+        }
+    )
     _report(progress, "check", 0, 2)
-    _check_folder(destination, bert, default_maximum_tokens, progress)
+    _check_folder(destination, manifest, bert, progress)
 
     _report(progress, "write", 0, 1)
-    entries = [*files, "onnx/model.onnx", "onnx/model_int8.onnx"]
-    manifest = PreparedModelManifest(
-        model_id=model_id,
-        hidden_size=bert.hidden_size,
-        default_maximum_tokens=default_maximum_tokens,
-        source=dict(source or {}),
-        files=tuple(
-            PreparedFile(
-                path=name,
-                bytes=(destination / name).stat().st_size,
-                sha256=sha256_file(destination / name),
-            )
-            for name in entries
-        ),
-    )
     manifest.write(destination)
     _report(progress, "write", 1, 1)
     return manifest
@@ -126,15 +160,18 @@ def build_sentence_encoder_folder(
 
 def _check_folder(
     destination: Path,
+    manifest: PreparedModelManifest,
     bert: BertConfig,
-    maximum_tokens: int,
     progress: ProgressCallback | None,
 ) -> None:
     try:
-        tokenizer = WordPieceTokenizer(
-            destination / "tokenizer.json", maximum_tokens, bert.pad_token_id
+        tokenizer = open_prepared_tokenizer(
+            {name: destination / name for name in TOKENIZER_FILES[manifest.tokenizer]},
+            manifest,
+            manifest.default_maximum_tokens,
+            bert.pad_token_id,
         )
-        ids = np.asarray([tokenizer.tokenize("a quick check of the prepared model").ids])
+        ids = np.asarray([tokenizer.tokenize(manifest.document_prefix + _CHECK_TEXT).ids])
         for done, name in enumerate(("model.onnx", "model_int8.onnx"), start=1):
             inference = OnnxSessionInference(
                 destination / "onnx" / name, hidden_size=bert.hidden_size

