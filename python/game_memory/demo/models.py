@@ -48,9 +48,9 @@ class Preparation:
 
 
 def ensure_default_model(
-    home: Path | None = None, progress: PrepareProgress | None = None
+    home: Path | None = None, progress: PrepareProgress | None = None, name: str = "default"
 ) -> Preparation:
-    """Make sure the default model is prepared in ``home``; prepare it if it is not.
+    """Make sure a named model (the default one) is prepared in ``home``; prepare it if not.
 
     Never raises for a failed preparation (offline, disk full): the demo then runs on
     lexical recall and shows :attr:`Preparation.problem`.
@@ -60,12 +60,16 @@ def ensure_default_model(
         progress: Receives ``(stage, done, total)`` while the model is prepared.
     """
     from game_memory import onnx
+    from game_memory.onnx.named_models import named_model_directory
 
-    directory = onnx.default_model_directory(home)
+    directory = named_model_directory(name, home)
     if directory.is_dir() and not onnx.prepared_model_problems(directory):
         return Preparation(True, False, None, directory)
     try:
-        onnx.prepare_default_model(home, progress=progress)
+        if name == "default":
+            onnx.prepare_default_model(home, progress=progress)
+        else:
+            onnx.prepare_named_model(name, home, progress=progress)
     except onnx.ModelPreparationError as exc:
         return Preparation(False, False, f"{exc.stage} failed: {exc}", directory)
     return Preparation(True, True, None, directory)
@@ -96,10 +100,12 @@ async def open_changed_model(
     provider: EmbeddingProvider
     if model == "hashing":
         provider = HashingEmbeddingProvider(version="v2")
-    elif model == "default":
+    elif model in ("default", "multilingual"):
         from game_memory import onnx
 
-        provider = await onnx.load_default_provider(home, maximum_tokens=maximum_tokens)
+        provider = await onnx.load_named_provider(model, home, maximum_tokens=maximum_tokens)
     else:
-        raise InvalidArgumentError(f"the demo changes the default or hashing model, not {model!r}")
+        raise InvalidArgumentError(
+            f"the demo changes the default, multilingual or hashing model, not {model!r}"
+        )
     return await open_memory(save_dir, index=index_dir, model=provider)

@@ -12,6 +12,8 @@ questions to different NPCs at different moments:
   the rain of Day 3 (two versions of the belief ``ford.willow``); asked before, the NPC
   answers with the old version, asked after, only with the new one, and after loading an
   earlier save, with the old one again;
+* a traveller's memory is in Japanese and the question about it in Chinese: lexical recall
+  matches the shared characters, and ``--model multilingual`` reads both languages;
 * ``rewind`` questions are asked after the player loads an earlier save: the clock goes
   back on the same timeline and nothing that has not happened yet may be recalled;
 * ``model_change`` questions are asked after the embedding model changed, once before the
@@ -445,6 +447,14 @@ _EVENTS = (
     ),
     # Day 3: the stranger returns; a promise is kept; a courtship begins.
     DemoEvent(
+        "silk-merchant",
+        _t(2, 17, 0),
+        "東から来た商人が宿に泊まり、絹と茶を売った。",
+        ("mira",),
+        importance=0.4,
+        tags=("merchant", "inn"),
+    ),
+    DemoEvent(
         "stranger-returns",
         _t(3, 9, 0),
         "The grey-cloaked stranger came back and bought two flasks of lamp oil.",
@@ -691,6 +701,16 @@ _QUESTIONS = (
         "Can I take my cart across the river?",
         ("ford-passable",),
         note="the belief ford.willow as of Day 2: the ford is passable",
+    ),
+    DemoQuestion(
+        "eastern-merchant",
+        "play",
+        "mira",
+        _t(3, 12, 30),
+        "有商人在客栈卖过丝绸吗？",
+        ("silk-merchant",),
+        note="a question in Chinese about a memory Mira keeps in Japanese (the traveller's "
+        "own words); --model multilingual reads both languages",
     ),
     DemoQuestion(
         "prying",
