@@ -97,8 +97,9 @@ enum State {
 ## Arguments put before [code]serve[/code], e.g. [code]["-m", "game_memory.cli"][/code]
 ## when [member sidecar_command] is a Python interpreter.
 @export var sidecar_arguments: PackedStringArray = PackedStringArray()
-## The embedding model the launched sidecar loads: [code]default[/code], [code]lexical[/code],
-## [code]hashing[/code] or a model folder.
+## The embedding model the launched sidecar loads: [code]default[/code] (English),
+## [code]multilingual[/code] (about 100 languages), [code]lexical[/code], [code]hashing[/code]
+## or a model folder.
 @export var model: String = "default"
 ## How the launched sidecar fuses lexical and vector rankings: empty for the measured
 ## default, or [code]convex[/code], [code]rrf[/code], [code]weighted_rrf[/code].
