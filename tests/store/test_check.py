@@ -50,7 +50,8 @@ async def test_a_pending_intent_is_reported_and_fix_drops_it(
     assert [p for p in report.problems if "pending append" in p]
     assert report.ledger_entries == 2
     fixed = await store.check(fix=True)
-    assert fixed.ok and fixed.repairs == ("dropped 1 pending ledger intents",)
+    assert fixed.ok
+    assert fixed.repairs == ("dropped 1 pending ledger intent (an append never acknowledged)",)
     assert await store.count() == 1
 
 
@@ -106,11 +107,13 @@ async def test_an_acknowledged_record_that_vanished_is_reported_and_never_repair
     log_path(tmp_path / "save", "session", "owner").write_bytes(b"")  # m1 is gone
     fixed = await store.check(fix=True)
     assert not fixed.ok and fixed.repairs == ()
-    assert any("has no record" in p for p in fixed.problems)
+    lost = [p for p in fixed.problems if "1 acknowledged memory is lost" in p]
+    assert lost and "session 'session'" in lost[0] and "Nothing was dropped" in lost[0]
+    assert any("repaired none of the damage" in p for p in fixed.problems)
     assert await store.count() == 2
 
 
-async def test_a_record_without_an_intent_is_reported(
+async def test_a_record_without_an_intent_is_reported_and_fix_adds_the_intent(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     store = make_store()
@@ -118,9 +121,12 @@ async def test_a_record_without_an_intent_is_reported(
     await store.append(make_memory("m2"))
     with (tmp_path / "save" / DATA / "ledger.log").open("r+b") as file:
         file.truncate(RECORD_BYTES)
-    report = await store.check(fix=True)
+    report = await store.check()
     assert not report.ok
     assert any("no ledger intent" in p for p in report.problems)
+    fixed = await store.check(fix=True)
+    assert fixed.ok and fixed.repairs == ("added 1 missing ledger intent",)
+    assert await store.count() == 2
 
 
 async def test_a_corrupt_partition_is_reported_not_raised(
@@ -131,5 +137,5 @@ async def test_a_corrupt_partition_is_reported_not_raised(
     log = log_path(tmp_path / "save", "session", "owner")
     log.write_bytes(log.read_bytes()[:-1] + b"!")
     report = await store.check()
-    assert not report.ok and any("corrupt" in p for p in report.problems)
+    assert not report.ok and any("corrupt at bytes" in p for p in report.problems)
     assert session_folder(tmp_path / "save", "session").is_dir()

@@ -115,7 +115,7 @@ async def test_a_flipped_byte_in_an_older_ledger_intent_is_reported_by_check(
     store = make_store(save)
     report = await store.check(fix=True)
     assert not report.ok and report.repairs == ()
-    assert any("corrupt at record 1" in problem for problem in report.problems)
+    assert any("corrupt at record 1:" in problem for problem in report.problems)
 
 
 async def test_a_flipped_byte_in_a_pack_index_fails_closed(

@@ -25,7 +25,7 @@ from .workers import expected_memory
 pytestmark = pytest.mark.slow
 
 WORKER = str(Path(__file__).with_name("workers.py"))
-DOCUMENTED = ("torn record", "torn tail", "pending append", "pending ledger intents")
+DOCUMENTED = ("torn record", "torn tail", "pending append", "pending ledger intent")
 
 
 def start(*args: str) -> subprocess.Popen[str]:

@@ -29,6 +29,7 @@ __all__ = [
     "fsync_directory",
     "list_directory",
     "lstat_regular",
+    "make_folders",
     "open_append",
     "open_folder",
     "read_at",
@@ -105,6 +106,34 @@ def ensure_directory(path: Path, *, create: bool = True, durable: bool = True) -
     if created and durable:
         fsync_directory(path.parent)
     return created
+
+
+def make_folders(path: Path) -> None:
+    """Create the folder ``path`` and its missing parents, each durably.
+
+    Every folder created has its parent fsynced before the next one is made, so a power
+    loss never keeps a folder whose own entry was lost (and with it everything inside).
+
+    Raises:
+        PersistenceError: a part of the path is a file or a link, or cannot be created.
+    """
+    missing: list[Path] = []
+    current = path
+    while True:
+        try:
+            os.lstat(current)
+            break
+        except FileNotFoundError:
+            missing.append(current)
+        except NotADirectoryError as exc:
+            raise PersistenceError(f"cannot create {path}: a part of its path is a file") from exc
+        except OSError as exc:
+            raise _translate(exc, current, "inspect") from exc
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        ensure_directory(folder)
 
 
 def fsync_directory(path: Path) -> None:

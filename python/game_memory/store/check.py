@@ -1,129 +1,254 @@
-"""A consistency checker for one store folder: the ledger against every partition record.
+"""The consistency checker of one store folder: every partition record against the ledger.
 
-Meant for tests, post-mortems and the ``game-memory check`` command. It reads everything
-from disk (not the caches). Problems are reported as sentences; with ``fix=True`` only the
-repairs that cannot lose an acknowledged memory are applied: cutting torn tails (bytes of
-records whose writer died before acknowledging them) and resolving pending intents.
+Meant for the ``game-memory check`` command, post-mortems and tests. It reads everything
+from disk (not the caches), tolerantly (``audit.py``), under the writer lock, and names
+what it finds in sentences that give the partition, the count and what to do, never a
+memory's text. It tells apart:
+
+* an **append that was never acknowledged**: the newest intent without a record (only
+  the newest intent can be one: writers append the intent, then the record, one at a
+  time), a torn record after a partition's last record, a torn or zero-filled ledger
+  tail, an uncommitted migration batch. ``fix=True`` resolves these; nothing is lost;
+* **acknowledged memories lost or unreadable**: any other intent without an intact
+  record, because a file was cut short, deleted or damaged. ``fix=True`` does not touch
+  them (it says so). ``accept_loss=True`` salvages the partition (``salvage.py``): every
+  intact record is kept, the damaged bytes are moved aside, and the lost ids are recorded;
+* memories without an intent (the count is too low; ``fix=True`` adds the intents), and
+  damaged ledger records (``accept_loss=True`` rebuilds the ledger from the partitions).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
-from pathlib import Path
 
-from game_memory.durable import fs
-from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
 from game_memory.model import StoreCheckReport
+from game_memory.store.audit import OwnerAudit, SessionAudit
 from game_memory.store.engine import StoreEngine
-from game_memory.store.ledger import LedgerEntry
-from game_memory.store.partitions import PartitionCache
+from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
+from game_memory.store.salvage import salvage
+from game_memory.store.survey import Survey, survey_store
 
 __all__ = ["check_store"]
 
-_SESSION = re.compile(r"^s-([0-9a-f]{64})$")
+_LISTED_IDS = 50
 
 
-def _scan(engine: StoreEngine) -> tuple[Counter[LedgerEntry], list[str], list[tuple[str, int]]]:
-    records: Counter[LedgerEntry] = Counter()
-    problems: list[str] = []
-    torn: list[tuple[str, int]] = []
-    cache = PartitionCache(engine.maximum_file_bytes, 1)
-    try:
-        with os.scandir(engine.data) as listing:
-            sessions = sorted(listing, key=lambda entry: entry.name)
-    except OSError as exc:
-        return records, [f"could not list {engine.data}: {exc.strerror}"], torn
-    for session in sessions:
-        match = _SESSION.match(session.name)
-        if match is None:
-            if session.is_symlink():
-                problems.append(f"{session.path} is a symbolic link")
-            continue
-        session_hash = match.group(1)
-        directory = Path(session.path)
-        try:
-            fs.ensure_directory(directory, create=False)
-            hashes = cache.owner_hashes(directory)
-        except PersistenceError as exc:
-            problems.append(str(exc))
-            continue
-        for owner_hash in hashes:
-            try:
-                state = cache.read(directory, session_hash, owner_hash)
-            except PersistenceError as exc:
-                problems.append(str(exc))
+def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[str]:
+    """The survey's problems as sentences (partition, count, what to do; never a text)."""
+    problems = list(survey.unreadable)
+    by_owner: dict[tuple[str, str], list[int]] = {}
+    for index, owner in survey.lost.items():
+        by_owner.setdefault((owner.session_hash, owner.owner_hash), []).append(index)
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            lost = by_owner.get((owner.session_hash, owner.owner_hash), [])
+            if not lost and not owner.damaged:
                 continue
-            finally:
-                cache.forget(session_hash, owner_hash)
-            tail = state.tail
-            if tail is not None and tail.torn_bytes:
-                torn.append((tail.path, tail.end))
-            stored = [memory for part in state.packs for memory in part.memories]
-            stored.extend(memory for segment in state.segments for memory in segment.memories)
-            for memory in stored:
-                records[LedgerEntry(session_hash, owner_hash, identity_hash(memory.memory_id))] += 1
-    return records, problems, torn
+            problems.append(_partition_problem(survey, engine, session, owner, lost, list_ids))
+    if survey.pending is not None:
+        entry = survey.intents[survey.pending]
+        assert entry is not None
+        owner = survey.owner(entry)
+        problems.append(
+            f"ledger intent {survey.pending} (the newest) has no record in "
+            f"{owner.name(survey.session_id(owner))}: an append that was never acknowledged "
+            "(a pending append: its writer stopped before finishing it); check --fix drops it"
+        )
+    if survey.batch is not None:
+        count = len(survey.intents) - survey.batch
+        problems.append(
+            f"{engine.journal.path} marks an uncommitted migration batch ({count} intents, "
+            f"{len(survey.uncommitted)} of them without their record yet); check --fix rolls "
+            "it back, and the next open migrates the legacy documents again"
+        )
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            if owner.torn is not None and not owner.damaged:
+                path, end, torn = owner.torn
+                problems.append(
+                    f"{_short(engine, path)} ends with {torn} bytes of a record that was never "
+                    "acknowledged "
+                    f"(after byte {end:,}): a torn record; check --fix cuts them"
+                )
+    if survey.unwritten:
+        problems.append(
+            f"{engine.ledger.path} ends with {survey.unwritten} bytes of an intent that was "
+            "never written whole (a torn record); check --fix cuts them"
+        )
+    unlisted: Counter[tuple[str, str]] = Counter()
+    owners: dict[tuple[str, str], OwnerAudit] = {}
+    for owner, _memory_hash in survey.unlisted:
+        key = (owner.session_hash, owner.owner_hash)
+        unlisted[key] += 1
+        owners[key] = owner
+    for key, count in sorted(unlisted.items()):
+        owner = owners[key]
+        problems.append(
+            f"{owner.name(survey.session_id(owner))}: {count} memor"
+            f"{'y has' if count == 1 else 'ies have'} no ledger intent (the store's count is "
+            "too low); check --fix adds the intents"
+        )
+    for entry in survey.repeated:
+        problems.append(f"memory {entry.memory_hash[:12]}… has more than one ledger intent")
+    damaged = survey.damaged_intents
+    if damaged:
+        shown = ", ".join(str(index) for index in damaged[:10])
+        more = ", …" if len(damaged) > 10 else ""
+        problems.append(
+            f"{engine.ledger.path} is corrupt at record{'s' if len(damaged) > 1 else ''} "
+            f"{shown}{more}: the memories those intents name cannot be known. check --fix "
+            "--accept-loss rebuilds the ledger from the partitions"
+        )
+    return problems
 
 
-def _problems(engine: StoreEngine) -> tuple[list[str], int, int, list[tuple[str, int]]]:
-    records, problems, torn = _scan(engine)
-    for path, end in torn:
-        problems.append(f"{path} ends with a torn record after byte {end}")
-    if engine.ledger.torn_bytes():
-        problems.append(f"{engine.ledger.path} ends with a torn record")
-    if fs.read_file(engine.journal_path, 1 << 24) is not None:
-        problems.append(f"{engine.journal_path} marks an uncommitted migration batch")
-    try:
-        intents = Counter(engine.ledger.read())
-    except PersistenceError as exc:
-        problems.append(str(exc))
-        intents = Counter()
-    for entry, count in records.items():
-        if count > 1:
-            problems.append(f"memory {entry.memory_hash[:12]}… has {count} records")
-        if entry not in intents:
-            problems.append(
-                f"memory {entry.memory_hash[:12]}… in partition o-{entry.owner_hash[:12]}… has "
-                "no ledger intent (the count is too low)"
-            )
-    for entry, count in intents.items():
-        if count > 1:
-            problems.append(f"memory {entry.memory_hash[:12]}… has {count} ledger intents")
-        if entry not in records:
-            problems.append(
-                f"ledger intent for memory {entry.memory_hash[:12]}… has no record (a pending "
-                "append)"
-            )
-    return problems, sum(records.values()), sum(intents.values()), torn
+def _partition_problem(
+    survey: Survey,
+    engine: StoreEngine,
+    session: SessionAudit,
+    owner: OwnerAudit,
+    lost: list[int],
+    list_ids: bool,
+) -> str:
+    where = owner.name(session.session_id)
+    causes: list[str] = []
+    for path, scanned in sorted(session.files.items()):
+        if not any(kept[0] == owner.owner_hash for kept in scanned.kept) and not (
+            path.rsplit("/", 1)[-1].startswith(f"o-{owner.owner_hash}")
+        ):
+            continue
+        for offset, length, reason in scanned.ranges[:3]:
+            span = f"bytes {offset:,}–{offset + length:,}" if length else "its end"
+            causes.append(f"{_short(engine, path)} is corrupt at {span} ({reason})")
+        if len(scanned.ranges) > 3:
+            more = len(scanned.ranges) - 3
+            causes.append(f"{_short(engine, path)} has {more} more corrupt stretches")
+    for path in session.gaps:
+        name = path.rsplit("/", 1)[-1]
+        if name.startswith(f"o-{owner.owner_hash}") or name.startswith("p-"):
+            causes.append(f"{_short(engine, path)} is missing from its series")
+    if not causes:
+        causes.append("their records are gone: a file was cut short or deleted")
+    count = len(lost)
+    if count:
+        head = (
+            f"{where}: {count} acknowledged memor{'y is' if count == 1 else 'ies are'} lost or "
+            f"unreadable; {len(owner.memories)} intact"
+        )
+    else:
+        head = f"{where}: damaged, though no acknowledged memory is lost"
+    sentence = f"{head} ({'; '.join(causes)})"
+    if list_ids and count:
+        sentence += "; " + _lost_ids(survey, owner, lost)
+    return sentence + f". Nothing was dropped: {_SALVAGE_ADVICE}"
 
 
-def check_store(engine: StoreEngine, *, fix: bool = False) -> StoreCheckReport:
+def _short(engine: StoreEngine, path: str) -> str:
+    """A store file's path relative to the save folder (the messages stay readable)."""
+    return os.path.relpath(path, engine.root)
+
+
+_SALVAGE_ADVICE = (
+    "check --fix --accept-loss keeps every intact memory, moves the damaged bytes aside into "
+    ".game-memory/damaged/ and records the lost ids; or restore the save from a backup"
+)
+
+
+def _lost_ids(survey: Survey, owner: OwnerAudit, lost: list[int]) -> str:
+    known: list[str] = []
+    hashes: list[str] = []
+    for index in lost:
+        entry = survey.intents[index]
+        assert entry is not None
+        memory_id = owner.readable_ids.get(entry.memory_hash)
+        if memory_id is not None:
+            known.append(repr(memory_id))
+        else:
+            hashes.append(entry.memory_hash[:16] + "…")
+    parts = []
+    if known:
+        parts.append("lost ids: " + ", ".join(known[:_LISTED_IDS]))
+    if hashes:
+        parts.append("ids known only by their SHA-256: " + ", ".join(hashes[:_LISTED_IDS]))
+    more = max(0, len(known) - _LISTED_IDS) + max(0, len(hashes) - _LISTED_IDS)
+    return "; ".join(parts) + (f" and {more} more" if more else "")
+
+
+def _repair(engine: StoreEngine, survey: Survey) -> list[str]:
+    """The repairs that cannot lose an acknowledged memory (after recovery)."""
+    repairs: list[str] = []
+    lost_owners = {(o.session_hash, o.owner_hash) for o in survey.lost.values()}
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            key = (owner.session_hash, owner.owner_hash)
+            if owner.torn is not None and not owner.damaged and key not in lost_owners:
+                path, end, _torn = owner.torn
+                engine.cut_tail(path, end)
+                repairs.append(f"cut the torn tail of {path} at byte {end:,}")
+    if survey.unlisted and not survey.damaged_intents:
+        entries = [
+            LedgerEntry(owner.session_hash, owner.owner_hash, memory_hash)
+            for owner, memory_hash in survey.unlisted
+        ]
+        engine.ledger.append(entries, first_index=engine.ledger.count())
+        count = len(entries)
+        repairs.append(f"added {count} missing ledger intent{'s' if count > 1 else ''}")
+    return repairs
+
+
+def _recover(engine: StoreEngine) -> list[str]:
+    """Run the writers' recovery and say what it did."""
+    repairs: list[str] = []
+    unwritten = engine.ledger.unwritten_tail()
+    uncommitted = engine.journal.read() is not None
+    before = engine.ledger.count() - unwritten // RECORD_BYTES
+    engine.recover(force=True)
+    if unwritten:
+        repairs.append(f"cut {unwritten} bytes of a torn record off {engine.ledger.path}")
+    if uncommitted:
+        repairs.append("rolled back an uncommitted migration batch (the next open migrates again)")
+    dropped = before - engine.ledger.count()
+    if dropped > 0 and not uncommitted:
+        repairs.append(f"dropped {dropped} pending ledger intent (an append never acknowledged)")
+    return repairs
+
+
+def check_store(
+    engine: StoreEngine, *, fix: bool = False, accept_loss: bool = False, list_ids: bool = False
+) -> StoreCheckReport:
     """Check (and optionally repair) the store; see the module docstring.
 
     Holds the writer lock throughout, so the report describes one consistent state: an
     append of another process waits until the check is done (readers are not blocked).
+    ``accept_loss`` implies ``fix``.
     """
     repairs: list[str] = []
     with engine.locked():
-        problems, memories, intents, torn = _problems(engine)
-        if fix and problems:
-            for path, end in torn:
-                engine.cut_tail(path, end)
-                repairs.append(f"cut the torn tail of {path} at byte {end}")
-            torn_ledger = engine.ledger.torn_bytes()
-            if torn_ledger:
-                repairs.append(f"cut {torn_ledger} bytes of a torn record off {engine.ledger.path}")
-            before = engine.ledger.count()
-            engine.recover(force=True)
-            if engine.ledger.count() != before:
-                repairs.append(f"dropped {before - engine.ledger.count()} pending ledger intents")
-            problems, memories, intents, _ = _problems(engine)
+        engine.layout.guard()
+        if fix or accept_loss:
+            try:
+                repairs.extend(_recover(engine))
+            except PersistenceError:
+                if not accept_loss:
+                    raise
+        survey = survey_store(engine)
+        if fix or accept_loss:
+            repairs.extend(_repair(engine, survey))
+            if accept_loss and survey.needs_salvage and not survey.unreadable:
+                repairs.extend(salvage(engine, survey))
+            if repairs:
+                survey = survey_store(engine)
+        problems = problems_of(survey, engine, list_ids=list_ids)
+        if fix and not accept_loss and survey.needs_salvage:
+            problems.append(
+                "check --fix repaired none of the damage above: it never drops an "
+                "acknowledged memory. Run check --fix --accept-loss to salvage the save"
+            )
     return StoreCheckReport(
-        memories=memories,
-        ledger_entries=intents,
+        memories=survey.memories,
+        ledger_entries=survey.valid_intents,
         problems=tuple(problems),
         repairs=tuple(repairs),
     )

@@ -1,4 +1,4 @@
-"""The synchronous core of one store folder: layout, lock, appends, reads and recovery.
+"""The synchronous core of one store folder: appends, reads checked against the ledger, recovery.
 
 Everything here blocks; :class:`~game_memory.store.file_store.FileGameMemoryStore` runs it
 in a bounded thread pool. Layout of ``<save>/.game-memory/`` (format version 1, described
@@ -11,19 +11,23 @@ in full in ``docs/storage-format.md``)::
     s-<sha256(session)>/o-<sha256(owner)>[.N].log   the partition log segments
     s-<sha256(session)>/p-N.pack                    packs written by migrations
     legacy/              legacy documents moved here after their migration
+    damaged/             what ``check --fix --accept-loss`` moved aside (never read)
 
-An append, under the lock: recover; read the partition; return if an equivalent memory is
-there (or raise on a conflict); check capacity with the ledger count; append+fsync the
-intent; append+fsync the record (fsyncing new files' folders). Acknowledged appends are
-durable; a crash leaves at most one pending intent, which the next writer resolves.
+An append, under the lock: recover; read the partition and check it against the ledger;
+return if an equivalent memory is there (or raise on a conflict); check capacity with the
+ledger count; append+fsync the intent; append+fsync the record (fsyncing new files'
+folders). Acknowledged appends are durable; a crash leaves at most one pending intent,
+which the next writer resolves.
+
+Every read of a partition is checked against the ledger (``intents.py``): a partition that
+holds fewer memories than it has intents lost acknowledged records (a cut log, a deleted
+segment), and the read fails closed with a ``PersistenceError`` that says what to do,
+instead of answering without them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +41,11 @@ from game_memory.errors import (
     PersistenceError,
 )
 from game_memory.model import GameMemory, check_bounded_id, ordinal_key
+from game_memory.store.appends import append_records, cut_tail
 from game_memory.store.documents import encode_document
+from game_memory.store.intents import LedgerIndex, LedgerMark
+from game_memory.store.journal import MigrationJournal
+from game_memory.store.layout import DATA_FOLDER, STORE_FORMAT_VERSION, SaveLayout
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.packs import plan_packs
 from game_memory.store.partitions import (
@@ -45,21 +53,11 @@ from game_memory.store.partitions import (
     PartitionState,
     identity_hash,
     partition_hash,
-    segment_path,
 )
 from game_memory.store.records import encode_record
 from game_memory.store.view import PartitionView
 
-__all__ = ["DATA_FOLDER", "STORE_FORMAT_VERSION", "StoreEngine"]
-
-DATA_FOLDER = ".game-memory"
-_PACK_RELATIVE = re.compile(r"^s-[0-9a-f]{64}/p-[1-9][0-9]{0,8}\.pack$")
-#: The format new saves get. Format 1 (before ``belief_key``) is read and written as is;
-#: the first memory with a ``belief_key`` upgrades a format-1 save to 2 (format.json is
-#: replaced atomically before its record is written), so older releases then refuse it.
-STORE_FORMAT_VERSION = 2
-_READABLE_FORMATS = (1, 2)
-_FORMAT_NAME = "game-memory-store"
+__all__ = ["DATA_FOLDER", "STORE_FORMAT_VERSION", "StoreEngine", "damage_advice"]
 
 
 def _validated_id(value: str, what: str) -> str:
@@ -67,6 +65,15 @@ def _validated_id(value: str, what: str) -> str:
         return check_bounded_id(value, what)
     except ValueError as exc:
         raise InvalidArgumentError(str(exc)) from exc
+
+
+def damage_advice(root: Path) -> str:
+    """What a user can do about damage to the save at ``root``."""
+    return (
+        f"Run 'game-memory check --save-dir {root}' to see the damage, then "
+        "'game-memory check --fix --accept-loss' to keep every intact memory and give up "
+        "the lost ones, or restore the save from a backup"
+    )
 
 
 class StoreEngine:
@@ -82,60 +89,43 @@ class StoreEngine:
         cache_entries: int,
     ) -> None:
         self.root = root
-        self.data = root / DATA_FOLDER
+        self.layout = SaveLayout(root)
+        self.data = self.layout.data
         self._data_prefix = os.path.join(self.data, "")
         self.maximum_entries = maximum_entries
         self.maximum_file_bytes = maximum_file_bytes
         self.ledger = Ledger(self.data / "ledger.log", maximum_entries)
-        self.journal_path = self.data / "migration.json"
+        self.intents = LedgerIndex(self.ledger)
+        self.journal = MigrationJournal(self.data, self.ledger)
+        self.journal_path = self.journal.path
         self.cache = PartitionCache(maximum_file_bytes, cache_entries)
         self._lock = ProcessLock(self.data / "lock", lock_timeout)
         self._verified: tuple[int, int] | None = None
 
     # -- layout -------------------------------------------------------------------------
 
-    def open_layout(self) -> None:
-        """Check the folders for links, create the layout if needed, and verify its format."""
-        fs.check_no_symlinks(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        fs.ensure_directory(self.root, create=False)
-        fs.ensure_directory(self.data)
-        if self._read_format() is None:
+    def open_layout(self, *, create: bool = True) -> bool:
+        """Check the folders for links, create the layout if allowed, verify its format.
+
+        Returns:
+            Whether a new save was created.
+
+        Raises:
+            PersistenceError: see :meth:`SaveLayout.open_folders`; a missing format file
+                beside data; another format version.
+        """
+        created = self.layout.open_folders(create=create)
+        if self.layout.read_format() is None:
             with self.locked():
-                if self._read_format() is None:
+                if self.layout.read_format() is None:
                     if self.ledger.stat() is not None:
                         raise PersistenceError(
                             f"{self.data / 'format.json'} is missing but the store holds data; "
                             "the save is damaged. Restore it from a backup."
                         )
-                    document = {"format": _FORMAT_NAME, "format_version": STORE_FORMAT_VERSION}
-                    fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
-
-    def _read_format(self) -> int | None:
-        path = self.data / "format.json"
-        read = fs.read_file(path, 65_536)
-        if read is None:
-            return None
-        try:
-            document = json.loads(read[0])
-            version = document["format_version"]
-            if document["format"] != _FORMAT_NAME or not isinstance(version, int):
-                raise ValueError("not a game-memory store")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PersistenceError(f"{path} is not a valid store format file: {exc}") from exc
-        if version not in _READABLE_FORMATS:
-            raise PersistenceError(
-                f"{self.root} was written in store format {version}; this game-memory reads "
-                f"formats 1 and {STORE_FORMAT_VERSION}. Upgrade game-memory to open it."
-            )
-        return version
-
-    def _require_format(self, version: int) -> None:
-        """Upgrade format.json to ``version`` if it is older (under the writer lock)."""
-        current = self._read_format()
-        if current is not None and current < version:
-            document = {"format": _FORMAT_NAME, "format_version": version}
-            fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
+                    self.layout.write_format()
+        self.layout.remember()
+        return created
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -146,6 +136,11 @@ class StoreEngine:
     def session_directory(self, session_hash: str) -> Path:
         return self.data / f"s-{session_hash}"
 
+    def count(self) -> int:
+        """The ledger's count (checks the save folder first)."""
+        self.layout.guard()
+        return self.ledger.count()
+
     # -- reads --------------------------------------------------------------------------
 
     def session_folder(self, session_hash: str) -> str:
@@ -153,24 +148,38 @@ class StoreEngine:
         return f"{self._data_prefix}s-{session_hash}"
 
     def read_partition(self, session_hash: str, owner_hash: str) -> PartitionState:
-        """Read one owner partition (through the cache)."""
+        """Read one owner partition (through the cache), unchecked against the ledger."""
         return self.cache.read(self.session_folder(session_hash), session_hash, owner_hash)
 
     def views(self, session_id: str, owner_id: str | None, bound: int) -> list[PartitionView]:
         """The partition views of a session (or one owner), in owner order.
 
+        Every partition read is checked against the ledger; the session's partitions are
+        those with files *and* those the ledger names, so a deleted log is noticed too.
+
         Raises:
             CapacityExceededError: more than ``bound`` memories (``maximum_snapshot_entries``).
+            PersistenceError: a partition is corrupt, or lost acknowledged memories.
         """
         session_hash = partition_hash(_validated_id(session_id, "session_id"))
+        owner_hash = None
         if owner_id is not None:
-            hashes = [partition_hash(_validated_id(owner_id, "owner_id"))]
+            owner_hash = partition_hash(_validated_id(owner_id, "owner_id"))
+        self.layout.guard()
+        mark = self.intents.refresh()  # before the partitions: see verify_partition
+        if owner_hash is not None:
+            hashes = [owner_hash]
         else:
-            hashes = self.cache.owner_hashes(self.session_folder(session_hash))
+            folder = self.session_folder(session_hash)
+            hashes = sorted(
+                set(self.cache.owner_hashes(folder)) | set(self.intents.owner_hashes(session_hash))
+            )
         views: list[PartitionView] = []
         total = 0
-        for owner_hash in hashes:
-            view = self.read_partition(session_hash, owner_hash).view
+        for owner in hashes:
+            state = self.read_partition(session_hash, owner)
+            self.verify_partition(state, mark, session_id=session_id, owner_id=owner_id)
+            view = state.view
             if view is None:
                 continue
             total += len(view)
@@ -185,6 +194,72 @@ class StoreEngine:
             views.sort(key=lambda view: ordinal_key(view.owner_id))
         return views
 
+    def verify_partition(
+        self,
+        state: PartitionState,
+        mark: LedgerMark,
+        *,
+        locked: bool = False,
+        session_id: str | None = None,
+        owner_id: str | None = None,
+    ) -> None:
+        """Fail closed if ``state`` lacks acknowledged memories the ledger promises.
+
+        ``mark`` must come from a ledger refresh made *before* ``state`` was read: every
+        intent before it then has its record on disk (writers append the intent, then the
+        record, one writer at a time), except the newest intent (an append in flight, or
+        one whose writer died) and the intents of an uncommitted migration batch. A
+        shortfall that those do not explain is checked again under the writer lock (when
+        ``locked`` is false), where nothing is in flight, before it is reported.
+
+        Raises:
+            PersistenceError: acknowledged memories of the partition are missing.
+        """
+        expected = self.intents.intents(state.session_hash, state.owner_hash, mark)
+        if state.memory_count >= expected:
+            return
+        missing = self._unexplained(state, mark)
+        if not missing:
+            return
+        if not locked:
+            with self.locked():
+                mark = self.intents.refresh()
+                state = self.read_partition(state.session_hash, state.owner_hash)
+                self.verify_partition(
+                    state, mark, locked=True, session_id=session_id, owner_id=owner_id
+                )
+            return
+        view = state.view
+        owner = repr(owner_id if owner_id is not None else view.owner_id) if view else None
+        session = repr(session_id if session_id is not None else view.session_id) if view else None
+        where = (
+            f"owner {owner or 'o-' + state.owner_hash[:12] + '…'} in session "
+            f"{session or 's-' + state.session_hash[:12] + '…'}"
+        )
+        count = len(missing)
+        raise PersistenceError(
+            f"the save has lost {count} acknowledged memor{'y' if count == 1 else 'ies'} of "
+            f"{where}: the partition's files were cut short, deleted or damaged. It fails "
+            f"closed rather than answer without {'it' if count == 1 else 'them'}. "
+            f"{damage_advice(self.root)}."
+        )
+
+    def _unexplained(self, state: PartitionState, mark: LedgerMark) -> list[int]:
+        """The partition's intents before ``mark`` without a record, less the excusable."""
+        positions = self.intents.positions(state.session_hash, state.owner_hash, mark)
+        named = self.intents.memory_hashes(positions)
+        present = (
+            {identity_hash(memory.memory_id) for memory in state.view.memories}
+            if state.view is not None
+            else set()
+        )
+        missing = [p for p in positions if named.get(p) not in present and p != mark.count - 1]
+        if missing:
+            journal = self.journal.read()
+            if journal is not None:
+                missing = [p for p in missing if p < journal[0]]
+        return missing
+
     # -- writes -------------------------------------------------------------------------
 
     def append(self, memory: GameMemory) -> bool:
@@ -193,6 +268,7 @@ class StoreEngine:
         Raises:
             MemoryConflictError: the id holds different content (nothing written).
             CapacityExceededError: the store is full or the record is too large.
+            PersistenceError: the partition is damaged (nothing written).
         """
         record = encode_record(encode_document(memory))
         if len(record) > self.maximum_file_bytes:
@@ -204,8 +280,13 @@ class StoreEngine:
         session_hash = partition_hash(memory.session_id)
         owner_hash = partition_hash(memory.owner_id)
         with self.locked():
+            self.layout.guard()
             self.recover()
+            mark = self.intents.refresh()
             state = self.read_partition(session_hash, owner_hash)
+            self.verify_partition(
+                state, mark, locked=True, session_id=memory.session_id, owner_id=memory.owner_id
+            )
             existing = state.find(memory.memory_id)
             if existing is not None:
                 if existing == memory:
@@ -216,7 +297,7 @@ class StoreEngine:
                     "reused. Use a new id (derive_memory_id gives stable ones)."
                 )
             if memory.belief_key is not None:
-                self._require_format(2)
+                self.layout.require_format(2)
             count = self.ledger.count()
             if count >= self.maximum_entries:
                 raise CapacityExceededError(
@@ -234,102 +315,55 @@ class StoreEngine:
     def write_records(
         self, state: PartitionState, records: list[bytes], *, durable: bool
     ) -> list[str]:
-        """Append framed ``records`` to a partition's last segment(s); return touched files.
-
-        Cuts off a torn tail first and starts a new segment when one would grow past
-        ``maximum_file_bytes``. With ``durable=False`` nothing is fsynced (the caller syncs
-        the whole batch once).
-        """
-        directory = self.session_directory(state.session_hash)
-        tail = state.tail
-        if tail is not None and tail.torn_bytes:
-            self.cut_tail(tail.path, tail.end)
-        index = len(state.segments) - 1 if tail is not None else 0
-        size = tail.end if tail is not None else 0
-        touched: list[str] = []
-        pending: list[bytes] = []
-
-        def flush() -> None:
-            path = segment_path(directory, state.owner_hash, index)
-            data = b"".join(pending)
-            if durable:
-                with fs.open_append(Path(path)) as (fd, _):
-                    fs.append_bytes(fd, data, Path(path))
-            else:
-                try:
-                    fd = os.open(
-                        path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644
-                    )
-                except OSError as exc:
-                    raise PersistenceError(f"could not write {path}: {exc.strerror}") from exc
-                try:
-                    view = memoryview(data)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                except OSError as exc:
-                    raise PersistenceError(f"could not write {path}: {exc.strerror}") from exc
-                finally:
-                    os.close(fd)
-            touched.append(path)
-            pending.clear()
-
-        for record in records:
-            if size and size + len(record) > self.maximum_file_bytes:
-                flush()
-                index += 1
-                size = 0
-            pending.append(record)
-            size += len(record)
-        if pending:
-            flush()
-        return touched
+        """Append framed ``records`` to a partition's log (see ``appends.append_records``)."""
+        return append_records(
+            self.session_directory(state.session_hash),
+            state,
+            records,
+            maximum_file_bytes=self.maximum_file_bytes,
+            durable=durable,
+        )
 
     def cut_tail(self, path: str, end: int) -> None:
         """Durably cut a segment back to ``end`` (dropping a torn tail). Call under the lock."""
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            try:
-                os.ftruncate(fd, end)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            raise PersistenceError(
-                f"could not cut the torn tail of {path}: {exc.strerror}"
-            ) from exc
+        cut_tail(path, end)
 
     # -- recovery -----------------------------------------------------------------------
 
     def recover(self, *, force: bool = False) -> None:
         """Resolve what a crashed writer left behind. Call under the lock.
 
-        Cuts a torn ledger record; resolves an uncommitted migration batch (keeping the
-        intents whose records landed); drops the newest intent if its record never landed.
+        Cuts a torn ledger record (or zeros a power loss left for one); rolls back an
+        uncommitted migration batch; drops the newest intent if its record never landed.
         The newest intent is re-checked only when the ledger changed since this process
-        last verified it (or with ``force``).
+        last verified it (or with ``force``). When the newest intent's partition cannot be
+        read (it is damaged) the intent is kept: it may have been acknowledged, and
+        ``check`` names it with the damage.
+
+        Raises:
+            PersistenceError: the newest intent itself, or the journal, is corrupt.
         """
         if force:
             self._verified = None
-        torn = self.ledger.torn_bytes()
-        if torn:
-            self.ledger.truncate(self.ledger.count())
-        journal = fs.read_file(self.journal_path, 1 << 24)
-        if journal is not None:
-            # An uncommitted bulk batch: its legacy sources still exist, so undo it whole.
-            before, packs = self._read_journal(journal[0])
-            for path in packs:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(path)
-            if self.ledger.count() > before:
-                self.ledger.truncate(before)
-            self._remove(self.journal_path)
+        unwritten = self.ledger.unwritten_tail()
+        if unwritten:
+            info = self.ledger.stat()
+            if info is not None:
+                self.ledger.truncate((info.st_size - unwritten) // RECORD_BYTES)
+        if self.journal.roll_back():
             self._verified = None
         info = self.ledger.stat()
         if info is None or (info.st_ino, info.st_size) == self._verified:
             return
         count = info.st_size // RECORD_BYTES
-        if count and not self.is_present(self.ledger.read(count - 1, count)[0], newest=True):
-            self.ledger.truncate(count - 1)
+        if count:
+            newest = self.ledger.read(count - 1, count)[0]
+            try:
+                present = self.is_present(newest, newest=True)
+            except PersistenceError:
+                present = True  # damaged: never drop what may have been acknowledged
+            if not present:
+                self.ledger.truncate(count - 1)
         self._note_verified()
 
     def is_present(self, entry: LedgerEntry, *, newest: bool = False) -> bool:
@@ -348,37 +382,11 @@ class StoreEngine:
 
     def write_journal(self, ledger_count: int, packs: list[str]) -> None:
         """Mark the start of a bulk batch: the ledger count before it and the packs it adds."""
-        document = {
-            "format_version": 1,
-            "ledger_records_before": ledger_count,
-            "packs": [os.path.relpath(path, self.data) for path in packs],
-        }
-        fs.atomic_write(self.journal_path, json.dumps(document).encode())
+        self.journal.write(ledger_count, packs)
 
     def commit_journal(self) -> None:
         """Mark the bulk batch committed (all its records durable)."""
-        self._remove(self.journal_path)
-
-    def _read_journal(self, data: bytes) -> tuple[int, list[Path]]:
-        try:
-            document = json.loads(data)
-            before = document["ledger_records_before"]
-            names = document["packs"]
-            if document["format_version"] != 1 or not isinstance(before, int) or before < 0:
-                raise ValueError("bad fields")
-            packs = [self.data / name for name in names]
-            if any(not _PACK_RELATIVE.match(name) for name in names):
-                raise ValueError("a pack path is outside the store")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PersistenceError(
-                f"{self.journal_path} is corrupt ({exc}); restore the save from a backup"
-            ) from exc
-        if before > self.ledger.count():
-            raise PersistenceError(
-                f"{self.journal_path} marks {before} intents but the ledger holds fewer; "
-                "the save cannot be reconciled safely. Restore it from a backup."
-            )
-        return before, packs
+        self.journal.commit()
 
     def plan_packs(
         self, session_hash: str, groups: list[tuple[str, list[bytes]]]
@@ -387,15 +395,6 @@ class StoreEngine:
         directory = self.session_directory(session_hash)
         first = len(self.cache.pack_indexes(directory)) + 1
         return plan_packs(directory, first, groups, self.maximum_file_bytes)
-
-    def _remove(self, path: Path) -> None:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise PersistenceError(f"could not remove {path}: {exc.strerror}") from exc
-        fs.fsync_directory(path.parent)
 
     def _note_verified(self) -> None:
         info = self.ledger.stat()

@@ -99,6 +99,11 @@ class FileGameMemoryStore:
         cache_entries: Parsed memories kept in memory across partitions (default: the
             smaller of ``maximum_entries`` and 200,000).
         max_workers: Threads of the store's I/O pool.
+        create: Create the save folder (and its parents) on first use when it does not
+            exist. ``False`` (read-only tools) refuses a missing folder, or a folder
+            without a save, with ``PersistenceError`` and creates nothing.
+
+    After the first operation, :attr:`created` tells whether it created a new save.
 
     Raises:
         PersistenceError: the folder (or an ancestor) is a symbolic link.
@@ -114,6 +119,7 @@ class FileGameMemoryStore:
         lock_timeout: float = 30.0,
         cache_entries: int | None = None,
         max_workers: int = 4,
+        create: bool = True,
     ) -> None:
         _check_range("maximum_entries", maximum_entries, 1, MAXIMUM_ENTRIES_LIMIT)
         _check_range("maximum_file_bytes", maximum_file_bytes, 1_024, 1_000_000_000)
@@ -135,8 +141,10 @@ class FileGameMemoryStore:
         fs.check_no_symlinks(self.directory)
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="game-memory-store")
         self._state = _State.OPEN
+        self._create = create
         self._ready = False
         self._ready_lock = asyncio.Lock()
+        self.created = False
 
     def __repr__(self) -> str:
         return f"FileGameMemoryStore({str(self.directory)!r}, state={self._state.value})"
@@ -200,7 +208,7 @@ class FileGameMemoryStore:
                 return None
 
             def prepare() -> MigrationReport:
-                self._engine.open_layout()
+                self.created = self._engine.open_layout(create=self._create)
                 if has_legacy_layout(self.directory):
                     return migrate_legacy_layout(self._engine)
                 return MigrationReport(
@@ -264,7 +272,7 @@ class FileGameMemoryStore:
             if first_use is not None:
                 migrated, partitioned = first_use.migrated_entries, first_use.partitioned_entries
             else:
-                migrated, partitioned = 0, self._engine.ledger.count()
+                migrated, partitioned = 0, self._engine.count()
             begun = time.perf_counter()
             views = self._engine.views(query.session_id, query.owner_id, bound)
             snapshot_size = sum(len(view) for view in views)
@@ -314,7 +322,7 @@ class FileGameMemoryStore:
         recovery drops it.
         """
         await self._ensure_ready()
-        return await self._run(self._engine.ledger.count)
+        return await self._run(self._engine.count)
 
     async def migrate_legacy_layout(self) -> MigrationReport:
         """Migrate legacy documents now (idempotent; also done on first use).
@@ -328,16 +336,34 @@ class FileGameMemoryStore:
             return first_use
         return await self._run(lambda: migrate_legacy_layout(self._engine))
 
-    async def check(self, *, fix: bool = False) -> StoreCheckReport:
+    async def check(
+        self, *, fix: bool = False, accept_loss: bool = False, list_ids: bool = False
+    ) -> StoreCheckReport:
         """Verify the whole save against its ledger (reads every record, bypassing caches).
 
-        Holds the writer lock while it runs, so the report is of one consistent state. With
-        ``fix=True``, applies the documented repairs only: cut torn tails and torn ledger
-        records, drop a pending intent whose record never landed, roll back an uncommitted
-        migration batch. Anything else is reported, never "repaired".
+        Holds the writer lock while it runs, so the report is of one consistent state. It
+        tells an append that was never acknowledged (only the newest intent can be one)
+        from acknowledged memories that are lost or unreadable, and names the partition,
+        the count and the cause; never a memory's text.
+
+        Args:
+            fix: Apply the repairs that cannot lose an acknowledged memory: cut torn tails
+                and torn ledger records, drop a pending intent whose record never landed,
+                roll back an uncommitted migration batch, add missing intents. Damage is
+                reported, never "repaired", and the report says so.
+            accept_loss: Also salvage damage (implies ``fix``): keep every intact record,
+                move the damaged files aside into ``.game-memory/damaged/<time>/`` with a
+                ``report.json`` of what was lost, and rewrite the ledger without the lost
+                memories, leaving a store that checks consistent.
+            list_ids: Name the lost memories' ids (their hashes where the ids cannot be
+                read) in the problems.
         """
         await self._ensure_ready()
-        return await self._run(lambda: check_store(self._engine, fix=fix))
+        return await self._run(
+            lambda: check_store(
+                self._engine, fix=fix or accept_loss, accept_loss=accept_loss, list_ids=list_ids
+            )
+        )
 
     async def aclose(self) -> None:
         """Close the store; idempotent. Waits for running operations to finish."""

@@ -53,6 +53,11 @@ class Ledger:
         self._name = os.fspath(path)  # lstat takes a string without pathlib's overhead
         self._maximum_bytes = (maximum_entries + 1) * RECORD_BYTES * 2
 
+    @property
+    def maximum_bytes(self) -> int:
+        """The largest ledger this store reads; a larger one is not a file it wrote."""
+        return self._maximum_bytes
+
     def stat(self) -> os.stat_result | None:
         """``lstat`` of the ledger, or ``None`` when no memory was ever added.
 
@@ -89,6 +94,33 @@ class Ledger:
             offset = (index - start) * RECORD_BYTES
             entries.append(self._decode(data[offset : offset + RECORD_BYTES], index))
         return entries
+
+    def read_tolerant(self) -> tuple[list[LedgerEntry | None], int]:
+        """Every intent, ``None`` for each damaged one, and the bytes of the unwritten tail.
+
+        For the checker: never raises for damaged records (a link, an unreadable or an
+        oversized ledger still raise ``PersistenceError``).
+        """
+        read = fs.read_file(self.path, self._maximum_bytes)
+        if read is None:
+            return [], 0
+        data = read[0]
+        unwritten = len(data) % RECORD_BYTES
+        whole = len(data) // RECORD_BYTES
+        while whole and data[(whole - 1) * RECORD_BYTES : whole * RECORD_BYTES] == bytes(
+            RECORD_BYTES
+        ):
+            whole -= 1
+            unwritten += RECORD_BYTES
+        entries: list[LedgerEntry | None] = []
+        for index in range(whole):
+            try:
+                entries.append(
+                    self._decode(data[index * RECORD_BYTES : (index + 1) * RECORD_BYTES], index)
+                )
+            except PersistenceError:
+                entries.append(None)
+        return entries, unwritten
 
     def encode(self, entries: list[LedgerEntry], first_index: int) -> bytes:
         """Frame ``entries`` as records numbered from ``first_index``."""
@@ -148,6 +180,27 @@ class Ledger:
         """Bytes of an incomplete final record (a writer died mid-append)."""
         info = self.stat()
         return 0 if info is None else info.st_size % RECORD_BYTES
+
+    def unwritten_tail(self) -> int:
+        """Bytes at the end that hold no intent: an incomplete record and, before it, whole
+        records of zeros.
+
+        A power loss can keep the size an append gave the file without its data (file
+        systems that write metadata before data), which reads as zeros. Such an append was
+        never acknowledged: the intent is fsynced before its record is written, and the
+        acknowledgement comes after both. Zeros are never a valid intent (the magic).
+        """
+        info = self.stat()
+        if info is None:
+            return 0
+        whole = info.st_size // RECORD_BYTES
+        end = whole
+        while end > 0:
+            read = fs.read_file(self.path, self._maximum_bytes, offset=(end - 1) * RECORD_BYTES)
+            if read is None or read[0][:RECORD_BYTES] != bytes(RECORD_BYTES):
+                break
+            end -= 1
+        return info.st_size - end * RECORD_BYTES
 
     def _decode(self, record: bytes, index: int) -> LedgerEntry:
         body = record[: _BODY.size]

@@ -202,6 +202,7 @@ def migrate_legacy_layout(engine: StoreEngine) -> MigrationReport:
         CapacityExceededError: the migrated store would exceed ``maximum_entries``.
     """
     with engine.locked(), _no_cycle_collection():
+        engine.layout.guard()
         engine.recover()
         sources = _sources(engine.root)
         if not sources:
@@ -310,12 +311,15 @@ def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
     some documents in place: the next migration finds them already migrated and moves them.
     For the same reason the moves are not flushed: a power loss may put some documents back
     in the save folder, which only means they are moved again. (The commit before this was
-    flushed, so it never comes undone after a document has moved.)
+    flushed, so it never comes undone after a document has moved; the backup folders are
+    created durably, so a move that persisted is always reachable.)
     """
     backup = engine.data / LEGACY_BACKUP
-    fs.ensure_directory(backup, durable=False)
+    # The folders are made durably: a document moved into a folder whose own entry a power
+    # loss then took would be in neither place.
+    fs.ensure_directory(backup)
     flat = backup / "v1"
-    fs.ensure_directory(flat, durable=False)
+    fs.ensure_directory(flat)
     names = [source.name for source in sources if not source.csharp]
     if names:
         fs.rename_all(engine.root, flat, names)

@@ -33,10 +33,12 @@ from game_memory.errors import PersistenceError
 from game_memory.store.records import RecordCorruption, scan_records
 
 __all__ = [
+    "PACK_NAME",
     "PACK_OVERHEAD",
     "PackIndex",
     "encode_pack",
     "pack_path",
+    "pack_records_region",
     "plan_packs",
     "read_pack_index",
     "read_pack_range",
@@ -196,3 +198,27 @@ def read_pack_range(index: PackIndex, owner_hash: str, maximum_payload: int) -> 
     if scan.torn_bytes or len(scan.payloads) != count:
         raise PersistenceError(f"{index.path} is corrupt: an owner range is incomplete")
     return scan.payloads
+
+
+def pack_records_region(data: bytes) -> tuple[int, int, str | None]:
+    """Where a pack's records lie: ``(start, stop, problem)``, for salvaging a damaged pack.
+
+    With a sound header, footer and index the region is the one the footer names and
+    ``problem`` is ``None``; otherwise it is everything after the header (the index, if any
+    is left, then reads as damage) and ``problem`` says what is wrong.
+    """
+    size = len(data)
+    if size < len(_MAGIC) + _FOOTER.size:
+        return len(_MAGIC), size, "the pack is too short to hold its footer"
+    index_offset, owners, checksum, end = _FOOTER.unpack_from(data, size - _FOOTER.size)
+    index_length = owners * _ENTRY.size
+    if (
+        end != _END
+        or index_offset < len(_MAGIC)
+        or index_offset + index_length + _FOOTER.size != size
+        or zlib.crc32(data[index_offset : index_offset + index_length]) != checksum
+    ):
+        return len(_MAGIC), size, "its footer or index is damaged"
+    if data[: len(_MAGIC)] != _MAGIC:
+        return len(_MAGIC), index_offset, "its header is damaged"
+    return len(_MAGIC), index_offset, None

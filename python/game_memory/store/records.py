@@ -25,7 +25,15 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["HEADER_BYTES", "RecordCorruption", "ScanResult", "encode_record", "scan_records"]
+__all__ = [
+    "HEADER_BYTES",
+    "RecordCorruption",
+    "Salvaged",
+    "ScanResult",
+    "encode_record",
+    "salvage_records",
+    "scan_records",
+]
 
 MAGIC = b"GMR\x01"
 _HEADER = struct.Struct("<4sIII")
@@ -105,3 +113,75 @@ def scan_records(data: bytes, *, base_offset: int = 0, maximum_payload: int) -> 
         payloads.append(bytes(view[position + HEADER_BYTES : end]))
         position = end
     return ScanResult(payloads, base_offset + position, size - position)
+
+
+@dataclass(frozen=True, slots=True)
+class Salvaged:
+    """What a tolerant scan of damaged data found.
+
+    Attributes:
+        records: ``(offset, length, payload)`` of every intact record, in file order
+            (``length`` includes the header).
+        damage: ``(offset, length, reason)`` of every damaged stretch, skipped.
+        end: Where the last intact record (or damaged stretch) ends.
+        torn_bytes: Bytes of a torn tail after ``end`` (a record never acknowledged).
+    """
+
+    records: list[tuple[int, int, bytes]]
+    damage: list[tuple[int, int, str]]
+    end: int
+    torn_bytes: int
+
+
+def _record_at(data: bytes, position: int, maximum_payload: int) -> int:
+    """The length of a wholly valid record starting at ``position``, or 0."""
+    if len(data) - position < HEADER_BYTES:
+        return 0
+    magic, length, length_check, checksum = _HEADER.unpack_from(data, position)
+    length = int(length)
+    if magic != MAGIC or zlib.crc32(data[position + 4 : position + 8]) != length_check:
+        return 0
+    end = position + HEADER_BYTES + length
+    if length > maximum_payload or end > len(data):
+        return 0
+    if zlib.crc32(memoryview(data)[position + HEADER_BYTES : end], length_check) != checksum:
+        return 0
+    return HEADER_BYTES + length
+
+
+def salvage_records(data: bytes, *, base_offset: int = 0, maximum_payload: int) -> Salvaged:
+    """Split damaged ``data`` into its intact records, its damaged stretches and a torn tail.
+
+    Records are framed and checksummed, so after damage the scan resynchronizes on the next
+    offset where a whole record checks out (magic, length checksum, payload checksum); the
+    bytes in between are damage. A torn tail (as :func:`scan_records` defines it) is only
+    recognised after the last intact record. Never raises for bad data.
+    """
+    records: list[tuple[int, int, bytes]] = []
+    damage: list[tuple[int, int, str]] = []
+    position = 0
+    size = len(data)
+    while position < size:
+        length = _record_at(data, position, maximum_payload)
+        if length:
+            payload = data[position + HEADER_BYTES : position + length]
+            records.append((base_offset + position, length, payload))
+            position += length
+            continue
+        try:
+            # No whole record starts here, so this finds a torn tail or raises.
+            scan_records(data[position:], maximum_payload=maximum_payload)
+        except RecordCorruption as exc:
+            reason = exc.reason
+        else:
+            return Salvaged(records, damage, base_offset + position, size - position)
+        following = position + 1
+        while True:
+            following = data.find(MAGIC, following)
+            if following == -1 or _record_at(data, following, maximum_payload):
+                break
+            following += 1
+        stop = size if following == -1 else following
+        damage.append((base_offset + position, stop - position, reason))
+        position = stop
+    return Salvaged(records, damage, base_offset + position, 0)

@@ -1,0 +1,74 @@
+"""Appending records to an owner's log segments, and cutting a torn tail off the last one.
+
+A record is appended with one ``write`` and fsynced (and a new segment's folder with it),
+so a writer killed mid-append leaves a prefix of the record, which readers treat as a
+torn tail and the next writer cuts off. Call these under the store's writer lock, after
+the partition was read and checked against the ledger: a torn tail is only cut from a
+partition that lost nothing acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from game_memory.durable import fs
+from game_memory.durable.names import segment_path
+from game_memory.errors import PersistenceError
+from game_memory.store.state import PartitionState
+
+__all__ = ["append_records", "cut_tail"]
+
+
+def append_records(
+    directory: Path,
+    state: PartitionState,
+    records: list[bytes],
+    *,
+    maximum_file_bytes: int,
+    durable: bool,
+) -> list[str]:
+    """Append framed ``records`` to the partition's last segment(s); return the files.
+
+    Cuts off a torn tail first and starts a new segment when one would grow past
+    ``maximum_file_bytes``. With ``durable`` each write is fsynced, and the folder of a new
+    segment too.
+    """
+    tail = state.tail
+    if tail is not None and tail.torn_bytes:
+        cut_tail(tail.path, tail.end)
+    index = len(state.segments) - 1 if tail is not None else 0
+    size = tail.end if tail is not None else 0
+    touched: list[str] = []
+    pending: list[bytes] = []
+
+    def flush() -> None:
+        path = Path(segment_path(directory, state.owner_hash, index))
+        with fs.open_append(path, durable=durable) as (fd, _):
+            fs.append_bytes(fd, b"".join(pending), path, durable=durable)
+        touched.append(os.fspath(path))
+        pending.clear()
+
+    for record in records:
+        if size and size + len(record) > maximum_file_bytes:
+            flush()
+            index += 1
+            size = 0
+        pending.append(record)
+        size += len(record)
+    if pending:
+        flush()
+    return touched
+
+
+def cut_tail(path: str, end: int) -> None:
+    """Durably cut a segment back to ``end`` (dropping a torn tail)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.ftruncate(fd, end)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise PersistenceError(f"could not cut the torn tail of {path}: {exc.strerror}") from exc

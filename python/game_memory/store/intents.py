@@ -1,0 +1,206 @@
+"""What the ledger promises each partition holds, read incrementally by readers and writers.
+
+The ledger (``ledger.py``) has one intent per memory ever added, naming its session, owner
+and memory by hash. :class:`LedgerIndex` keeps, per partition, the positions of its
+intents, so a read of a partition can check in one comparison that every acknowledged
+memory is there: a partition whose files lost records (a cut log, a deleted segment)
+holds fewer memories than its intents, and the store fails closed instead of answering
+without them. Only the newest intent can be an append still in flight (or one whose
+writer died before acknowledging it), and during a migration batch the batch's intents
+(after the journal's mark) precede their packs; the engine excuses exactly those.
+
+The index reads only what was appended since its last look (the ledger only grows between
+recoveries); a shorter ledger, another inode or a changed last record (cut, then grown
+back) makes it read the ledger again from the start. Trailing all-zero records are an
+append that never reached the disk (a power loss can leave the size without the data)
+and are not counted; a damaged record elsewhere is skipped here and reported by ``check``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import stat
+import struct
+import threading
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from game_memory.errors import PersistenceError
+from game_memory.store.ledger import RECORD_BYTES, Ledger
+
+__all__ = ["LedgerIndex", "LedgerMark"]
+
+_HEAD = struct.Struct("<4sIQ")
+_CRC = struct.Struct("<I")
+_ZERO = bytes(RECORD_BYTES)
+_CHUNK_RECORDS = 1 << 16
+
+
+def _record(data: bytes, index: int) -> bytes:
+    return data[index * RECORD_BYTES : (index + 1) * RECORD_BYTES]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerMark:
+    """The ledger as one refresh saw it: ``count`` readable positions (zero tail excluded)."""
+
+    count: int
+    inode: int
+
+
+class LedgerIndex:
+    """Per-partition intent positions of one ledger; thread-safe.
+
+    Args:
+        ledger: The ledger file to follow.
+    """
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._lock = threading.Lock()
+        self._reset(None)
+
+    def _reset(self, inode: int | None) -> None:
+        self._inode = inode
+        self._parsed = 0
+        self._last = b""
+        self._positions: dict[bytes, list[int]] = {}
+        self._owners: dict[bytes, set[bytes]] = {}
+        self._damaged: list[int] = []
+
+    # -- refresh ------------------------------------------------------------------------
+
+    def refresh(self) -> LedgerMark:
+        """Bring the index up to date with the ledger file; return what it now covers.
+
+        Raises:
+            PersistenceError: the ledger is a link or not a regular file.
+        """
+        with self._lock:
+            info = self._ledger.stat()
+            if info is None:
+                if self._inode is not None or self._parsed:
+                    self._reset(None)
+                return LedgerMark(0, 0)
+            whole = info.st_size // RECORD_BYTES
+            if (
+                info.st_ino != self._inode
+                or whole < self._parsed
+                or (self._parsed and self._read(self._parsed - 1, self._parsed) != self._last)
+            ):
+                self._reset(info.st_ino)
+            if whole > self._parsed:
+                self._parse(whole)
+            return LedgerMark(self._parsed, info.st_ino)
+
+    def _read(self, start: int, stop: int) -> bytes:
+        """Records ``start`` to ``stop`` of the ledger file (fewer if it is shorter)."""
+        path = os.fspath(self._ledger.path)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return b""
+        except OSError as exc:
+            raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PersistenceError(f"{path} should be a regular file")
+            chunks: list[bytes] = []
+            position, end = start * RECORD_BYTES, stop * RECORD_BYTES
+            while position < end:
+                chunk = os.pread(fd, min(end - position, 1 << 24), position)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                position += len(chunk)
+            return b"".join(chunks)
+        except OSError as exc:
+            raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+
+    def _parse(self, whole: int) -> None:
+        start = self._parsed
+        while start < whole:
+            stop = min(whole, start + _CHUNK_RECORDS)
+            data = self._read(start, stop)
+            available = len(data) // RECORD_BYTES
+            if stop == whole:
+                # Zero records at the very end: an append that never reached the disk.
+                while available and _record(data, available - 1) == _ZERO:
+                    available -= 1
+            if available == 0:
+                return
+            self._index(data, start, start + available)
+            self._last = _record(data, available - 1)
+            self._parsed = start + available
+            if start + available < stop:
+                return
+            start = stop
+
+    def _index(self, data: bytes, start: int, stop: int) -> None:
+        view = memoryview(data)
+        positions, owners, damaged = self._positions, self._owners, self._damaged
+        for index in range(start, stop):
+            offset = (index - start) * RECORD_BYTES
+            magic, kind, sequence = _HEAD.unpack_from(data, offset)
+            (checksum,) = _CRC.unpack_from(data, offset + 112)
+            if (
+                magic != b"GML\x01"
+                or kind != 1
+                or sequence != index
+                or zlib.crc32(view[offset : offset + 112]) != checksum
+            ):
+                damaged.append(index)
+                continue
+            key = bytes(view[offset + 16 : offset + 80])
+            found = positions.get(key)
+            if found is None:
+                positions[key] = [index]
+                owners.setdefault(key[:32], set()).add(key[32:])
+            else:
+                found.append(index)
+
+    # -- queries ------------------------------------------------------------------------
+
+    def intents(self, session_hash: str, owner_hash: str, mark: LedgerMark) -> int:
+        """How many intents of the partition lie before ``mark`` (as the refresh saw it)."""
+        key = bytes.fromhex(session_hash + owner_hash)
+        with self._lock:
+            found = self._positions.get(key)
+            return 0 if found is None else bisect.bisect_left(found, mark.count)
+
+    def positions(self, session_hash: str, owner_hash: str, mark: LedgerMark) -> list[int]:
+        """The positions of the partition's intents before ``mark``."""
+        key = bytes.fromhex(session_hash + owner_hash)
+        with self._lock:
+            found = self._positions.get(key, [])
+            return found[: bisect.bisect_left(found, mark.count)]
+
+    def owner_hashes(self, session_hash: str) -> list[str]:
+        """Every owner the ledger names in the session (sorted hex hashes)."""
+        with self._lock:
+            owners = self._owners.get(bytes.fromhex(session_hash), set())
+            return sorted(owner.hex() for owner in owners)
+
+    def session_hashes(self) -> Iterator[str]:
+        """Every session the ledger names (hex hashes)."""
+        with self._lock:
+            sessions = list(self._owners)
+        return (session.hex() for session in sessions)
+
+    def damaged(self) -> list[int]:
+        """Positions of records that failed their checks (skipped, not counted)."""
+        with self._lock:
+            return list(self._damaged)
+
+    def memory_hashes(self, positions: list[int]) -> dict[int, str]:
+        """The memory hash named by each intent position (read from the file)."""
+        found: dict[int, str] = {}
+        for index in positions:
+            record = self._read(index, index + 1)
+            if len(record) == RECORD_BYTES:
+                found[index] = record[80:112].hex()
+        return found

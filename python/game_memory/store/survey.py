@@ -1,0 +1,141 @@
+"""What the checker reads: the whole store, tolerantly, with every intent classified.
+
+:func:`survey_store` audits every session folder (``audit.py``: intact records, damaged
+stretches, missing files), reads the ledger tolerantly and the migration journal, and
+sorts every intent without an intact record into the one pending append (only the newest
+intent can be one), the intents of an uncommitted batch, and acknowledged memories that
+are lost; and every record without an intent. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from game_memory.durable import fs
+from game_memory.errors import PersistenceError
+from game_memory.store.audit import OwnerAudit, SessionAudit, audit_session
+from game_memory.store.engine import StoreEngine
+from game_memory.store.ledger import LedgerEntry
+
+__all__ = ["Survey", "survey_store"]
+
+_SESSION = re.compile(r"^s-([0-9a-f]{64})$")
+
+
+@dataclass
+class Survey:
+    """Everything the checker read, and what it concluded."""
+
+    sessions: dict[str, SessionAudit] = field(default_factory=dict)
+    intents: list[LedgerEntry | None] = field(default_factory=list)
+    unwritten: int = 0
+    batch: int | None = None  # the journal's ledger mark, if a batch is uncommitted
+    unreadable: list[str] = field(default_factory=list)
+    # intent position -> the audit of its partition, for intents without a record
+    lost: dict[int, OwnerAudit] = field(default_factory=dict)
+    pending: int | None = None
+    uncommitted: list[int] = field(default_factory=list)
+    unlisted: list[tuple[OwnerAudit, str]] = field(default_factory=list)  # records, no intent
+    repeated: list[LedgerEntry] = field(default_factory=list)
+
+    @property
+    def memories(self) -> int:
+        return sum(len(o.memories) for s in self.sessions.values() for o in s.owners.values())
+
+    @property
+    def valid_intents(self) -> int:
+        return sum(entry is not None for entry in self.intents)
+
+    @property
+    def damaged_intents(self) -> list[int]:
+        return [index for index, entry in enumerate(self.intents) if entry is None]
+
+    def owner(self, entry: LedgerEntry) -> OwnerAudit:
+        session = self.sessions.get(entry.session_hash)
+        if session is None:
+            session = self.sessions[entry.session_hash] = SessionAudit(
+                entry.session_hash, Path("/")
+            )
+        return session.owner(entry.owner_hash)
+
+    def session_id(self, owner: OwnerAudit) -> str | None:
+        session = self.sessions.get(owner.session_hash)
+        return None if session is None else session.session_id
+
+    @property
+    def needs_salvage(self) -> bool:
+        """Whether only ``accept_loss`` can make the store consistent."""
+        damaged = any(s.files or s.gaps for s in self.sessions.values())
+        return damaged or bool(self.lost) or bool(self.damaged_intents)
+
+
+def survey_store(engine: StoreEngine) -> Survey:
+    """Read the whole store tolerantly and classify every intent and record. Under the lock."""
+    survey = Survey()
+    try:
+        listing = fs.list_directory(engine.data)
+    except PersistenceError as exc:
+        survey.unreadable.append(str(exc))
+        listing = []
+    for entry in listing:
+        match = _SESSION.match(entry.name)
+        if match is None:
+            continue
+        try:
+            fs.ensure_directory(Path(entry.path), create=False)
+        except PersistenceError as exc:
+            survey.unreadable.append(str(exc))
+            continue
+        audit = audit_session(Path(entry.path), match.group(1), engine.maximum_file_bytes)
+        survey.unreadable.extend(audit.unreadable)
+        survey.sessions[match.group(1)] = audit
+    try:
+        survey.intents, survey.unwritten = engine.ledger.read_tolerant()
+    except PersistenceError as exc:
+        survey.unreadable.append(str(exc))
+    try:
+        journal = engine.journal.read()
+    except PersistenceError as exc:
+        survey.unreadable.append(str(exc))
+        journal = None
+    survey.batch = None if journal is None else journal[0]
+    _classify(survey)
+    return survey
+
+
+def _classify(survey: Survey) -> None:
+    newest = len(survey.intents) - 1
+    seen: Counter[LedgerEntry] = Counter()
+    for index, entry in enumerate(survey.intents):
+        if entry is None:
+            continue
+        seen[entry] += 1
+        if seen[entry] == 2:
+            survey.repeated.append(entry)
+        owner = survey.owner(entry)
+        if entry.memory_hash in owner.memory_hashes:
+            continue
+        if survey.batch is not None and index >= survey.batch:
+            survey.uncommitted.append(index)
+        elif index == newest and not owner.damaged:
+            survey.pending = index
+        else:
+            survey.lost[index] = owner
+    for owner in survey.lost.values():
+        if owner.torn is not None:
+            # Not an unacknowledged append: acknowledged records are missing, so the file
+            # was cut short in the middle of one of them. Damage, set aside by a salvage.
+            path, end, torn = owner.torn
+            session = survey.sessions[owner.session_hash]
+            scanned = session.scanned[path]
+            scanned.ranges.append((end, torn, "the file ends in the middle of a record"))
+            owner.torn, owner.damaged = None, True
+    named = {(e.session_hash, e.owner_hash, e.memory_hash) for e in survey.intents if e}
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            for memory_hash in sorted(owner.memory_hashes):
+                if (owner.session_hash, owner.owner_hash, memory_hash) not in named:
+                    survey.unlisted.append((owner, memory_hash))
