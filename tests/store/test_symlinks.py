@@ -150,3 +150,43 @@ async def test_ids_cannot_escape_the_store_folder(
         "ledger.log",
         "lock",
     }
+
+
+@pytest.mark.parametrize("target", ["save folder", "data folder"])
+async def test_a_folder_replaced_by_a_link_after_the_store_opened_it_is_never_followed(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, target: str
+) -> None:
+    save = tmp_path / "save"
+    store = make_store(save)
+    await store.append(make_memory("m1"))
+    assert [m.memory_id for m in await store.enumerate("session")] == ["m1"]
+    relink(save if target == "save folder" else save / DATA)
+    with pytest.raises(PersistenceError, match="symbolic link"):
+        await store.enumerate("session")
+    with pytest.raises(PersistenceError, match="symbolic link"):
+        await store.append(make_memory("m2"))
+    with pytest.raises(PersistenceError, match="symbolic link"):
+        await store.check()
+    with pytest.raises(PersistenceError, match="symbolic link"):
+        await store.count()
+    real = (
+        save.with_name("save.real") / DATA if target == "save folder" else save / (DATA + ".real")
+    )
+    assert (real / "ledger.log").stat().st_size == 128  # m2 was never written through the link
+
+
+async def test_a_save_folder_swapped_for_another_folder_between_calls_is_refused(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    other = make_store(tmp_path / "other")
+    await other.append(make_memory("theirs"))
+    store = make_store(save)
+    await store.append(make_memory("mine"))
+    save.rename(tmp_path / "moved")
+    (tmp_path / "other").rename(save)
+    with pytest.raises(PersistenceError, match="replaced by another folder"):
+        await store.enumerate("session")
+    with pytest.raises(PersistenceError, match="replaced by another folder"):
+        await store.append(make_memory("m2"))
+    assert [m.memory_id for m in await make_store(save).enumerate("session")] == ["theirs"]

@@ -272,7 +272,7 @@ class FileGameMemoryStore:
             if first_use is not None:
                 migrated, partitioned = first_use.migrated_entries, first_use.partitioned_entries
             else:
-                migrated, partitioned = 0, self._engine.count()
+                migrated, partitioned = 0, self._engine.ledger.count()
             begun = time.perf_counter()
             views = self._engine.views(query.session_id, query.owner_id, bound)
             snapshot_size = sum(len(view) for view in views)

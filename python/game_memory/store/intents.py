@@ -64,6 +64,7 @@ class LedgerIndex:
 
     def _reset(self, inode: int | None) -> None:
         self._inode = inode
+        self._seen: tuple[int, int, int] | None = None  # (inode, size, ctime) last refreshed
         self._parsed = 0
         self._last = b""
         self._positions: dict[bytes, list[int]] = {}
@@ -84,6 +85,14 @@ class LedgerIndex:
                 if self._inode is not None or self._parsed:
                     self._reset(None)
                 return LedgerMark(0, 0)
+            seen = (info.st_ino, info.st_size, info.st_ctime_ns)
+            if seen == self._seen:
+                return LedgerMark(self._parsed, info.st_ino)  # nothing was written since
+            if info.st_size > self._ledger.maximum_bytes:
+                raise PersistenceError(
+                    f"{self._ledger.path} is {info.st_size:,} bytes, more than a store of this "
+                    "capacity writes; it is not a file this store wrote"
+                )
             whole = info.st_size // RECORD_BYTES
             if (
                 info.st_ino != self._inode
@@ -93,6 +102,7 @@ class LedgerIndex:
                 self._reset(info.st_ino)
             if whole > self._parsed:
                 self._parse(whole)
+            self._seen = seen
             return LedgerMark(self._parsed, info.st_ino)
 
     def _read(self, start: int, stop: int) -> bytes:

@@ -38,6 +38,8 @@ class SaveLayout:
         self.root = root
         self.data = root / DATA_FOLDER
         self._identity: tuple[tuple[int, int], tuple[int, int]] | None = None
+        # The data folder and the save folder, as strings (guard's hot path).
+        self._chain = (os.fspath(self.data), os.fspath(root))
 
     @property
     def opened(self) -> bool:
@@ -99,23 +101,36 @@ class SaveLayout:
         fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
 
     def guard(self) -> None:
-        """Refuse to go on if the save folder (or an ancestor) changed since :meth:`open`.
+        """Refuse to go on if the save folder changed since :meth:`remember`.
+
+        Two ``lstat`` calls. The data folder and the save folder must still be the folders
+        that were opened: a link put in the place of either, or another folder, is refused.
+        (An ancestor swapped for a link is noticed too, unless it leads back to the very
+        same folders, which then reads exactly what was opened.)
 
         Raises:
             PersistenceError: a link anywhere on the path, or the save or data folder is
                 another folder now (moved, replaced, deleted).
         """
-        if self._identity is None:
+        identity = self._identity
+        if identity is None:
             return
-        fs.check_no_symlinks(self.data)
-        try:
-            now = (_identity(self.root), _identity(self.data))
-        except PersistenceError as exc:
-            raise PersistenceError(
-                f"the save folder {self.root} is gone or unreadable since the store opened it "
-                f"({exc}); open it again"
-            ) from exc
-        if now != self._identity:
+        found: list[tuple[int, int]] = []
+        for path in self._chain:
+            try:
+                info = os.lstat(path)
+            except OSError as exc:
+                raise PersistenceError(
+                    f"the save folder {self.root} is gone or unreadable since the store opened "
+                    f"it ({path}: {exc.strerror or exc}); open it again"
+                ) from exc
+            if stat.S_ISLNK(info.st_mode):
+                raise PersistenceError(
+                    f"refusing to use {self.root}: {path} became a symbolic link after the "
+                    "store opened it. Point the store at the real folder instead."
+                )
+            found.append((info.st_dev, info.st_ino))
+        if (found[1], found[0]) != identity:
             raise PersistenceError(
                 f"the save folder {self.root} was replaced by another folder since the store "
                 "opened it; the store refuses to read or write through the new one. Open the "
