@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
@@ -28,6 +29,8 @@ from game_memory.store.protocol import GameMemoryStore
 from game_memory.store.view import PartitionView
 
 __all__ = ["index_status", "rebuild_session", "session_views"]
+
+logger = logging.getLogger("game_memory.index")
 
 
 async def _notify(progress: Callable[[int, int], object] | None, done: int, total: int) -> None:
@@ -56,10 +59,31 @@ async def index_status(
 ) -> VectorMemoryStatus:
     """Count ready, pending, stale and orphan vectors of a session; derive its state.
 
-    Reads the session's snapshot and its index entries, not the vectors themselves.
+    Reads the session's snapshot and verifies its index partitions (entries, rows and
+    their checksums, each row checked once per process). A damaged index is derived data
+    gone bad, not an error of the call: the status is ``DEGRADED`` with every memory of
+    the session pending (none of its vectors is trusted), the reason is logged (logger
+    ``game_memory.index``, a warning), and ``rebuild`` repairs it without help.
     """
     views = await session_views(store, session_id, options)
-    joins = await run(lambda: index.session_joins(session_id, views, identity))
+    try:
+        damaged = await run(lambda: index.verify(session_id, repair=False))
+        joins = (
+            [] if damaged else await run(lambda: index.session_joins(session_id, views, identity))
+        )
+    except DerivedIndexError as exc:
+        damaged = [exc]
+    if damaged:
+        logger.warning(
+            "the vector index of session %r is damaged (%s); recall is lexical for it until "
+            "a rebuild ('game-memory rebuild --force' or memory.rebuild) repairs it",
+            session_id,
+            "; ".join(str(error) for error in damaged[:3]),
+        )
+        total = sum(len(view) for view in views)
+        return VectorMemoryStatus.from_counts(
+            identity, ready=0, pending=total, stale=0, orphans=0 if total else len(damaged)
+        )
     return VectorMemoryStatus.from_counts(
         identity,
         ready=sum(j.ready for j in joins),

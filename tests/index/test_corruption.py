@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -87,16 +88,27 @@ def rows_become_a_link(index: Path) -> None:
     os.symlink(target, path)
 
 
+def garbage_identities(index: Path) -> None:
+    (data(index) / "identities.json").write_bytes(b"\x00garbage{")
+
+
+def zeroed_entry(index: Path) -> None:
+    with entries_file(index).open("ab") as file:  # a power loss kept the size, not the data
+        file.write(bytes(ENTRY))
+
+
 #: Damage the index of a session (three ready memories) in ways a reader must detect.
 DETECTED: dict[str, Callable[[Path], None]] = {
+    "zero-filled entry": zeroed_entry,
     "flipped entry byte": flip_entry,
     "flipped vector byte": flip_row,
     "deleted vector file": delete_rows,
     "truncated vector file": truncate_rows,
     "vector file replaced by a link": rows_become_a_link,
 }
-#: ... and damage a rebuild cannot repair partition by partition: delete the folder.
+#: ... and damage no single partition explains: a rebuild empties the whole index.
 WHOLE_INDEX: dict[str, Callable[[Path], None]] = {
+    "garbage identities file": garbage_identities,
     "corrupt format file": corrupt_format,
     "deleted identities file": delete_identities,
 }
@@ -164,14 +176,26 @@ async def test_a_rebuild_deletes_the_damaged_partition_and_embeds_it_again(
     assert file_hashes(tmp_path / "save") == save
 
 
-async def test_a_flipped_entry_byte_is_reported_by_status_as_a_derived_index_error(
-    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
+@pytest.mark.parametrize("damage", list(DETECTED.values()), ids=list(DETECTED))
+async def test_status_reports_a_damaged_index_as_degraded_with_the_reason(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    damage: Callable[[Path], None],
 ) -> None:
-    await three_ready(make_vector_store(), make_memory)
-    flip_entry(tmp_path / "index")
+    await damaged(make_vector_store, make_memory, tmp_path, damage)
     store = make_vector_store()
-    with pytest.raises(DerivedIndexError, match=r"corrupt.*rebuild"):
-        await store.get_status("session")
+    with caplog.at_level(logging.WARNING, logger="game_memory.index"):
+        status = await store.get_status("session")
+    assert (status.state, status.ready_entries, status.pending_entries) == (
+        VectorMemoryState.DEGRADED,
+        0,
+        3,
+    )
+    assert status.requires_rebuild
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "game_memory.index"]
+    assert "is damaged" in warning and "rebuild" in warning
 
 
 async def test_recall_raises_the_derived_index_error_when_semantic_recall_is_required(
@@ -227,9 +251,10 @@ async def test_a_truncated_entries_file_loses_only_the_cut_records(
 
 
 @pytest.mark.parametrize("damage", list(WHOLE_INDEX.values()), ids=list(WHOLE_INDEX))
-async def test_a_damaged_index_folder_fails_closed_and_asks_to_delete_it(
+async def test_a_damaged_index_folder_is_degraded_and_a_rebuild_repairs_it_alone(
     make_vector_store: VectorStoreFactory,
     make_memory: MemoryFactory,
+    diagnostics: Diagnostics,
     tmp_path: Path,
     damage: Callable[[Path], None],
 ) -> None:
@@ -237,10 +262,12 @@ async def test_a_damaged_index_folder_fails_closed_and_asks_to_delete_it(
     store = make_vector_store()
     result = await store.recall(query("feline dog"))
     assert result.fallback and ids(result.memories) == ["m2"]
-    with pytest.raises(DerivedIndexError, match="delete the index folder"):
-        await store.get_status("session")
-    with pytest.raises(DerivedIndexError, match="delete the index folder"):
-        await store.rebuild("session")
+    assert (await store.get_status("session")).state is VectorMemoryState.DEGRADED
+    diagnostics.clear()
+    status = await store.rebuild("session", force=True)
+    assert status.state is VectorMemoryState.READY and status.ready_entries == 3
+    assert diagnostics.codes()[0] == "memory_vector_index_reset"
+    assert not (await store.recall(query("feline", limit=1))).fallback
     await store.aclose()
     assert file_hashes(tmp_path / "save") == save
 
@@ -252,5 +279,4 @@ async def test_an_entries_path_that_is_a_folder_is_a_derived_index_error(
     entries_become_a_folder(tmp_path / "index")
     store = make_vector_store()
     assert (await store.recall(query("feline dog"))).fallback
-    with pytest.raises(DerivedIndexError, match="regular file"):
-        await store.get_status("session")
+    assert (await store.get_status("session")).state is VectorMemoryState.DEGRADED

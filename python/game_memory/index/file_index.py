@@ -14,13 +14,19 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from game_memory.durable import fs
 from game_memory.durable.names import identity_hash
-from game_memory.errors import DerivedIndexError, InvalidArgumentError, StoreClosedError
+from game_memory.errors import (
+    DerivedIndexError,
+    InvalidArgumentError,
+    PersistenceError,
+    StoreClosedError,
+)
 from game_memory.index.engine import IndexEngine, check_capacity
 from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests
 from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.legacy import has_legacy_index, migrate_legacy_index
-from game_memory.index.partition import FloatMatrix, PartitionReplacedError
+from game_memory.index.partition import FloatMatrix, PartitionReplacedError, derived_error
 from game_memory.index.protocol import OrphanCandidates
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.store.view import PartitionView
@@ -67,6 +73,7 @@ class FileVectorMemoryIndex:
             )
         self.directory = Path(os.path.abspath(os.fspath(directory)))
         self._capacity = capacity
+        self._lock_timeout = lock_timeout
         self._engine = IndexEngine(self.directory, capacity=capacity, lock_timeout=lock_timeout)
         self._digests = MemoryDigests(digest_cache_entries)
         self._joins = JoinCache(self._digests)
@@ -212,9 +219,20 @@ class FileVectorMemoryIndex:
     def verify(self, session_id: str, *, repair: bool) -> list[Exception]:
         """Verify a session's partitions (entries, rows, checksums); maybe delete the damaged.
 
-        Blocking. A partition replaced by a concurrent compaction is read again.
+        Blocking. A partition replaced by a concurrent compaction is read again. Damage no
+        partition explains (a corrupt ``format.json`` or ``identities.json``) is reported
+        as one error; with ``repair`` the whole index is emptied then (derived data: every
+        session is rebuilt from its save), so a rebuild repairs it without help.
         """
-        engine = self.engine
+        try:
+            engine = self.engine
+            engine.identities()
+        except PartitionReplacedError:
+            raise
+        except DerivedIndexError as exc:
+            if repair:
+                self._reset()
+            return [exc]
         session_hash = identity_hash(session_id)
         damaged: list[Exception] = []
         for owner_hash in engine.owner_hashes(session_hash):
@@ -232,6 +250,21 @@ class FileVectorMemoryIndex:
                     damaged.append(exc)
                     break
         return damaged
+
+    def _reset(self) -> None:
+        """Empty the whole index and start from a fresh engine (no cached partitions)."""
+        with self._open_lock:
+            try:
+                fs.ensure_directory(self._engine.data)
+            except PersistenceError as exc:
+                raise derived_error(exc) from exc
+            with self._engine.locked():
+                self._engine.reset()
+            self._engine = IndexEngine(
+                self.directory, capacity=self._capacity, lock_timeout=self._lock_timeout
+            )
+            self._joins = JoinCache(self._digests)
+            self._opened = False
 
     def orphans(self, session_id: str, views: Sequence[PartitionView]) -> OrphanCandidates:
         """The session's entries whose memory is absent from ``views`` (blocking)."""

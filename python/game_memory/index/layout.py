@@ -90,6 +90,37 @@ class IndexLayout:
             raise DerivedIndexError(f"could not open the index at {self.root}: {exc}") from exc
         self._opened = True
 
+    def reset(self) -> None:
+        """Empty the whole index: every session's files, a fresh format and identity table.
+
+        For damage that no single partition explains (a corrupt ``format.json`` or
+        ``identities.json``: entries store identity *codes*, so without the table no vector
+        of any session can be trusted). Derived data only; every session then needs a
+        rebuild. Call under :meth:`locked` (the data folder must exist).
+        """
+        try:
+            fs.check_no_symlinks(self.root)
+            fs.ensure_directory(self.data, create=False)
+            for name in list_names(self.data):
+                if not _SESSION.match(name):
+                    continue
+                folder = self.data / name
+                fs.ensure_directory(folder, create=False)
+                for leaf in list_names(folder):
+                    os.unlink(folder / leaf)
+                os.rmdir(folder)
+            fs.fsync_directory(self.data)
+            document = {"format": _FORMAT, "format_version": 1}
+            fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
+            empty = {"format_version": 1, "identities": []}
+            fs.atomic_write(self.data / "identities.json", json.dumps(empty).encode())
+        except PersistenceError as exc:
+            raise derived_error(exc) from exc
+        except OSError as exc:
+            raise DerivedIndexError(f"could not reset the index at {self.root}: {exc}") from exc
+        self._identities = []
+        self._opened = False
+
     def session_directory(self, session_hash: str) -> Path:
         """The folder of one session's partitions."""
         return self.data / f"s-{session_hash}"
