@@ -39,6 +39,8 @@ async def open_memory(
     reranker: GameAwareMemoryRerankerOptions | None = None,
     diagnostics: DiagnosticSink | None = None,
     home: str | os.PathLike[str] | None = None,
+    create: bool = True,
+    create_index: bool | None = None,
 ) -> VectorMemoryStore:
     """Open a save folder with the chosen model.
 
@@ -57,6 +59,11 @@ async def open_memory(
         diagnostics: Receives every :class:`MemoryVectorDiagnostic` the memory reports
             (sync or async callable). The start-up notice is not sent to it.
         home: The model cache folder for ``"default"`` (default ``$GAME_MEMORY_HOME``).
+        create: Create the save folder on first use when it does not exist (what writers
+            want). ``False`` for tools that only read: a missing folder, or a folder
+            without a save, raises ``PersistenceError`` and nothing is created.
+        create_index: The same for the index folder (default: as ``create``). Without it a
+            missing index reads as an empty one (every memory pending) and is not created.
 
     Returns:
         The front door; close it with ``aclose()`` (or ``async with``).
@@ -70,7 +77,7 @@ async def open_memory(
     choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)
     provider = choice.provider
     try:
-        authoritative = FileGameMemoryStore(save)
+        authoritative = FileGameMemoryStore(save, create=create)
     except BaseException:
         if provider is not None:
             await provider.aclose()
@@ -79,7 +86,10 @@ async def open_memory(
         derived = (
             None
             if provider is None
-            else FileVectorMemoryIndex(index if index is not None else default_index_dir(save))
+            else FileVectorMemoryIndex(
+                index if index is not None else default_index_dir(save),
+                create=create if create_index is None else create_index,
+            )
         )
         return VectorMemoryStore(
             authoritative,

@@ -1,17 +1,22 @@
 """The maintenance commands of the CLI: status, rebuild, migrate, search, check, bench.
 
 Each is a thin mirror of one call of the front door that :func:`game_memory.open_memory`
-opens (``get_status`` / ``rebuild`` / ``migrate`` / ``recall`` / ``check``) with
-human-readable output. Every
-``GameMemoryError`` becomes one line on stderr and exit code 1; nothing prints a traceback
-for a condition the user can act on.
+opens (``get_status`` / ``rebuild`` / ``migrate`` / ``recall``), or of the save's own
+``check``, with human-readable output. Every ``GameMemoryError`` (and a file where a folder
+is expected) becomes one line on stderr and exit code 1; nothing prints a traceback for a
+condition the user can act on. Commands that only read (``status``, ``search``, ``check``,
+and ``rebuild`` for the save) never create a save: a missing folder is an error. Only
+``migrate`` (and ``serve``) create one, and say so.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import logging
+import os
 import runpy
 import sys
 from collections.abc import Awaitable, Callable
@@ -22,11 +27,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from game_memory.cli.folders import folder_problem, index_folder, is_new_save
+from game_memory.cli.hints import empty_result_hint, fallback_hint
 from game_memory.cli.options import recall_settings
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemoryQuery, GameMoment
 from game_memory.opening import open_memory
+from game_memory.store.file_store import FileGameMemoryStore
 
 __all__ = [
     "run_bench",
@@ -50,9 +58,19 @@ def _console() -> Console:
     return Console(highlight=False)
 
 
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
 def _fail(message: str) -> int:
-    Console(stderr=True, highlight=False).print(f"[red]error:[/red] {message}")
+    _stderr().print(f"[red]error:[/red] {message}", markup=True)
     return 1
+
+
+def _say(kind: str, message: str) -> None:
+    colour = "yellow" if kind in ("notice", "hint") else "cyan"
+    _stderr().print(f"[{colour}]{kind}:[/{colour}] ", end="", markup=True)
+    _stderr().print(message, markup=False)
 
 
 def _one_line(error: ValidationError) -> str:
@@ -65,34 +83,72 @@ def _one_line(error: ValidationError) -> str:
 
 
 def _with_memory(
-    args: argparse.Namespace, action: Callable[[VectorMemoryStore], Awaitable[int]]
+    args: argparse.Namespace,
+    action: Callable[[VectorMemoryStore], Awaitable[int]],
+    *,
+    create: bool,
+    create_index: bool | None = None,
 ) -> int:
     try:
         settings = recall_settings(args)
     except ValueError as exc:
         return _fail(str(exc))
+    given_index = getattr(args, "index_dir", None)
+    for path, option in ((args.save_dir, "--save-dir"), (given_index, "--index-dir")):
+        problem = folder_problem(path, option)
+        if problem is not None:
+            return _fail(problem)
+    index, found = index_folder(args.save_dir, given_index)
+    if found is not None:
+        _say("notice", found)
+    new_save = create and is_new_save(args.save_dir)
+    _show_warnings()
 
     async def main() -> int:
         memory = await open_memory(
             args.save_dir,
-            index=getattr(args, "index_dir", None),
+            index=index,
             model=getattr(args, "model", "lexical"),
             options=settings.options,
             reranker=settings.reranker,
+            create=create,
+            create_index=create_index,
         )
         try:
             if memory.notice is not None:
-                Console(stderr=True, highlight=False).print(
-                    f"[yellow]notice:[/yellow] {memory.notice.message}"
-                )
+                _say("notice", memory.notice.message)
             return await action(memory)
         finally:
             await memory.aclose()
 
     try:
-        return asyncio.run(main())
+        code = asyncio.run(main())
     except GameMemoryError as exc:
         return _fail(str(exc))
+    except OSError as exc:
+        return _fail(_os_error(exc))
+    if new_save and not is_new_save(args.save_dir):
+        _say("notice", f"created a new save at {os.path.abspath(args.save_dir)}")
+    return code
+
+
+class _WarningLine(logging.Handler):
+    """Print game-memory's warnings (a damaged index, ...) as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            _say("warning", record.getMessage())
+
+
+def _show_warnings() -> None:
+    logger = logging.getLogger("game_memory")
+    if not any(isinstance(handler, _WarningLine) for handler in logger.handlers):
+        logger.addHandler(_WarningLine(logging.WARNING))
+
+
+def _os_error(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -112,7 +168,7 @@ def run_status(args: argparse.Namespace) -> int:
         _console().print(table)
         return 0
 
-    return _with_memory(args, action)
+    return _with_memory(args, action, create=False, create_index=False)
 
 
 def run_rebuild(args: argparse.Namespace) -> int:
@@ -135,7 +191,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
         )
         return 0 if not status.requires_rebuild else 1
 
-    return _with_memory(args, action)
+    return _with_memory(args, action, create=False, create_index=True)
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -150,7 +206,7 @@ def run_migrate(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _with_memory(args, action)
+    return _with_memory(args, action, create=True)
 
 
 def run_search(args: argparse.Namespace) -> int:
@@ -184,6 +240,7 @@ def run_search(args: argparse.Namespace) -> int:
                 for hit in result.hits
             ]
             print(json.dumps({"fallback": result.fallback, "memories": rows}, indent=2))
+            await _explain(memory, result.fallback, bool(result.hits))
             return 0
         table = Table(title="recalled" + (" (lexical fallback)" if result.fallback else ""))
         beliefs = any(hit.memory.belief_key is not None for hit in result.hits)
@@ -196,31 +253,53 @@ def run_search(args: argparse.Namespace) -> int:
             text = m.searchable_text or m.payload_json
             table.add_row(m.owner_id, str(m.moment.tick), hit.channels, *belief, text)
         _console().print(table)
+        await _explain(memory, result.fallback, bool(result.hits))
         return 0
 
+    async def _explain(memory: VectorMemoryStore, fallback: bool, found: bool) -> None:
+        if fallback:
+            _say("hint", await fallback_hint(memory, args))
+        if not found:
+            hint = await empty_result_hint(memory, args)
+            if hint is not None:
+                _say("hint", hint)
+
     try:
-        return _with_memory(args, action)
+        return _with_memory(args, action, create=False, create_index=False)
     except ValidationError as exc:
         return _fail(_one_line(exc))
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """``game-memory check``: verify (and with --fix repair) a save's files."""
+    """``game-memory check``: verify (with --fix repair, with --accept-loss salvage) a save."""
+    problem = folder_problem(args.save_dir, "--save-dir")
+    if problem is not None:
+        return _fail(problem)
 
-    async def action(memory: VectorMemoryStore) -> int:
-        report = await memory.check(fix=args.fix)
+    async def main() -> int:
+        async with FileGameMemoryStore(args.save_dir, create=False) as store:
+            report = await store.check(
+                fix=args.fix or args.accept_loss, accept_loss=args.accept_loss, list_ids=args.ids
+            )
         console = _console()
         for repair in report.repairs:
-            console.print(f"[green]repaired:[/green] {repair}")
-        for problem in report.problems:
-            console.print(f"[red]problem:[/red] {problem}")
+            console.print("[green]repaired:[/green] ", end="")
+            console.print(repair, markup=False, soft_wrap=True)
+        for found in report.problems:
+            console.print("[red]problem:[/red] ", end="")
+            console.print(found, markup=False, soft_wrap=True)
         console.print(
             f"{report.memories} memories, {report.ledger_entries} ledger entries: "
             + ("consistent" if report.ok else f"{len(report.problems)} problems")
         )
         return 0 if report.ok else 1
 
-    return _with_memory(args, action)
+    try:
+        return asyncio.run(main())
+    except GameMemoryError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(_os_error(exc))
 
 
 def run_bench(args: argparse.Namespace) -> int:

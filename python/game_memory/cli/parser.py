@@ -8,7 +8,9 @@ command never pays for another's imports (onnxruntime, websockets).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import cast
@@ -43,6 +45,17 @@ _MODEL_HELP = (
 )
 
 
+_EXIT_CODES = """exit codes:
+  0    done (check: the save is consistent)
+  1    the save, index or model cannot be used, or a path is wrong: one line on stderr
+       says what happened and what to do (check: problems were found)
+  2    bad arguments (the usage line says which)
+  70   an internal error (a bug): please report it with the message
+  130  interrupted (Ctrl-C)
+  141  the reader of the output went away (a pipe into head): nothing more is printed
+"""
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True) -> None:
     parser.add_argument(
         "--save-dir", required=True, help="the authoritative save folder of memories"
@@ -60,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="game-memory",
         description="Long-term memory for game NPCs: remember, recall on game time, rebuild.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"game-memory {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -122,7 +137,21 @@ def build_parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="verify a save's files, ledger and partitions")
     _add_store_arguments(check, index=False)
     check.add_argument(
-        "--fix", action="store_true", help="repair torn tails and pending journal records"
+        "--fix",
+        action="store_true",
+        help="apply the repairs that lose nothing acknowledged: cut torn records, drop an "
+        "append that was never acknowledged, roll back an uncommitted migration, add "
+        "missing ledger intents",
+    )
+    check.add_argument(
+        "--accept-loss",
+        action="store_true",
+        help="with --fix: salvage damage too, keeping every intact memory, moving the damaged "
+        "files aside into .game-memory/damaged/ and giving up the memories that cannot be "
+        "read (their ids are listed there)",
+    )
+    check.add_argument(
+        "--ids", action="store_true", help="name the ids of lost memories in the problems"
     )
 
     bench = commands.add_parser("bench", help="run a benchmark script and print its JSON")
@@ -187,10 +216,36 @@ def _handler(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``game-memory`` with ``argv`` (default: the process arguments); return the exit code."""
+    """Run ``game-memory`` with ``argv`` (default: the process arguments); return the exit code.
+
+    Never ends in a traceback: a closed output pipe ends quietly (141), an ``OSError`` that
+    escaped a command is one line (1), and anything else is reported as a bug (70).
+    """
     args = build_parser().parse_args(argv)
     try:
         return _handler(args)(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return 141
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: one line, never a traceback
+        print(
+            f"error: internal error ({type(exc).__name__}: {str(exc)[:300]}); this is a bug "
+            "in game-memory, please report it with this message",
+            file=sys.stderr,
+        )
+        return 70
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so flushing it at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

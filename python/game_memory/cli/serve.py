@@ -33,8 +33,9 @@ from game_memory.bridge.service import DiagnosticView
 from game_memory.bridge.stdin import StdinReader
 from game_memory.bridge.stdio import StdioTransport
 from game_memory.bridge.websocket import WebSocketTransport, check_loopback
+from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.options import RecallSettings, recall_settings
-from game_memory.errors import GameMemoryError
+from game_memory.errors import GameMemoryError, InvalidArgumentError
 from game_memory.opening import open_memory
 
 __all__ = ["TIMEOUT_ENVIRONMENT_VARIABLE", "ServeSettings", "run"]
@@ -96,7 +97,7 @@ class ServeSettings:
             limits = dataclasses.replace(limits, request_timeout_seconds=_seconds(timeout))
         return cls(
             save_dir=Path(args.save_dir),
-            index_dir=Path(args.index_dir) if args.index_dir else None,
+            index_dir=index_folder(args.save_dir, args.index_dir or None)[0],
             model=args.model,
             host=host,
             port=port,
@@ -201,6 +202,11 @@ async def serve(settings: ServeSettings) -> int:
     stop = asyncio.Event()
     _stop_on_signals(stop)
     relay = _DiagnosticRelay()
+    for path, option in ((settings.save_dir, "--save-dir"), (settings.index_dir, "--index-dir")):
+        problem = folder_problem(path, option)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
+    new_save = is_new_save(str(settings.save_dir))
     memory = await open_memory(
         settings.save_dir,
         index=settings.index_dir,
@@ -210,6 +216,11 @@ async def serve(settings: ServeSettings) -> int:
         reranker=settings.recall.reranker,
     )
     try:
+        # Open the save now (creating a new one): one that cannot be opened ends the
+        # server before its ready line, with the reason on stderr and exit code 1.
+        await memory.authoritative.count()
+        if new_save:
+            logger.info("created a new save at %s", os.path.abspath(settings.save_dir))
         notices = () if memory.notice is None else (diagnostic_to_json(memory.notice),)
         for notice in notices:
             logger.warning("%s", notice["message"])

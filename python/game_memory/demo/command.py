@@ -7,7 +7,10 @@
   loading fails (offline), it says why and falls back to lexical recall. ``lexical``
   skips vectors and says so. ``hashing`` runs a tiny deterministic stand-in model (tests;
   it is not semantic).
-* ``--data DIR`` keeps the save in ``DIR/save`` and the index in ``DIR/index``; by
+* ``--data DIR`` keeps the save in ``DIR/save`` and the index in ``DIR/index``, left
+  ready for the model the demo ran on (after the model-change step it is rebuilt for that
+  model again), and prints where they are with the ``game-memory search`` command that
+  recalls from them; the CLI finds ``DIR/index`` beside ``DIR/save`` by itself. By
   default each run starts from a fresh temporary folder, deleted at the end.
 * ``--json`` prints one JSON document (:func:`game_memory.demo.report.build_report`)
   on stdout instead of the ``rich`` output; progress bars, if any, go to stderr.
@@ -22,6 +25,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable
@@ -37,7 +42,7 @@ from game_memory.demo.play import ProgressSink, play
 from game_memory.demo.render import RebuildBar, StepPrinter, print_header, print_summary
 from game_memory.demo.report import ModelReport, build_report
 from game_memory.demo.scenario import SCENARIO, Scenario
-from game_memory.errors import GameMemoryError
+from game_memory.errors import GameMemoryError, InvalidArgumentError
 from game_memory.memory import VectorMemoryStore
 from game_memory.opening import open_memory
 
@@ -91,7 +96,14 @@ async def run_demo(
     if data_dir is None:
         folder = tempfile.TemporaryDirectory(prefix="gm-demo-")
     else:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        if data_dir.exists() and not data_dir.is_dir():
+            raise InvalidArgumentError(f"--data {data_dir} is a file, not a folder")
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidArgumentError(
+                f"--data {data_dir} cannot be created: {exc.strerror or exc}"
+            ) from exc
         folder = contextlib.nullcontext(str(data_dir))
     with folder as root:
         return await _play_in(
@@ -173,6 +185,12 @@ async def _play_in(
             steps.append(step)
             if on_step is not None:
                 on_step(step)
+    if shown_dir is not None and can_switch:
+        # The model-change step left vectors of the changed model: rebuild the kept index
+        # for the model the demo ran on, so the printed search command recalls from it.
+        restored = await open_memory(save_dir, index=index_dir, model=opened_with, home=home)
+        async with restored:
+            await restored.rebuild(scenario.session_id)
     return build_report(scenario, report, shown_dir, steps)
 
 
@@ -264,4 +282,38 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
         return 0
     print_summary(out, SCENARIO, steps)
+    _print_locations(out, data_dir, str(report["model"]["mode"]), model)
     return 0
+
+
+def _print_locations(out: Console, data_dir: Path | None, mode: str, model: str) -> None:
+    """Where the save, index and session are, and the command that recalls from them."""
+    if data_dir is None:
+        out.print(
+            "\nThe save was in a temporary folder, now deleted. Run with --data DIR to keep it "
+            "and search it afterwards with game-memory search."
+        )
+        return
+    folder = Path(os.path.abspath(data_dir))
+    question = SCENARIO.questions[0]
+    command = [
+        "game-memory",
+        "search",
+        "--save-dir",
+        str(folder / "save"),
+        "--model",
+        model if mode == "hybrid" else "lexical",
+        "--session",
+        SCENARIO.session_id,
+        "--owner",
+        question.npc,
+        "--text",
+        question.text,
+    ]
+    out.print("\nKept for you:", markup=False)
+    out.print(f"  save:    {folder / 'save'}", markup=False)
+    index = folder / "index" if mode == "hybrid" else "none (lexical recall)"
+    out.print(f"  index:   {index}", markup=False)
+    out.print(f"  session: {SCENARIO.session_id}", markup=False)
+    out.print("Recall from them (the index beside the save is found by itself):", markup=False)
+    out.print(f"  {shlex.join(command)}", markup=False, soft_wrap=True)

@@ -50,6 +50,8 @@ class FileVectorMemoryIndex:
         lock_timeout: Seconds to wait for another writer before ``StoreBusyError``.
         digest_cache_entries: Memory digests kept in memory (the join's hot data),
             1,000..10,000,000.
+        create: Create the folder on first use. ``False`` (read-only tools): a folder that
+            does not exist reads as an empty index and is not created.
 
     Raises:
         InvalidArgumentError: an option is out of range.
@@ -62,6 +64,7 @@ class FileVectorMemoryIndex:
         capacity: int = 100_000,
         lock_timeout: float = 30.0,
         digest_cache_entries: int = 200_000,
+        create: bool = True,
     ) -> None:
         if isinstance(capacity, bool) or not 1 <= capacity <= 1_000_000:
             raise InvalidArgumentError("capacity must be an integer from 1 to 1,000,000")
@@ -74,6 +77,7 @@ class FileVectorMemoryIndex:
         self.directory = Path(os.path.abspath(os.fspath(directory)))
         self._capacity = capacity
         self._lock_timeout = lock_timeout
+        self._create = create
         self._engine = IndexEngine(self.directory, capacity=capacity, lock_timeout=lock_timeout)
         self._digests = MemoryDigests(digest_cache_entries)
         self._joins = JoinCache(self._digests)
@@ -105,10 +109,10 @@ class FileVectorMemoryIndex:
         if not self._opened:
             with self._open_lock:
                 if not self._opened:
-                    self._engine.open()
-                    if has_legacy_index(self.directory):
+                    self._engine.open(create=self._create)
+                    if self._engine.is_open and has_legacy_index(self.directory):
                         migrate_legacy_index(self._engine)
-                    self._opened = True
+                    self._opened = self._engine.is_open
         return self._engine
 
     # -- reads --------------------------------------------------------------------------

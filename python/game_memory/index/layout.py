@@ -51,9 +51,20 @@ class IndexLayout:
         self._identities: list[str] = []
         self._opened = False
 
-    def open(self) -> None:
-        """Create or verify the layout (idempotent)."""
+    @property
+    def is_open(self) -> bool:
+        """Whether :meth:`open` found (or made) the layout."""
+        return self._opened
+
+    def open(self, *, create: bool = True) -> None:
+        """Create or verify the layout (idempotent).
+
+        With ``create=False`` a folder that does not exist is left alone and stays
+        unopened: an index that was never written reads as an empty one.
+        """
         if self._opened:
+            return
+        if not create and not os.path.lexists(self.root):
             return
         try:
             fs.check_no_symlinks(self.root)

@@ -1,0 +1,96 @@
+"""What ``game-memory search`` says when it finds nothing, or falls back to lexical recall.
+
+An empty answer to ``--owner Mira`` when the owner is ``mira``, or to a session id with a
+typo, looks like "no memories" unless the command says why; a lexical fallback looks like
+weak recall unless it says what to run. These hints read the save only (the session's
+memories, to list its owners; a few spellings of the session id) and never fail the
+command: a hint that cannot be computed is left out. They go to stderr, so ``--json``
+output stays one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+
+from game_memory.errors import GameMemoryError
+from game_memory.memory import VectorMemoryStore
+from game_memory.model import VectorMemoryState
+
+__all__ = ["empty_result_hint", "fallback_hint"]
+
+
+async def empty_result_hint(memory: VectorMemoryStore, args: argparse.Namespace) -> str | None:
+    """Why a search found nothing: an unknown session or owner (with near misses), or the
+    moment hiding later memories."""
+    try:
+        owners = sorted({m.owner_id for m in await memory.enumerate(args.session)})
+        if not owners:
+            for spelling in _spellings(args.session):
+                if await memory.enumerate(spelling):
+                    return (
+                        f"session {args.session!r} holds no memories in this save; did you mean "
+                        f"{spelling!r}? (ids are case-sensitive)"
+                    )
+            return f"session {args.session!r} holds no memories in this save"
+        if args.owner is not None and args.owner not in owners:
+            near = _near(args.owner, owners)
+            if near:
+                suggestion = " or ".join(repr(owner) for owner in near)
+                return (
+                    f"owner {args.owner!r} has no memories in session {args.session!r}; did you "
+                    f"mean {suggestion}? (ids are case-sensitive)"
+                )
+            listed = ", ".join(repr(owner) for owner in owners[:10])
+            more = f" and {len(owners) - 10} more" if len(owners) > 10 else ""
+            return (
+                f"owner {args.owner!r} has no memories in session {args.session!r}; its owners "
+                f"are {listed}{more}"
+            )
+    except GameMemoryError:
+        return None
+    if args.tick is not None:
+        return (
+            f"no memory matched as of tick {args.tick} on timeline {args.timeline!r}: memories "
+            "of later ticks, of other timelines and expired ones are hidden at that moment"
+        )
+    return None
+
+
+async def fallback_hint(memory: VectorMemoryStore, args: argparse.Namespace) -> str:
+    """What to run when semantic recall could not help (the lexical fallback)."""
+    command = ["game-memory", "rebuild", "--save-dir", args.save_dir]
+    if args.index_dir is not None:
+        command += ["--index-dir", args.index_dir]
+    command += ["--model", args.model, "--session", args.session]
+    rebuild = shlex.join(command)
+    try:
+        status = await memory.get_status(args.session)
+    except GameMemoryError as exc:
+        return f"semantic recall was unavailable ({exc}); then run: {rebuild}"
+    if status.state is VectorMemoryState.REBUILD_REQUIRED:
+        return (
+            f"the index holds vectors of another model ({status.stale_entries} stale), so "
+            f"recall was lexical; re-embed with: {rebuild}"
+        )
+    if status.requires_rebuild:
+        return (
+            f"{status.pending_entries} memories have no usable vector (pending, or a damaged "
+            f"index), so recall was lexical; repair with: {rebuild} --force"
+        )
+    return "the embedding model failed for this query (see the warning above); try again"
+
+
+def _spellings(value: str) -> list[str]:
+    found: list[str] = []
+    for spelling in (value.strip(), value.lower(), value.casefold(), value.title(), value.upper()):
+        if spelling and spelling != value and spelling not in found:
+            found.append(spelling)
+    return found
+
+
+def _near(value: str, known: list[str]) -> list[str]:
+    folded = [name for name in known if name.casefold() == value.casefold()]
+    close = difflib.get_close_matches(value, known, n=3, cutoff=0.6)
+    return list(dict.fromkeys(folded + close))[:3]
