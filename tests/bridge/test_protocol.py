@@ -15,6 +15,7 @@ from game_memory.bridge.protocol import (
     UNAUTHORIZED_CLOSE_CODE,
     BridgeConnection,
     ConnectionState,
+    Received,
     ServerInfo,
 )
 from game_memory.errors import StoreBusyError
@@ -45,10 +46,15 @@ def test_initialize_reports_protocol_server_mode_and_model(make_connection: Make
     }
 
 
+def only_text(received: Received) -> str:
+    (message,) = received.messages
+    return message
+
+
 @pytest.mark.parametrize(
     "method", ["memory.status", "memory.remember", "memory.migrate", "no.such.method"]
 )
-def test_any_method_before_initialize_is_unauthorized_and_keeps_the_connection(
+def test_any_method_before_initialize_is_refused_and_closes_the_connection(
     make_connection: Make, method: str
 ) -> None:
     connection = make_connection()
@@ -56,9 +62,28 @@ def test_any_method_before_initialize_is_unauthorized_and_keeps_the_connection(
     response = only(received)
     assert error_code(response) == -32001
     assert response["id"] == 3
-    assert "initialize" in response["error"]["message"]
-    assert received.close is None
-    assert connection.state is ConnectionState.AWAITING_INITIALIZE
+    assert "initialize first" in response["error"]["message"]
+    assert received.close is not None and received.close.code == UNAUTHORIZED_CLOSE_CODE
+    assert connection.state is ConnectionState.CLOSED
+    later = connection.receive(initialize())  # nothing more is read
+    assert later.messages == [] and later.calls == []
+
+
+def test_a_client_notification_before_initialize_closes_the_connection_unanswered(
+    make_connection: Make,
+) -> None:
+    connection = make_connection()
+    received = connection.receive(json.dumps({"jsonrpc": "2.0", "method": "memory.status"}))
+    assert received.messages == [] and received.calls == []
+    assert received.close is not None and connection.state is ConnectionState.CLOSED
+
+
+def test_a_malformed_message_before_initialize_is_answered_and_the_connection_stays(
+    make_connection: Make,
+) -> None:
+    connection = make_connection()
+    assert error_code(only(connection.receive("{not json"))) == -32700
+    assert error_code(only(connection.receive(json.dumps({"id": 1})))) == -32600
     assert "result" in only(connection.receive(initialize()))
 
 
@@ -346,17 +371,27 @@ def test_initialize_inside_a_batch_authorizes_what_follows(make_connection: Make
     connection = make_connection(
         server_info=ServerInfo(mode="lexical", model=None, startup_diagnostics=(diagnostic,))
     )
-    received = connection.receive(
-        batch(request("memory.migrate", {}, 1), initialize(), request("memory.migrate", {}, 2))
-    )
+    received = connection.receive(batch(initialize(), request("memory.migrate", {}, 2)))
     (call,) = received.calls
     assert call.request_id == 2
     batch_text, notice = connection.complete(call, {"ok": True})
     responses = json.loads(batch_text)
-    assert error_code(responses[0]) == -32001
-    assert responses[1]["result"]["protocol_version"] == 1
-    assert responses[2]["result"] == {"ok": True}
+    assert responses[0]["result"]["protocol_version"] == 1
+    assert responses[1]["result"] == {"ok": True}
     assert json.loads(notice)["method"] == "memory.diagnostic"
+
+
+def test_a_request_before_initialize_in_a_batch_refuses_the_batch_and_closes(
+    make_connection: Make,
+) -> None:
+    connection = make_connection()
+    received = connection.receive(
+        batch(request("memory.migrate", {}, 1), initialize(), request("memory.migrate", {}, 2))
+    )
+    assert received.calls == [] and received.close is not None
+    responses = json.loads(only_text(received))
+    assert [error_code(response) for response in responses] == [-32001, -32001, -32001]
+    assert connection.state is ConnectionState.CLOSED
 
 
 def test_a_batch_response_over_the_cap_replaces_the_largest_entries(make_connection: Make) -> None:

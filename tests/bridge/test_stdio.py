@@ -72,12 +72,19 @@ async def stdio_server(
 
 async def test_stdio_needs_no_token_but_initialize_first() -> None:
     async with stdio_server(FakeService()) as (pipes, _task, _transport, _server):
-        pipes.send(request("memory.status", {"session_id": "s"}, 1))
-        assert (await pipes.line())["error"]["code"] == -32001
         pipes.send(initialize(token=None))
         assert (await pipes.line())["result"]["mode"] == "lexical"
         pipes.send(request("memory.remember", remember_params(), 2))
         assert (await pipes.line())["result"]["created"] is True
+
+
+async def test_a_request_before_initialize_is_refused_and_ends_the_stdio_session() -> None:
+    service = FakeService()
+    async with stdio_server(service) as (pipes, task, _transport, _server):
+        pipes.send(request("memory.status", {"session_id": "s"}, 1))
+        assert (await pipes.line())["error"]["code"] == -32001
+        await asyncio.wait_for(task, 10)  # the transport stops reading: the session is over
+    assert service.calls == []
 
 
 async def test_an_oversized_line_is_refused_and_the_next_line_is_served() -> None:

@@ -79,13 +79,13 @@ async def test_a_wrong_or_missing_token_gets_an_error_then_close_4001(token: str
     assert service.calls == []  # no memory was read
 
 
-async def test_a_request_before_initialize_is_refused_but_the_connection_stays() -> None:
+async def test_a_request_before_initialize_is_refused_and_closes_with_4001() -> None:
     service = FakeService()
     async with serving(service) as (url, _server, _transport), connect(url) as client:
         refused = await ask(client, "memory.status", {"session_id": "s"})
         assert refused["error"]["code"] == -32001
-        await client.send(initialize())
-        assert "result" in await receive(client)
+        assert "initialize first" in refused["error"]["message"]
+        assert await closed_code(client) == 4001
     assert service.calls == []
 
 

@@ -2,14 +2,17 @@
 encoding of outbound ones.
 
 Pure functions. Parsing refuses what JSON allows but a game never means: duplicate keys,
-``NaN``/``Infinity`` and nesting deep enough to exhaust the parser. An envelope must have
-exactly the members ``jsonrpc`` ("2.0"), ``method`` (a string) and optionally ``id`` (a
-string, a number or null) and ``params``.
+``NaN``/``Infinity``, numbers too large for a 64-bit float (``1e400``, which would become
+infinity and could never be answered in JSON), and nesting deep enough to exhaust the
+parser. An envelope must have exactly the members ``jsonrpc`` ("2.0"), ``method`` (a
+string) and optionally ``id`` (a string, a number a 64-bit float holds exactly, at most
+2^53 in magnitude, or null) and ``params``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -66,8 +69,18 @@ class EnvelopeError(RpcError):
         self.request_id = request_id
 
 
+#: The largest id magnitude a 64-bit float (Godot's and JavaScript's numbers) holds exactly.
+MAXIMUM_ID_MAGNITUDE = 2**53
+
+
 def _valid_id(value: Any) -> bool:
-    return value is None or (isinstance(value, str | int | float) and not isinstance(value, bool))
+    if value is None or isinstance(value, str):
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) <= MAXIMUM_ID_MAGNITUDE
+    return isinstance(value, float) and math.isfinite(value) and abs(value) <= MAXIMUM_ID_MAGNITUDE
 
 
 def read_envelope(entry: Any) -> Envelope:
@@ -80,7 +93,11 @@ def read_envelope(entry: Any) -> Envelope:
         raise EnvelopeError(None, "a request must be a JSON object")
     request_id = entry.get("id")
     if not _valid_id(request_id):
-        raise EnvelopeError(None, "the id must be a string, a number or null")
+        raise EnvelopeError(
+            None,
+            "the id must be a string, null, or a number of magnitude at most 2^53 (what a "
+            "64-bit float holds exactly)",
+        )
     if entry.get("jsonrpc") != "2.0":
         raise EnvelopeError(request_id, 'the "jsonrpc" member must be "2.0"')
     method = entry.get("method")
@@ -107,6 +124,14 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 24 else f"{text[:20]}… ({len(text)} characters)"
+        raise ValueError(f"the number {shown} is out of range (beyond a 64-bit float)")
+    return value
+
+
 def parse_message(text: str | bytes) -> Any:
     """Parse one message (already within the size cap) into Python values.
 
@@ -123,7 +148,12 @@ def parse_message(text: str | bytes) -> Any:
                 "send UTF-8 JSON text",
             ) from exc
     try:
-        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+            parse_float=_finite_float,
+        )
     except RecursionError as exc:
         raise RpcError(
             ErrorCode.PARSE_ERROR, "parse error: the JSON is nested too deeply; flatten it"

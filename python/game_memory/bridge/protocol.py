@@ -10,7 +10,10 @@ of asyncio or sockets, so it is tested synchronously.
 Order of checks for every request: envelope (-32600), ``initialize`` first (-32001),
 shutting down (-32009), method known (-32601), params valid (-32602), in-flight bound
 (-32007). The WebSocket token is compared in constant time, and a wrong or missing token
-closes the connection (close code 4001) before any memory is read.
+closes the connection (close code 4001) before any memory is read. So does any other
+request (or client notification) sent before a successful ``initialize``: it is refused
+with -32001 and the connection is closed, because a client that skips the handshake is
+not speaking this protocol.
 """
 
 from __future__ import annotations
@@ -312,20 +315,18 @@ class BridgeConnection:
         def reply(error: RpcError) -> tuple[dict[str, Any] | None, None]:
             return (None if is_notification else error_response(request_id, error)), None
 
+        if self._state is ConnectionState.CLOSED:
+            return reply(_refused_before_initialize(method, closing=True))
         if method == "initialize":
             refusal, result = self._initialize(raw_params, out, after)
             if refusal is not None:
                 return reply(refusal)
             return (None if is_notification else success_response(request_id, result)), None
         if self._state is not ConnectionState.READY:
-            return reply(
-                RpcError(
-                    ErrorCode.UNAUTHORIZED,
-                    f"unauthorized: {method[:64]} was sent before a successful initialize; "
-                    "call initialize first (with the token from the ready line over WebSocket)",
-                    {"kind": "Unauthorized"},
-                )
-            )
+            # Refuse and close: nothing of a client that skips the handshake is served.
+            self._state = ConnectionState.CLOSED
+            out.close = CloseIntent(UNAUTHORIZED_CLOSE_CODE, "initialize first")
+            return reply(_refused_before_initialize(method, closing=False))
         if self._shutting_down:
             return reply(
                 RpcError(
@@ -398,3 +399,17 @@ class BridgeConnection:
         if batch.fill(call._slot, text):
             return batch.emit(self._limits.maximum_response_bytes)
         return []
+
+
+def _refused_before_initialize(method: str, *, closing: bool) -> RpcError:
+    why = (
+        "the connection is closing because a request came before a successful initialize"
+        if closing
+        else f"{method[:64]} was sent before a successful initialize, so the connection is closed"
+    )
+    return RpcError(
+        ErrorCode.UNAUTHORIZED,
+        f"unauthorized: {why}; connect again and call initialize first (with the token "
+        "from the ready line over WebSocket)",
+        {"kind": "Unauthorized"},
+    )

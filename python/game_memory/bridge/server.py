@@ -16,9 +16,10 @@ import logging
 import threading
 from typing import Any
 
-from game_memory.bridge.codes import ErrorCode, RpcError
+from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
 from game_memory.bridge.handlers import MethodExecutor
 from game_memory.bridge.limits import DEFAULT_LIMITS, BridgeLimits
+from game_memory.bridge.messages import encode_message, error_response
 from game_memory.bridge.outbox import Outbox
 from game_memory.bridge.protocol import BridgeConnection, Call, CloseIntent, Received, ServerInfo
 from game_memory.bridge.results import diagnostic_to_json
@@ -43,8 +44,18 @@ class Session:
         self.outbox = Outbox(limits.outbox_messages, limits.outbox_bytes)
 
     async def receive(self, data: str | bytes) -> CloseIntent | None:
-        """Feed one text frame or line; return a close intent if the client must go."""
-        return await self._apply(self.connection.receive(data))
+        """Feed one text frame or line; return a close intent if the client must go.
+
+        The core never raises for bad input; should a bug make it raise, the client gets
+        ``INTERNAL_ERROR`` (id null) and the connection goes on, never a dead task.
+        """
+        try:
+            received = self.connection.receive(data)
+        except Exception as exc:
+            logger.error("the protocol core failed on a message", exc_info=exc)
+            error = error_response(None, error_from_exception(exc))
+            received = Received(messages=[encode_message(error)])
+        return await self._apply(received)
 
     async def receive_binary(self, size: int) -> CloseIntent | None:
         """Feed the news of a binary frame of ``size`` bytes (refused)."""

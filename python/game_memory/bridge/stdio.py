@@ -77,7 +77,8 @@ class StdioTransport:
         self._pump: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        """Serve until the input reaches end of file (or this task is cancelled).
+        """Serve until the input reaches end of file, the client must be closed (a request
+        before ``initialize``), or this task is cancelled.
 
         Calls still running keep their session; :meth:`aclose` sends their responses.
         """
@@ -93,9 +94,14 @@ class StdioTransport:
                 chunk = await reader.read()
                 for item in framer.feed(chunk) if chunk else framer.end():
                     if isinstance(item, Oversized):
-                        await session.receive_oversized(item.size)
+                        close = await session.receive_oversized(item.size)
                     else:
-                        await session.receive(item)
+                        close = await session.receive(item)
+                    if close is not None:
+                        # The one client broke the protocol (a request before initialize):
+                        # its session ends here; what is queued is still sent.
+                        logger.warning("closing the stdio session: %s", close.reason)
+                        return
                 if not chunk:
                     return
         finally:
