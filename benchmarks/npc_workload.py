@@ -283,6 +283,7 @@ async def machine(args: argparse.Namespace, disk: Path) -> Json:
         "disk_folder": str(disk),
         "disk_file_system": file_system(disk),
         "bare_fsync_median_ms_at_start": fsync_latency(disk),
+        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
         "blas_threads": {v: os.environ.get(v) for v in BLAS_VARIABLES if v in os.environ},
         "page_cache": "per-file posix_fadvise(DONTNEED) for 'evicted' (global caches not "
         "dropped); files read through for 'cached'",
@@ -348,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         report["table"] = [line for result in results for line in result["table"]]
         report["workloads"] = [result["details"] for result in results]
         report["machine"]["bare_fsync_median_ms_at_end"] = fsync_latency(base)
+        report["machine"]["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
