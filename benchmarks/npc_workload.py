@@ -1,0 +1,373 @@
+"""NPC workload, side by side: game-memory against SQLite + sqlite-vec + FTS5 (issue 12).
+
+The same workload on both, in one run: memories of NPCs with 12 words of text, one tick
+apart, and fixed random 384-dim unit vectors (a fake provider: a text's vector is drawn
+once, so embedding costs nothing on either side and every recall time *excludes* the query
+embedding). Every query is filtered to one NPC and to ticks at or before a moment, top 8,
+32 candidates per channel, both channels fused by reciprocal-rank fusion (k = 60).
+game-memory runs through its public API (``FileGameMemoryStore`` + ``FileVectorMemoryIndex``
++ ``VectorMemoryStore``, fusion ``RRF``, plus the ``GameAwareMemoryReranker`` that
+``open_memory`` composes: a stage the peer does not run). The peer is ``peer_sqlite.py``.
+
+Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npcs`` NPCs):
+
+* **bulk ingest** on a RAM file system (``/dev/shm``; fsync costs nothing there, so this is
+  the software cost): game-memory has no bulk API, so the loop of ``append``; the peer in one
+  transaction. The same on the disk for ``--disk-ingest`` memories into an empty save.
+* The saves are then copied to the disk (``--directory``, default the temporary folder) and
+  every other figure is measured there, each in a **fresh process** per side:
+* **open + first recall**, with the save's files evicted from the OS page cache
+  (``posix_fadvise(DONTNEED)`` after ``sync``, checked with ``fincore``; only these files,
+  so nobody else's cache is dropped) and with them cached; the process's imports are done
+  before the clock starts;
+* **warm hybrid recall** median and p99; **peak RSS** (``ru_maxrss``) after those recalls;
+* **durable single append** median and p99, and the **first recall right after** each
+  append against the same query once more (warm); the **fsyncs per append** counted by
+  ``strace -f -c -e trace=fsync,fdatasync`` (appends minus a run without appends);
+* **disk size** of the save (+ index) and of the database file.
+
+Prints JSON: a ``table`` (each figure side by side with ``game_memory_over_peer``), the
+details of each side (game-memory's recall stages at cold start, warm and after an append),
+and the machine facts. ``--help`` imports neither numpy nor sqlite-vec. Usage:
+``python benchmarks/npc_workload.py [--sizes 10000,100000] [--repeats N] [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import peer_sqlite
+from npc_sides import (
+    DIMENSIONS,
+    LIMIT,
+    FakeProvider,
+    Json,
+    gm_memory,
+    gm_open,
+    log,
+    median_ms,
+    memory_records,
+    peer_memory,
+    projected,
+    worker,
+)
+
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def spawn(
+    args: argparse.Namespace, kind: str, side: str, root: Path, size: int, **extra: Any
+) -> Json:
+    """Run one worker in a fresh interpreter and return its JSON (optionally under strace)."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--side", side]
+    command += ["--root", str(root), "--size", str(size), "--repeats", str(args.repeats)]
+    command += ["--appends", str(extra.get("appends", 0))]
+    trace = extra.get("strace")
+    if trace is not None:
+        command = ["strace", "-f", "-c", "--seccomp-bpf", "-e", "trace=fsync,fdatasync", "-o",
+                   str(trace), *command]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the {kind} worker of {side} failed:\n{done.stderr[-4000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def fsync_calls(trace: Path) -> int:
+    calls = 0
+    for line in trace.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[-1] in {"fsync", "fdatasync"}:
+            calls += int(parts[3])
+    return calls
+
+
+# -- the parent ---------------------------------------------------------------------------
+
+
+def side_files(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*") if path.is_file())
+
+
+def page_cache(root: Path, evict: bool) -> float | None:
+    """Evict (or read into the cache) a side's files; return the fraction resident after."""
+    os.sync()
+    for path in side_files(root):
+        with path.open("rb") as handle:
+            if evict:
+                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            else:
+                while handle.read(1 << 20):
+                    pass
+    if shutil.which("fincore") is None:
+        return None
+    files = [str(path) for path in side_files(root)]
+    output = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE", *files],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    pairs = [tuple(int(x) for x in line.split()) for line in output.splitlines() if line.strip()]
+    total = sum(size for _, size in pairs)
+    return round(sum(resident for resident, _ in pairs) / total, 4) if total else 1.0
+
+
+def disk_bytes(root: Path) -> Json:
+    files = side_files(root)
+    return {
+        "apparent_mb": round(sum(p.stat().st_size for p in files) / 1e6, 1),
+        "allocated_mb": round(sum(p.stat().st_blocks * 512 for p in files) / 1e6, 1),
+        "files": len(files),
+    }
+
+
+async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json:
+    """Seed both sides under ``root`` from ``records``; return memories/s of each."""
+    texts = [projected(record) for record in records]
+    vectors.draw(texts, seed=len(records))
+    peers = [peer_memory(record, vectors) for record in records]
+    memories = [gm_memory(record) for record in records]
+    (root / "game_memory").mkdir(parents=True)
+    store = gm_open(root / "game_memory", len(records) + 10_000, vectors)
+    started = time.perf_counter()
+    for index, memory in enumerate(memories):
+        await store.append(memory)
+        if index % 20_000 == 19_999:
+            log(f"  game-memory: {index + 1:,} appended")
+    await store.aclose()
+    ours = time.perf_counter() - started
+    (root / "peer").mkdir()
+    started = time.perf_counter()
+    peer = peer_sqlite.PeerStore(root / "peer" / "npc.db", DIMENSIONS, create=True)
+    peer.append_many(peers)
+    peer.close()
+    theirs = time.perf_counter() - started
+    return {
+        "memories": len(records),
+        "game_memory_per_s": round(len(records) / ours),
+        "peer_per_s": round(len(records) / theirs),
+    }
+
+
+def row(figure: str, workload: str, ours: Any, theirs: Any, unit: str, lower: bool) -> Json:
+    ratio = round(ours / theirs, 2) if ours and theirs else None
+    verdict = None
+    if ratio is not None:
+        ahead = ratio < 1 if lower else ratio > 1
+        factor = 1 / ratio if ahead == lower else ratio
+        verdict = f"game-memory {'leads' if ahead else 'behind'} {factor:.1f}×"
+    return {"figure": figure, "workload": workload, "game_memory": ours, "peer": theirs,
+            "unit": unit, "game_memory_over_peer": ratio, "lower_is_better": lower,
+            "verdict": verdict}  # fmt: skip
+
+
+async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, disk: Path) -> Json:
+    name = f"{size}x{npcs}" if npcs > 1 else str(size)
+    log(f"workload {name}: seeding {size:,} memories over {npcs} NPC(s) in {ram}")
+    records = memory_records(size, npcs)
+    bulk = await ingest(ram / name, records, FakeProvider())
+    shutil.copytree(ram / name, disk / name)
+    shutil.rmtree(ram / name)
+    sides = {"game_memory": disk / name / "game_memory", "peer": disk / name / "peer"}
+    details: Json = {"workload": name, "memories": size, "npcs": npcs, "bulk_ingest_ram": bulk}
+    details["disk"] = {side: disk_bytes(root) for side, root in sides.items()}
+    cold: Json = {side: {"evicted": [], "cached": []} for side in sides}
+    resident: Json = {"evicted": [], "cached": []}
+    for repeat in range(args.cold_repeats):
+        for state in ("evicted", "cached"):
+            for side in sorted(sides, reverse=repeat % 2 == 1):
+                resident[state].append(page_cache(sides[side], evict=state == "evicted"))
+                cold[side][state].append(spawn(args, "open", side, sides[side], size))
+    log(f"workload {name}: cold opens done; warm sessions with {args.appends} appends")
+    details["resident_fraction_before_open"] = resident
+    details["open"] = cold
+    session = {s: spawn(args, "session", s, root, size, appends=args.appends)
+               for s, root in sides.items()}  # fmt: skip
+    details["session"] = session
+    details["durable_appends"] = appended = spawn(
+        args, "durable", "both", disk / name, size, appends=args.appends
+    )
+    answers = [session[s].pop("answers") for s in sides]
+    overlap = [len(set(a) & set(b)) / LIMIT for a, b in zip(*answers, strict=True)]
+    details["top8_overlap_mean"] = round(statistics.mean(overlap), 3)
+    fsyncs = {}
+    for side, root in sides.items():
+        counted = []
+        # 1 + N appends minus 1 append: both runs pay the same open and close (the peer's
+        # WAL checkpoint at close), so the difference is what N appends cost.
+        for appends in (args.fsync_appends + 1, 1):
+            trace = disk / name / f"{side}-{appends}.strace"
+            spawn(args, "appends", side, root, size, appends=appends, strace=trace)
+            counted.append(fsync_calls(trace))
+        fsyncs[side] = round((counted[0] - counted[1]) / args.fsync_appends, 2)
+    details["fsyncs_per_append"] = fsyncs
+
+    for side in sides:
+        session[side]["after_append_over_same_query_warm"] = round(
+            session[side]["after_append_median_ms"] / session[side]["same_query_again_median_ms"], 2
+        )
+
+    def of(key: str) -> Any:
+        return lambda side: session[side][key]
+
+    def opened(state: str) -> Any:
+        return lambda side: statistics.median(r["open_first_recall_ms"] for r in cold[side][state])
+
+    specs = [
+        ("hybrid recall warm, median", of("warm_median_ms"), "ms", True),
+        ("hybrid recall warm, p99", of("warm_p99_ms"), "ms", True),
+        ("open + first recall, page cache evicted", opened("evicted"), "ms", True),
+        ("open + first recall, page cache warm", opened("cached"), "ms", True),
+        ("durable append, median", lambda side: appended[side]["append_median_ms"], "ms", True),
+        ("durable append, p99", lambda side: appended[side]["append_p99_ms"], "ms", True),
+        ("fsyncs per append", fsyncs.get, "calls", True),
+        ("bulk ingest (RAM disk)", lambda side: bulk[f"{side}_per_s"], "memories/s", False),
+        ("first recall after an append, median", of("after_append_median_ms"), "ms", True),
+        ("after an append over warm (same query)", of("after_append_over_same_query_warm"),
+         "ratio", True),
+        ("peak RSS after recalls", of("peak_rss_after_recalls_mb"), "MB", True),
+        ("disk size", lambda side: details["disk"][side]["allocated_mb"], "MB", True),
+    ]  # fmt: skip
+    table = [
+        row(figure, name, get("game_memory"), get("peer"), unit, lower)
+        for figure, get, unit, lower in specs
+    ]
+    return {"table": table, "details": details}
+
+
+def file_system(path: Path) -> str:
+    best, kind = "", "unknown"
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, point, fs_type, *_ = line.split()
+        if str(path.resolve()).startswith(point) and len(point) > len(best):
+            best, kind = point, fs_type
+    return kind
+
+
+def fsync_latency(disk: Path) -> float:
+    """The median of 30 fsyncs of a 256-byte append on the disk folder, in ms."""
+    probe = disk / "fsync.probe"
+    timings = []
+    with probe.open("ab") as handle:
+        for _ in range(30):
+            handle.write(b"x" * 256)
+            handle.flush()
+            started = time.perf_counter()
+            os.fsync(handle.fileno())
+            timings.append(time.perf_counter() - started)
+    probe.unlink()
+    return median_ms(timings)
+
+
+async def machine(args: argparse.Namespace, disk: Path) -> Json:
+    """Facts, the bare fsync latency and the on-disk bulk ingest into an empty save."""
+    import numpy as np
+
+    facts: Json = {
+        "cpus": os.cpu_count(),
+        "python": f"CPython {platform.python_version()}",
+        "numpy": np.__version__,
+        **peer_sqlite.versions(),
+        "game_memory": __import__("game_memory").__version__,
+        "disk_folder": str(disk),
+        "disk_file_system": file_system(disk),
+        "bare_fsync_median_ms_at_start": fsync_latency(disk),
+        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
+        "blas_threads": {v: os.environ.get(v) for v in BLAS_VARIABLES if v in os.environ},
+        "page_cache": "per-file posix_fadvise(DONTNEED) for 'evicted' (global caches not "
+        "dropped); files read through for 'cached'",
+    }
+    records = memory_records(args.disk_ingest, 1, "ingest")
+    facts["bulk_ingest_disk"] = await ingest(disk / "ingest", records, FakeProvider())
+    shutil.rmtree(disk / "ingest")
+    return facts
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", default="10000,100000", help="memories in the one NPC")
+    parser.add_argument("--many-npcs", type=int, default=200,
+                        help="also the largest size over this many NPCs (0: skip)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=6, help="passes over the 16 queries")
+    parser.add_argument("--cold-repeats", type=int, default=3, help="fresh opens per state")
+    parser.add_argument("--appends", type=int, default=100, help="durable appends timed")
+    parser.add_argument("--fsync-appends", type=int, default=100, help="appends under strace")
+    parser.add_argument("--disk-ingest", type=int, default=1_000, help="on-disk bulk ingest")
+    parser.add_argument("--directory", default=None, help="disk folder (default: temp folder)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parser.add_argument("--keep", action="store_true", help="keep the data folders")
+    for hidden in ("--worker", "--side", "--root"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.repeats, args.cold_repeats = "2000", 2, 1
+        args.many_npcs = min(args.many_npcs, 20)
+        args.appends, args.fsync_appends, args.disk_ingest = 10, 5, 100
+    args.size_list = [int(size) for size in args.sizes.split(",")]
+    if not all(100 <= size <= 500_000 for size in args.size_list):
+        parser.error("--sizes must be 100..500,000 each")
+    appends_ok = args.appends >= 1 or args.worker is not None
+    if not (1 <= args.repeats <= 100 and 1 <= args.cold_repeats <= 20 and appends_ok):
+        parser.error("--repeats 1..100, --cold-repeats 1..20, --appends ≥ 1")
+    if args.fsync_appends < 1 or args.disk_ingest < 10 or args.many_npcs < 0:
+        parser.error("--fsync-appends ≥ 1, --disk-ingest ≥ 10, --many-npcs ≥ 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.worker:
+        json.dump(asyncio.run(worker(args)), sys.stdout)
+        print()
+        return 0
+    if shutil.which("strace") is None:
+        print("npc_workload needs strace to count fsyncs (apt-get install strace)", file=sys.stderr)
+        return 2
+    base = Path(args.directory or tempfile.gettempdir()) / f"npc-workload-{uuid.uuid4().hex[:8]}"
+    ram = Path("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()) / base.name
+    base.mkdir(parents=True)
+    ram.mkdir(parents=True)
+    try:
+        report: Json = {"benchmark": "npc_workload", "command": " ".join(sys.argv)}
+        report["machine"] = asyncio.run(machine(args, base))
+        workloads = [(size, 1) for size in args.size_list]
+        if args.many_npcs > 1:
+            workloads.append((max(args.size_list), args.many_npcs))
+        results = [asyncio.run(measure(args, size, npcs, ram, base)) for size, npcs in workloads]
+        report["table"] = [line for result in results for line in result["table"]]
+        report["workloads"] = [result["details"] for result in results]
+        report["machine"]["bare_fsync_median_ms_at_end"] = fsync_latency(base)
+        report["machine"]["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(ram, ignore_errors=True)
+    json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
+    print()
+    return 0
+
+
+def single_threaded_blas() -> None:
+    """Re-run with single-threaded BLAS unless the caller chose (as ``hybrid_scale.py``)."""
+    chosen = any(variable in os.environ for variable in BLAS_VARIABLES)
+    if chosen or {"-h", "--help"} & set(sys.argv):
+        return
+    environment = dict(os.environ, **dict.fromkeys(BLAS_VARIABLES, "1"))
+    os.execve(sys.executable, [sys.executable, *sys.argv], environment)
+
+
+if __name__ == "__main__":
+    single_threaded_blas()
+    sys.exit(main())
