@@ -51,6 +51,7 @@ _BENCHMARKS = {
     "embedding": "embedding.py",
     "retrieval": "retrieval.py",
     "multilingual": "multilingual.py",
+    "npc": "npc_workload.py",
 }
 
 
