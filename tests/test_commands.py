@@ -152,7 +152,9 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert "usage: game-memory" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["store", "hybrid", "embedding", "retrieval", "multilingual", "npc"])
+@pytest.mark.parametrize(
+    "name", ["store", "hybrid", "embedding", "retrieval", "multilingual", "npc"]
+)
 def test_every_benchmark_starts_from_the_cli(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

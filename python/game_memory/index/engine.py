@@ -167,8 +167,9 @@ class IndexEngine(IndexLayout):
         path = self.vectors_path(partition.session_hash, partition.owner_hash, code, partition.tag)
         try:
             with buffer.lock:
-                matrix = buffer.load(path, needed)
+                matrix = buffer.load(path, needed).view()
                 buffer.verify(partition, code, path)
+                matrix.flags.writeable = False  # shared by every reader: read-only
                 return matrix
         except FileNotFoundError:
             if self._replaced(partition):
@@ -210,6 +211,9 @@ class IndexEngine(IndexLayout):
     def verify_partition(self, session_hash: str, owner_hash: str) -> None:
         """Read a partition and every row its ready records refer to, checksums included.
 
+        The rows are read from disk again into a scratch buffer, not taken from the cache,
+        so damage to rows this process had already loaded is found too.
+
         Raises:
             DerivedIndexError: anything of the partition is damaged or missing.
         """
@@ -224,7 +228,26 @@ class IndexEngine(IndexLayout):
                     f"{self.entries_path(session_hash, owner_hash)} names identity code {code}, "
                     f"which {self.data / 'identities.json'} does not define"
                 )
-            self.matrix(partition, code, identity_dimensions(identities[code]))
+            self._verify_rows(partition, code, identity_dimensions(identities[code]))
+
+    def _verify_rows(self, partition: IndexPartition, code: int, dimensions: int) -> None:
+        needed = partition.rows_needed(code)
+        if needed == 0:
+            return
+        path = self.vectors_path(partition.session_hash, partition.owner_hash, code, partition.tag)
+        scratch = RowBuffer(partition.tag, dimensions)
+        try:
+            scratch.load(path, needed)
+            scratch.verify(partition, code, path)
+        except FileNotFoundError:
+            if self._replaced(partition):
+                raise PartitionReplacedError(
+                    "the partition was compacted while it was verified; verify it again"
+                ) from None
+            raise DerivedIndexError(
+                f"{path} is missing although entries refer to it; the derived index is "
+                "damaged, rebuild it"
+            ) from None
 
     # -- writing (call under the lock) --------------------------------------------------
 

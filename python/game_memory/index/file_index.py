@@ -14,6 +14,8 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from game_memory.durable import fs
 from game_memory.durable.names import identity_hash
 from game_memory.errors import (
@@ -52,6 +54,8 @@ class FileVectorMemoryIndex:
             1,000..10,000,000.
         create: Create the folder on first use. ``False`` (read-only tools): a folder that
             does not exist reads as an empty index and is not created.
+        durable_writes: fsync every write (off by default: see :meth:`write`; compactions
+            and resets are always replaced atomically and durably).
 
     Raises:
         InvalidArgumentError: an option is out of range.
@@ -65,6 +69,7 @@ class FileVectorMemoryIndex:
         lock_timeout: float = 30.0,
         digest_cache_entries: int = 200_000,
         create: bool = True,
+        durable_writes: bool = False,
     ) -> None:
         if isinstance(capacity, bool) or not 1 <= capacity <= 1_000_000:
             raise InvalidArgumentError("capacity must be an integer from 1 to 1,000,000")
@@ -76,6 +81,7 @@ class FileVectorMemoryIndex:
             )
         self.directory = Path(os.path.abspath(os.fspath(directory)))
         self._capacity = capacity
+        self._durable = durable_writes
         self._lock_timeout = lock_timeout
         self._create = create
         self._engine = IndexEngine(self.directory, capacity=capacity, lock_timeout=lock_timeout)
@@ -178,14 +184,25 @@ class FileVectorMemoryIndex:
         vectors: FloatMatrix,
         identity: MemoryEmbeddingIdentity,
     ) -> None:
-        """Write ready entries for ``memories`` durably (blocking; under the index lock).
+        """Write ready entries for ``memories`` (blocking; under the index lock).
 
-        Per partition, the rows are flushed before the entries that point at them, so a
-        crash leaves either the new entries with their rows or the old entries.
+        Per partition, the rows are written before the entries that point at them, so a
+        process killed at any instant leaves either the new entries with their rows or the
+        old entries. They are not fsynced unless ``durable_writes``: this is derived data,
+        and after a power loss a torn or missing entry, or a row that fails its checksum,
+        is found and rebuilt like any other damage (the save's own append is durable).
 
         Raises:
             CapacityExceededError: an owner partition would exceed :attr:`capacity`.
+            InvalidArgumentError: ``vectors`` is not one finite row of ``identity``'s width
+                per memory.
         """
+        rows = np.asarray(vectors)
+        if rows.shape != (len(memories), identity.dimensions) or not np.isfinite(rows).all():
+            raise InvalidArgumentError(
+                f"write takes one finite row of {identity.dimensions} values per memory; got "
+                f"an array of shape {rows.shape} for {len(memories)} memories"
+            )
         engine = self.engine
         with engine.locked():
             code = engine.identity_code(identity, create=True)
@@ -196,10 +213,25 @@ class FileVectorMemoryIndex:
                     for offset, p in enumerate(positions)
                 ]
                 self._check_capacity(session_hash, owner_hash, records)
-                engine.append(session_hash, owner_hash, records, {code: vectors[positions]})
+                engine.append(
+                    session_hash,
+                    owner_hash,
+                    records,
+                    {code: rows[positions].astype(np.float32, copy=False)},
+                    durable=self._durable,
+                )
 
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
-        """Record that ``memories`` have no usable vector (blocking; under the index lock)."""
+        """Record that ``memories`` have no usable vector (blocking; under the index lock).
+
+        Raises:
+            InvalidArgumentError: ``state`` is not ``FAILED`` or ``PENDING``, or ``code`` is
+                not ASCII of at most 32 characters.
+        """
+        if state not in (EntryState.FAILED, EntryState.PENDING):
+            raise InvalidArgumentError(f"mark records FAILED or PENDING entries, not {state!r}")
+        if not code.isascii() or len(code) > 32:
+            raise InvalidArgumentError("a mark's code is ASCII text of at most 32 characters")
         engine = self.engine
         with engine.locked():
             for (session_hash, owner_hash), positions in _groups(memories).items():
@@ -207,7 +239,7 @@ class FileVectorMemoryIndex:
                     EntryRecord(state, NO_VALUE, NO_VALUE, *self._digests.get(memories[p]), code)
                     for p in positions
                 ]
-                engine.append(session_hash, owner_hash, records)
+                engine.append(session_hash, owner_hash, records, durable=self._durable)
 
     def _check_capacity(
         self, session_hash: str, owner_hash: str, records: list[EntryRecord]
