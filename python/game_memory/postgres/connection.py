@@ -1,0 +1,225 @@
+"""Connections to one PostgreSQL database: a small pool, settings, and error translation.
+
+Every connection is in autocommit mode with ``synchronous_commit`` forced ``on`` (whatever
+the server or role default), so a statement that returns has its commit flushed to the
+write-ahead log: one statement is one durable transaction. Multi-statement work opens an
+explicit transaction (:meth:`ConnectionPool.transaction`).
+
+The pool is deliberately small and synchronous: the store and the index run their blocking
+calls in their own threads, each borrowing a connection for one call. A connection that
+failed (the server restarted, the network dropped) is discarded, so the next call opens a
+fresh one. psycopg's errors never escape this package: :func:`translate` maps them to the
+project's error tree and never puts the password of a URL in a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+
+from game_memory.errors import (
+    GameMemoryError,
+    InvalidArgumentError,
+    PersistenceError,
+    StoreBusyError,
+)
+
+__all__ = [
+    "ConnectionPool",
+    "describe_database",
+    "is_database_url",
+    "translate",
+]
+
+_SCHEMES = ("postgresql://", "postgres://")
+_APPLICATION = "game-memory"
+
+
+def is_database_url(value: object) -> bool:
+    """Whether ``value`` is a ``postgresql://`` (or ``postgres://``) connection URL."""
+    return isinstance(value, str) and value.lower().startswith(_SCHEMES)
+
+
+def describe_database(url: str) -> str:
+    """``host:port/dbname`` of a connection URL: what a message may show (no password)."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "the PostgreSQL database (an unreadable URL)"
+    host = parts.get("host") or "localhost"
+    port = parts.get("port") or "5432"
+    name = parts.get("dbname") or parts.get("user") or "postgres"
+    return f"PostgreSQL database {name} on {host}:{port}"
+
+
+def translate(
+    exc: Exception,
+    what: str,
+    where: str,
+    *,
+    error: type[GameMemoryError] = PersistenceError,
+) -> GameMemoryError:
+    """The project's error for a psycopg error raised while doing ``what`` at ``where``.
+
+    Lock and statement timeouts, serialization failures and deadlocks are
+    :class:`StoreBusyError` (retry later); data PostgreSQL refuses is
+    :class:`InvalidArgumentError`; anything else (a lost connection, missing privileges, a
+    damaged table) is ``error`` (``PersistenceError`` for the save, ``DerivedIndexError``
+    for the vector index).
+    """
+    if isinstance(exc, GameMemoryError):
+        return exc
+    detail = _first_line(exc)
+    if isinstance(
+        exc,
+        pg_errors.LockNotAvailable
+        | pg_errors.QueryCanceled
+        | pg_errors.SerializationFailure
+        | pg_errors.DeadlockDetected,
+    ):
+        return StoreBusyError(f"{where} was busy while {what} ({detail}); retry later")
+    if isinstance(exc, pg_errors.DataError | pg_errors.CharacterNotInRepertoire):
+        return InvalidArgumentError(f"{where} refused the data while {what}: {detail}")
+    if isinstance(exc, psycopg.OperationalError):
+        return error(
+            f"could not reach {where} while {what} ({detail}); check that the server is "
+            "running and the URL is right, then retry"
+        )
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return error(
+            f"the database role may not do this in {where} while {what} ({detail}); grant it "
+            "the privileges docs/postgres.md lists"
+        )
+    return error(f"{where} failed while {what}: {detail}")
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+class ConnectionPool:
+    """Up to ``size`` connections to one database, opened on demand, reused LIFO.
+
+    Args:
+        url: A ``postgresql://`` URL (libpq's URI syntax; ``options=-csearch_path%3D...``
+            selects a schema).
+        size: Most connections open at once; a caller beyond it waits up to ``timeout``.
+        timeout: Seconds to wait for a free connection (then ``StoreBusyError``) and to
+            connect.
+        configure: Called with each new connection (after the session settings), for
+            type registration.
+        error: The error class connection failures become.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        size: int,
+        timeout: float,
+        configure: Callable[[psycopg.Connection[Any]], None] | None = None,
+        error: type[GameMemoryError] = PersistenceError,
+    ) -> None:
+        if not is_database_url(url):
+            raise InvalidArgumentError("a PostgreSQL store needs a postgresql:// URL")
+        self.url = url
+        self.where = describe_database(url)
+        self._size = size
+        self._timeout = timeout
+        self._configure = configure
+        self._error = error
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._open = 0
+        self._closed = False
+        self._condition = threading.Condition()
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            connection = psycopg.connect(
+                self.url,
+                autocommit=True,
+                connect_timeout=max(1, round(self._timeout)),
+                application_name=_APPLICATION,
+            )
+        except psycopg.Error as exc:
+            raise translate(exc, "connecting", self.where, error=self._error) from exc
+        try:
+            # Whatever the server's or the role's default: a commit returns once durable.
+            connection.execute("SET synchronous_commit = on")
+            if self._configure is not None:
+                self._configure(connection)
+        except BaseException as exc:
+            connection.close()
+            if isinstance(exc, psycopg.Error):
+                raise translate(exc, "connecting", self.where, error=self._error) from exc
+            raise
+        return connection
+
+    def _acquire(self) -> psycopg.Connection[Any]:
+        with self._condition:
+            while True:
+                if self._closed:
+                    raise self._error(f"the connections to {self.where} are closed")
+                if self._idle:
+                    return self._idle.pop()
+                if self._open < self._size:
+                    self._open += 1
+                    break
+                if not self._condition.wait(self._timeout):
+                    raise StoreBusyError(
+                        f"all {self._size} connections to {self.where} stayed busy for "
+                        f"{self._timeout:g} s; retry later"
+                    )
+        try:
+            return self._connect()
+        except BaseException:
+            with self._condition:
+                self._open -= 1
+                self._condition.notify()
+            raise
+
+    def _release(self, connection: psycopg.Connection[Any]) -> None:
+        healthy = not connection.closed and not connection.broken
+        if healthy and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            healthy = False  # never hand out a connection inside a transaction
+        with self._condition:
+            if healthy and not self._closed:
+                self._idle.append(connection)
+                self._condition.notify()
+                return
+            self._open -= 1
+            self._condition.notify()
+        with contextlib.suppress(psycopg.Error):
+            connection.close()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a connection (autocommit) for one call."""
+        connection = self._acquire()
+        try:
+            yield connection
+        finally:
+            self._release(connection)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """Borrow a connection inside one transaction: committed on exit, rolled back on error."""
+        with self.connection() as connection, connection.transaction():
+            yield connection
+
+    def close(self) -> None:
+        """Close every idle connection and refuse new calls; idempotent."""
+        with self._condition:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._condition.notify_all()
+        for connection in idle:
+            with contextlib.suppress(psycopg.Error):
+                connection.close()

@@ -1,0 +1,71 @@
+"""Rows of the save's memory table: keys, canonical documents, and their checked decoding.
+
+A memory is stored as its canonical JSON (the bytes ``content_digest`` hashes) with that
+digest beside it, so a row proves its own integrity (``sha256(document) = digest``, which
+``check`` also verifies in SQL) and idempotence compares digests without decoding.
+
+PostgreSQL ``text`` cannot hold U+0000, which ids may contain, so key columns hold
+:func:`sql_key` of an id: backslash and NUL escaped (``\\\\`` and ``\\0``), every other id
+unchanged. The document keeps the exact id; keys are only for lookup and distribution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from pydantic import ValidationError
+
+from game_memory.errors import PersistenceError
+from game_memory.model import GameMemory
+
+__all__ = ["decode_row", "encode_memory", "sql_key"]
+
+_SERIALIZER = GameMemory.__pydantic_serializer__
+
+
+def sql_key(value: str) -> str:
+    """The key column value of an id (injective; the id itself unless it has ``\\`` or NUL)."""
+    if "\\" not in value and "\x00" not in value:
+        return value
+    return value.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def encode_memory(memory: GameMemory) -> tuple[bytes, bytes]:
+    """The canonical JSON document of ``memory`` and its SHA-256 (the content digest)."""
+    document = _SERIALIZER.to_json(memory)
+    return document, hashlib.sha256(document).digest()
+
+
+def decode_row(
+    document: bytes, digest: bytes, session_key: str, owner_key: str, memory_key: str, where: str
+) -> GameMemory:
+    """Decode one stored memory, checking it is whole and in its own partition.
+
+    Raises:
+        PersistenceError: the document does not match its digest, does not decode, or
+            names another session, owner or id than its row's keys.
+    """
+    document = bytes(document)
+    if hashlib.sha256(document).digest() != bytes(digest):
+        raise PersistenceError(
+            f"memory {memory_key!r} of owner {owner_key!r} in session {session_key!r} in {where} "
+            "does not match its content digest: the row was changed outside game-memory or is "
+            "damaged. Restore it from a backup."
+        )
+    try:
+        memory = GameMemory.model_validate_json(document)
+    except ValidationError as exc:
+        raise PersistenceError(
+            f"memory {memory_key!r} of owner {owner_key!r} in session {session_key!r} in {where} "
+            f"is not a valid memory ({exc.error_count()} problems); restore it from a backup"
+        ) from exc
+    if (
+        sql_key(memory.session_id) != session_key
+        or sql_key(memory.owner_id) != owner_key
+        or sql_key(memory.memory_id) != memory_key
+    ):
+        raise PersistenceError(
+            f"the row of memory {memory_key!r} of owner {owner_key!r} in session {session_key!r} "
+            f"in {where} holds another memory ({memory.key!r}): the save is damaged"
+        )
+    return memory

@@ -1,0 +1,79 @@
+"""The SQL the save sends: one statement per call, each filtered on one session first.
+
+Every statement names ``session_id`` in its ``WHERE`` clause (or its inserted row), so on
+Citus each is a single-shard ("router") statement and the tables stay colocated by session.
+"""
+
+from __future__ import annotations
+
+__all__ = ["APPEND", "EXISTING", "OWNER_ROWS", "SESSION_ROWS"]
+
+#: Add one memory in one round trip (one autocommit statement: atomic and, with
+#: ``synchronous_commit = on``, durable when it returns).
+#:
+#: ``existing`` reads the id's row as of the statement's snapshot; only when there is none
+#: does ``partition`` take the partition row's lock and move its ``next_seq`` on (unless the
+#: partition is full), and ``inserted`` adds the memory at that position, doing nothing if
+#: a concurrent append of the same id committed meanwhile (then the position stays unused,
+#: a harmless gap, and the caller reads that row to tell a duplicate from a conflict).
+#: Positions are assigned under the partition row's lock, which is held until commit, so
+#: within a partition they increase in commit order: what ``views.py`` relies on.
+APPEND = """
+WITH existing AS (
+    SELECT digest, document FROM game_memory_memories
+    WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = %(memory)s
+), partition AS (
+    INSERT INTO game_memory_partitions AS p (session_id, owner_id, next_seq)
+    SELECT %(session)s, %(owner)s, 1 WHERE NOT EXISTS (SELECT 1 FROM existing)
+    ON CONFLICT (session_id, owner_id) DO UPDATE SET next_seq = p.next_seq + 1
+        WHERE p.next_seq < %(capacity)s
+    RETURNING p.next_seq - 1 AS seq
+), inserted AS (
+    INSERT INTO game_memory_memories (session_id, owner_id, memory_id, seq, digest, document)
+    SELECT %(session)s, %(owner)s, %(memory)s, seq, %(digest)s, %(document)s FROM partition
+    ON CONFLICT (session_id, owner_id, memory_id) DO NOTHING
+    RETURNING seq
+)
+SELECT
+    (SELECT seq FROM inserted),
+    (SELECT digest FROM existing),
+    (SELECT document FROM existing WHERE digest <> %(digest)s),
+    (SELECT count(*) FROM partition)
+"""
+
+#: The row of one id, read after a concurrent append of it won the race.
+EXISTING = """
+SELECT digest, document FROM game_memory_memories
+WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = %(memory)s
+"""
+
+#: The rows of one owner partition from position ``seen`` on, with its ``next_seq``; no row
+#: when the partition is unchanged since ``seen`` (or absent).
+OWNER_ROWS = """
+SELECT p.owner_id, p.next_seq, m.seq, m.memory_id, m.digest, m.document
+FROM game_memory_partitions p
+LEFT JOIN LATERAL (
+    SELECT seq, memory_id, digest, document FROM game_memory_memories m
+    WHERE m.session_id = p.session_id AND m.owner_id = p.owner_id AND m.seq >= %(seen)s
+    ORDER BY m.seq
+) m ON true
+WHERE p.session_id = %(session)s AND p.owner_id = %(owner)s AND p.next_seq > %(seen)s
+LIMIT %(limit)s
+"""
+
+#: Every partition of a session that changed since the positions the caller has (``owners``
+#: and ``seen`` are parallel arrays; an owner not listed is read whole), with new rows.
+SESSION_ROWS = """
+SELECT p.owner_id, p.next_seq, m.seq, m.memory_id, m.digest, m.document
+FROM game_memory_partitions p
+LEFT JOIN unnest(%(owners)s::text[], %(seen)s::bigint[]) AS known(owner_id, seen)
+    ON known.owner_id = p.owner_id
+LEFT JOIN LATERAL (
+    SELECT seq, memory_id, digest, document FROM game_memory_memories m
+    WHERE m.session_id = p.session_id AND m.owner_id = p.owner_id
+        AND m.seq >= coalesce(known.seen, 0)
+    ORDER BY m.seq
+) m ON true
+WHERE p.session_id = %(session)s AND p.next_seq > coalesce(known.seen, 0)
+LIMIT %(limit)s
+"""
