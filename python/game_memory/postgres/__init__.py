@@ -8,6 +8,7 @@ them. Every table and query is keyed by ``session_id`` first (Citus' distributio
 See ``docs/postgres.md``.
 """
 
+from game_memory.postgres.index import PostgresVectorIndex
 from game_memory.postgres.store import PostgresGameMemoryStore
 
-__all__ = ["PostgresGameMemoryStore"]
+__all__ = ["PostgresGameMemoryStore", "PostgresVectorIndex"]

@@ -84,9 +84,7 @@ def _problems(connection: psycopg.Connection[Any], where: str) -> tuple[list[str
     return problems, memories
 
 
-def check_database(
-    connection: psycopg.Connection[Any], where: str, fix: bool
-) -> StoreCheckReport:
+def check_database(connection: psycopg.Connection[Any], where: str, fix: bool) -> StoreCheckReport:
     """Check (and with ``fix``, repair) the save; see the module docstring. Blocking."""
     problems, memories = _problems(connection, where)
     repairs: list[str] = []

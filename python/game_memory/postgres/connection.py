@@ -140,7 +140,7 @@ class ConnectionPool:
         self._closed = False
         self._condition = threading.Condition()
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _connect(self, *, configure: bool = True) -> psycopg.Connection[Any]:
         try:
             connection = psycopg.connect(
                 self.url,
@@ -153,7 +153,7 @@ class ConnectionPool:
         try:
             # Whatever the server's or the role's default: a commit returns once durable.
             connection.execute("SET synchronous_commit = on")
-            if self._configure is not None:
+            if configure and self._configure is not None:
                 self._configure(connection)
         except BaseException as exc:
             connection.close()
@@ -207,6 +207,19 @@ class ConnectionPool:
             yield connection
         finally:
             self._release(connection)
+
+    @contextlib.contextmanager
+    def direct(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection of its own (not pooled, not configured): for the schema migration,
+        which must run before ``configure`` can register the extension's types."""
+        if self._closed:
+            raise self._error(f"the connections to {self.where} are closed")
+        connection = self._connect(configure=False)
+        try:
+            yield connection
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                connection.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 
-__all__ = ["decode_row", "encode_memory", "sql_key"]
+__all__ = ["decode_row", "encode_memory", "from_sql_key", "sql_key"]
 
 _SERIALIZER = GameMemory.__pydantic_serializer__
 
@@ -28,6 +28,23 @@ def sql_key(value: str) -> str:
     if "\\" not in value and "\x00" not in value:
         return value
     return value.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def from_sql_key(key: str) -> str:
+    """The id of a key column value (the inverse of :func:`sql_key`)."""
+    if "\\" not in key:
+        return key
+    parts: list[str] = []
+    index = 0
+    while index < len(key):
+        char = key[index]
+        if char == "\\" and index + 1 < len(key):
+            parts.append("\x00" if key[index + 1] == "0" else key[index + 1])
+            index += 2
+        else:
+            parts.append(char)
+            index += 1
+    return "".join(parts)
 
 
 def encode_memory(memory: GameMemory) -> tuple[bytes, bytes]:

@@ -103,14 +103,25 @@ SCHEMA_VERSION = MIGRATIONS[-1].version
 
 #: What a Citus coordinator runs after the migrations (each call is skipped when done).
 CITUS_DISTRIBUTION: tuple[tuple[str, str], ...] = (
-    ("game_memory_partitions", "SELECT create_distributed_table('game_memory_partitions', "
-     "'session_id')"),
-    ("game_memory_memories", "SELECT create_distributed_table('game_memory_memories', "
-     "'session_id', colocate_with => 'game_memory_partitions')"),
-    ("game_memory_index_partitions", "SELECT create_distributed_table("
-     "'game_memory_index_partitions', 'session_id', colocate_with => 'game_memory_partitions')"),
-    ("game_memory_index_entries", "SELECT create_distributed_table('game_memory_index_entries', "
-     "'session_id', colocate_with => 'game_memory_partitions')"),
+    (
+        "game_memory_partitions",
+        "SELECT create_distributed_table('game_memory_partitions', 'session_id')",
+    ),
+    (
+        "game_memory_memories",
+        "SELECT create_distributed_table('game_memory_memories', "
+        "'session_id', colocate_with => 'game_memory_partitions')",
+    ),
+    (
+        "game_memory_index_partitions",
+        "SELECT create_distributed_table("
+        "'game_memory_index_partitions', 'session_id', colocate_with => 'game_memory_partitions')",
+    ),
+    (
+        "game_memory_index_entries",
+        "SELECT create_distributed_table('game_memory_index_entries', "
+        "'session_id', colocate_with => 'game_memory_partitions')",
+    ),
     ("game_memory_identities", "SELECT create_reference_table('game_memory_identities')"),
 )
 

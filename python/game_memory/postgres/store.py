@@ -259,7 +259,8 @@ class PostgresGameMemoryStore:
         return append
 
     def _check_equivalent(self, memory: GameMemory, digest: bytes, document: bytes) -> None:
-        """Raise the conflict unless the stored memory equals ``memory`` (other JSON, same model)."""
+        """Raise the conflict unless the stored memory equals ``memory`` (same model, other
+        JSON: metadata in another order, say)."""
         stored = decode_row(
             document,
             digest,

@@ -1,0 +1,583 @@
+"""``PostgresVectorIndex``: the derived vector index of a shared world, in PostgreSQL + pgvector.
+
+It implements :class:`~game_memory.index.protocol.VectorIndex` with the same join machinery
+as the file index (:class:`~game_memory.index.join.JoinCache` over
+:class:`~game_memory.index.partition.IndexPartition` versions), so recall matches entries to
+the authoritative snapshot by memory hash and content digest exactly as on files, and scores
+the same float32 vectors with the same code: hybrid recall gives identical results.
+
+The database holds one entry per memory (``vector`` column; no approximate index: recall is
+exact, per partition, in this process). A process caches each partition it reads and
+refreshes it with one statement that returns only the entries changed since
+(``index_cache.py``); writes lock the partition's row, so any number of processes on any
+number of hosts may write and read at once. Derived data: every failure is a
+``DerivedIndexError`` and never touches the save; ``verify(repair=True)`` deletes damaged
+partitions, which a rebuild then embeds again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+from pgvector.psycopg import register_vector
+from psycopg.adapt import Loader
+
+from game_memory.durable.names import identity_hash
+from game_memory.errors import (
+    CapacityExceededError,
+    DerivedIndexError,
+    InvalidArgumentError,
+    StoreClosedError,
+)
+from game_memory.index.entries import EntryState, MemoryDigests
+from game_memory.index.join import JoinCache, PartitionJoin
+from game_memory.index.partition import FloatMatrix
+from game_memory.index.protocol import OrphanCandidates
+from game_memory.model import GameMemory, MemoryEmbeddingIdentity
+from game_memory.postgres import index_statements as sql
+from game_memory.postgres.connection import ConnectionPool, translate
+from game_memory.postgres.index_cache import EntryRow, Loaded, Loads, load
+from game_memory.postgres.rows import from_sql_key, sql_key
+from game_memory.postgres.schema import check_schema, migrate_schema
+from game_memory.store.view import PartitionView
+
+__all__ = ["PostgresVectorIndex"]
+
+_T = TypeVar("_T")
+_STRIPES = 64
+_IDENTITY_ATTEMPTS = 5
+
+
+class _RawVector(Loader):
+    """Load a pgvector value as its binary bytes (decoded in bulk by ``decode_vectors``)."""
+
+    format = psycopg.pq.Format.BINARY
+
+    def load(self, data: Any) -> bytes:
+        return bytes(data)
+
+
+def _configure(connection: psycopg.Connection[Any]) -> None:
+    register_vector(connection)
+    info = psycopg.types.TypeInfo.fetch(connection, "vector")
+    assert info is not None  # register_vector raised otherwise
+    connection.adapters.register_loader(info.oid, _RawVector)
+
+
+class PostgresVectorIndex:
+    """The derived vector index in a PostgreSQL database (pgvector).
+
+    Derived data: it may be emptied at any time and rebuilt from the save with
+    ``VectorMemoryStore.rebuild``. It may share the save's database (the default of
+    ``open_memory``) or live in another one.
+
+    Args:
+        url: A ``postgresql://`` URL (see :class:`PostgresGameMemoryStore`).
+        capacity: Most entries one owner partition may hold, 1..1,000,000.
+        cache_entries: Entries (with their vectors) kept in this process, 1..10,000,000.
+        digest_cache_entries: Memory digests kept (the join's hot data), 1,000..10,000,000.
+        max_connections: Connections of this index object, 1..64.
+        timeout: Seconds to connect, and to wait for a free connection.
+        migrate: Bring the schema up to date on first use.
+
+    Raises:
+        InvalidArgumentError: a bad URL or an option out of range.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        capacity: int = 100_000,
+        cache_entries: int = 400_000,
+        digest_cache_entries: int = 200_000,
+        max_connections: int = 4,
+        timeout: float = 30.0,
+        migrate: bool = True,
+    ) -> None:
+        if isinstance(capacity, bool) or not 1 <= capacity <= 1_000_000:
+            raise InvalidArgumentError("capacity must be an integer from 1 to 1,000,000")
+        if isinstance(cache_entries, bool) or not 1 <= cache_entries <= 10_000_000:
+            raise InvalidArgumentError("cache_entries must be an integer from 1 to 10,000,000")
+        if isinstance(digest_cache_entries, bool) or not (
+            1_000 <= digest_cache_entries <= 10_000_000
+        ):
+            raise InvalidArgumentError(
+                "digest_cache_entries must be an integer from 1,000 to 10,000,000"
+            )
+        if isinstance(max_connections, bool) or not 1 <= max_connections <= 64:
+            raise InvalidArgumentError("max_connections must be an integer from 1 to 64")
+        self._pool = ConnectionPool(
+            url,
+            size=max_connections,
+            timeout=timeout,
+            configure=_configure,
+            error=DerivedIndexError,
+        )
+        self.where = f"the vector index in {self._pool.where}"
+        self._capacity = capacity
+        self._migrate = migrate
+        self._digests = MemoryDigests(digest_cache_entries)
+        self._joins = JoinCache(self._digests)
+        self._loads = Loads(cache_entries)
+        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
+        self._identities: dict[str, tuple[int, int]] = {}
+        self._dimensions: dict[int, int] = {}
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"PostgresVectorIndex({self._pool.where!r})"
+
+    @property
+    def folder(self) -> Path | None:
+        """``None``: the index is not in a local folder."""
+        return None
+
+    @property
+    def capacity(self) -> int:
+        """Most entries one owner partition may hold."""
+        return self._capacity
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _call(self, what: str, function: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        """Run ``function`` on a pooled connection (the schema checked once). Blocking."""
+        if self._closed:
+            raise StoreClosedError(f"{self.where} is closed; open a new one")
+        try:
+            if not self._ready:
+                with self._ready_lock:
+                    if not self._ready:
+                        with self._pool.direct() as connection:
+                            if self._migrate:
+                                migrate_schema(connection, self._pool.where)
+                            else:
+                                check_schema(connection, self._pool.where)
+                        self._ready = True
+            with self._pool.connection() as connection:
+                return function(connection)
+        except psycopg.Error as exc:
+            raise translate(exc, what, self.where, error=DerivedIndexError) from exc
+
+    def _stripe(self, session_id: str, owner_id: str) -> threading.RLock:
+        return self._stripes[hash((session_id, owner_id)) % _STRIPES]
+
+    # -- identities ---------------------------------------------------------------------
+
+    def _read_identities(self, connection: psycopg.Connection[Any]) -> None:
+        for code, name, dimensions in connection.execute(sql.IDENTITIES).fetchall():
+            self._identities[name] = (int(code), int(dimensions))
+            self._dimensions[int(code)] = int(dimensions)
+
+    def _code(
+        self, connection: psycopg.Connection[Any], identity: MemoryEmbeddingIdentity, create: bool
+    ) -> int | None:
+        """The code of ``identity``; with ``create``, give it one if it has none."""
+        name = str(identity)
+        for _ in range(_IDENTITY_ATTEMPTS):
+            known = self._identities.get(name)
+            if known is not None:
+                if known[1] != identity.dimensions:
+                    raise DerivedIndexError(f"{self.where} records {name} with other dimensions")
+                return known[0]
+            self._read_identities(connection)
+            if name in self._identities:
+                continue
+            if not create:
+                return None
+            connection.execute(
+                sql.ADD_IDENTITY, {"name": name, "dimensions": identity.dimensions}
+            ).fetchall()
+        raise DerivedIndexError(f"could not record the embedding identity {name} in {self.where}")
+
+    # -- reading partitions -------------------------------------------------------------
+
+    def _entry_rows(
+        self, rows: list[tuple[Any, ...]]
+    ) -> dict[str, tuple[int, int, list[EntryRow]]]:
+        """Result rows per owner key: ``(generation, changes, entries in change order)``."""
+        grouped: dict[str, tuple[int, int, list[EntryRow]]] = {}
+        for owner, generation, changes, change, hashed, digest, state, code, text, vector in rows:
+            entry = grouped.setdefault(owner, (int(generation), int(changes), []))
+            if change is not None:
+                entry[2].append(
+                    EntryRow(int(change), hashed, digest, int(state), code, text, vector)
+                )
+        for _, _, entries in grouped.values():
+            entries.sort(key=lambda entry: entry.change)
+        return grouped
+
+    def _apply(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        owner_id: str,
+        base: Loaded | None,
+        found: tuple[int, int, list[EntryRow]],
+    ) -> Loaded:
+        generation, changes, entries = found
+        if any(e.identity is not None and e.identity not in self._dimensions for e in entries):
+            self._read_identities(connection)
+        where = f"partition {owner_id!r} of session {session_id!r} in {self.where}"
+        fresh = base is None or base.generation != generation
+        if not fresh and base is not None and base.dead_rows > base.partition.live + 1_024:
+            return self._reload(connection, session_id, owner_id)
+        loaded = load(
+            base, session_id, owner_id, generation, changes, entries, self._dimensions, where
+        )
+        if fresh:
+            self._loads.remember(loaded)
+        return loaded
+
+    def _reload(
+        self, connection: psycopg.Connection[Any], session_id: str, owner_id: str
+    ) -> Loaded:
+        """Load a partition whole (too many superseded rows held)."""
+        self._loads.forget(session_id, owner_id)
+        loaded = self._refresh(connection, session_id, owner_id)
+        assert loaded is not None
+        return loaded
+
+    def _refresh(
+        self, connection: psycopg.Connection[Any], session_id: str, owner_id: str
+    ) -> Loaded | None:
+        """Bring this process's load of one partition up to date; ``None`` if it has none."""
+        with self._stripe(session_id, owner_id):
+            base = self._loads.get(session_id, owner_id)
+            rows = connection.execute(
+                sql.OWNER_ENTRIES,
+                {
+                    "session": sql_key(session_id),
+                    "owner": sql_key(owner_id),
+                    "generation": base.generation if base is not None else 0,
+                    "seen": base.changes if base is not None else 0,
+                },
+                binary=True,
+            ).fetchall()
+            if not rows:
+                return base
+            found = next(iter(self._entry_rows(rows).values()))
+            if base is not None:
+                with base.lock:
+                    return self._apply(connection, session_id, owner_id, base, found)
+            return self._apply(connection, session_id, owner_id, None, found)
+
+    def _refresh_session(
+        self, connection: psycopg.Connection[Any], session_id: str
+    ) -> dict[str, Loaded]:
+        """Bring every partition of a session up to date in one statement, by owner id."""
+        held = self._loads.session(session_id)
+        keys = {sql_key(owner): owner for owner in held}
+        rows = connection.execute(
+            sql.SESSION_ENTRIES,
+            {
+                "session": sql_key(session_id),
+                "owners": list(keys),
+                "generations": [held[o].generation for o in keys.values()],
+                "seen": [held[o].changes for o in keys.values()],
+            },
+            binary=True,
+        ).fetchall()
+        current = dict(held)
+        for owner_key, found in self._entry_rows(rows).items():
+            owner = keys.get(owner_key) or from_sql_key(owner_key)
+            with self._stripe(session_id, owner):
+                base = self._loads.get(session_id, owner)
+                if base is not None and (base.generation, base.changes) >= found[:2]:
+                    current[owner] = base  # another thread brought it this far already
+                    continue
+                if base is not None:
+                    with base.lock:
+                        current[owner] = self._apply(connection, session_id, owner, base, found)
+                else:
+                    current[owner] = self._apply(connection, session_id, owner, None, found)
+        return current
+
+    # -- reads --------------------------------------------------------------------------
+
+    def join(self, view: PartitionView, identity: MemoryEmbeddingIdentity) -> PartitionJoin:
+        """Match the entries of ``view``'s partition against it (one statement; blocking)."""
+
+        def join(connection: psycopg.Connection[Any]) -> PartitionJoin:
+            active = self._code(connection, identity, create=False)
+            loaded = self._refresh(connection, view.session_id, view.owner_id)
+            return self._joins.join(view, None if loaded is None else loaded.partition, active)
+
+        return self._call("reading vectors", join)
+
+    def session_joins(
+        self,
+        session_id: str,
+        views: Sequence[PartitionView],
+        identity: MemoryEmbeddingIdentity,
+    ) -> list[PartitionJoin]:
+        """Join every partition of a session, orphaned ones included (blocking)."""
+
+        def joins(connection: psycopg.Connection[Any]) -> list[PartitionJoin]:
+            active = self._code(connection, identity, create=False)
+            loads = self._refresh_session(connection, session_id)
+            by_owner = {view.owner_id: view for view in views}
+            owners = sorted(set(by_owner) | set(loads), key=lambda o: identity_hash(o))
+            return [
+                self._joins.join(
+                    by_owner.get(owner),
+                    loads[owner].partition if owner in loads else None,
+                    active,
+                )
+                for owner in owners
+            ]
+
+        return self._call("reading vectors", joins)
+
+    def vectors(self, joined: PartitionJoin, identity: MemoryEmbeddingIdentity) -> FloatMatrix:
+        """The active identity's vectors of a joined partition (from this process's load).
+
+        Raises:
+            PartitionReplacedError: the partition was reloaded since it was joined.
+            DerivedIndexError: the joined partition has no vectors of the active model.
+        """
+        if joined.partition is None or joined.active is None:
+            raise DerivedIndexError("the joined partition has no vectors of the active model")
+        return self._loads.matrix(joined.partition, joined.active, identity.dimensions)
+
+    def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
+        """Whether ``memory`` has a ready vector of ``identity`` for its content (blocking)."""
+
+        def ready(connection: psycopg.Connection[Any]) -> bool:
+            active = self._code(connection, identity, create=False)
+            if active is None:
+                return False
+            hashed, digest = self._digests.get(memory)
+            row = connection.execute(
+                sql.ENTRY,
+                {
+                    "session": sql_key(memory.session_id),
+                    "owner": sql_key(memory.owner_id),
+                    "hash": hashed,
+                },
+            ).fetchone()
+            return (
+                row is not None
+                and row[0] == EntryState.READY
+                and row[1] == active
+                and bytes(row[2]) == digest
+            )
+
+        return self._call("reading an entry", ready)
+
+    # -- writes -------------------------------------------------------------------------
+
+    def write(
+        self,
+        memories: Sequence[GameMemory],
+        vectors: FloatMatrix,
+        identity: MemoryEmbeddingIdentity,
+    ) -> None:
+        """Write ready entries for ``memories`` durably: one transaction per partition.
+
+        Raises:
+            CapacityExceededError: an owner partition would exceed :attr:`capacity` (that
+                partition's entries are not written).
+        """
+        if len(memories) != len(vectors):
+            raise InvalidArgumentError("write needs one vector per memory")
+
+        def write(connection: psycopg.Connection[Any]) -> None:
+            code = self._code(connection, identity, create=True)
+            for (session_id, owner_id), positions in _groups(memories).items():
+                entries = [
+                    (
+                        *self._digests.get(memories[p]),
+                        int(EntryState.READY),
+                        code,
+                        "",
+                        Vector(np.asarray(vectors[p], dtype=np.float32)),
+                    )
+                    for p in positions
+                ]
+                self._write_partition(connection, session_id, owner_id, entries)
+
+        self._call("writing vectors", write)
+
+    def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
+        """Record that ``memories`` have no usable vector (one transaction per partition)."""
+
+        def mark(connection: psycopg.Connection[Any]) -> None:
+            for (session_id, owner_id), positions in _groups(memories).items():
+                entries = [
+                    (*self._digests.get(memories[p]), int(state), None, code, None)
+                    for p in positions
+                ]
+                self._write_partition(connection, session_id, owner_id, entries)
+
+        self._call("marking entries", mark)
+
+    def _write_partition(
+        self,
+        connection: psycopg.Connection[Any],
+        session_id: str,
+        owner_id: str,
+        entries: list[tuple[Any, ...]],
+    ) -> None:
+        session, owner = sql_key(session_id), sql_key(owner_id)
+        with connection.transaction():
+            row = connection.execute(
+                sql.BUMP, {"session": session, "owner": owner, "count": len(entries)}
+            ).fetchone()
+            assert row is not None
+            first, count = int(row[0]), int(row[1])
+            cursor = connection.cursor()
+            cursor.executemany(
+                sql.UPSERT,
+                [
+                    (session, owner, hashed, first + i + 1, state, code_, digest, text, vector)
+                    for i, (hashed, digest, state, code_, text, vector) in enumerate(entries)
+                ],
+                returning=True,
+            )
+            added = 0
+            while True:
+                result = cursor.fetchone()
+                added += 1 if result is not None and result[0] else 0
+                if not cursor.nextset():
+                    break
+            if count + added > self._capacity:
+                raise CapacityExceededError(
+                    f"an owner partition of the vector index would hold {count + added:,} "
+                    f"entries, more than the index capacity of {self._capacity:,}; open the "
+                    "index with a larger capacity",
+                    bound="capacity",
+                )
+            if added:
+                connection.execute(sql.SETTLE, {"session": session, "owner": owner, "added": added})
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def verify(self, session_id: str, *, repair: bool) -> list[Exception]:
+        """Check every partition of a session in SQL (states, hashes, vectors against their
+        model's dimensions, the entry count); with ``repair`` delete the damaged ones."""
+
+        def verify(connection: psycopg.Connection[Any]) -> list[Exception]:
+            damaged: list[Exception] = []
+            session = sql_key(session_id)
+            rows = connection.execute(sql.VERIFY, {"session": session}).fetchall()
+            for owner_key, recorded, entries, malformed in rows:
+                owner = from_sql_key(owner_key)
+                if not malformed and recorded == entries:
+                    continue
+                damaged.append(
+                    DerivedIndexError(
+                        f"partition {owner!r} of session {session_id!r} in {self.where} holds "
+                        f"{malformed} malformed entries and {entries} entries where it records "
+                        f"{recorded}; the derived index is damaged, rebuild it"
+                    )
+                )
+                if repair:
+                    self._reset(connection, session, owner_key, owner, session_id)
+            return damaged
+
+        return self._call("verifying the vector index", verify)
+
+    def _reset(
+        self,
+        connection: psycopg.Connection[Any],
+        session: str,
+        owner_key: str,
+        owner: str,
+        session_id: str,
+    ) -> None:
+        keys = {"session": session, "owner": owner_key, "entries": 0}
+        with connection.transaction():
+            connection.execute(sql.LOCK_PARTITION, keys)
+            connection.execute(
+                "DELETE FROM game_memory_index_entries WHERE session_id = %(session)s "
+                "AND owner_id = %(owner)s",
+                keys,
+            )
+            connection.execute(sql.RESET, keys)
+        self._loads.forget(session_id, owner)
+
+    def orphans(self, session_id: str, views: Sequence[PartitionView]) -> OrphanCandidates:
+        """The session's entries whose memory is absent from ``views`` (blocking)."""
+
+        def orphans(connection: psycopg.Connection[Any]) -> OrphanCandidates:
+            loads = self._refresh_session(connection, session_id)
+            alive = self._alive(views)
+            entries: dict[object, dict[bytes, object]] = {}
+            for owner, loaded in loads.items():
+                partition = loaded.partition
+                known = alive.get(owner, set())
+                entries[owner] = {
+                    hashed: loaded.change_of(slot)
+                    for hashed, slot in partition.position.items()
+                    if hashed not in known
+                }
+            return OrphanCandidates(session_id, entries)
+
+        return self._call("listing orphan vectors", orphans)
+
+    def remove_orphans(self, candidates: OrphanCandidates, views: Sequence[PartitionView]) -> int:
+        """Delete each listed entry still absent from ``views`` and unchanged since listed."""
+        alive = self._alive(views)
+        session = sql_key(candidates.session_id)
+
+        def remove(connection: psycopg.Connection[Any]) -> int:
+            removed = 0
+            for owner, listed in candidates.entries.items():
+                assert isinstance(owner, str)
+                known = alive.get(owner, set())
+                chosen = [(h, c) for h, c in listed.items() if h not in known]
+                if not chosen:
+                    continue
+                keys = {"session": session, "owner": sql_key(owner)}
+                with connection.transaction():
+                    row = connection.execute(sql.LOCK_PARTITION, keys).fetchone()
+                    if row is None:
+                        continue
+                    deleted = connection.execute(
+                        sql.DELETE_ORPHANS,
+                        {
+                            **keys,
+                            "hashes": [h for h, _ in chosen],
+                            "changes": [c for _, c in chosen],
+                        },
+                    ).rowcount
+                    if deleted:
+                        connection.execute(sql.RESET, {**keys, "entries": int(row[0]) - deleted})
+                removed += deleted
+            return removed
+
+        return self._call("removing orphan vectors", remove)
+
+    def _alive(self, views: Sequence[PartitionView]) -> dict[str, set[bytes]]:
+        """``sha256(memory_id)`` of every memory of ``views``, per owner id."""
+        return {
+            view.owner_id: {h for h, _ in self._digests.get_many(view.memories)} for view in views
+        }
+
+    async def migrate_legacy_index(self) -> int:
+        """Nothing to migrate in a database: ``0``."""
+        if self._closed:
+            raise StoreClosedError(f"{self.where} is closed; open a new one")
+        return 0
+
+    async def aclose(self) -> None:
+        """Close the connections; idempotent."""
+        self._closed = True
+        self._pool.close()
+
+
+def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:
+    """Positions of ``memories`` per partition (session and owner), in order."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for position, memory in enumerate(memories):
+        groups.setdefault((memory.session_id, memory.owner_id), []).append(position)
+    return groups

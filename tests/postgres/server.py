@@ -1,0 +1,79 @@
+"""The PostgreSQL server the PostgreSQL tests use, and one fresh schema per test.
+
+CI (``.ci/run``) starts a real PostgreSQL + pgvector with ``.ci/postgres.sh start`` and
+exports its URL as ``GAME_MEMORY_TEST_DATABASE``. Run locally without it, the session
+starts the same server through the same script and stops it at the end. On CI
+(``CI=true``) a missing variable fails the tests instead: they never skip there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+__all__ = ["DATABASE_VARIABLE", "schema_url", "server_url", "temporary_schema"]
+
+DATABASE_VARIABLE = "GAME_MEMORY_TEST_DATABASE"
+_SCRIPT = Path(__file__).resolve().parents[2] / ".ci" / "postgres.sh"
+_EXPORT = re.compile(r"^export (GAME_MEMORY_TEST_[A-Z_]+)=(\S+)$")
+
+
+@contextmanager
+def server_url() -> Iterator[str]:
+    """The URL of the test server: ``$GAME_MEMORY_TEST_DATABASE``, or one started here.
+
+    Raises:
+        RuntimeError: on CI without the variable, or when the server cannot start.
+    """
+    url = os.environ.get(DATABASE_VARIABLE)
+    if url:
+        yield url
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        raise RuntimeError(
+            f"{DATABASE_VARIABLE} is not set: on CI, .ci/run starts PostgreSQL with "
+            ".ci/postgres.sh start and exports it; the PostgreSQL tests do not skip"
+        )
+    started = subprocess.run(
+        ["bash", str(_SCRIPT), "start"], capture_output=True, text=True, check=False, timeout=300
+    )
+    if started.returncode != 0:
+        raise RuntimeError(f".ci/postgres.sh start failed:\n{started.stderr}")
+    values = dict(
+        match.groups() for line in started.stdout.splitlines() if (match := _EXPORT.match(line))
+    )
+    try:
+        yield values[DATABASE_VARIABLE]
+    finally:
+        subprocess.run(
+            ["bash", str(_SCRIPT), "stop", values["GAME_MEMORY_TEST_POSTGRES_DIR"]],
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
+
+
+def schema_url(url: str, schema: str) -> str:
+    """``url`` with its ``search_path`` set to ``schema`` (then ``public``, for pgvector)."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}options=-csearch_path%3D{schema},public"
+
+
+@contextmanager
+def temporary_schema(url: str, prefix: str = "t") -> Iterator[str]:
+    """A new empty schema in the test database (dropped afterwards); yields its URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA {name}")
+    try:
+        yield schema_url(url, name)
+    finally:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
