@@ -1,0 +1,196 @@
+"""PostgresGameMemoryStore: idempotence, conflicts, bounds, caching, damage, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from game_memory import (
+    CapacityExceededError,
+    GameMemory,
+    GameMemoryQuery,
+    GameMemoryStore,
+    InvalidArgumentError,
+    MemoryConflictError,
+    PersistenceError,
+    StoreClosedError,
+)
+from game_memory.postgres import PostgresGameMemoryStore
+
+Factory = Callable[..., PostgresGameMemoryStore]
+MemoryFactory = Callable[..., GameMemory]
+
+
+def query(text: str | None = None, **fields: Any) -> GameMemoryQuery:
+    return GameMemoryQuery(
+        session_id=fields.pop("session_id", "session"), limit=10, text=text, **fields
+    )
+
+
+async def test_it_is_a_game_memory_store_without_a_folder(make_postgres_store: Factory) -> None:
+    store = make_postgres_store()
+    assert isinstance(store, GameMemoryStore)
+    assert store.folder is None
+
+
+async def test_append_is_idempotent_and_a_reused_id_is_a_conflict(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    store = make_postgres_store()
+    assert await store.append(make_memory("m1", text="the cat"))
+    assert not await store.append(make_memory("m1", text="the cat"))
+    with pytest.raises(MemoryConflictError, match="'m1'"):
+        await store.append(make_memory("m1", text="the dog"))
+    assert [m.searchable_text for m in await store.enumerate("session")] == ["the cat"]
+    assert await store.count() == 1
+
+
+async def test_equal_memories_whose_json_differs_are_duplicates_not_conflicts(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    store = make_postgres_store()
+    first = make_memory("m1", metadata={"a": "1", "b": "2"})
+    second = make_memory("m1", metadata={"b": "2", "a": "1"})
+    assert first == second and first.model_dump_json() != second.model_dump_json()
+    assert await store.append(first)
+    assert not await store.append(second)
+
+
+async def test_ids_with_nul_and_backslashes_are_kept_exactly_and_apart(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    store = make_postgres_store()
+    ids = ["a\x00b", "a\\0b", "a\\\\0b", "a\\"]
+    for memory_id in ids:
+        assert await store.append(make_memory(memory_id, owner_id="o\x00", session_id="s\\0"))
+    stored = await store.enumerate("s\\0", "o\x00")
+    assert sorted(m.memory_id for m in stored) == sorted(ids)
+    assert await store.enumerate("s\x00") == []
+
+
+async def test_a_full_partition_refuses_new_memories_but_not_duplicates(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    store = make_postgres_store(maximum_partition_entries=2)
+    await store.append(make_memory("m1"))
+    await store.append(make_memory("m2"))
+    with pytest.raises(CapacityExceededError) as raised:
+        await store.append(make_memory("m3"))
+    assert raised.value.bound == "maximum_partition_entries"
+    assert not await store.append(make_memory("m2"))
+    assert await store.append(make_memory("m3", owner_id="other"))
+
+
+async def test_snapshots_are_bounded(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    store = make_postgres_store()
+    for number in range(5):
+        await store.append(make_memory(f"m{number}", owner_id=f"o{number % 2}"))
+    assert len((await store.snapshot(query(), maximum_entries=5)).authoritative_memories) == 5
+    for _ in range(2):  # cold, then from the cache
+        with pytest.raises(CapacityExceededError) as raised:
+            await store.snapshot(query(), maximum_entries=4)
+        assert raised.value.bound == "maximum_snapshot_entries"
+    assert len((await store.snapshot(query(owner_id="o0"), maximum_entries=3)).views) == 1
+
+
+async def test_an_unchanged_partition_keeps_its_view_and_a_grown_one_extends_it(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    store = make_postgres_store()
+    await store.append(make_memory("m1", text="the cat"))
+    first = (await store.snapshot(query("cat"))).views[0]
+    assert (await store.snapshot(query("cat"))).views[0] is first
+    await store.append(make_memory("m2", text="the dog"))
+    grown = (await store.snapshot(query("dog", owner_id="owner"))).views[0]
+    assert grown is not first and grown.memories[0] is first.memories[0]
+    assert [m.memory_id for m in grown.memories] == ["m1", "m2"]
+
+
+async def test_another_store_object_sees_appends_at_once(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    reader, writer = make_postgres_store(), make_postgres_store()
+    assert (await reader.snapshot(query("cat"))).lexical == ()
+    await writer.append(make_memory("m1", text="the cat", owner_id="a"))
+    await writer.append(make_memory("m2", text="a cat", owner_id="b"))
+    hits = (await reader.snapshot(query("cat"))).lexical
+    assert sorted(h.memory.memory_id for h in hits) == ["m1", "m2"]
+    await writer.append(make_memory("m3", text="cat cat cat", owner_id="b"))
+    hits = (await reader.snapshot(query("cat"))).lexical
+    assert hits[0].memory.memory_id == "m3"
+    assert not await reader.append(make_memory("m3", text="cat cat cat", owner_id="b"))
+
+
+async def test_a_changed_document_fails_closed_and_check_names_it(
+    make_postgres_store: Factory, make_memory: MemoryFactory, database: str
+) -> None:
+    store = make_postgres_store()
+    await store.append(make_memory("m1", text="the cat"))
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute(
+            "UPDATE game_memory_memories SET document = "
+            "convert_to(replace(convert_from(document, 'UTF8'), 'cat', 'dog'), 'UTF8')"
+        )
+    fresh = make_postgres_store()
+    with pytest.raises(PersistenceError, match="content digest"):
+        await fresh.snapshot(query("cat"))
+    report = await fresh.check()
+    assert not report.ok and "does not match its content digest" in report.problems[0]
+
+
+async def test_check_moves_a_partition_row_that_fell_behind_back_up(
+    make_postgres_store: Factory, make_memory: MemoryFactory, database: str
+) -> None:
+    store = make_postgres_store()
+    for number in range(3):
+        await store.append(make_memory(f"m{number}"))
+    assert (await store.check()).ok
+    with psycopg.connect(database, autocommit=True) as connection:
+        connection.execute("UPDATE game_memory_partitions SET next_seq = 1")
+    report = await store.check()
+    assert not report.ok and "holds memories up to 2" in report.problems[0]
+    fixed = await store.check(fix=True)
+    assert fixed.ok and fixed.repairs and fixed.memories == 3
+    assert await store.append(make_memory("m3"))
+    assert len(await make_postgres_store().enumerate("session")) == 4
+
+
+async def test_bad_arguments_are_refused_before_anything_is_read(
+    make_postgres_store: Factory,
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        PostgresGameMemoryStore("/a/folder")
+    with pytest.raises(InvalidArgumentError):
+        make_postgres_store(maximum_partition_entries=0)
+    store = make_postgres_store()
+    with pytest.raises(InvalidArgumentError):
+        await store.append("not a memory")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError):
+        await store.enumerate(" ")
+
+
+async def test_an_unreachable_server_is_a_persistence_error_without_the_password() -> None:
+    store = PostgresGameMemoryStore(
+        "postgresql://someone:secret-word@127.0.0.1:1/nowhere", timeout=2
+    )
+    try:
+        with pytest.raises(PersistenceError) as raised:
+            await store.count()
+        assert "secret-word" not in str(raised.value)
+        assert "127.0.0.1:1" in str(raised.value) and "could not reach" in str(raised.value)
+    finally:
+        await store.aclose()
+
+
+async def test_a_closed_store_raises_store_closed(make_postgres_store: Factory) -> None:
+    store = make_postgres_store()
+    await store.count()
+    await store.aclose()
+    await store.aclose()
+    with pytest.raises(StoreClosedError):
+        await store.count()
