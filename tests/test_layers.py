@@ -8,6 +8,7 @@ hidden behind ``TYPE_CHECKING`` is still a circle). Floors, from the top::
     opening, memory, rebuild,    the front door, what builds it, and its upkeep
     models, lifecycle
     recall                       the pipeline over explicit collaborators
+    postgres                     the save and the index on PostgreSQL (optional extra)
     index, store, embedding      the derived index, the save, the model seam
     durable                      file primitives shared by save and index
     model, errors, strict_json   the plain records
@@ -46,12 +47,15 @@ ALLOWED: dict[str, set[str]] = {
     "lifecycle": SEAMS | {"index", "recall", "memory", "lifecycle"},
     "opening": SEAMS | {"index", "recall", "memory", "rebuild", "models", "opening"},
     "onnx": {"onnx", "errors", "model.identity", "embedding.provider"},
+    "postgres": SEAMS | {"index", "postgres"},
 }
+# Only the front door and the CLI open PostgreSQL (inside functions: the extra is optional).
+ALLOWED["opening"] |= {"postgres"}
 _FRONT = SEAMS | {"index", "recall", "memory", "rebuild", "models", "lifecycle", "opening", "onnx"}
 ALLOWED["bridge"] = _FRONT | {"bridge"}
 ALLOWED["demo"] = _FRONT | {"demo"}
 ALLOWED["bundle"] = _FRONT | {"bundle"}
-ALLOWED["cli"] = _FRONT | {"bridge", "demo", "bundle", "cli"}
+ALLOWED["cli"] = _FRONT | {"bridge", "demo", "bundle", "cli", "postgres"}
 
 
 def _module_name(path: Path) -> str:

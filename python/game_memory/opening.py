@@ -5,6 +5,10 @@ It composes ``VectorMemoryStore(FileGameMemoryStore(save), FileVectorMemoryIndex
 provider, reranker=GameAwareMemoryReranker(...))``, or the same front door without a
 provider in lexical mode (:mod:`game_memory.models` says which). The index folder defaults
 to the sibling ``<save parent>/<save name>.index``: derived data never lives in the save.
+
+A ``postgresql://`` URL as the save (or the index) opens the PostgreSQL backends of
+``game_memory.postgres`` instead (the optional extra ``game-memory[postgres]``, imported
+only then); the index then defaults to the save's database.
 """
 
 from __future__ import annotations
@@ -13,15 +17,59 @@ import os
 from pathlib import Path
 
 from game_memory.embedding.provider import EmbeddingProvider
+from game_memory.errors import InvalidArgumentError
 from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.index.protocol import VectorIndex
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import DiagnosticSink
 from game_memory.models import ModelChoice, load_model
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
 from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.store.protocol import GameMemoryStore
 
 __all__ = ["default_index_dir", "open_memory"]
+
+_DATABASE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _is_database(location: str | os.PathLike[str] | None) -> bool:
+    """Whether ``location`` is a PostgreSQL URL (the test lives here: the extra is optional)."""
+    return isinstance(location, str) and location.lower().startswith(_DATABASE_SCHEMES)
+
+
+def _require_postgres() -> None:
+    try:
+        import game_memory.postgres  # noqa: F401  (only whether it imports)
+    except ImportError as exc:
+        raise InvalidArgumentError(
+            "a postgresql:// save needs the PostgreSQL backend: pip install "
+            f"'game-memory[postgres]' ({exc})"
+        ) from exc
+
+
+def _save(save: str | os.PathLike[str], create: bool) -> GameMemoryStore:
+    if _is_database(save):
+        from game_memory.postgres import PostgresGameMemoryStore
+
+        assert isinstance(save, str)
+        # ``create`` maps to the schema: a reading tool refuses a database without one.
+        return PostgresGameMemoryStore(save, migrate=create)
+    return FileGameMemoryStore(save, create=create)
+
+
+def _index(
+    save: str | os.PathLike[str], index: str | os.PathLike[str] | None, create: bool
+) -> VectorIndex:
+    location = index if index is not None else save
+    if _is_database(location):
+        from game_memory.postgres import PostgresVectorIndex
+
+        assert isinstance(location, str)
+        return PostgresVectorIndex(location, migrate=create)
+    return FileVectorMemoryIndex(
+        index if index is not None else default_index_dir(save), create=create
+    )
 
 
 def default_index_dir(save: str | os.PathLike[str]) -> Path:
@@ -42,14 +90,16 @@ async def open_memory(
     create: bool = True,
     create_index: bool | None = None,
 ) -> VectorMemoryStore:
-    """Open a save folder with the chosen model.
+    """Open a save folder (or a PostgreSQL database) with the chosen model.
 
-    Nothing is read from the save yet: the stores open their files on first use.
+    Nothing is read from the save yet: the stores open their files (or connect) on first use.
 
     Args:
-        save: The authoritative save folder (created on the first write).
-        index: The derived index folder; default :func:`default_index_dir`. It must not be
-            inside the save.
+        save: The authoritative save folder (created on the first write), or a
+            ``postgresql://`` URL: the save in that database (``game_memory.postgres``).
+        index: The derived index folder, or a ``postgresql://`` URL; default
+            :func:`default_index_dir` of a folder, the save's own database for a URL. A
+            folder must not be inside the save.
         model: ``"default"``, ``"lexical"``, ``"hashing"``, a model folder (see
             :func:`game_memory.models.load_model`), or a provider object to use as is (the
             memory then owns and closes it). When ``"default"`` is unavailable the memory
@@ -61,7 +111,8 @@ async def open_memory(
         home: The model cache folder for ``"default"`` (default ``$GAME_MEMORY_HOME``).
         create: Create the save folder on first use when it does not exist (what writers
             want). ``False`` for tools that only read: a missing folder, or a folder
-            without a save, raises ``PersistenceError`` and nothing is created.
+            without a save, raises ``PersistenceError`` and nothing is created. For a
+            database, ``False`` refuses one whose schema is not current (it is not migrated).
         create_index: The same for the index folder (default: as ``create``). Without it a
             missing index reads as an empty one (every memory pending) and is not created.
 
@@ -70,14 +121,16 @@ async def open_memory(
 
     Raises:
         PersistenceError: the save folder is unsafe (a symbolic link).
-        InvalidArgumentError: the index folder is inside the save folder, or an option is
-            out of range.
+        InvalidArgumentError: the index folder is inside the save folder, an option is
+            out of range, or a URL is given without the ``postgres`` extra installed.
         EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
     """
+    if _is_database(save) or _is_database(index):
+        _require_postgres()  # a clear error before a model is loaded, when the extra is missing
     choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)
     provider = choice.provider
     try:
-        authoritative = FileGameMemoryStore(save, create=create)
+        authoritative = _save(save, create)
     except BaseException:
         if provider is not None:
             await provider.aclose()
@@ -86,10 +139,7 @@ async def open_memory(
         derived = (
             None
             if provider is None
-            else FileVectorMemoryIndex(
-                index if index is not None else default_index_dir(save),
-                create=create if create_index is None else create_index,
-            )
+            else _index(save, index, create if create_index is None else create_index)
         )
         return VectorMemoryStore(
             authoritative,

@@ -95,19 +95,23 @@ def _with_memory(
     except ValueError as exc:
         return _fail(str(exc))
     given_index = getattr(args, "index_dir", None)
+    database = getattr(args, "database", None)
     for path, option in ((args.save_dir, "--save-dir"), (given_index, "--index-dir")):
         problem = folder_problem(path, option)
         if problem is not None:
             return _fail(problem)
-    index, found = index_folder(args.save_dir, given_index)
-    if found is not None:
-        _say("notice", found)
-    new_save = create and is_new_save(args.save_dir)
+    index: Path | None = Path(given_index) if given_index else None
+    new_save = False
+    if database is None:
+        index, found = index_folder(args.save_dir, given_index)
+        if found is not None:
+            _say("notice", found)
+        new_save = create and is_new_save(args.save_dir)
     _show_warnings()
 
     async def main() -> int:
         memory = await open_memory(
-            args.save_dir,
+            database or args.save_dir,
             index=index,
             model=getattr(args, "model", "lexical"),
             options=settings.options,
@@ -196,7 +200,10 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
 
 def run_migrate(args: argparse.Namespace) -> int:
-    """``game-memory migrate``: migrate a legacy save (and vector index)."""
+    """``game-memory migrate``: migrate a legacy save (and vector index), or copy a save
+    folder into PostgreSQL (``--to-database``)."""
+    if getattr(args, "to_database", None):
+        return _copy_to_database(args)
 
     async def action(memory: VectorMemoryStore) -> int:
         report = await memory.migrate()
@@ -208,6 +215,43 @@ def run_migrate(args: argparse.Namespace) -> int:
         return 0
 
     return _with_memory(args, action, create=True)
+
+
+def _copy_to_database(args: argparse.Namespace) -> int:
+    """``game-memory migrate --to-database URL --save-dir DIR``, with a progress bar."""
+    if not args.save_dir:
+        return _fail("--to-database copies the save of --save-dir; give the folder to copy")
+    try:
+        from game_memory.postgres import PostgresGameMemoryStore
+        from game_memory.postgres.copy import copy_save
+    except ImportError as exc:
+        return _fail(f"--to-database needs pip install 'game-memory[postgres]' ({exc})")
+
+    async def main() -> int:
+        store = PostgresGameMemoryStore(args.to_database)
+        try:
+            with Progress(
+                TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+            ) as bar:
+                task = bar.add_task("copy", total=None)
+
+                def progress(done: int, total: int) -> None:
+                    bar.update(task, completed=done, total=total)
+
+                report = await copy_save(args.save_dir, store, progress=progress)
+        finally:
+            await store.aclose()
+        _console().print(
+            f"copied {report.read} memories of {len(report.sessions)} sessions into "
+            f"{store.where}: {report.added} added, {report.already_there} already there. "
+            "Vectors are derived: run 'game-memory rebuild --database ... --session ID'."
+        )
+        return 0
+
+    try:
+        return asyncio.run(main())
+    except GameMemoryError as exc:
+        return _fail(str(exc))
 
 
 def run_search(args: argparse.Namespace) -> int:

@@ -57,13 +57,19 @@ _EXIT_CODES = """exit codes:
 
 
 def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True) -> None:
-    parser.add_argument(
-        "--save-dir", required=True, help="the authoritative save folder of memories"
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--save-dir", help="the authoritative save folder of memories")
+    where.add_argument(
+        "--database",
+        metavar="postgresql://...",
+        help="a PostgreSQL database holding the save and the vector index, in place of "
+        "--save-dir (needs the extra game-memory[postgres]; see docs/postgres.md)",
     )
     if index:
         parser.add_argument(
             "--index-dir",
-            help="the derived vector index folder (default: <save-dir>/../<name>.index)",
+            help="the derived vector index folder (default: <save-dir>/../<name>.index, or "
+            "the --database itself)",
         )
         parser.add_argument("--model", default="default", help=_MODEL_HELP)
 
@@ -119,9 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--force", action="store_true", help="re-embed ready entries too")
 
     migrate = commands.add_parser(
-        "migrate", help="migrate a legacy flat save (and vector index) to the current layout"
+        "migrate",
+        help="migrate a legacy flat save (and vector index) to the current layout, or copy "
+        "a save folder into PostgreSQL (--to-database)",
     )
     _add_store_arguments(migrate)
+    migrate.add_argument(
+        "--to-database",
+        metavar="postgresql://...",
+        help="copy the save of --save-dir into this PostgreSQL database (idempotent and "
+        "resumable: run it again after an interruption); rebuild the vectors there afterwards",
+    )
 
     search = commands.add_parser("search", help="recall memories as of a game moment")
     _add_store_arguments(search)

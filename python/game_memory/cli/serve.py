@@ -53,7 +53,7 @@ class ServeSettings:
     """Everything ``serve`` needs, checked before anything is opened or bound.
 
     Attributes:
-        save_dir: The authoritative save folder.
+        save_dir: The authoritative save folder (``None`` with ``database``).
         index_dir: The derived index folder (``None``: the default sibling folder).
         model: ``"default"``, ``"lexical"``, ``"hashing"`` or a model folder.
         host: The loopback address to bind (``None`` for stdio).
@@ -61,9 +61,10 @@ class ServeSettings:
         token: The token WebSocket clients must present (``None`` for stdio).
         limits: The bridge's bounds.
         recall: The fusion and reranker options from ``--fusion`` and friends.
+        database: A ``postgresql://`` URL holding the save, in place of ``save_dir``.
     """
 
-    save_dir: Path
+    save_dir: Path | None
     index_dir: Path | None
     model: str
     host: str | None
@@ -71,6 +72,7 @@ class ServeSettings:
     token: str | None
     limits: BridgeLimits
     recall: RecallSettings = field(default_factory=RecallSettings)
+    database: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -96,14 +98,21 @@ class ServeSettings:
         if timeout:
             limits = dataclasses.replace(limits, request_timeout_seconds=_seconds(timeout))
         return cls(
-            save_dir=Path(args.save_dir),
-            index_dir=index_folder(args.save_dir, args.index_dir or None)[0],
+            save_dir=Path(args.save_dir) if args.save_dir else None,
+            index_dir=(
+                index_folder(args.save_dir, args.index_dir or None)[0]
+                if args.save_dir
+                else Path(args.index_dir)
+                if args.index_dir
+                else None
+            ),
             model=args.model,
             host=host,
             port=port,
             token=token,
             limits=limits,
             recall=recall_settings(args),
+            database=getattr(args, "database", None),
         )
 
 
@@ -206,9 +215,12 @@ async def serve(settings: ServeSettings) -> int:
         problem = folder_problem(path, option)
         if problem is not None:
             raise InvalidArgumentError(problem)
-    new_save = is_new_save(str(settings.save_dir))
+    save = settings.database or settings.save_dir
+    if save is None:
+        raise InvalidArgumentError("serve needs --save-dir or --database")
+    new_save = settings.save_dir is not None and is_new_save(str(settings.save_dir))
     memory = await open_memory(
-        settings.save_dir,
+        save,
         index=settings.index_dir,
         model=settings.model,
         diagnostics=relay,
@@ -219,7 +231,7 @@ async def serve(settings: ServeSettings) -> int:
         # Open the save now (creating a new one): one that cannot be opened ends the
         # server before its ready line, with the reason on stderr and exit code 1.
         await memory.authoritative.count()
-        if new_save:
+        if new_save and settings.save_dir is not None:
             logger.info("created a new save at %s", os.path.abspath(settings.save_dir))
         notices = () if memory.notice is None else (diagnostic_to_json(memory.notice),)
         for notice in notices:

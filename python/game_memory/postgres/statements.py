@@ -6,7 +6,7 @@ Citus each is a single-shard ("router") statement and the tables stay colocated 
 
 from __future__ import annotations
 
-__all__ = ["APPEND", "EXISTING", "OWNER_ROWS", "SESSION_ROWS"]
+__all__ = ["APPEND", "APPEND_MANY", "EXISTING", "OWNER_ROWS", "SESSION_ROWS"]
 
 #: Add one memory in one round trip (one autocommit statement: atomic and, with
 #: ``synchronous_commit = on``, durable when it returns).
@@ -39,6 +39,48 @@ SELECT
     (SELECT digest FROM existing),
     (SELECT document FROM existing WHERE digest <> %(digest)s),
     (SELECT count(*) FROM partition)
+"""
+
+#: Add many memories of one partition in one statement (the bulk form of ``APPEND``, run in
+#: the caller's transaction, which rolls back on a conflict, a full partition or a race).
+#: ``incoming`` must hold distinct ids. Returns how many were new, whether the partition
+#: had room for them, how many were inserted, and the stored rows whose digest differs.
+APPEND_MANY = """
+WITH incoming AS (
+    SELECT * FROM unnest(%(memories)s::text[], %(digests)s::bytea[], %(documents)s::bytea[])
+        WITH ORDINALITY AS t(memory_id, digest, document, n)
+), existing AS (
+    SELECT m.memory_id, m.digest, m.document FROM game_memory_memories m
+    WHERE m.session_id = %(session)s AND m.owner_id = %(owner)s
+        AND m.memory_id = ANY(%(memories)s::text[])
+), new AS (
+    SELECT i.memory_id, i.digest, i.document, row_number() OVER (ORDER BY i.n) - 1 AS rank
+    FROM incoming i WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE e.memory_id = i.memory_id)
+), partition AS (
+    INSERT INTO game_memory_partitions AS p (session_id, owner_id, next_seq)
+    SELECT %(session)s, %(owner)s, count(*) FROM new
+    HAVING count(*) > 0 AND count(*) <= %(capacity)s
+    ON CONFLICT (session_id, owner_id) DO UPDATE SET next_seq = p.next_seq + excluded.next_seq
+        WHERE p.next_seq + excluded.next_seq <= %(capacity)s
+    RETURNING p.next_seq - (SELECT count(*) FROM new) AS first
+), inserted AS (
+    INSERT INTO game_memory_memories (session_id, owner_id, memory_id, seq, digest, document)
+    SELECT %(session)s, %(owner)s, new.memory_id, partition.first + new.rank, new.digest,
+        new.document
+    FROM new, partition
+    ON CONFLICT (session_id, owner_id, memory_id) DO NOTHING
+    RETURNING 1
+)
+SELECT
+    (SELECT count(*) FROM new),
+    (SELECT count(*) FROM partition),
+    (SELECT count(*) FROM inserted),
+    (SELECT coalesce(array_agg(e.memory_id ORDER BY e.memory_id), '{}') FROM existing e
+        JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest),
+    (SELECT coalesce(array_agg(e.digest ORDER BY e.memory_id), '{}') FROM existing e
+        JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest),
+    (SELECT coalesce(array_agg(e.document ORDER BY e.memory_id), '{}') FROM existing e
+        JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest)
 """
 
 #: The row of one id, read after a concurrent append of it won the race.

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ from game_memory.errors import (
     InvalidArgumentError,
     MemoryConflictError,
     PersistenceError,
+    StoreBusyError,
     StoreClosedError,
 )
 from game_memory.model import (
@@ -56,7 +57,13 @@ from game_memory.postgres.check import check_database
 from game_memory.postgres.connection import ConnectionPool, translate
 from game_memory.postgres.rows import decode_row, encode_memory, sql_key
 from game_memory.postgres.schema import check_schema, migrate_schema
-from game_memory.postgres.statements import APPEND, EXISTING, OWNER_ROWS, SESSION_ROWS
+from game_memory.postgres.statements import (
+    APPEND,
+    APPEND_MANY,
+    EXISTING,
+    OWNER_ROWS,
+    SESSION_ROWS,
+)
 from game_memory.postgres.views import CachedPartition, ViewCache, extend_view
 from game_memory.store.lexical import lexical_search
 from game_memory.store.protocol import StoreSnapshot
@@ -257,6 +264,88 @@ class PostgresGameMemoryStore:
             )
 
         return append
+
+    async def append_many(self, memories: Sequence[GameMemory]) -> int:
+        """Durably add many memories in one transaction; return how many were new.
+
+        The bulk form of :meth:`append` (for imports and tools; not part of the store
+        protocol): all or nothing. Equivalent memories already stored are skipped; one
+        statement per owner partition, one commit for the whole batch. Keep a batch to one
+        session (and a few thousand memories): on Citus a batch of one session is routed
+        to one shard.
+
+        Raises:
+            MemoryConflictError: an id already holds (or the batch gives it) different
+                content; nothing of the batch is added.
+            CapacityExceededError: a partition would exceed ``maximum_partition_entries``;
+                nothing is added.
+        """
+        items = list(memories)
+        if not all(isinstance(memory, GameMemory) for memory in items):
+            raise InvalidArgumentError("append_many takes GameMemory objects")
+        groups: dict[tuple[str, str], dict[str, GameMemory]] = {}
+        for memory in items:
+            group = groups.setdefault((memory.session_id, memory.owner_id), {})
+            previous = group.setdefault(memory.memory_id, memory)
+            if previous != memory:
+                raise MemoryConflictError(
+                    f"the batch gives memory id {memory.memory_id!r} of owner "
+                    f"{memory.owner_id!r} two different contents; an id cannot be reused"
+                )
+        if not groups:
+            return 0
+        await self._ensure_ready()
+
+        def append(connection: psycopg.Connection[Any]) -> int:
+            for _ in range(_RACE_ATTEMPTS):
+                added = self._append_batch(connection, groups)
+                if added is not None:
+                    return added
+            raise StoreBusyError(
+                f"a batch kept racing concurrent appends of the same ids in {self.where}; retry it"
+            )
+
+        return await self._run(lambda: self._call("appending memories", append))
+
+    def _append_batch(
+        self,
+        connection: psycopg.Connection[Any],
+        groups: dict[tuple[str, str], dict[str, GameMemory]],
+    ) -> int | None:
+        """One attempt at a batch in one transaction; ``None`` when a race rolled it back."""
+        added = 0
+        lost = False
+        with connection.transaction() as transaction:
+            for (session_id, owner_id), batch in groups.items():
+                encoded = [encode_memory(memory) for memory in batch.values()]
+                row = connection.execute(
+                    APPEND_MANY,
+                    {
+                        "session": sql_key(session_id),
+                        "owner": sql_key(owner_id),
+                        "memories": [sql_key(memory_id) for memory_id in batch],
+                        "digests": [digest for _, digest in encoded],
+                        "documents": [document for document, _ in encoded],
+                        "capacity": self.maximum_partition_entries,
+                    },
+                ).fetchone()
+                assert row is not None
+                new, claimed, inserted, keys, digests, documents = row
+                by_key = {sql_key(memory_id): memory for memory_id, memory in batch.items()}
+                for key, digest, document in zip(keys, digests, documents, strict=True):
+                    self._check_equivalent(by_key[key], digest, document)
+                if new and not claimed:
+                    raise CapacityExceededError(
+                        f"owner {owner_id!r} of session {session_id!r} cannot take {new:,} more "
+                        f"memories: maximum_partition_entries is "
+                        f"{self.maximum_partition_entries:,}; nothing of the batch was added",
+                        bound="maximum_partition_entries",
+                    )
+                if inserted != new:  # a concurrent append of one of these ids won: retry
+                    lost = True
+                    raise psycopg.Rollback(transaction)
+                added += int(inserted)
+        return None if lost else added
 
     def _check_equivalent(self, memory: GameMemory, digest: bytes, document: bytes) -> None:
         """Raise the conflict unless the stored memory equals ``memory`` (same model, other
