@@ -30,7 +30,6 @@ from psycopg.adapt import Loader
 
 from game_memory.durable.names import identity_hash
 from game_memory.errors import (
-    CapacityExceededError,
     DerivedIndexError,
     InvalidArgumentError,
     StoreClosedError,
@@ -42,7 +41,9 @@ from game_memory.index.protocol import OrphanCandidates
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.postgres import index_statements as sql
 from game_memory.postgres.connection import ConnectionPool, translate
-from game_memory.postgres.index_cache import EntryRow, Loaded, Loads, load
+from game_memory.postgres.index_cache import Loads
+from game_memory.postgres.index_reads import IndexReader
+from game_memory.postgres.index_writes import write_partition
 from game_memory.postgres.rows import from_sql_key, sql_key
 from game_memory.postgres.schema import check_schema, migrate_schema
 from game_memory.store.view import PartitionView
@@ -50,8 +51,6 @@ from game_memory.store.view import PartitionView
 __all__ = ["PostgresVectorIndex"]
 
 _T = TypeVar("_T")
-_STRIPES = 64
-_IDENTITY_ATTEMPTS = 5
 
 
 class _RawVector(Loader):
@@ -126,9 +125,7 @@ class PostgresVectorIndex:
         self._digests = MemoryDigests(digest_cache_entries)
         self._joins = JoinCache(self._digests)
         self._loads = Loads(cache_entries)
-        self._stripes = [threading.RLock() for _ in range(_STRIPES)]
-        self._identities: dict[str, tuple[int, int]] = {}
-        self._dimensions: dict[int, int] = {}
+        self._reader = IndexReader(self._loads, self.where)
         self._ready = False
         self._ready_lock = threading.Lock()
         self._closed = False
@@ -167,148 +164,14 @@ class PostgresVectorIndex:
         except psycopg.Error as exc:
             raise translate(exc, what, self.where, error=DerivedIndexError) from exc
 
-    def _stripe(self, session_id: str, owner_id: str) -> threading.RLock:
-        return self._stripes[hash((session_id, owner_id)) % _STRIPES]
-
-    # -- identities ---------------------------------------------------------------------
-
-    def _read_identities(self, connection: psycopg.Connection[Any]) -> None:
-        for code, name, dimensions in connection.execute(sql.IDENTITIES).fetchall():
-            self._identities[name] = (int(code), int(dimensions))
-            self._dimensions[int(code)] = int(dimensions)
-
-    def _code(
-        self, connection: psycopg.Connection[Any], identity: MemoryEmbeddingIdentity, create: bool
-    ) -> int | None:
-        """The code of ``identity``; with ``create``, give it one if it has none."""
-        name = str(identity)
-        for _ in range(_IDENTITY_ATTEMPTS):
-            known = self._identities.get(name)
-            if known is not None:
-                if known[1] != identity.dimensions:
-                    raise DerivedIndexError(f"{self.where} records {name} with other dimensions")
-                return known[0]
-            self._read_identities(connection)
-            if name in self._identities:
-                continue
-            if not create:
-                return None
-            connection.execute(
-                sql.ADD_IDENTITY, {"name": name, "dimensions": identity.dimensions}
-            ).fetchall()
-        raise DerivedIndexError(f"could not record the embedding identity {name} in {self.where}")
-
-    # -- reading partitions -------------------------------------------------------------
-
-    def _entry_rows(
-        self, rows: list[tuple[Any, ...]]
-    ) -> dict[str, tuple[int, int, list[EntryRow]]]:
-        """Result rows per owner key: ``(generation, changes, entries in change order)``."""
-        grouped: dict[str, tuple[int, int, list[EntryRow]]] = {}
-        for owner, generation, changes, change, hashed, digest, state, code, text, vector in rows:
-            entry = grouped.setdefault(owner, (int(generation), int(changes), []))
-            if change is not None:
-                entry[2].append(
-                    EntryRow(int(change), hashed, digest, int(state), code, text, vector)
-                )
-        for _, _, entries in grouped.values():
-            entries.sort(key=lambda entry: entry.change)
-        return grouped
-
-    def _apply(
-        self,
-        connection: psycopg.Connection[Any],
-        session_id: str,
-        owner_id: str,
-        base: Loaded | None,
-        found: tuple[int, int, list[EntryRow]],
-    ) -> Loaded:
-        generation, changes, entries = found
-        if any(e.identity is not None and e.identity not in self._dimensions for e in entries):
-            self._read_identities(connection)
-        where = f"partition {owner_id!r} of session {session_id!r} in {self.where}"
-        fresh = base is None or base.generation != generation
-        if not fresh and base is not None and base.dead_rows > base.partition.live + 1_024:
-            return self._reload(connection, session_id, owner_id)
-        loaded = load(
-            base, session_id, owner_id, generation, changes, entries, self._dimensions, where
-        )
-        if fresh:
-            self._loads.remember(loaded)
-        return loaded
-
-    def _reload(
-        self, connection: psycopg.Connection[Any], session_id: str, owner_id: str
-    ) -> Loaded:
-        """Load a partition whole (too many superseded rows held)."""
-        self._loads.forget(session_id, owner_id)
-        loaded = self._refresh(connection, session_id, owner_id)
-        assert loaded is not None
-        return loaded
-
-    def _refresh(
-        self, connection: psycopg.Connection[Any], session_id: str, owner_id: str
-    ) -> Loaded | None:
-        """Bring this process's load of one partition up to date; ``None`` if it has none."""
-        with self._stripe(session_id, owner_id):
-            base = self._loads.get(session_id, owner_id)
-            rows = connection.execute(
-                sql.OWNER_ENTRIES,
-                {
-                    "session": sql_key(session_id),
-                    "owner": sql_key(owner_id),
-                    "generation": base.generation if base is not None else 0,
-                    "seen": base.changes if base is not None else 0,
-                },
-                binary=True,
-            ).fetchall()
-            if not rows:
-                return base
-            found = next(iter(self._entry_rows(rows).values()))
-            if base is not None:
-                with base.lock:
-                    return self._apply(connection, session_id, owner_id, base, found)
-            return self._apply(connection, session_id, owner_id, None, found)
-
-    def _refresh_session(
-        self, connection: psycopg.Connection[Any], session_id: str
-    ) -> dict[str, Loaded]:
-        """Bring every partition of a session up to date in one statement, by owner id."""
-        held = self._loads.session(session_id)
-        keys = {sql_key(owner): owner for owner in held}
-        rows = connection.execute(
-            sql.SESSION_ENTRIES,
-            {
-                "session": sql_key(session_id),
-                "owners": list(keys),
-                "generations": [held[o].generation for o in keys.values()],
-                "seen": [held[o].changes for o in keys.values()],
-            },
-            binary=True,
-        ).fetchall()
-        current = dict(held)
-        for owner_key, found in self._entry_rows(rows).items():
-            owner = keys.get(owner_key) or from_sql_key(owner_key)
-            with self._stripe(session_id, owner):
-                base = self._loads.get(session_id, owner)
-                if base is not None and (base.generation, base.changes) >= found[:2]:
-                    current[owner] = base  # another thread brought it this far already
-                    continue
-                if base is not None:
-                    with base.lock:
-                        current[owner] = self._apply(connection, session_id, owner, base, found)
-                else:
-                    current[owner] = self._apply(connection, session_id, owner, None, found)
-        return current
-
     # -- reads --------------------------------------------------------------------------
 
     def join(self, view: PartitionView, identity: MemoryEmbeddingIdentity) -> PartitionJoin:
         """Match the entries of ``view``'s partition against it (one statement; blocking)."""
 
         def join(connection: psycopg.Connection[Any]) -> PartitionJoin:
-            active = self._code(connection, identity, create=False)
-            loaded = self._refresh(connection, view.session_id, view.owner_id)
+            active = self._reader.code(connection, identity, create=False)
+            loaded = self._reader.refresh(connection, view.session_id, view.owner_id)
             return self._joins.join(view, None if loaded is None else loaded.partition, active)
 
         return self._call("reading vectors", join)
@@ -322,8 +185,8 @@ class PostgresVectorIndex:
         """Join every partition of a session, orphaned ones included (blocking)."""
 
         def joins(connection: psycopg.Connection[Any]) -> list[PartitionJoin]:
-            active = self._code(connection, identity, create=False)
-            loads = self._refresh_session(connection, session_id)
+            active = self._reader.code(connection, identity, create=False)
+            loads = self._reader.refresh_session(connection, session_id)
             by_owner = {view.owner_id: view for view in views}
             owners = sorted(set(by_owner) | set(loads), key=lambda o: identity_hash(o))
             return [
@@ -352,7 +215,7 @@ class PostgresVectorIndex:
         """Whether ``memory`` has a ready vector of ``identity`` for its content (blocking)."""
 
         def ready(connection: psycopg.Connection[Any]) -> bool:
-            active = self._code(connection, identity, create=False)
+            active = self._reader.code(connection, identity, create=False)
             if active is None:
                 return False
             hashed, digest = self._digests.get(memory)
@@ -391,7 +254,7 @@ class PostgresVectorIndex:
             raise InvalidArgumentError("write needs one vector per memory")
 
         def write(connection: psycopg.Connection[Any]) -> None:
-            code = self._code(connection, identity, create=True)
+            code = self._reader.code(connection, identity, create=True)
             for (session_id, owner_id), positions in _groups(memories).items():
                 entries = [
                     (
@@ -403,7 +266,7 @@ class PostgresVectorIndex:
                     )
                     for p in positions
                 ]
-                self._write_partition(connection, session_id, owner_id, entries)
+                write_partition(connection, session_id, owner_id, entries, self._capacity)
 
         self._call("writing vectors", write)
 
@@ -416,48 +279,9 @@ class PostgresVectorIndex:
                     (*self._digests.get(memories[p]), int(state), None, code, None)
                     for p in positions
                 ]
-                self._write_partition(connection, session_id, owner_id, entries)
+                write_partition(connection, session_id, owner_id, entries, self._capacity)
 
         self._call("marking entries", mark)
-
-    def _write_partition(
-        self,
-        connection: psycopg.Connection[Any],
-        session_id: str,
-        owner_id: str,
-        entries: list[tuple[Any, ...]],
-    ) -> None:
-        session, owner = sql_key(session_id), sql_key(owner_id)
-        with connection.transaction():
-            row = connection.execute(
-                sql.BUMP, {"session": session, "owner": owner, "count": len(entries)}
-            ).fetchone()
-            assert row is not None
-            first, count = int(row[0]), int(row[1])
-            cursor = connection.cursor()
-            cursor.executemany(
-                sql.UPSERT,
-                [
-                    (session, owner, hashed, first + i + 1, state, code_, digest, text, vector)
-                    for i, (hashed, digest, state, code_, text, vector) in enumerate(entries)
-                ],
-                returning=True,
-            )
-            added = 0
-            while True:
-                result = cursor.fetchone()
-                added += 1 if result is not None and result[0] else 0
-                if not cursor.nextset():
-                    break
-            if count + added > self._capacity:
-                raise CapacityExceededError(
-                    f"an owner partition of the vector index would hold {count + added:,} "
-                    f"entries, more than the index capacity of {self._capacity:,}; open the "
-                    "index with a larger capacity",
-                    bound="capacity",
-                )
-            if added:
-                connection.execute(sql.SETTLE, {"session": session, "owner": owner, "added": added})
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -509,7 +333,7 @@ class PostgresVectorIndex:
         """The session's entries whose memory is absent from ``views`` (blocking)."""
 
         def orphans(connection: psycopg.Connection[Any]) -> OrphanCandidates:
-            loads = self._refresh_session(connection, session_id)
+            loads = self._reader.refresh_session(connection, session_id)
             alive = self._alive(views)
             entries: dict[object, dict[bytes, object]] = {}
             for owner, loaded in loads.items():

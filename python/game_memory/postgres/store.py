@@ -36,10 +36,8 @@ from typing import Any, TypeVar
 import psycopg
 
 from game_memory.errors import (
-    CapacityExceededError,
     InvalidArgumentError,
     MemoryConflictError,
-    PersistenceError,
     StoreBusyError,
     StoreClosedError,
 )
@@ -51,20 +49,13 @@ from game_memory.model import (
     MigrationReport,
     StoreCheckReport,
     check_bounded_id,
-    ordinal_key,
 )
 from game_memory.postgres.check import check_database
 from game_memory.postgres.connection import ConnectionPool, translate
-from game_memory.postgres.rows import decode_row, encode_memory, sql_key
+from game_memory.postgres.reads import read_views
 from game_memory.postgres.schema import check_schema, migrate_schema
-from game_memory.postgres.statements import (
-    APPEND,
-    APPEND_MANY,
-    EXISTING,
-    OWNER_ROWS,
-    SESSION_ROWS,
-)
-from game_memory.postgres.views import CachedPartition, ViewCache, extend_view
+from game_memory.postgres.views import ViewCache
+from game_memory.postgres.writes import append_batch, append_one
 from game_memory.store.lexical import lexical_search
 from game_memory.store.protocol import StoreSnapshot
 from game_memory.store.view import PartitionView
@@ -221,49 +212,12 @@ class PostgresGameMemoryStore:
         if not isinstance(memory, GameMemory):
             raise InvalidArgumentError("append takes a GameMemory")
         await self._ensure_ready()
-        return await self._run(lambda: self._call("appending a memory", self._append(memory)))
-
-    def _append(self, memory: GameMemory) -> Callable[[psycopg.Connection[Any]], bool]:
-        document, digest = encode_memory(memory)
-        parameters = {
-            "session": sql_key(memory.session_id),
-            "owner": sql_key(memory.owner_id),
-            "memory": sql_key(memory.memory_id),
-            "digest": digest,
-            "document": document,
-            "capacity": self.maximum_partition_entries,
-        }
-
-        def append(connection: psycopg.Connection[Any]) -> bool:
-            for _ in range(_RACE_ATTEMPTS):
-                row = connection.execute(APPEND, parameters).fetchone()
-                assert row is not None
-                inserted, existing_digest, existing_document, claimed = row
-                if inserted is not None:
-                    return True
-                if existing_digest is None and claimed == 0:
-                    raise CapacityExceededError(
-                        f"owner {memory.owner_id!r} of session {memory.session_id!r} holds "
-                        f"{self.maximum_partition_entries:,} memories, the store's "
-                        "maximum_partition_entries; open it with a larger bound to add more",
-                        bound="maximum_partition_entries",
-                    )
-                if existing_digest is None:
-                    # A concurrent append of this id committed after our snapshot: read it.
-                    found = connection.execute(EXISTING, parameters).fetchone()
-                    if found is None:
-                        continue
-                    existing_digest, existing_document = found
-                if bytes(existing_digest) == digest:
-                    return False
-                self._check_equivalent(memory, existing_digest, existing_document)
-                return False
-            raise PersistenceError(
-                f"memory {memory.memory_id!r} could not be appended to {self.where}: its row "
-                "kept vanishing between reads (rows deleted outside game-memory?)"
+        return await self._run(
+            lambda: self._call(
+                "appending a memory",
+                lambda c: append_one(c, memory, self.maximum_partition_entries, self.where),
             )
-
-        return append
+        )
 
     async def append_many(self, memories: Sequence[GameMemory]) -> int:
         """Durably add many memories in one transaction; return how many were new.
@@ -298,7 +252,7 @@ class PostgresGameMemoryStore:
 
         def append(connection: psycopg.Connection[Any]) -> int:
             for _ in range(_RACE_ATTEMPTS):
-                added = self._append_batch(connection, groups)
+                added = append_batch(connection, groups, self.maximum_partition_entries, self.where)
                 if added is not None:
                     return added
             raise StoreBusyError(
@@ -306,64 +260,6 @@ class PostgresGameMemoryStore:
             )
 
         return await self._run(lambda: self._call("appending memories", append))
-
-    def _append_batch(
-        self,
-        connection: psycopg.Connection[Any],
-        groups: dict[tuple[str, str], dict[str, GameMemory]],
-    ) -> int | None:
-        """One attempt at a batch in one transaction; ``None`` when a race rolled it back."""
-        added = 0
-        lost = False
-        with connection.transaction() as transaction:
-            for (session_id, owner_id), batch in groups.items():
-                encoded = [encode_memory(memory) for memory in batch.values()]
-                row = connection.execute(
-                    APPEND_MANY,
-                    {
-                        "session": sql_key(session_id),
-                        "owner": sql_key(owner_id),
-                        "memories": [sql_key(memory_id) for memory_id in batch],
-                        "digests": [digest for _, digest in encoded],
-                        "documents": [document for document, _ in encoded],
-                        "capacity": self.maximum_partition_entries,
-                    },
-                ).fetchone()
-                assert row is not None
-                new, claimed, inserted, keys, digests, documents = row
-                by_key = {sql_key(memory_id): memory for memory_id, memory in batch.items()}
-                for key, digest, document in zip(keys, digests, documents, strict=True):
-                    self._check_equivalent(by_key[key], digest, document)
-                if new and not claimed:
-                    raise CapacityExceededError(
-                        f"owner {owner_id!r} of session {session_id!r} cannot take {new:,} more "
-                        f"memories: maximum_partition_entries is "
-                        f"{self.maximum_partition_entries:,}; nothing of the batch was added",
-                        bound="maximum_partition_entries",
-                    )
-                if inserted != new:  # a concurrent append of one of these ids won: retry
-                    lost = True
-                    raise psycopg.Rollback(transaction)
-                added += int(inserted)
-        return None if lost else added
-
-    def _check_equivalent(self, memory: GameMemory, digest: bytes, document: bytes) -> None:
-        """Raise the conflict unless the stored memory equals ``memory`` (same model, other
-        JSON: metadata in another order, say)."""
-        stored = decode_row(
-            document,
-            digest,
-            sql_key(memory.session_id),
-            sql_key(memory.owner_id),
-            sql_key(memory.memory_id),
-            self.where,
-        )
-        if stored != memory:
-            raise MemoryConflictError(
-                f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in session "
-                f"{memory.session_id!r} already holds different content; an id cannot be "
-                "reused. Use a new id (derive_memory_id gives stable ones)."
-            )
 
     # -- reads --------------------------------------------------------------------------
 
@@ -411,81 +307,15 @@ class PostgresGameMemoryStore:
 
         return await self._run(read)
 
-    def _too_large(self, session_id: str, bound: int) -> CapacityExceededError:
-        return CapacityExceededError(
-            f"the snapshot of session {session_id!r} holds more than {bound:,} memories "
-            "(maximum_snapshot_entries); query one owner, or raise the bound",
-            bound="maximum_snapshot_entries",
-        )
-
     def _views(self, session_id: str, owner_id: str | None, bound: int) -> list[PartitionView]:
-        """The current views of a session (or one owner), by owner id (ordinal). Blocking."""
+        """The current views of a session (or one owner); see ``reads.py``. Blocking."""
         session_id = _validated_id(session_id, "session_id")
         if owner_id is not None:
             owner_id = _validated_id(owner_id, "owner_id")
-            cached = self._cache.get(session_id, owner_id)
-            known = {} if cached is None else {owner_id: cached}
-        else:
-            known = self._cache.session(session_id)
-        known_total = sum(len(c.view) for c in known.values())
-        if known_total > bound:
-            raise self._too_large(session_id, bound)  # partitions only grow
-        keys = {sql_key(owner): owner for owner in known}
-        session_key = sql_key(session_id)
-        parameters: dict[str, Any] = {"session": session_key, "limit": bound - known_total + 1}
-        if owner_id is not None:
-            parameters["owner"] = sql_key(owner_id)
-            parameters["seen"] = known[owner_id].next_seq if known else 0
-            statement = OWNER_ROWS
-        else:
-            parameters["owners"] = list(keys)
-            parameters["seen"] = [known[owner].next_seq for owner in keys.values()]
-            statement = SESSION_ROWS
-        rows = self._call(
-            "reading a snapshot", lambda c: c.execute(statement, parameters).fetchall()
+        return self._call(
+            "reading a snapshot",
+            lambda c: read_views(c, self._cache, session_id, owner_id, bound, self.where),
         )
-        if len(rows) > bound - known_total:
-            raise self._too_large(session_id, bound)
-        current = {owner: cached.view for owner, cached in known.items()}
-        for owner_key, next_seq, new_memories in self._group(rows):
-            owner = keys.get(owner_key)
-            base = known.get(owner) if owner is not None else None
-            memories = [
-                decode_row(document, digest, session_key, owner_key, memory_key, self.where)
-                for _, memory_key, digest, document in new_memories
-            ]
-            if owner is None:
-                if not memories:
-                    continue  # positions used only by lost races: nothing to show
-                owner = memories[0].owner_id
-            view = extend_view(
-                base.view if base is not None else None, session_id, owner, memories, self.where
-            )
-            if view is None:
-                continue
-            self._cache.remember(session_id, owner, CachedPartition(view, next_seq))
-            current[owner] = view
-        views = list(current.values())
-        if len(views) > 1:
-            views.sort(key=lambda view: ordinal_key(view.owner_id))
-        return views
-
-    @staticmethod
-    def _group(
-        rows: list[tuple[Any, ...]],
-    ) -> list[tuple[str, int, list[tuple[int, str, bytes, bytes]]]]:
-        """Rows per partition: ``(owner key, next_seq, [(seq, memory key, digest, document)])``
-        with each partition's rows in position order."""
-        grouped: dict[str, tuple[int, list[tuple[int, str, bytes, bytes]]]] = {}
-        for owner_key, next_seq, seq, memory_key, digest, document in rows:
-            entry = grouped.setdefault(owner_key, (int(next_seq), []))
-            if seq is not None:
-                entry[1].append((int(seq), memory_key, digest, document))
-        result = []
-        for owner_key, (next_seq, found) in grouped.items():
-            found.sort(key=lambda row: row[0])
-            result.append((owner_key, next_seq, found))
-        return result
 
     async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
         """Every memory of a session (or of one owner), ordered by owner then memory id.

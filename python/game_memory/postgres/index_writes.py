@@ -1,0 +1,63 @@
+"""The vector index's writes over one connection, each in one transaction.
+
+Lock order, as everywhere in the index: the partition's row first, then its entries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from game_memory.errors import CapacityExceededError
+from game_memory.postgres import index_statements as sql
+from game_memory.postgres.rows import sql_key
+
+__all__ = ["write_partition"]
+
+
+def write_partition(
+    connection: psycopg.Connection[Any],
+    session_id: str,
+    owner_id: str,
+    entries: list[tuple[Any, ...]],
+    capacity: int,
+) -> None:
+    """Write entries ``(hash, digest, state, identity, code, vector)`` of one partition in one
+    transaction: lock its row and reserve change numbers, upsert, count the new ones.
+
+    Raises:
+        CapacityExceededError: the partition would hold more than ``capacity`` entries
+            (nothing is written).
+    """
+    session, owner = sql_key(session_id), sql_key(owner_id)
+    with connection.transaction():
+        row = connection.execute(
+            sql.BUMP, {"session": session, "owner": owner, "count": len(entries)}
+        ).fetchone()
+        assert row is not None
+        first, count = int(row[0]), int(row[1])
+        cursor = connection.cursor()
+        cursor.executemany(
+            sql.UPSERT,
+            [
+                (session, owner, hashed, first + i + 1, state, code_, digest, text, vector)
+                for i, (hashed, digest, state, code_, text, vector) in enumerate(entries)
+            ],
+            returning=True,
+        )
+        added = 0
+        while True:
+            result = cursor.fetchone()
+            added += 1 if result is not None and result[0] else 0
+            if not cursor.nextset():
+                break
+        if count + added > capacity:
+            raise CapacityExceededError(
+                f"an owner partition of the vector index would hold {count + added:,} "
+                f"entries, more than the index capacity of {capacity:,}; open the "
+                "index with a larger capacity",
+                bound="capacity",
+            )
+        if added:
+            connection.execute(sql.SETTLE, {"session": session, "owner": owner, "added": added})

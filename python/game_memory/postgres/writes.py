@@ -1,0 +1,134 @@
+"""The save's writes over one connection: one memory in one statement, or a batch in one
+transaction (see ``statements.py`` for the SQL and why positions follow commit order)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
+from game_memory.model import GameMemory
+from game_memory.postgres.rows import decode_row, encode_memory, sql_key
+from game_memory.postgres.statements import APPEND, APPEND_MANY, EXISTING
+
+__all__ = ["append_batch", "append_one"]
+
+_RACE_ATTEMPTS = 3
+
+
+def _full(owner_id: str, session_id: str, capacity: int, detail: str) -> CapacityExceededError:
+    return CapacityExceededError(
+        f"owner {owner_id!r} of session {session_id!r} {detail}: maximum_partition_entries is "
+        f"{capacity:,}; open the store with a larger bound to add more",
+        bound="maximum_partition_entries",
+    )
+
+
+def check_equivalent(memory: GameMemory, digest: bytes, document: bytes, where: str) -> None:
+    """Raise the conflict unless the stored memory equals ``memory`` (the same model in
+    other JSON, such as metadata in another order, is a duplicate).
+
+    Raises:
+        MemoryConflictError: the id holds different content.
+    """
+    stored = decode_row(
+        document,
+        digest,
+        sql_key(memory.session_id),
+        sql_key(memory.owner_id),
+        sql_key(memory.memory_id),
+        where,
+    )
+    if stored != memory:
+        raise MemoryConflictError(
+            f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in session "
+            f"{memory.session_id!r} already holds different content; an id cannot be "
+            "reused. Use a new id (derive_memory_id gives stable ones)."
+        )
+
+
+def append_one(
+    connection: psycopg.Connection[Any], memory: GameMemory, capacity: int, where: str
+) -> bool:
+    """Add ``memory`` in one autocommit statement; ``False`` for an equivalent duplicate.
+
+    Raises:
+        MemoryConflictError: the id holds different content (nothing changes).
+        CapacityExceededError: the partition holds ``capacity`` memories.
+    """
+    document, digest = encode_memory(memory)
+    parameters = {
+        "session": sql_key(memory.session_id),
+        "owner": sql_key(memory.owner_id),
+        "memory": sql_key(memory.memory_id),
+        "digest": digest,
+        "document": document,
+        "capacity": capacity,
+    }
+    for _ in range(_RACE_ATTEMPTS):
+        row = connection.execute(APPEND, parameters).fetchone()
+        assert row is not None
+        inserted, existing_digest, existing_document, claimed = row
+        if inserted is not None:
+            return True
+        if existing_digest is None and claimed == 0:
+            raise _full(memory.owner_id, memory.session_id, capacity, "is full")
+        if existing_digest is None:
+            # A concurrent append of this id committed after our snapshot: read its row.
+            found = connection.execute(EXISTING, parameters).fetchone()
+            if found is None:
+                continue
+            existing_digest, existing_document = found
+        if bytes(existing_digest) != digest:
+            check_equivalent(memory, existing_digest, existing_document, where)
+        return False
+    raise PersistenceError(
+        f"memory {memory.memory_id!r} could not be appended to {where}: its row kept "
+        "vanishing between reads (rows deleted outside game-memory?)"
+    )
+
+
+def append_batch(
+    connection: psycopg.Connection[Any],
+    groups: dict[tuple[str, str], dict[str, GameMemory]],
+    capacity: int,
+    where: str,
+) -> int | None:
+    """One attempt at a batch (distinct ids per partition) in one transaction.
+
+    Returns:
+        How many memories were new, or ``None`` when a concurrent append of one of the
+        ids won a race and the transaction was rolled back (try again).
+
+    Raises:
+        MemoryConflictError, CapacityExceededError: nothing of the batch is added.
+    """
+    added = 0
+    lost = False
+    with connection.transaction() as transaction:
+        for (session_id, owner_id), batch in groups.items():
+            encoded = [encode_memory(memory) for memory in batch.values()]
+            row = connection.execute(
+                APPEND_MANY,
+                {
+                    "session": sql_key(session_id),
+                    "owner": sql_key(owner_id),
+                    "memories": [sql_key(memory_id) for memory_id in batch],
+                    "digests": [digest for _, digest in encoded],
+                    "documents": [document for document, _ in encoded],
+                    "capacity": capacity,
+                },
+            ).fetchone()
+            assert row is not None
+            new, claimed, inserted, keys, digests, documents = row
+            by_key = {sql_key(memory_id): memory for memory_id, memory in batch.items()}
+            for key, digest, document in zip(keys, digests, documents, strict=True):
+                check_equivalent(by_key[key], digest, document, where)
+            if new and not claimed:
+                raise _full(owner_id, session_id, capacity, f"cannot take {new:,} more memories")
+            if inserted != new:  # a concurrent append of one of these ids won: retry
+                lost = True
+                raise psycopg.Rollback(transaction)
+            added += int(inserted)
+    return None if lost else added
