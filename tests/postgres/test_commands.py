@@ -109,17 +109,17 @@ def test_migrate_to_database_copies_a_save_idempotently_and_resumes(
         finally:
             await store.aclose()
 
-    asyncio.run(fill(range(2_500)))
+    asyncio.run(fill(range(1_200)))
     arguments = ["migrate", "--to-database", database, "--save-dir", str(save)]
     assert main(arguments) == 0
-    assert "2500 added, 0 already there" in capsys.readouterr().out
+    assert "1200 added, 0 already there" in capsys.readouterr().out
     assert main(arguments) == 0
-    assert "0 added, 2500 already there" in capsys.readouterr().out
-    asyncio.run(fill(range(2_500, 2_600)))  # the folder grew: a rerun copies only the new
+    assert "0 added, 1200 already there" in capsys.readouterr().out
+    asyncio.run(fill(range(1_200, 1_300)))  # the folder grew: a rerun copies only the new
     assert main(arguments) == 0
-    assert "100 added, 2500 already there" in capsys.readouterr().out
+    assert "100 added, 1200 already there" in capsys.readouterr().out
     copied = asyncio.run(stored())
-    assert len(copied) == 2_600
+    assert len(copied) == 1_300
 
     async def expected() -> list[GameMemory]:
         store = FileGameMemoryStore(save)

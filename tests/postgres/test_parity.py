@@ -153,7 +153,7 @@ async def test_random_saves_recall_identically_on_files_and_on_postgres(
     compared = 0
     try:
         number = 0
-        for _ in range(4):
+        for _ in range(3):
             for _ in range(60):
                 memory = _memory(rng, number)
                 number += 1
@@ -176,7 +176,7 @@ async def test_random_saves_recall_identically_on_files_and_on_postgres(
                 assert _hits(expected) == _hits(actual), query
                 assert expected.fallback == actual.fallback
                 compared += len(expected.hits)
-        assert compared > 300  # the queries did recall things
+        assert compared > 200  # the queries did recall things
         for session in ("s1", "s2"):
             assert await files.get_status(session) == await postgres.get_status(session)
             assert await files.enumerate(session) == await postgres.enumerate(session)

@@ -32,6 +32,7 @@ from game_memory.durable.names import identity_hash
 from game_memory.errors import (
     DerivedIndexError,
     InvalidArgumentError,
+    PersistenceError,
     StoreClosedError,
 )
 from game_memory.index.entries import EntryState, MemoryDigests
@@ -154,10 +155,13 @@ class PostgresVectorIndex:
                 with self._ready_lock:
                     if not self._ready:
                         with self._pool.direct() as connection:
-                            if self._migrate:
-                                migrate_schema(connection, self._pool.where)
-                            else:
-                                check_schema(connection, self._pool.where)
+                            try:
+                                if self._migrate:
+                                    migrate_schema(connection, self._pool.where)
+                                else:
+                                    check_schema(connection, self._pool.where)
+                            except PersistenceError as exc:  # the index reports its own kind
+                                raise DerivedIndexError(str(exc)) from exc
                         self._ready = True
             with self._pool.connection() as connection:
                 return function(connection)
