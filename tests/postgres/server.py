@@ -8,9 +8,13 @@ starts the same server through the same script and stops it at the end. On CI
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import hashlib
 import os
 import re
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +22,14 @@ from pathlib import Path
 
 import psycopg
 
-__all__ = ["DATABASE_VARIABLE", "schema_url", "server_url", "temporary_schema"]
+__all__ = [
+    "DATABASE_VARIABLE",
+    "named_schema",
+    "schema_url",
+    "server_url",
+    "shared_server_url",
+    "temporary_schema",
+]
 
 DATABASE_VARIABLE = "GAME_MEMORY_TEST_DATABASE"
 _SCRIPT = Path(__file__).resolve().parents[2] / ".ci" / "postgres.sh"
@@ -77,3 +88,42 @@ def temporary_schema(url: str, prefix: str = "t") -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+_shared: dict[str, object] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_server_url() -> str:
+    """The test server's URL for code without fixtures (the conformance registry's
+    factories): started once per process when needed, stopped, with the schemas
+    :func:`named_schema` made, when the process exits."""
+    with _shared_lock:
+        if "url" not in _shared:
+            context = server_url()
+            _shared["url"] = context.__enter__()
+            _shared["schemas"] = []
+            atexit.register(_stop_shared, context)
+        return str(_shared["url"])
+
+
+def _stop_shared(context: contextlib.AbstractContextManager[str]) -> None:
+    with (
+        contextlib.suppress(psycopg.Error),
+        psycopg.connect(str(_shared["url"]), autocommit=True) as connection,
+    ):
+        for name in _shared["schemas"]:  # type: ignore[attr-defined]
+            connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    context.__exit__(None, None, None)
+
+
+def named_schema(owner: str, name: str) -> str:
+    """The URL of the schema named by ``owner`` (a test's folder) and ``name``, made on
+    first use: the same pair gives the same tables, another pair empty ones."""
+    url = shared_server_url()
+    schema = "c_" + hashlib.sha256(f"{owner}\n{name}".encode()).hexdigest()[:20]
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    with _shared_lock:
+        _shared["schemas"].append(schema)  # type: ignore[attr-defined]
+    return schema_url(url, schema)

@@ -6,7 +6,14 @@ Citus each is a single-shard ("router") statement and the tables stay colocated 
 
 from __future__ import annotations
 
-__all__ = ["APPEND", "APPEND_MANY", "EXISTING", "OWNER_ROWS", "SESSION_ROWS"]
+__all__ = [
+    "APPEND",
+    "APPEND_MANY",
+    "COUNT_LOCKED",
+    "EXISTING",
+    "OWNER_ROWS",
+    "SESSION_ROWS",
+]
 
 #: Add one memory in one round trip (one autocommit statement: atomic and, with
 #: ``synchronous_commit = on``, durable when it returns).
@@ -81,6 +88,14 @@ SELECT
         JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest),
     (SELECT coalesce(array_agg(e.document ORDER BY e.memory_id), '{}') FROM existing e
         JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest)
+"""
+
+#: With a store-wide ``maximum_entries``: serialize every append of the schema (an advisory
+#: lock held to the end of the caller's transaction), then count. Opt-in: one lock for all
+#: writers of the database is what the per-partition design otherwise avoids.
+COUNT_LOCKED = """
+SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':game-memory entries')),
+    (SELECT count(*) FROM game_memory_memories)
 """
 
 #: The row of one id, read after a concurrent append of it won the race.

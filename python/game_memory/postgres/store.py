@@ -94,6 +94,9 @@ class PostgresGameMemoryStore:
             ``search_path`` (``?options=-csearch_path%3Dgame,public`` picks one; the
             ``vector`` extension's schema must be on the path too).
         maximum_partition_entries: Most memories of one owner partition, 1..1,000,000.
+        maximum_entries: Most memories of the whole store (its schema), 1..1,000,000, or
+            ``None`` (the default: no store-wide bound). Setting it serializes every append
+            of the database behind one lock: meant for tests and small deployments.
         maximum_snapshot_entries: Most memories one snapshot (or ``enumerate``) reads,
             1..1,000,000.
         cache_entries: Parsed memories kept across partitions, 1..10,000,000.
@@ -112,6 +115,7 @@ class PostgresGameMemoryStore:
         url: str,
         *,
         maximum_partition_entries: int = 1_000_000,
+        maximum_entries: int | None = None,
         maximum_snapshot_entries: int = 1_000_000,
         cache_entries: int = 200_000,
         max_connections: int = 4,
@@ -120,6 +124,8 @@ class PostgresGameMemoryStore:
     ) -> None:
         _check_range("maximum_partition_entries", maximum_partition_entries, 1, _LIMIT)
         _check_range("maximum_snapshot_entries", maximum_snapshot_entries, 1, _LIMIT)
+        if maximum_entries is not None:
+            _check_range("maximum_entries", maximum_entries, 1, _LIMIT)
         _check_range("cache_entries", cache_entries, 1, 10_000_000)
         _check_range("max_connections", max_connections, 1, 64)
         if not 0 < timeout <= 3_600:
@@ -128,6 +134,7 @@ class PostgresGameMemoryStore:
         self.where = self._pool.where
         self.maximum_partition_entries = maximum_partition_entries
         self.maximum_snapshot_entries = maximum_snapshot_entries
+        self.maximum_entries = maximum_entries
         self._migrate = migrate
         self._cache = ViewCache(cache_entries)
         self._executor = ThreadPoolExecutor(max_connections, thread_name_prefix="game-memory-pg")
@@ -204,7 +211,8 @@ class PostgresGameMemoryStore:
 
         Raises:
             MemoryConflictError: the id already holds different content (nothing changes).
-            CapacityExceededError: the owner partition holds ``maximum_partition_entries``.
+            CapacityExceededError: the owner partition holds ``maximum_partition_entries``,
+                or the store ``maximum_entries`` (its ``bound`` names which).
             PersistenceError: the database is unreachable or refuses the write.
             StoreBusyError: the database was too busy (a lock or statement timeout).
             StoreClosedError: the store was closed.
@@ -215,7 +223,9 @@ class PostgresGameMemoryStore:
         return await self._run(
             lambda: self._call(
                 "appending a memory",
-                lambda c: append_one(c, memory, self.maximum_partition_entries, self.where),
+                lambda c: append_one(
+                    c, memory, self.maximum_partition_entries, self.where, self.maximum_entries
+                ),
             )
         )
 

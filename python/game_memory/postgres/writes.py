@@ -10,7 +10,7 @@ import psycopg
 from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
 from game_memory.model import GameMemory
 from game_memory.postgres.rows import decode_row, encode_memory, sql_key
-from game_memory.postgres.statements import APPEND, APPEND_MANY, EXISTING
+from game_memory.postgres.statements import APPEND, APPEND_MANY, COUNT_LOCKED, EXISTING
 
 __all__ = ["append_batch", "append_one"]
 
@@ -48,15 +48,49 @@ def check_equivalent(memory: GameMemory, digest: bytes, document: bytes, where: 
         )
 
 
+def _store_full(maximum: int) -> CapacityExceededError:
+    return CapacityExceededError(
+        f"the store holds {maximum:,} memories, its maximum_entries; open it with a larger "
+        "maximum_entries (or none) to add more",
+        bound="maximum_entries",
+    )
+
+
 def append_one(
-    connection: psycopg.Connection[Any], memory: GameMemory, capacity: int, where: str
+    connection: psycopg.Connection[Any],
+    memory: GameMemory,
+    capacity: int,
+    where: str,
+    maximum_entries: int | None = None,
 ) -> bool:
     """Add ``memory`` in one autocommit statement; ``False`` for an equivalent duplicate.
 
+    With ``maximum_entries`` the append runs in a transaction serialized with every other
+    append of the schema, so the store-wide count is exact.
+
     Raises:
         MemoryConflictError: the id holds different content (nothing changes).
-        CapacityExceededError: the partition holds ``capacity`` memories.
+        CapacityExceededError: the partition holds ``capacity`` memories, or the store
+            ``maximum_entries``.
     """
+    if maximum_entries is not None:
+        with connection.transaction():
+            row = connection.execute(COUNT_LOCKED).fetchone()
+            assert row is not None
+            if int(row[1]) < maximum_entries:
+                return append_one(connection, memory, capacity, where)
+            found = connection.execute(
+                EXISTING,
+                {
+                    "session": sql_key(memory.session_id),
+                    "owner": sql_key(memory.owner_id),
+                    "memory": sql_key(memory.memory_id),
+                },
+            ).fetchone()
+            if found is None:
+                raise _store_full(maximum_entries)
+            check_equivalent(memory, found[0], found[1], where)
+            return False
     document, digest = encode_memory(memory)
     parameters = {
         "session": sql_key(memory.session_id),
@@ -94,6 +128,7 @@ def append_batch(
     groups: dict[tuple[str, str], dict[str, GameMemory]],
     capacity: int,
     where: str,
+    maximum_entries: int | None = None,
 ) -> int | None:
     """One attempt at a batch (distinct ids per partition) in one transaction.
 
@@ -107,6 +142,11 @@ def append_batch(
     added = 0
     lost = False
     with connection.transaction() as transaction:
+        stored = 0
+        if maximum_entries is not None:
+            row = connection.execute(COUNT_LOCKED).fetchone()
+            assert row is not None
+            stored = int(row[1])
         for (session_id, owner_id), batch in groups.items():
             encoded = [encode_memory(memory) for memory in batch.values()]
             row = connection.execute(
@@ -131,4 +171,6 @@ def append_batch(
                 lost = True
                 raise psycopg.Rollback(transaction)
             added += int(inserted)
+            if maximum_entries is not None and stored + added > maximum_entries:
+                raise _store_full(maximum_entries)
     return None if lost else added
