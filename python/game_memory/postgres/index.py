@@ -283,7 +283,7 @@ class PostgresVectorIndex:
                     (*self._digests.get(memories[p]), int(state), None, code, None)
                     for p in positions
                 ]
-                write_partition(connection, session_id, owner_id, entries, self._capacity)
+                write_partition(connection, session_id, owner_id, entries, None)
 
         self._call("marking entries", mark)
 

@@ -21,10 +21,13 @@ def write_partition(
     session_id: str,
     owner_id: str,
     entries: list[tuple[Any, ...]],
-    capacity: int,
+    capacity: int | None,
 ) -> None:
     """Write entries ``(hash, digest, state, identity, code, vector)`` of one partition in one
     transaction: lock its row and reserve change numbers, upsert, count the new ones.
+
+    ``capacity`` ``None`` writes without the bound (marks: as in the file index, recording
+    that memories have no vector never fails for lack of room).
 
     Raises:
         CapacityExceededError: the partition would hold more than ``capacity`` entries
@@ -52,7 +55,7 @@ def write_partition(
             added += 1 if result is not None and result[0] else 0
             if not cursor.nextset():
                 break
-        if count + added > capacity:
+        if capacity is not None and count + added > capacity:
             raise CapacityExceededError(
                 f"an owner partition of the vector index would hold {count + added:,} "
                 f"entries, more than the index capacity of {capacity:,}; open the "
