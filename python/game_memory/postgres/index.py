@@ -211,6 +211,8 @@ class PostgresVectorIndex:
             PartitionReplacedError: the partition was reloaded since it was joined.
             DerivedIndexError: the joined partition has no vectors of the active model.
         """
+        if self._closed:
+            raise StoreClosedError(f"{self.where} is closed; open a new one")
         if joined.partition is None or joined.active is None:
             raise DerivedIndexError("the joined partition has no vectors of the active model")
         return self._loads.matrix(joined.partition, joined.active, identity.dimensions)
@@ -359,28 +361,40 @@ class PostgresVectorIndex:
 
         def remove(connection: psycopg.Connection[Any]) -> int:
             removed = 0
-            for owner, listed in candidates.entries.items():
-                assert isinstance(owner, str)
-                known = alive.get(owner, set())
-                chosen = [(h, c) for h, c in listed.items() if h not in known]
-                if not chosen:
-                    continue
-                keys = {"session": session, "owner": sql_key(owner)}
-                with connection.transaction():
-                    row = connection.execute(sql.LOCK_PARTITION, keys).fetchone()
-                    if row is None:
+            with connection.transaction():
+                locked = connection.execute(sql.LOCK_SESSION, {"session": session}).fetchall()
+                entries = {owner_key: int(count) for owner_key, count in locked}
+                for owner, listed in candidates.entries.items():
+                    assert isinstance(owner, str)
+                    key = sql_key(owner)
+                    known = alive.get(owner, set())
+                    chosen = [(h, c) for h, c in listed.items() if h not in known]
+                    if key not in entries or not chosen:
                         continue
                     deleted = connection.execute(
                         sql.DELETE_ORPHANS,
                         {
-                            **keys,
+                            "session": session,
+                            "owner": key,
                             "hashes": [h for h, _ in chosen],
                             "changes": [c for _, c in chosen],
                         },
                     ).rowcount
-                    if deleted:
-                        connection.execute(sql.RESET, {**keys, "entries": int(row[0]) - deleted})
-                removed += deleted
+                    entries[key] -= deleted
+                    removed += deleted
+                # The compaction: a new generation for every partition of the session, so
+                # every process reloads it without superseded vectors (as the file index
+                # rewrites its files); the database reclaims dead rows itself (VACUUM).
+                connection.execute(
+                    sql.COMPACT_SESSION,
+                    {
+                        "session": session,
+                        "owners": list(entries),
+                        "entries": list(entries.values()),
+                    },
+                )
+            for owner in self._loads.session(candidates.session_id):
+                self._loads.forget(candidates.session_id, owner)
             return removed
 
         return self._call("removing orphan vectors", remove)

@@ -9,10 +9,12 @@ from __future__ import annotations
 __all__ = [
     "ADD_IDENTITY",
     "BUMP",
+    "COMPACT_SESSION",
     "DELETE_ORPHANS",
     "ENTRY",
     "IDENTITIES",
     "LOCK_PARTITION",
+    "LOCK_SESSION",
     "OWNER_ENTRIES",
     "RESET",
     "SESSION_ENTRIES",
@@ -100,6 +102,20 @@ WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_hash = %(hash
 LOCK_PARTITION = """
 SELECT entries FROM game_memory_index_partitions
 WHERE session_id = %(session)s AND owner_id = %(owner)s FOR UPDATE
+"""
+
+#: Every partition row of a session, locked in one order (two sweeps never deadlock).
+LOCK_SESSION = """
+SELECT owner_id, entries FROM game_memory_index_partitions
+WHERE session_id = %(session)s ORDER BY owner_id FOR UPDATE
+"""
+
+#: After a sweep: a new generation (and the entry count) for each listed partition.
+COMPACT_SESSION = """
+UPDATE game_memory_index_partitions p
+SET generation = p.generation + 1, entries = c.entries
+FROM unnest(%(owners)s::text[], %(entries)s::bigint[]) AS c(owner_id, entries)
+WHERE p.session_id = %(session)s AND p.owner_id = c.owner_id
 """
 
 #: Delete listed entries still unchanged since they were listed (same change number).
