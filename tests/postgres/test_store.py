@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from game_memory import (
     StoreClosedError,
 )
 from game_memory.postgres import PostgresGameMemoryStore
+from game_memory.postgres.writes import append_one
 
 Factory = Callable[..., PostgresGameMemoryStore]
 MemoryFactory = Callable[..., GameMemory]
@@ -194,3 +196,33 @@ async def test_a_closed_store_raises_store_closed(make_postgres_store: Factory) 
     await store.aclose()
     with pytest.raises(StoreClosedError):
         await store.count()
+
+
+@pytest.mark.parametrize("same_content", [True, False])
+async def test_an_append_racing_another_of_the_same_id_waits_then_judges_its_row(
+    make_postgres_store: Factory, make_memory: MemoryFactory, database: str, same_content: bool
+) -> None:
+    """The other writer holds the partition row (its transaction is open) when the append
+    starts: the append waits for the lock, finds the id taken by a row its snapshot did not
+    see, reads that row and tells a duplicate from a conflict."""
+    store = make_postgres_store()
+    await store.append(make_memory("first"))
+    winner = make_memory("m1", text="the cat")
+    with psycopg.connect(database) as other:
+        with other.transaction():
+            append_one(other, winner, 1_000_000, "the other writer")
+            racing = asyncio.ensure_future(
+                store.append(winner if same_content else make_memory("m1", text="the dog"))
+            )
+            await asyncio.sleep(0.5)
+            assert not racing.done()  # blocked on the partition row's lock
+        if same_content:
+            assert await racing is False
+        else:
+            with pytest.raises(MemoryConflictError):
+                await racing
+    assert [m.memory_id for m in await store.enumerate("session")] == ["first", "m1"]
+    assert (await store.check()).ok
+    with psycopg.connect(database) as connection:  # the loser's position stays unused
+        row = connection.execute("SELECT next_seq FROM game_memory_partitions").fetchone()
+    assert row is not None and row[0] == 3
