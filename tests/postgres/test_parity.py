@@ -1,7 +1,8 @@
 """On random saves and queries, the PostgreSQL pair recalls exactly what the file pair recalls.
 
 The same memories are appended to a file save and to PostgreSQL, in rounds (so both the
-first read and the incremental refresh of cached partitions are exercised), and the same
+first read and the incremental refresh of cached partitions are exercised; some memories
+are versions of one belief, which hide older ones in append order), and the same
 queries are asked of both: lexical hits with their BM25 scores, and hybrid recall (ranks,
 scores, fused scores, order) are compared for equality, bit for bit. Then the model changes
 (another identity): both report the same status, recall lexically, and after a rebuild
@@ -83,6 +84,7 @@ def _memory(rng: random.Random, number: int) -> GameMemory:
         searchable_text=text if rng.random() < 0.95 else None,
         tags=rng.sample(["gossip", "danger", "trade"], rng.randrange(0, 3)),
         expires_at=expires,
+        belief_key=rng.choice([None, None, None, "mood", "where.is.the.key"]),
     )
 
 
