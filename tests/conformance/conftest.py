@@ -36,10 +36,12 @@ from game_memory import (
 )
 from game_memory.index.memory import InMemoryVectorIndex
 from game_memory.store.memory import InMemoryGameMemoryStore
+from postgres.backends import postgres_index, postgres_store
 from support.vectors import Diagnostics
 
 __all__ = [
     "INDEX_BACKENDS",
+    "STORES_WITHOUT_STORE_COUNT",
     "STORE_BACKENDS",
     "HybridFactory",
     "IndexOpener",
@@ -110,11 +112,17 @@ def memory_index(tmp_path: Path) -> IndexOpener:
 STORE_BACKENDS: dict[str, Callable[[Path], StoreOpener]] = {
     "file": file_store,
     "memory": memory_store,
+    "postgres": postgres_store,
 }
+#: Store backends whose snapshots report 0 partitioned memories in their STORAGE_MIGRATION
+#: stage instead of the whole store's size: on PostgreSQL that count is a scan of every
+#: session (of every shard, on Citus) in each recall (docs/postgres.md).
+STORES_WITHOUT_STORE_COUNT = frozenset({"postgres"})
 #: Every derived-index backend the suite runs on: name -> factory(tmp_path) -> opener.
 INDEX_BACKENDS: dict[str, Callable[[Path], IndexOpener]] = {
     "file": file_index,
     "memory": memory_index,
+    "postgres": postgres_index,
 }
 
 
