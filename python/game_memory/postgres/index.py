@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import psycopg
@@ -44,7 +44,7 @@ from game_memory.postgres import index_statements as sql
 from game_memory.postgres.connection import ConnectionPool, translate
 from game_memory.postgres.index_cache import Loads
 from game_memory.postgres.index_reads import IndexReader
-from game_memory.postgres.index_writes import write_partition
+from game_memory.postgres.index_writes import reset_partition, sweep_session, write_partition
 from game_memory.postgres.rows import from_sql_key, sql_key
 from game_memory.postgres.schema import check_schema, migrate_schema
 from game_memory.store.view import PartitionView
@@ -311,29 +311,11 @@ class PostgresVectorIndex:
                     )
                 )
                 if repair:
-                    self._reset(connection, session, owner_key, owner, session_id)
+                    reset_partition(connection, session, owner_key)
+                    self._loads.forget(session_id, owner)
             return damaged
 
         return self._call("verifying the vector index", verify)
-
-    def _reset(
-        self,
-        connection: psycopg.Connection[Any],
-        session: str,
-        owner_key: str,
-        owner: str,
-        session_id: str,
-    ) -> None:
-        keys = {"session": session, "owner": owner_key, "entries": 0}
-        with connection.transaction():
-            connection.execute(sql.LOCK_PARTITION, keys)
-            connection.execute(
-                "DELETE FROM game_memory_index_entries WHERE session_id = %(session)s "
-                "AND owner_id = %(owner)s",
-                keys,
-            )
-            connection.execute(sql.RESET, keys)
-        self._loads.forget(session_id, owner)
 
     def orphans(self, session_id: str, views: Sequence[PartitionView]) -> OrphanCandidates:
         """The session's entries whose memory is absent from ``views`` (blocking)."""
@@ -360,39 +342,16 @@ class PostgresVectorIndex:
         session = sql_key(candidates.session_id)
 
         def remove(connection: psycopg.Connection[Any]) -> int:
-            removed = 0
-            with connection.transaction():
-                locked = connection.execute(sql.LOCK_SESSION, {"session": session}).fetchall()
-                entries = {owner_key: int(count) for owner_key, count in locked}
-                for owner, listed in candidates.entries.items():
-                    assert isinstance(owner, str)
-                    key = sql_key(owner)
-                    known = alive.get(owner, set())
-                    chosen = [(h, c) for h, c in listed.items() if h not in known]
-                    if key not in entries or not chosen:
-                        continue
-                    deleted = connection.execute(
-                        sql.DELETE_ORPHANS,
-                        {
-                            "session": session,
-                            "owner": key,
-                            "hashes": [h for h, _ in chosen],
-                            "changes": [c for _, c in chosen],
-                        },
-                    ).rowcount
-                    entries[key] -= deleted
-                    removed += deleted
-                # The compaction: a new generation for every partition of the session, so
-                # every process reloads it without superseded vectors (as the file index
-                # rewrites its files); the database reclaims dead rows itself (VACUUM).
-                connection.execute(
-                    sql.COMPACT_SESSION,
-                    {
-                        "session": session,
-                        "owners": list(entries),
-                        "entries": list(entries.values()),
-                    },
-                )
+            chosen = {
+                sql_key(owner): [
+                    (h, cast(int, c))  # the change numbers this index listed
+                    for h, c in listed.items()
+                    if h not in alive.get(owner, set())
+                ]
+                for owner, listed in candidates.entries.items()
+                if isinstance(owner, str)
+            }
+            removed = sweep_session(connection, session, chosen)
             for owner in self._loads.session(candidates.session_id):
                 self._loads.forget(candidates.session_id, owner)
             return removed

@@ -13,7 +13,7 @@ from game_memory.errors import CapacityExceededError
 from game_memory.postgres import index_statements as sql
 from game_memory.postgres.rows import sql_key
 
-__all__ = ["write_partition"]
+__all__ = ["reset_partition", "sweep_session", "write_partition"]
 
 
 def write_partition(
@@ -64,3 +64,53 @@ def write_partition(
             )
         if added:
             connection.execute(sql.SETTLE, {"session": session, "owner": owner, "added": added})
+
+
+def reset_partition(connection: psycopg.Connection[Any], session: str, owner: str) -> None:
+    """Delete every entry of a partition and give it a new generation (readers reload it)."""
+    keys = {"session": session, "owner": owner, "entries": 0}
+    with connection.transaction():
+        connection.execute(sql.LOCK_PARTITION, keys)
+        connection.execute(
+            "DELETE FROM game_memory_index_entries WHERE session_id = %(session)s "
+            "AND owner_id = %(owner)s",
+            keys,
+        )
+        connection.execute(sql.RESET, keys)
+
+
+def sweep_session(
+    connection: psycopg.Connection[Any],
+    session: str,
+    chosen: dict[str, list[tuple[bytes, int]]],
+) -> int:
+    """Delete the chosen ``(memory hash, change)`` entries still unchanged, per owner key,
+    and compact the session; return how many were deleted. One transaction.
+
+    The compaction is a new generation for every partition of the session, so every
+    process reloads it without superseded vectors (as the file index rewrites its files);
+    the database reclaims the dead rows itself (VACUUM).
+    """
+    removed = 0
+    with connection.transaction():
+        locked = connection.execute(sql.LOCK_SESSION, {"session": session}).fetchall()
+        entries = {owner: int(count) for owner, count in locked}
+        for owner, listed in chosen.items():
+            if owner not in entries or not listed:
+                continue
+            deleted = connection.execute(
+                sql.DELETE_ORPHANS,
+                {
+                    "session": session,
+                    "owner": owner,
+                    "hashes": [h for h, _ in listed],
+                    "changes": [c for _, c in listed],
+                },
+            ).rowcount
+            entries[owner] -= deleted
+            removed += deleted
+        connection.execute(
+            sql.COMPACT_SESSION,
+            {"session": session, "owners": list(entries), "entries": list(entries.values())},
+        )
+    return removed
