@@ -80,7 +80,8 @@ class PostgresVectorIndex:
     Args:
         url: A ``postgresql://`` URL (see :class:`PostgresGameMemoryStore`).
         capacity: Most entries one owner partition may hold, 1..1,000,000.
-        cache_entries: Entries (with their vectors) kept in this process, 1..10,000,000.
+        cache_entries: Entries (with their vectors) kept in this process, 1..10,000,000
+            (200,000 at 384 dimensions hold about 300 MB of vectors).
         digest_cache_entries: Memory digests kept (the join's hot data), 1,000..10,000,000.
         max_connections: Connections of this index object, 1..64.
         timeout: Seconds to connect, and to wait for a free connection.
@@ -95,7 +96,7 @@ class PostgresVectorIndex:
         url: str,
         *,
         capacity: int = 100_000,
-        cache_entries: int = 400_000,
+        cache_entries: int = 200_000,
         digest_cache_entries: int = 200_000,
         max_connections: int = 4,
         timeout: float = 30.0,
