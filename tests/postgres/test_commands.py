@@ -168,3 +168,20 @@ async def test_serve_takes_database_in_place_of_save_dir(database: str, tmp_path
         ]
     finally:
         await store.aclose()
+
+
+def test_search_on_a_database_hints_at_the_rebuild_with_database(
+    database: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def fill() -> None:
+        store = PostgresGameMemoryStore(database)
+        try:
+            await store.append(_memory(1))
+        finally:
+            await store.aclose()
+
+    asyncio.run(fill())
+    common = ["--database", database, "--model", "hashing", "--session", "save-1"]
+    assert main(["search", *common, "--text", "forge"]) == 0
+    err = capsys.readouterr().err
+    assert "game-memory rebuild --database" in err and "--save-dir" not in err

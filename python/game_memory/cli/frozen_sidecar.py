@@ -110,6 +110,13 @@ def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
     args = _serve_arguments(arguments, manifest, folder)
     if isinstance(args, int):
         return args
+    if getattr(args, "database", None):
+        print(
+            f"{_PROGRAM}: the bundled sidecar serves a save folder (--save-dir); serve a "
+            "PostgreSQL database with 'game-memory serve --database' from a Python install",
+            file=sys.stderr,
+        )
+        return 2
     save_dir = Path(args.save_dir).expanduser()
     needed = [save_dir]
     if args.model != "lexical":  # lexical recall reads the save alone; no index is opened

@@ -60,7 +60,9 @@ async def empty_result_hint(memory: VectorMemoryStore, args: argparse.Namespace)
 
 async def fallback_hint(memory: VectorMemoryStore, args: argparse.Namespace) -> str:
     """What to run when semantic recall could not help (the lexical fallback)."""
-    command = ["game-memory", "rebuild", "--save-dir", args.save_dir]
+    database = getattr(args, "database", None)
+    where = ["--database", database] if database else ["--save-dir", args.save_dir]
+    command = ["game-memory", "rebuild", *where]
     if args.index_dir is not None:
         command += ["--index-dir", args.index_dir]
     command += ["--model", args.model, "--session", args.session]

@@ -321,11 +321,23 @@ def run_check(args: argparse.Namespace) -> int:
     if problem is not None:
         return _fail(problem)
 
+    database = getattr(args, "database", None)
+    if database is not None and (args.accept_loss or args.ids):
+        return _fail("--accept-loss and --ids apply to a save folder, not to --database")
+
     async def main() -> int:
-        async with FileGameMemoryStore(args.save_dir, create=False) as store:
-            report = await store.check(
-                fix=args.fix or args.accept_loss, accept_loss=args.accept_loss, list_ids=args.ids
-            )
+        if database is not None:
+            from game_memory.postgres import PostgresGameMemoryStore
+
+            async with PostgresGameMemoryStore(database, migrate=False) as database_store:
+                report = await database_store.check(fix=args.fix)
+        else:
+            async with FileGameMemoryStore(args.save_dir, create=False) as store:
+                report = await store.check(
+                    fix=args.fix or args.accept_loss,
+                    accept_loss=args.accept_loss,
+                    list_ids=args.ids,
+                )
         console = _console()
         for repair in report.repairs:
             console.print("[green]repaired:[/green] ", end="")
