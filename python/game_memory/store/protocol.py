@@ -42,6 +42,9 @@ class StoreSnapshot:
             score.
         visible: How many memories of the views the query can see.
         stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT and LEXICAL_SEARCH, measured.
+            STORAGE_MIGRATION counts the memories migrated by this read and the memories
+            in the store when the backend knows that cheaply (0 when it would cost a scan
+            of every session, as on PostgreSQL).
 
     Views are immutable. A backend should hand out the *same* view object while a
     partition is unchanged, and a grown partition's view should start with the previous
