@@ -30,6 +30,7 @@ __all__ = [
     "Candidate",
     "candidate_grid",
     "default_candidate",
+    "expand",
 ]
 
 Family = Mapping[str, Sequence[Any]]
@@ -106,7 +107,8 @@ def _text(value: Any) -> str:
     )
 
 
-def _expand(families: Mapping[str, Family | None], model: type[Any]) -> list[tuple[str, Any]]:
+def expand(families: Mapping[str, Family | None], model: type[Any]) -> list[tuple[str, Any]]:
+    """``(name, model(**fields))`` for every combination of every family (``None`` stays)."""
     out: list[tuple[str, Any]] = []
     for family, fields in families.items():
         if fields is None:
@@ -133,8 +135,8 @@ def candidate_grid(
     name. The library's defaults (``FusionOptions()`` with the default reranker) are always
     in the grid, named ``default`` if no family produced them.
     """
-    fusions = _expand(fusion_families, FusionOptions)
-    rerankers = _expand(reranker_families, GameAwareMemoryRerankerOptions)
+    fusions = expand(fusion_families, FusionOptions)
+    rerankers = expand(reranker_families, GameAwareMemoryRerankerOptions)
     seen: set[tuple[str, str]] = set()
     grid: list[Candidate] = []
     for (fusion_name, fusion), (reranker_name, reranker) in itertools.product(fusions, rerankers):
