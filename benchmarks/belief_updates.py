@@ -1,7 +1,8 @@
 """Belief updates: does the NPC answer with what it believes *as of* the moment asked?
 
 Usage: ``python benchmarks/belief_updates.py [--home H] [--modes hybrid,lexical]
-[--fusion JSON] [--out FILE]``. Prints one JSON object (and writes it to ``--out``).
+[--fusion JSON] [--out FILE]``, or ``--markdown FILE`` for the tables of a saved run.
+Prints one JSON object (and writes it to ``--out``).
 
 The scenarios are ``retrieval_data/belief_updates.json`` (checked on load, see
 ``retrieval_handwritten``): an NPC learns version 1 of a fact at tick t1 and version 2 at
@@ -177,6 +178,50 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def markdown(report: dict[str, Any]) -> str:
+    """The rates of a saved run as Markdown tables (for ``docs/retrieval.md``)."""
+
+    def cell(rate: dict[str, Any]) -> str:
+        return f"{rate['hits']}/{rate['of']} ({rate['rate']:.0%})"
+
+    lines = [
+        f"{report['scenarios']} scenarios ({report['with_background']} with background "
+        f"memories, {report['old_lexically_closer']} where the old version is lexically "
+        f"closer); {report['questions_after']} questions after the update, "
+        f"{report['questions_between']} between the versions; belief_key: "
+        f"{report['belief_key']}.",
+        "",
+        "| variant | mode | reranker | new first (after) | new above old (after) "
+        "| old first (between) | new leaked (between) | target |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    for variant, modes in report["results"].items():
+        for mode, settings in modes.items():
+            for name, result in settings.items():
+                rates = result["rates"]["all"]
+                lines.append(
+                    f"| {variant} | {mode} | `{name}` | {cell(rates['after'])} | "
+                    f"{cell(rates['after_above'])} | {cell(rates['between'])} | "
+                    f"{rates['leaks']['hits']} | {'met' if result['meets_target'] else 'missed'} |"
+                )
+    lines += [
+        "",
+        "Default reranker, by split (new first after the update / old first between):",
+        "",
+        "| variant | mode | split | after | between |",
+        "|---|---|---|---:|---:|",
+    ]
+    for variant, modes in report["results"].items():
+        for mode, settings in modes.items():
+            for group, rates in settings["default"]["rates"].items():
+                if group != "all":
+                    lines.append(
+                        f"| {variant} | {mode} | {group} | {cell(rates['after'])} | "
+                        f"{cell(rates['between'])} |"
+                    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
@@ -185,7 +230,11 @@ def main(argv: list[str] | None = None) -> int:
         "--fusion", help="FusionOptions fields as JSON, e.g. '{\"vector_weight\": 0.9}'"
     )
     parser.add_argument("--out", help="also write the JSON to this file")
+    parser.add_argument("--markdown", metavar="FILE", help="print the tables of a saved run")
     args = parser.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
+        return 0
     report = json.dumps(asyncio.run(run(args)), indent=2, ensure_ascii=False)
     if args.out:
         Path(args.out).write_text(report + "\n", encoding="utf-8")

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from crossval_scoring import channel, score_all
 from crossval_select import TARGET_TOLERANCE, cross_validate
 from crossval_tables import markdown
 from retrieval_catalog import CROSSVAL_SETS, LOADERS, SEED, sample
@@ -39,15 +40,12 @@ from retrieval_grid import (
     FUSION_FAMILIES,
     RERANKER_FAMILIES,
     RERANKER_TUNING,
-    Candidate,
     candidate_grid,
     default_candidate,
 )
-from retrieval_record import LIMIT, CachedEmbeddings, RecordedSet, first_relevant, record_dataset
-from retrieval_record import replay as replay_one
-from retrieval_report import metrics
+from retrieval_record import LIMIT, CachedEmbeddings, RecordedSet, record_dataset
 
-from game_memory import GameAwareMemoryReranker, VectorMemoryStoreOptions
+from game_memory import VectorMemoryStoreOptions
 from game_memory.onnx import load_default_provider, prepare_default_model
 from game_memory.onnx.model_home import default_model_home
 
@@ -62,28 +60,6 @@ QUICK_FUSION = {
         "vector_minimum_spread": (0.0, 1.0),
     },
 }
-
-
-def score(recorded: RecordedSet, candidate: Candidate) -> dict[str, float]:
-    """R@1, R@5 and MRR of one candidate on one recorded set."""
-    reranker = None if candidate.reranker is None else GameAwareMemoryReranker(candidate.reranker)
-    ranks = [
-        first_relevant(replay_one(q, candidate.fusion, reranker, recorded.pool), q.row.relevant)
-        for q in recorded.queries
-    ]
-    return metrics(ranks)
-
-
-def channel(recorded: RecordedSet, which: str, limit: int) -> dict[str, float]:
-    """One channel's list alone (its own order, cut to ``limit``)."""
-    ranks = [
-        first_relevant(
-            (m for m, _ in (q.lexical if which == "lexical" else q.vector)[:limit]),
-            q.row.relevant,
-        )
-        for q in recorded.queries
-    ]
-    return metrics(ranks)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -102,38 +78,41 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     rerankers = RERANKER_TUNING if args.reranker_grid else RERANKER_FAMILIES
     grid = candidate_grid(QUICK_FUSION if args.quick else FUSION_FAMILIES, rerankers)
     reference = default_candidate(grid)
-    fusion_only = candidate_grid(
-        QUICK_FUSION if args.quick else FUSION_FAMILIES, {"no_reranker": None}
-    )
     prepare_default_model(home)
     real = await load_default_provider(home)
     provider = CachedEmbeddings(real, cache / "embeddings")
+    recorded: dict[str, RecordedSet] = {}
     sets: dict[str, dict[str, Any]] = {}
     try:
         for name in names:
             dataset = sample(LOADERS[name](cache), maximum)
             with tempfile.TemporaryDirectory(prefix=f"crossval-{name}-") as folder:
-                recorded = await record_dataset(dataset, provider, Path(folder), args.limit)
+                recorded[name] = await record_dataset(dataset, provider, Path(folder), args.limit)
             provider.save()
             print(f"{name}: recorded after {time.perf_counter() - started:.0f} s", file=sys.stderr)
-            sets[name] = {
-                "source": dataset.source,
-                "files_sha256": dataset.files,
-                "memories": len(dataset.memories),
-                "owners": len({m.owner_id for m in dataset.memories}),
-                "queries": len(dataset.queries),
-                "game_time": dataset.asked_at_tick is not None
-                or any(q.asked_at_tick is not None for q in dataset.queries),
-                "front_door_check": recorded.front_door_check,
-                "lexical": channel(recorded, "lexical", args.limit),
-                "vector": channel(recorded, "vector", args.limit),
-                "candidates": {c.name: score(recorded, c) for c in grid},
-                "fusion_only": {c.name: score(recorded, c) for c in fusion_only},
-            }
-            print(f"{name}: scored after {time.perf_counter() - started:.0f} s", file=sys.stderr)
     finally:
         provider.save()
         await real.aclose()
+    recorded_at = time.perf_counter()
+    scores = score_all(recorded, grid, args.jobs)
+    for name, entry in recorded.items():
+        dataset = entry.dataset
+        sets[name] = {
+            "source": dataset.source,
+            "files_sha256": dataset.files,
+            "memories": len(dataset.memories),
+            "owners": len({m.owner_id for m in dataset.memories}),
+            "queries": len(dataset.queries),
+            "game_time": dataset.asked_at_tick is not None
+            or any(q.asked_at_tick is not None for q in dataset.queries),
+            "front_door_check": entry.front_door_check,
+            "lexical": channel(entry, "lexical", args.limit),
+            "vector": channel(entry, "vector", args.limit),
+            "candidates": {c.name: scores[(name, c.name)][0] for c in grid},
+            "fusion_only": {
+                f"{c.name.rsplit('+', 1)[0]}+no_reranker": scores[(name, c.name)][1] for c in grid
+            },
+        }
     return {
         "benchmark": "crossval",
         "model": str(real.identity),
@@ -150,6 +129,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "seed": SEED,
             "target_tolerance": TARGET_TOLERANCE,
             "texts_embedded_this_run": provider.embedded,
+            "jobs": args.jobs,
+            "recording_seconds": round(recorded_at - started, 1),
         },
         "candidates": [c.describe() for c in grid],
         "sets": sets,
@@ -175,6 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--reranker-grid", action="store_true", help="also cross reranker settings (slower)"
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="worker processes for scoring (default: up to 2)",
     )
     parser.add_argument("--limit", type=int, default=LIMIT, help=f"recall limit (default {LIMIT})")
     parser.add_argument("--out", help="also write the JSON to this file")

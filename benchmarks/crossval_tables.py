@@ -88,21 +88,63 @@ def markdown(report: dict[str, Any], top: int = 15) -> str:
                 f"{_f(h[channel + '_r5'])} | {_signed(h['margin'])} | "
                 f"{'met' if h['meets_target'] else '**missed**'} |"
             )
-    lines += ["", f"### R@5 of the {top} best candidates over all sets", ""]
-    header = "| candidate | " + " | ".join(f"`{n}`" for n in names) + " | worst margin |"
-    lines += [header, "|---|" + "---:|" * (len(names) + 1)]
-    shown = [r["candidate"] for r in cv["all_sets"]["ranking"]]
-    ranked = (
-        [*shown, cv["reference"]["candidate"]]
-        if cv["reference"]["candidate"] not in shown
-        else shown
-    )
-    for name in ranked[:top]:
-        row = [_f(sets[s]["candidates"][name]["r5"]) for s in names]
-        worst = min(
-            sets[s]["candidates"][name]["r5"]
-            - max(sets[s]["lexical"]["r5"], sets[s]["vector"]["r5"])
-            for s in names
-        )
-        lines.append(f"| `{name}` | " + " | ".join(row) + f" | {_signed(worst)} |")
+    lines += _ranking(report, names, top)
+    lines += _reranker_effect(report, names)
     return "\n".join(lines)
+
+
+def _worst(sets: dict[str, Any], names: list[str], candidate: str, block: str) -> float:
+    return min(
+        float(sets[s][block][candidate]["r5"])
+        - max(float(sets[s]["lexical"]["r5"]), float(sets[s]["vector"]["r5"]))
+        for s in names
+    )
+
+
+def _ranking(report: dict[str, Any], names: list[str], top: int) -> list[str]:
+    """R@5 of the best candidates by worst margin over all sets, plus the reference and RRF."""
+    sets = report["sets"]
+    cv = report["crossval"]
+    every = [c["name"] for c in report["candidates"]]
+    ranked = sorted(every, key=lambda c: (-_worst(sets, names, c, "candidates"), c))[:top]
+    for extra in (cv["reference"]["candidate"], "rrf+rerank"):
+        if extra in every and extra not in ranked:
+            ranked.append(extra)
+    lines = [
+        "",
+        f"### R@5 by candidate (the {top} best by worst margin over all sets, the default, RRF)",
+        "",
+        "| candidate | " + " | ".join(f"`{n}`" for n in names) + " | worst margin |",
+        "|---|" + "---:|" * (len(names) + 1),
+        "| lexical alone | " + " | ".join(_f(sets[n]["lexical"]["r5"]) for n in names) + " | |",
+        "| vector alone | " + " | ".join(_f(sets[n]["vector"]["r5"]) for n in names) + " | |",
+    ]
+    for name in ranked:
+        row = " | ".join(_f(sets[n]["candidates"][name]["r5"]) for n in names)
+        lines.append(f"| `{name}` | {row} | {_signed(_worst(sets, names, name, 'candidates'))} |")
+    return lines
+
+
+def _reranker_effect(report: dict[str, Any], names: list[str]) -> list[str]:
+    """R@5 and R@1 of the chosen and the default fusion with and without the reranker."""
+    sets = report["sets"]
+    cv = report["crossval"]
+    rows = []
+    for name in dict.fromkeys((cv["all_sets"]["chosen"], cv["reference"]["candidate"])):
+        fusion_name = name.rsplit("+", 1)[0] + "+no_reranker"
+        if all(fusion_name in sets[n]["fusion_only"] for n in names):
+            rows.append((f"`{fusion_name}`", "fusion_only", fusion_name))
+        rows.append((f"`{name}`", "candidates", name))
+    lines = [
+        "",
+        "### With and without the reranker (R@1 / R@5)",
+        "",
+        "| configuration | " + " | ".join(f"`{n}`" for n in names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
+    for label, block, name in rows:
+        cells = " | ".join(
+            f"{_f(sets[n][block][name]['r1'])} / {_f(sets[n][block][name]['r5'])}" for n in names
+        )
+        lines.append(f"| {label} | {cells} |")
+    return lines

@@ -61,6 +61,7 @@ __all__ = [
     "first_relevant",
     "record_dataset",
     "replay",
+    "replay_both",
     "to_memory",
 ]
 
@@ -184,10 +185,23 @@ def replay(
     pool: int,
 ) -> list[GameMemory]:
     """The hits ``recall`` returns for this query under ``fusion`` and ``reranker``."""
+    return replay_both(recorded, fusion, reranker, pool)[1]
+
+
+def replay_both(
+    recorded: Recorded,
+    fusion: FusionOptions,
+    reranker: GameAwareMemoryReranker | None,
+    pool: int,
+) -> tuple[list[GameMemory], list[GameMemory]]:
+    """The hits without any reranker and with ``reranker``, from one fusion."""
     fused = fuse(list(recorded.lexical), list(recorded.vector), fusion, pool)
-    if reranker is not None and fused:
-        fused = reranker.rank(recorded.question, fused)
-    return [candidate.memory for candidate in fused[: recorded.question.limit]]
+    limit = recorded.question.limit
+    plain = [candidate.memory for candidate in fused[:limit]]
+    if reranker is None or not fused:
+        return plain, plain
+    ranked = reranker.rank(recorded.question, fused)
+    return plain, [candidate.memory for candidate in ranked[:limit]]
 
 
 def first_relevant(memories: Iterable[GameMemory], relevant: frozenset[str]) -> int | None:
