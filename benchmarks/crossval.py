@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from crossval_scoring import channel, score_all
+from crossval_scoring import by_category, channel, score_all
 from crossval_select import TARGET_TOLERANCE, cross_validate
 from crossval_tables import markdown
 from retrieval_catalog import CROSSVAL_SETS, LOADERS, SEED, sample
@@ -109,6 +109,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "lexical": channel(entry, "lexical", args.limit),
             "vector": channel(entry, "vector", args.limit),
             "candidates": {c.name: scores[(name, c.name)][0] for c in grid},
+            "categories": by_category(entry, reference, args.limit),
             "fusion_only": {
                 f"{c.name.rsplit('+', 1)[0]}+no_reranker": scores[(name, c.name)][1] for c in grid
             },

@@ -12,6 +12,7 @@ import multiprocessing
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
 from retrieval_grid import Candidate
 from retrieval_record import RecordedSet, first_relevant, replay_both
@@ -19,7 +20,7 @@ from retrieval_report import metrics
 
 from game_memory import GameAwareMemoryReranker
 
-__all__ = ["Scores", "channel", "score_all"]
+__all__ = ["Scores", "by_category", "channel", "score_all"]
 
 #: ``(set, candidate) → (metrics with its reranker, metrics with no reranker)``
 Scores = dict[tuple[str, str], tuple[dict[str, float], dict[str, float]]]
@@ -37,6 +38,31 @@ def channel(recorded: RecordedSet, which: str, limit: int) -> dict[str, float]:
         for q in recorded.queries
     ]
     return metrics(ranks)
+
+
+def by_category(recorded: RecordedSet, candidate: Candidate, limit: int) -> dict[str, Any]:
+    """Per query category: the two channels and ``candidate`` (sets with categories only)."""
+    categories = sorted({q.row.category for q in recorded.queries})
+    if len(categories) < 2:
+        return {}
+    reranker = None if candidate.reranker is None else GameAwareMemoryReranker(candidate.reranker)
+    out: dict[str, Any] = {}
+    for category in categories:
+        queries = [q for q in recorded.queries if q.row.category == category]
+        subset = RecordedSet(recorded.dataset, tuple(queries), recorded.pool, {})
+        ranks = [
+            first_relevant(
+                replay_both(q, candidate.fusion, reranker, recorded.pool)[1], q.row.relevant
+            )
+            for q in queries
+        ]
+        out[category] = {
+            "queries": len(queries),
+            "lexical": channel(subset, "lexical", limit),
+            "vector": channel(subset, "vector", limit),
+            candidate.name: metrics(ranks),
+        }
+    return out
 
 
 def _score(

@@ -88,6 +88,7 @@ def markdown(report: dict[str, Any], top: int = 15) -> str:
                 f"{_f(h[channel + '_r5'])} | {_signed(h['margin'])} | "
                 f"{'met' if h['meets_target'] else '**missed**'} |"
             )
+    lines += _categories(report, names)
     lines += _ranking(report, names, top)
     lines += _reranker_effect(report, names)
     return "\n".join(lines)
@@ -147,4 +148,23 @@ def _reranker_effect(report: dict[str, Any], names: list[str]) -> list[str]:
             f"{_f(sets[n][block][name]['r1'])} / {_f(sets[n][block][name]['r5'])}" for n in names
         )
         lines.append(f"| {label} | {cells} |")
+    return lines
+
+
+def _categories(report: dict[str, Any], names: list[str]) -> list[str]:
+    """R@5 per query category of the sets that have them (channels and the default)."""
+    reference = report["crossval"]["reference"]["candidate"]
+    lines = [
+        "",
+        f"### R@5 per query category (channels alone and `{reference}`)",
+        "",
+        "| set | category | queries | lexical | vector | default |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        for category, data in report["sets"][name].get("categories", {}).items():
+            lines.append(
+                f"| `{name}` | {category} | {data['queries']} | {_f(data['lexical']['r5'])} | "
+                f"{_f(data['vector']['r5'])} | {_f(data[reference]['r5'])} |"
+            )
     return lines

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from retrieval_chat import load_chat_cjk, load_chat_en
-from retrieval_handwritten import load_npc_cjk, load_npc_time
+from retrieval_handwritten import load_npc_cjk, load_npc_time, load_paraphrase
 from retrieval_sets import Dataset, load_faq, load_lee, load_npc
 
 __all__ = ["CROSSVAL_SETS", "LOADERS", "SEED", "sample"]
@@ -24,10 +24,20 @@ LOADERS: dict[str, Callable[[Path], Dataset]] = {
     "chat_cjk": load_chat_cjk,
     "npc_cjk": lambda cache: load_npc_cjk(),
     "npc_time": lambda cache: load_npc_time(),
+    "paraphrase_en": lambda cache: load_paraphrase(),
 }
 
 #: The distinct sets cross-validation rotates over (``npc_no_game_time`` repeats ``npc``).
-CROSSVAL_SETS = ("npc", "lee_news", "faq_pt", "chat_en", "chat_cjk", "npc_cjk", "npc_time")
+CROSSVAL_SETS = (
+    "npc",
+    "lee_news",
+    "faq_pt",
+    "chat_en",
+    "chat_cjk",
+    "npc_cjk",
+    "npc_time",
+    "paraphrase_en",
+)
 
 
 def sample(dataset: Dataset, maximum: int) -> Dataset:

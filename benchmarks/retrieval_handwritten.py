@@ -7,6 +7,9 @@
   that is directly followed by hiragana (a particle, as in 「ドラゴンは」) in at least one
   of them; ``kanji``: they share two adjacent ideographs; ``paraphrase``: they share
   neither.
+* ``paraphrase_en`` (``paraphrase_en.json``, the same format): rumours held by three NPCs
+  and a player's retelling of each in other words. ``reworded`` shares no content word
+  with its rumour, ``overlap`` at least one (checked on load).
 * ``belief_updates.json``: scenarios in which an NPC learns version 1 of a fact and later
   version 2 (:func:`load_beliefs`; checked on load: ticks in order, every question asked
   after the update or between the versions, and the ``old_closer`` flag true exactly when
@@ -44,11 +47,13 @@ __all__ = [
     "load_beliefs",
     "load_npc_cjk",
     "load_npc_time",
+    "load_paraphrase",
     "scenario_memories",
 ]
 
 DATA = Path(__file__).parent / "retrieval_data"
 CJK_FILE = DATA / "npc_cjk.json"
+PARAPHRASE_FILE = DATA / "paraphrase_en.json"
 BELIEF_FILE = DATA / "belief_updates.json"
 
 _KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc]{2,}")
@@ -95,6 +100,35 @@ def load_npc_cjk(path: Path = CJK_FILE) -> Dataset:
     files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
     return Dataset(
         "npc_cjk", f"benchmarks/retrieval_data/{path.name}", memories, queries, asked_at, files
+    )
+
+
+def load_paraphrase(path: Path = PARAPHRASE_FILE) -> Dataset:
+    """The paraphrase set, asked at its game moment.
+
+    Raises:
+        DatasetError: the file is malformed or a query's category does not hold.
+    """
+    memories, queries, asked_at = parse_npc_file(path)
+    by_id = {m.memory_id: m for m in memories}
+    for query in queries:
+        shared = set().union(
+            *(content_words(query.text) & content_words(by_id[r].text) for r in query.relevant)
+        )
+        found = "overlap" if shared else "reworded"
+        if found != query.category:
+            raise DatasetError(
+                f"{path}: {query.query_id} is labelled {query.category!r} but is {found!r} "
+                f"(shared content words: {sorted(shared)})"
+            )
+    files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
+    return Dataset(
+        "paraphrase_en",
+        f"benchmarks/retrieval_data/{path.name}",
+        memories,
+        queries,
+        asked_at,
+        files,
     )
 
 

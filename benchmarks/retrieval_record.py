@@ -14,8 +14,11 @@ three steps depend on the configuration. So, per development set:
 3. A configuration is *replayed* with the library's own :func:`fuse` and
    :class:`GameAwareMemoryReranker` over those lists, as ``recall`` would call them.
 4. The replay is checked against the front door: for the library's default fusion, with
-   and without the default reranker, every query is asked through ``recall`` again and the
-   hit ids must equal the replay's (``front_door_check``; a mismatch stops the run).
+   and without the default reranker (and with supersession on, when the reranker has it:
+   that compares memory vectors, which the replay takes from the embedding cache exactly
+   as the library normalizes and stores them), every query is asked through ``recall``
+   again and the hit ids must equal the replay's (``front_door_check``; a mismatch stops
+   the run).
 
 Embeddings are cached (:class:`CachedEmbeddings`): each text is embedded alone, once, by
 the real model, and kept on disk per model identity, so vectors do not depend on batch
@@ -25,6 +28,8 @@ neighbours or on the order sets are built, and a second run does not embed again
 from __future__ import annotations
 
 import hashlib
+import inspect
+import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -49,6 +54,7 @@ from game_memory import (
     VectorMemoryStore,
     VectorMemoryStoreOptions,
 )
+from game_memory.embedding.projector import MemoryTextProjector
 from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
 from game_memory.recall.fusion import fuse
 
@@ -72,6 +78,11 @@ _VECTOR_ONLY = FusionOptions(mode=FusionMode.WEIGHTED_RRF, vector_weight=1.0, le
 
 Candidates = tuple[tuple[GameMemory, float], ...]
 
+# The library's fuse takes the vector candidates' unit vectors (the reranker compares
+# memories with them) since issue 11; pass them whenever it does, as recall does.
+_FUSE_TAKES_VECTORS = "vectors" in inspect.signature(fuse).parameters
+_SUPERSESSION = "supersession_penalty" in GameAwareMemoryRerankerOptions.model_fields
+
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
@@ -81,6 +92,7 @@ class Recorded:
     question: GameMemoryQuery
     lexical: Candidates
     vector: Candidates
+    vectors: tuple[np.ndarray, ...]  # the unit vector of each vector candidate, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +137,11 @@ class CachedEmbeddings:
             self._new += 1
             self.embedded += 1
         return vector
+
+    async def unit_document_vector(self, text: str) -> np.ndarray:
+        """The document vector of ``text`` as the library stores it (L2-normalized float32)."""
+        array = np.asarray(await self._one("d", text), dtype=np.float64)
+        return (array / math.sqrt(float(array @ array))).astype(np.float32)
 
     async def embed_query(self, text: str) -> EmbeddingVector:
         return await self._one("q", text)
@@ -195,7 +212,12 @@ def replay_both(
     pool: int,
 ) -> tuple[list[GameMemory], list[GameMemory]]:
     """The hits without any reranker and with ``reranker``, from one fusion."""
-    fused = fuse(list(recorded.lexical), list(recorded.vector), fusion, pool)
+    if _FUSE_TAKES_VECTORS and recorded.vector:
+        fused = fuse(  # type: ignore[call-arg, unused-ignore]
+            list(recorded.lexical), list(recorded.vector), fusion, pool, list(recorded.vectors)
+        )
+    else:
+        fused = fuse(list(recorded.lexical), list(recorded.vector), fusion, pool)
     limit = recorded.question.limit
     plain = [candidate.memory for candidate in fused[:limit]]
     if reranker is None or not fused:
@@ -232,11 +254,17 @@ async def record_dataset(
         for name, fusion in (("lexical", _LEXICAL_ONLY), ("vector", _VECTOR_ONLY))
     }
     default_reranker = GameAwareMemoryReranker(GameAwareMemoryRerankerOptions())
+    rerankers: dict[str, GameAwareMemoryReranker | None] = {
+        "default_fusion": None,
+        "default_fusion+default_reranker": default_reranker,
+    }
+    if _SUPERSESSION:  # checks that the replay hands fusion the same vectors recall does
+        rerankers["default_fusion+supersession_0.2"] = GameAwareMemoryReranker(
+            GameAwareMemoryRerankerOptions(supersession_penalty=0.2)  # type: ignore[call-arg, unused-ignore]
+        )
     checked = {
-        "default_fusion": VectorMemoryStore(authoritative, index, provider, options=options),
-        "default_fusion+default_reranker": VectorMemoryStore(
-            authoritative, index, provider, reranker=default_reranker, options=options
-        ),
+        name: VectorMemoryStore(authoritative, index, provider, reranker=r, options=options)
+        for name, r in rerankers.items()
     }
     stores = [loader, *channels.values(), *checked.values()]
     try:
@@ -245,6 +273,13 @@ async def record_dataset(
         status = await loader.get_status(dataset.name)
         if status.ready_entries != len(dataset.memories):
             raise RuntimeError(f"{dataset.name}: only {status.ready_entries} memories have vectors")
+        projector = MemoryTextProjector()
+        unit = {
+            (row.owner_id, row.memory_id): await provider.unit_document_vector(
+                projector.project_document(to_memory(dataset, row))
+            )
+            for row in dataset.memories
+        }
         recorded: list[Recorded] = []
         mismatches = dict.fromkeys(checked, 0)
         for count, row in enumerate(dataset.queries, 1):
@@ -261,10 +296,11 @@ async def record_dataset(
                 )
                 score = "lexical_score" if name == "lexical" else "vector_score"
                 lists[name] = tuple((h.memory, float(getattr(h, score))) for h in hits)
-            entry = Recorded(row, asked, lists["lexical"], lists["vector"])
+            vectors = tuple(unit[(m.owner_id, m.memory_id)] for m, _ in lists["vector"])
+            entry = Recorded(row, asked, lists["lexical"], lists["vector"], vectors)
             recorded.append(entry)
             for name, store in checked.items():
-                reranker = default_reranker if "reranker" in name else None
+                reranker = rerankers[name]
                 expected = [m.memory_id for m in replay(entry, FusionOptions(), reranker, pool)]
                 actual = [h.memory.memory_id for h in (await store.recall(asked)).hits]
                 mismatches[name] += expected != actual
