@@ -1,7 +1,7 @@
 """Cross-validated choice of the recall configuration: one development set held out at a time.
 
 Usage: ``python benchmarks/crossval.py [--home H] [--data-cache D] [--datasets a,b]
-[--max-queries N] [--quick] [--reranker-grid] [--limit N] [--out FILE]``, or
+[--max-queries N] [--quick] [--jobs N] [--limit N] [--out FILE]``, or
 ``python benchmarks/crossval.py --markdown FILE`` to print the tables of a saved run.
 Prints one JSON object (and writes it to ``--out``); progress goes to stderr.
 
@@ -38,8 +38,9 @@ from crossval_tables import markdown
 from retrieval_catalog import CROSSVAL_SETS, LOADERS, SEED, sample
 from retrieval_grid import (
     FUSION_FAMILIES,
+    GRID,
     RERANKER_FAMILIES,
-    RERANKER_TUNING,
+    Family,
     candidate_grid,
     default_candidate,
 )
@@ -50,7 +51,7 @@ from game_memory.onnx import load_default_provider, prepare_default_model
 from game_memory.onnx.model_home import default_model_home
 
 QUICK_QUERIES = 60
-QUICK_FUSION = {
+QUICK_FUSION: dict[str, Family | None] = {
     "rrf": FUSION_FAMILIES["rrf"],
     "convex_floor": {
         "mode": ("convex",),
@@ -58,6 +59,11 @@ QUICK_FUSION = {
         "vector_weight": (0.6, 0.75, 0.9),
         "lexical_minimum_spread": (0.0, 8.0),
         "vector_minimum_spread": (0.0, 1.0),
+    },
+    "convex_absolute": {
+        "mode": ("convex",),
+        "normalization": ("absolute",),
+        "vector_weight": (0.75, 0.9),
     },
 }
 
@@ -75,8 +81,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.limit < 5:
         raise SystemExit("--limit must be at least 5 (R@5 is measured)")
     maximum = QUICK_QUERIES if args.quick and not args.max_queries else args.max_queries
-    rerankers = RERANKER_TUNING if args.reranker_grid else RERANKER_FAMILIES
-    grid = candidate_grid(QUICK_FUSION if args.quick else FUSION_FAMILIES, rerankers)
+    grid = candidate_grid(((QUICK_FUSION, RERANKER_FAMILIES),) if args.quick else GRID)
     reference = default_candidate(grid)
     prepare_default_model(home)
     real = await load_default_provider(home)
@@ -154,9 +159,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--quick", action="store_true", help=f"{QUICK_QUERIES} queries per set, a small grid"
-    )
-    parser.add_argument(
-        "--reranker-grid", action="store_true", help="also cross reranker settings (slower)"
     )
     parser.add_argument(
         "--jobs",

@@ -1,8 +1,10 @@
 """The candidate configurations cross-validation chooses among, built from option fields.
 
 A *family* maps fields of the library's :class:`FusionOptions` (or
-:class:`GameAwareMemoryRerankerOptions`) to the values to try; the grid is, per family, every
-combination of its values, and the product of the fusion grid with the reranker grid.
+:class:`GameAwareMemoryRerankerOptions`) to the values to try and stands for every
+combination of its values; the grid is the union over ``GRID``'s blocks of the product of a
+block's fusion families with its reranker families (every fusion with the default reranker,
+and the score-level fusions with the reranker settings being tuned).
 Field names and values go through the options models themselves, so a misspelt field or an
 out-of-range value fails at once, and a field the library adds later (a new
 ``normalization``, a calibration constant) becomes a candidate with one line here::
@@ -25,8 +27,10 @@ from game_memory import FusionOptions, GameAwareMemoryRerankerOptions
 
 __all__ = [
     "FUSION_FAMILIES",
+    "GRID",
     "RERANKER_FAMILIES",
     "RERANKER_TUNING",
+    "TUNED_FUSION_FAMILIES",
     "Candidate",
     "candidate_grid",
     "default_candidate",
@@ -54,19 +58,41 @@ FUSION_FAMILIES: dict[str, Family] = {
         "lexical_minimum_spread": (0.0, 4.0, 8.0, 16.0),
         "vector_minimum_spread": (0.0, 0.5, 1.0),
     },
-}
-
-#: Reranker families crossed with every fusion by default (``None``: no reranker).
-RERANKER_FAMILIES: dict[str, Family | None] = {"rerank": {}}
-
-#: Extra reranker settings for ``--reranker-grid`` (crossed with every fusion: slower).
-RERANKER_TUNING: dict[str, Family | None] = {
-    "rerank": {},
-    "rerank_tuned": {
-        "recency_weight": (0.1, 0.2, 0.3),
-        "importance_weight": (0.05, 0.1, 0.2),
+    "convex_absolute": {
+        "mode": ("convex",),
+        "normalization": ("absolute",),
+        "vector_weight": VECTOR_WEIGHTS,
+        "lexical_scale": (4.0, 8.0, 16.0),
     },
 }
+
+#: Reranker families crossed with every fusion (``None``: no reranker; ``{}``: defaults).
+RERANKER_FAMILIES: dict[str, Family | None] = {"rerank": {}}
+
+#: Fusions that are also tried with the reranker settings of ``RERANKER_TUNING`` (the
+#: score-level families whose scales the reranker reads; a smaller cross keeps the run
+#: well under an hour).
+TUNED_FUSION_FAMILIES: dict[str, Family] = {
+    "convex_floor": {
+        "mode": ("convex",),
+        "normalization": ("floor",),
+        "vector_weight": VECTOR_WEIGHTS,
+        "lexical_minimum_spread": (8.0, 16.0),
+    },
+    "convex_absolute": FUSION_FAMILIES["convex_absolute"],
+}
+
+#: Reranker settings crossed with ``TUNED_FUSION_FAMILIES``.
+RERANKER_TUNING: dict[str, Family | None] = {
+    "rerank_supersede": {"supersession_penalty": (0.1, 0.3)},
+    "rerank_relative": {"relevance": ("relative",)},
+}
+
+#: The grid: the union of these products (fusion families × reranker families).
+GRID: tuple[tuple[Mapping[str, Family | None], Mapping[str, Family | None]], ...] = (
+    (FUSION_FAMILIES, RERANKER_FAMILIES),
+    (TUNED_FUSION_FAMILIES, RERANKER_TUNING),
+)
 
 _SHORT = {
     "vector_weight": "v",
@@ -79,6 +105,8 @@ _SHORT = {
     "relevance_weight": "rel",
     "diversity_penalty": "div",
     "recency_half_life_ticks": "half",
+    "lexical_scale": "lscale",
+    "supersession_penalty": "sup",
 }
 
 
@@ -126,24 +154,26 @@ def expand(families: Mapping[str, Family | None], model: type[Any]) -> list[tupl
 
 
 def candidate_grid(
-    fusion_families: Mapping[str, Family | None] = FUSION_FAMILIES,
-    reranker_families: Mapping[str, Family | None] = RERANKER_FAMILIES,
+    blocks: Sequence[tuple[Mapping[str, Family | None], Mapping[str, Family | None]]] = GRID,
 ) -> list[Candidate]:
-    """Every fusion of ``fusion_families`` with every reranker of ``reranker_families``.
+    """Every fusion × reranker of every block (fusion families, reranker families).
 
     Duplicates (two families producing the same options) are kept once, under the first
     name. The library's defaults (``FusionOptions()`` with the default reranker) are always
     in the grid, named ``default`` if no family produced them.
     """
-    fusions = expand(fusion_families, FusionOptions)
-    rerankers = expand(reranker_families, GameAwareMemoryRerankerOptions)
     seen: set[tuple[str, str]] = set()
     grid: list[Candidate] = []
-    for (fusion_name, fusion), (reranker_name, reranker) in itertools.product(fusions, rerankers):
-        key = (fusion.model_dump_json(), "" if reranker is None else reranker.model_dump_json())
-        if key not in seen:
-            seen.add(key)
-            grid.append(Candidate(f"{fusion_name}+{reranker_name}", fusion, reranker))
+    for fusion_families, reranker_families in blocks:
+        fusions = expand(fusion_families, FusionOptions)
+        rerankers = expand(reranker_families, GameAwareMemoryRerankerOptions)
+        for (fusion_name, fusion), (reranker_name, reranker) in itertools.product(
+            fusions, rerankers
+        ):
+            key = (fusion.model_dump_json(), "" if reranker is None else reranker.model_dump_json())
+            if key not in seen:
+                seen.add(key)
+                grid.append(Candidate(f"{fusion_name}+{reranker_name}", fusion, reranker))
     default = (
         FusionOptions().model_dump_json(),
         GameAwareMemoryRerankerOptions().model_dump_json(),

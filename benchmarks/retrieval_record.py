@@ -165,9 +165,6 @@ class CachedEmbeddings:
 
 def to_memory(dataset: Dataset, row: MemoryRow) -> GameMemory:
     """The memory a row becomes: one session per set, the text as searchable text."""
-    fields: dict[str, object] = {}
-    if row.belief_key is not None and "belief_key" in GameMemory.model_fields:
-        fields["belief_key"] = row.belief_key
     return GameMemory(
         memory_id=row.memory_id,
         session_id=dataset.name,
@@ -179,7 +176,7 @@ def to_memory(dataset: Dataset, row: MemoryRow) -> GameMemory:
         moment=GameMoment(timeline_id=TIMELINE, tick=row.tick),
         importance=row.importance,
         tags=row.tags,
-        **fields,  # type: ignore[arg-type]
+        belief_key=row.belief_key,
     )
 
 
@@ -213,7 +210,7 @@ def replay_both(
 ) -> tuple[list[GameMemory], list[GameMemory]]:
     """The hits without any reranker and with ``reranker``, from one fusion."""
     if _FUSE_TAKES_VECTORS and recorded.vector:
-        fused = fuse(  # type: ignore[call-arg, unused-ignore]
+        fused = fuse(
             list(recorded.lexical), list(recorded.vector), fusion, pool, list(recorded.vectors)
         )
     else:
@@ -260,7 +257,7 @@ async def record_dataset(
     }
     if _SUPERSESSION:  # checks that the replay hands fusion the same vectors recall does
         rerankers["default_fusion+supersession_0.2"] = GameAwareMemoryReranker(
-            GameAwareMemoryRerankerOptions(supersession_penalty=0.2)  # type: ignore[call-arg, unused-ignore]
+            GameAwareMemoryRerankerOptions(supersession_penalty=0.2)
         )
     checked = {
         name: VectorMemoryStore(authoritative, index, provider, reranker=r, options=options)
