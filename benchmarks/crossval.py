@@ -14,9 +14,12 @@ selection rule and the rotations are in ``crossval_select``.
 
 Reported: each set's channel baselines (R@1, R@5, MRR of the lexical and the vector list
 alone), every candidate's figures on every set (with its reranker, and its fusion with no
-reranker), every rotation's choice and held-out figures, the choice over all sets, and the
-library's current default on every set. ``--quick``: at most 60 queries per set and a
-reduced grid, for a smoke run of a few minutes.
+reranker), per query category the channels and the library's default (sets with
+categories), every rotation's choice and held-out figures, the choice over all sets, and
+the library's current default on every set. A full run takes about 10 minutes on two
+cores with the embedding cache warm (``<data cache>/embeddings``; about 15 cold, of which
+recording is 5). ``--quick``: at most 60 queries per set and a reduced grid, for a smoke
+run of a minute.
 """
 
 from __future__ import annotations

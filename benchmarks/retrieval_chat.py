@@ -13,7 +13,7 @@ of the wheel and of every file read is reported with the results.
   few words with them.
 * ``chat_cjk``: Japanese and Chinese, one NPC per language (``ja``, ``zh``); every distinct
   prompt is a query (Chinese often asks without a question mark: ``吗``, ``呢``), asked of
-  its language's NPC.
+  its language's NPC. A query's category is its language, so figures split by language.
 
 A dialogue that is not a list of turns (one in ``english/trivia.yml``) is skipped; more
 than ``MAXIMUM_MALFORMED`` per language refuse the set. Prompts with more than
@@ -134,7 +134,7 @@ def _build(
     memories = tuple(MemoryRow(memory_id, owner, text) for text, memory_id in replies.items())
     kept = sorted(p for p, r in asked.items() if len(r) <= MAXIMUM_REPLIES)
     queries = tuple(
-        QueryRow(f"{owner}-q{index + 1:04d}", prompt, frozenset(asked[prompt]), owner)
+        QueryRow(f"{owner}-q{index + 1:04d}", prompt, frozenset(asked[prompt]), owner, owner)
         for index, prompt in enumerate(kept)
     )
     _check(memories, queries, owner)
