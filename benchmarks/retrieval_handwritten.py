@@ -1,0 +1,285 @@
+"""Hand-written development sets in ``retrieval_data/``: CJK NPCs and belief updates.
+
+* ``npc_cjk`` (``npc_cjk.json``, the format of ``npc_set.json``): a Japanese innkeeper and
+  blacksmith, a Chinese shopkeeper and guard. Categories are checked on load with plain
+  script rules, not with the library's tokenizer (which the set exists to measure):
+  ``kana_particle``: question and answer share a katakana word of two or more characters
+  that is directly followed by hiragana (a particle, as in 「ドラゴンは」) in at least one
+  of them; ``kanji``: they share two adjacent ideographs; ``paraphrase``: they share
+  neither.
+* ``paraphrase_en`` (``paraphrase_en.json``, the same format): rumours held by three NPCs
+  and a player's retelling of each in other words. ``reworded`` shares no content word
+  with its rumour, ``overlap`` at least one (checked on load).
+* ``belief_updates.json``: scenarios in which an NPC learns version 1 of a fact and later
+  version 2 (:func:`load_beliefs`; checked on load: ticks in order, every question asked
+  after the update or between the versions, and the ``old_closer`` flag true exactly when
+  the old version shares more content words with every question than the new one).
+* ``npc_time``: the belief scenarios as a retrieval set (:func:`load_npc_time`): each
+  scenario is one NPC (owner) holding both versions and its background memories; every
+  question is asked after the update (relevant: the new version) and between the two
+  versions (relevant: the old one), at the scenario's ticks. No ``belief_key`` is set, so
+  the ranking alone must put the right version first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from retrieval_sets import (
+    Dataset,
+    DatasetError,
+    MemoryRow,
+    QueryRow,
+    content_words,
+    parse_npc_file,
+)
+
+__all__ = [
+    "BELIEF_FILE",
+    "CJK_FILE",
+    "Scenario",
+    "Version",
+    "load_beliefs",
+    "load_npc_cjk",
+    "load_npc_time",
+    "load_paraphrase",
+    "scenario_memories",
+]
+
+DATA = Path(__file__).parent / "retrieval_data"
+CJK_FILE = DATA / "npc_cjk.json"
+PARAPHRASE_FILE = DATA / "paraphrase_en.json"
+BELIEF_FILE = DATA / "belief_updates.json"
+
+_KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc]{2,}")
+_HIRAGANA = re.compile(r"[\u3041-\u309f]")
+_IDEOGRAPHS = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+
+
+def _katakana_words(text: str) -> set[str]:
+    return set(_KATAKANA.findall(text))
+
+
+def _glued(text: str, word: str) -> bool:
+    """Whether ``word`` occurs in ``text`` directly followed by hiragana."""
+    return any(_HIRAGANA.match(text, m.end()) for m in re.finditer(re.escape(word), text))
+
+
+def _bigrams(text: str) -> set[str]:
+    return {run[i : i + 2] for run in _IDEOGRAPHS.findall(text) for i in range(len(run) - 1)}
+
+
+def _cjk_category(query: QueryRow, answer: str) -> str:
+    shared_kana = _katakana_words(query.text) & _katakana_words(answer)
+    if any(_glued(query.text, w) or _glued(answer, w) for w in shared_kana):
+        return "kana_particle"
+    if _bigrams(query.text) & _bigrams(answer):
+        return "kanji"
+    return "paraphrase" if not shared_kana else "katakana"
+
+
+def load_npc_cjk(path: Path = CJK_FILE) -> Dataset:
+    """The CJK NPC set, asked at its game moment.
+
+    Raises:
+        DatasetError: the file is malformed or a query's category does not hold.
+    """
+    memories, queries, asked_at = parse_npc_file(path)
+    by_id = {m.memory_id: m for m in memories}
+    for query in queries:
+        found = {_cjk_category(query, by_id[r].text) for r in query.relevant}
+        if found != {query.category}:
+            raise DatasetError(
+                f"{path}: {query.query_id} is labelled {query.category!r} but is {sorted(found)}"
+            )
+    files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
+    return Dataset(
+        "npc_cjk", f"benchmarks/retrieval_data/{path.name}", memories, queries, asked_at, files
+    )
+
+
+def load_paraphrase(path: Path = PARAPHRASE_FILE) -> Dataset:
+    """The paraphrase set, asked at its game moment.
+
+    Raises:
+        DatasetError: the file is malformed or a query's category does not hold.
+    """
+    memories, queries, asked_at = parse_npc_file(path)
+    by_id = {m.memory_id: m for m in memories}
+    for query in queries:
+        shared = set().union(
+            *(content_words(query.text) & content_words(by_id[r].text) for r in query.relevant)
+        )
+        found = "overlap" if shared else "reworded"
+        if found != query.category:
+            raise DatasetError(
+                f"{path}: {query.query_id} is labelled {query.category!r} but is {found!r} "
+                f"(shared content words: {sorted(shared)})"
+            )
+    files = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()}
+    return Dataset(
+        "paraphrase_en",
+        f"benchmarks/retrieval_data/{path.name}",
+        memories,
+        queries,
+        asked_at,
+        files,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """One version of a belief: what the NPC learned, when, and how important it was."""
+
+    text: str
+    tick: int
+    importance: float
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """An NPC learns ``old`` then ``new``; ``questions`` are asked at ``after`` and ``between``."""
+
+    scenario_id: str
+    npc: str
+    belief_key: str
+    old: Version
+    new: Version
+    questions: tuple[str, ...]
+    after: tuple[int, ...]
+    between: tuple[int, ...]
+    background: tuple[tuple[str, float], ...]
+    background_name: str | None
+    old_closer: bool
+
+
+def load_beliefs(path: Path = BELIEF_FILE) -> tuple[tuple[Scenario, ...], dict[str, str]]:
+    """The belief-update scenarios and the SHA-256 of their file.
+
+    Raises:
+        DatasetError: the file is malformed or a scenario breaks a rule (module docstring).
+    """
+    try:
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
+        per_day = int(data["ticks_per_day"])
+        backgrounds = {
+            name: tuple((str(m["text"]), float(m["importance"])) for m in rows)
+            for name, rows in data["backgrounds"].items()
+        }
+        scenarios = tuple(_scenario(s, per_day, backgrounds) for s in data["scenarios"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{path} is not a valid belief-update file: {exc!r}") from exc
+    if len({s.scenario_id for s in scenarios}) != len(scenarios):
+        raise DatasetError(f"{path}: duplicate scenario ids")
+    for scenario in scenarios:
+        _check_scenario(scenario, path)
+    return scenarios, {path.name: hashlib.sha256(raw).hexdigest()}
+
+
+def _scenario(s: dict[str, Any], per_day: int, backgrounds: dict[str, Any]) -> Scenario:
+    def version(v: dict[str, Any]) -> Version:
+        return Version(
+            str(v["text"]), int(v["day"]) * per_day + int(v["minute"]), float(v["importance"])
+        )
+
+    name = s["background"]
+    return Scenario(
+        str(s["id"]),
+        str(s["npc"]),
+        str(s["belief_key"]),
+        version(s["old"]),
+        version(s["new"]),
+        tuple(str(q) for q in s["questions"]),
+        tuple(int(t) for t in s["after"]),
+        tuple(int(t) for t in s["between"]),
+        () if name is None else backgrounds[name],
+        name,
+        bool(s["old_closer"]),
+    )
+
+
+def _check_scenario(s: Scenario, path: Path) -> None:
+    where = f"{path}: scenario {s.scenario_id}"
+    if not s.old.tick < s.new.tick:
+        raise DatasetError(f"{where}: the new version is not later than the old one")
+    if not s.after or any(t < s.new.tick for t in s.after):
+        raise DatasetError(f"{where}: an 'after' question is asked before the update")
+    if not s.between or any(not s.old.tick <= t < s.new.tick for t in s.between):
+        raise DatasetError(f"{where}: a 'between' question is not asked between the versions")
+    if len(s.questions) < 2 or not re.fullmatch(r"[a-z0-9_.-]{1,64}", s.belief_key):
+        raise DatasetError(f"{where}: needs two questions and a bounded belief key")
+    for question in s.questions:
+        words = content_words(question)
+        old = len(words & content_words(s.old.text))
+        new = len(words & content_words(s.new.text))
+        if (old > new) != s.old_closer:
+            raise DatasetError(
+                f"{where}: old_closer is {s.old_closer} but {question!r} shares {old} content "
+                f"words with the old version and {new} with the new one"
+            )
+
+
+def scenario_memories(s: Scenario, *, belief_key: bool) -> tuple[MemoryRow, ...]:
+    """The scenario's memories: both versions and its background, spread over its ticks.
+
+    Background memories are spread evenly from tick 0 to an hour after the update, so some
+    are older than the old version and some newer than the new one.
+    """
+    key = s.belief_key if belief_key else None
+    rows = [
+        MemoryRow(
+            f"{s.scenario_id}.old",
+            s.scenario_id,
+            s.old.text,
+            importance=s.old.importance,
+            tick=s.old.tick,
+            belief_key=key,
+        ),
+        MemoryRow(
+            f"{s.scenario_id}.new",
+            s.scenario_id,
+            s.new.text,
+            importance=s.new.importance,
+            tick=s.new.tick,
+            belief_key=key,
+        ),
+    ]
+    span = s.new.tick + 60
+    for index, (text, importance) in enumerate(s.background):
+        tick = span * index // max(len(s.background) - 1, 1)
+        rows.append(
+            MemoryRow(
+                f"{s.scenario_id}.bg{index}", s.scenario_id, text, importance=importance, tick=tick
+            )
+        )
+    return tuple(rows)
+
+
+def load_npc_time(path: Path = BELIEF_FILE) -> Dataset:
+    """The belief scenarios as a retrieval set with a game moment per question."""
+    scenarios, files = load_beliefs(path)
+    memories: list[MemoryRow] = []
+    queries: list[QueryRow] = []
+    for s in scenarios:
+        memories += scenario_memories(s, belief_key=False)
+        for n, text in enumerate(s.questions):
+            for when, ticks, answer in (("after", s.after, "new"), ("between", s.between, "old")):
+                for tick in sorted(set(ticks)):
+                    queries.append(
+                        QueryRow(
+                            f"{s.scenario_id}.q{n}.{when}.{tick}",
+                            text,
+                            frozenset({f"{s.scenario_id}.{answer}"}),
+                            s.scenario_id,
+                            when,
+                            tick,
+                        )
+                    )
+    source = f"benchmarks/retrieval_data/{path.name} (as a retrieval set)"
+    return Dataset("npc_time", source, tuple(memories), tuple(queries), None, files)
