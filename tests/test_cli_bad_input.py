@@ -333,6 +333,8 @@ def exit_code(argv: list[str]) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
 
 
+#: What a real command line can hold (no NUL: the operating system cannot pass one).
+ARGUMENT = WORDS.filter(lambda word: "\x00" not in word)
 SERVE_OPTIONS = [
     "--save-dir",
     "--index-dir",
@@ -349,17 +351,17 @@ def serve_lines(draw: st.DrawFn, paths: list[str], save: str) -> list[str]:
     transport = draw(
         st.one_of(
             st.just(["--stdio"]),
-            st.tuples(st.just("--websocket"), WORDS | st.just("127.0.0.1:0")).map(list),
+            st.tuples(st.just("--websocket"), ARGUMENT | st.just("127.0.0.1:0")).map(list),
         )
     )
-    argv = ["serve", *transport]
+    argv = ["serve", *transport, "--model", "lexical"]  # a drawn --model comes later and wins
     for option in draw(st.lists(st.sampled_from(SERVE_OPTIONS), max_size=4)):
         if option in ("--save-dir", "--index-dir", "--token-file"):
             value = draw(st.sampled_from([*paths, save]))
         elif option == "--model":
             value = draw(st.sampled_from(["lexical", "nope", "/no/model"]))
         else:
-            value = draw(WORDS)
+            value = draw(ARGUMENT)
         argv += [option, value]
     return argv
 
