@@ -269,3 +269,18 @@ async def test_recall_through_the_front_door_fails_closed_and_says_what_to_do(
             await memory.recall(query)
         with pytest.raises(PersistenceError, match="lost 2"):
             await memory.get_status("session")
+
+
+async def test_a_file_over_the_bound_is_reported_and_never_salvaged_away(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    save = await ten_memories(make_store, make_memory)  # written with the default bound
+    store = make_store(save, maximum_file_bytes=1_024)  # opened with a smaller one
+    log = log_path(save, "session", "mira")
+    before = log.read_bytes()
+    assert len(before) > 1_024
+    report = await store.check(accept_loss=True)
+    assert not report.ok and report.repairs == ()
+    assert any("maximum_file_bytes" in problem for problem in report.problems)
+    assert log.read_bytes() == before
+    assert len(await make_store(save).enumerate("session", "mira")) == 10
