@@ -124,3 +124,20 @@ async def test_an_unterminated_last_line_is_still_served() -> None:
         await server.shutdown()
         await transport.aclose()
         assert (await pipes.line())["id"] == 8
+
+
+async def test_a_client_that_closes_its_end_of_stdout_ends_nothing_but_its_output() -> None:
+    service = FakeService()
+    async with stdio_server(service) as (pipes, task, _transport, _server):
+        pipes.send(initialize(token=None))
+        assert (await pipes.line())["result"]["mode"] == "lexical"
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, pipes.read_fd)  # the pipe's read end is gone: every write breaks
+        os.close(devnull)
+        for number in range(3):
+            pipes.send(request("memory.remember", remember_params(), number + 2))
+        await asyncio.sleep(0.2)
+        assert not task.done()  # still reading: the requests were served, answers dropped
+        pipes.close_input()
+        await asyncio.wait_for(task, 10)
+    assert task.exception() is None and len(service.calls) >= 1

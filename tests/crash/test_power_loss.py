@@ -200,3 +200,49 @@ def test_a_new_save_folder_survives_a_power_loss_after_its_first_append(tmp_path
         except GameMemoryError as exc:
             pytest.fail(f"the acknowledged save does not open: {exc}")
         assert found == [memory]
+
+
+def test_a_salvage_cut_by_a_power_loss_keeps_every_intact_memory_and_finishes_when_rerun(
+    tmp_path: Path,
+) -> None:
+    base = tmp_path / "run"
+    kept = [expected(f"seg-{n}") for n in range(6)] + [expected("other-1")]
+
+    async def seed() -> None:
+        async with FileGameMemoryStore(base / "save") as store:
+            for item in [*kept[:3], expected("seg-9"), *kept[3:]]:
+                await store.append(item)
+
+    asyncio.run(seed())
+    (log,) = [
+        path
+        for path in (base / "save").glob(".game-memory/s-*/o-*.log")
+        if b'"seg-9"' in path.read_bytes()
+    ]
+    data = bytearray(log.read_bytes())
+    data[data.index(b'"seg-9"') + 40] ^= 0x20  # seg-9's payload: its checksum fails
+    log.write_bytes(bytes(data))
+
+    async def salvage(folder: Path, recorder: Recorder) -> None:
+        async with FileGameMemoryStore(folder / "save") as store:
+            assert (await store.check(accept_loss=True)).ok
+
+    recorder = record(base, salvage)
+    states = crash_trees(base, recorder)
+    assert len(states) > 20
+    for number, (_acks, tree) in enumerate(states):
+        folder = tmp_path / f"state-{number}"
+        folder.mkdir()
+        materialize(tree, str(folder))
+
+        async def rerun(save: Path) -> list[GameMemory]:
+            async with FileGameMemoryStore(save) as store:
+                report = await store.check(accept_loss=True)
+                assert report.ok, report.problems
+                assert (await store.check()).ok
+                found = [m for s in ("village", "keep") for m in await store.enumerate(s)]
+                assert await store.count() == len(found)
+                return found
+
+        found = asyncio.run(rerun(folder / "save"))
+        assert sorted(m.memory_id for m in found) == sorted(m.memory_id for m in kept)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from game_memory import GameMemoryQuery, PersistenceError
+from game_memory import GameMemoryQuery, PersistenceError, open_memory
 from game_memory.durable.names import identity_hash
 from game_memory.store.ledger import RECORD_BYTES
 from game_memory.store.records import HEADER_BYTES
@@ -254,3 +254,33 @@ async def test_a_damaged_partition_holding_the_newest_intent_blocks_no_other_app
     assert await store.append(make_memory("m10", owner_id="mira")) is True
     with pytest.raises(PersistenceError, match="corrupt"):
         await store.append(make_memory("j1", owner_id="jory"))
+
+
+@pytest.mark.parametrize("model", ["lexical", "hashing"])
+async def test_recall_through_the_front_door_fails_closed_and_says_what_to_do(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, model: str
+) -> None:
+    save = await ten_memories(make_store, make_memory)
+    log = log_path(save, "session", "mira")
+    log.write_bytes(log.read_bytes()[: offsets(log)[8]])  # m8 and m9 gone, cleanly
+    async with await open_memory(save, index=tmp_path / "index", model=model) as memory:
+        query = GameMemoryQuery(session_id="session", text="memory", limit=5)
+        with pytest.raises(PersistenceError, match=r"lost 2 acknowledged memories.*accept-loss"):
+            await memory.recall(query)
+        with pytest.raises(PersistenceError, match="lost 2"):
+            await memory.get_status("session")
+
+
+async def test_a_file_over_the_bound_is_reported_and_never_salvaged_away(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    save = await ten_memories(make_store, make_memory)  # written with the default bound
+    store = make_store(save, maximum_file_bytes=1_024)  # opened with a smaller one
+    log = log_path(save, "session", "mira")
+    before = log.read_bytes()
+    assert len(before) > 1_024
+    report = await store.check(accept_loss=True)
+    assert not report.ok and report.repairs == ()
+    assert any("maximum_file_bytes" in problem for problem in report.problems)
+    assert log.read_bytes() == before
+    assert len(await make_store(save).enumerate("session", "mira")) == 10

@@ -80,7 +80,9 @@ ERROR_ADVICE: dict[ErrorCode, str] = {
         "require_semantic"
     ),
     ErrorCode.STORAGE_CORRUPT: (
-        "restore the save from a backup or run 'game-memory check --fix'; the save was not changed"
+        "the save was not changed; run 'game-memory check' to see the damage, then "
+        "'game-memory check --fix --accept-loss' to keep every intact memory, or restore the "
+        "save from a backup ('check --fix' alone repairs only interrupted writes)"
     ),
     ErrorCode.BUSY: "wait for running requests to finish, then try again",
     ErrorCode.TIMEOUT: "try again later, or ask for less (a smaller limit or batch)",

@@ -20,6 +20,7 @@ __all__ = [
     "ServerInfo",
     "initialize_result",
     "read_initialize",
+    "refused_before_initialize",
     "token_accepted",
     "token_refused",
 ]
@@ -97,3 +98,21 @@ def initialize_result(info: ServerInfo) -> dict[str, Any]:
         "mode": info.mode,
         "model": info.model,
     }
+
+
+def refused_before_initialize(method: str, *, closing: bool) -> RpcError:
+    """The error for a request before a successful ``initialize`` (the connection closes).
+
+    ``closing``: the connection was already refused earlier in the same batch.
+    """
+    why = (
+        "the connection is closing because a request came before a successful initialize"
+        if closing
+        else f"{method[:64]} was sent before a successful initialize, so the connection is closed"
+    )
+    return RpcError(
+        ErrorCode.UNAUTHORIZED,
+        f"unauthorized: {why}; connect again and call initialize first (with the token "
+        "from the ready line over WebSocket)",
+        {"kind": "Unauthorized"},
+    )

@@ -32,6 +32,7 @@ from game_memory.bridge.handshake import (
     ServerInfo,
     initialize_result,
     read_initialize,
+    refused_before_initialize,
     token_accepted,
     token_refused,
 )
@@ -316,7 +317,7 @@ class BridgeConnection:
             return (None if is_notification else error_response(request_id, error)), None
 
         if self._state is ConnectionState.CLOSED:
-            return reply(_refused_before_initialize(method, closing=True))
+            return reply(refused_before_initialize(method, closing=True))
         if method == "initialize":
             refusal, result = self._initialize(raw_params, out, after)
             if refusal is not None:
@@ -326,7 +327,7 @@ class BridgeConnection:
             # Refuse and close: nothing of a client that skips the handshake is served.
             self._state = ConnectionState.CLOSED
             out.close = CloseIntent(UNAUTHORIZED_CLOSE_CODE, "initialize first")
-            return reply(_refused_before_initialize(method, closing=False))
+            return reply(refused_before_initialize(method, closing=False))
         if self._shutting_down:
             return reply(
                 RpcError(
@@ -399,17 +400,3 @@ class BridgeConnection:
         if batch.fill(call._slot, text):
             return batch.emit(self._limits.maximum_response_bytes)
         return []
-
-
-def _refused_before_initialize(method: str, *, closing: bool) -> RpcError:
-    why = (
-        "the connection is closing because a request came before a successful initialize"
-        if closing
-        else f"{method[:64]} was sent before a successful initialize, so the connection is closed"
-    )
-    return RpcError(
-        ErrorCode.UNAUTHORIZED,
-        f"unauthorized: {why}; connect again and call initialize first (with the token "
-        "from the ready line over WebSocket)",
-        {"kind": "Unauthorized"},
-    )

@@ -130,6 +130,8 @@ def _with_memory(
         code = asyncio.run(main())
     except GameMemoryError as exc:
         return _fail(str(exc))
+    except BrokenPipeError:
+        raise  # the reader of the output went away: main() ends quietly
     except OSError as exc:
         return _fail(_os_error(exc))
     if new_save and not is_new_save(args.save_dir):
@@ -180,6 +182,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
     """``game-memory rebuild``: re-embed the session's memories, with a progress bar."""
 
     async def action(memory: VectorMemoryStore) -> int:
+        await memory.authoritative.count()  # the save must exist before the index is touched
         with Progress(
             TextColumn("rebuilding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         ) as bar:
@@ -355,6 +358,8 @@ def run_check(args: argparse.Namespace) -> int:
         return asyncio.run(main())
     except GameMemoryError as exc:
         return _fail(str(exc))
+    except BrokenPipeError:
+        raise  # the reader of the output went away: main() ends quietly
     except OSError as exc:
         return _fail(_os_error(exc))
 

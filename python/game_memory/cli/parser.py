@@ -17,6 +17,7 @@ from typing import cast
 
 from game_memory._version import __version__
 from game_memory.cli.options import add_recall_arguments
+from game_memory.errors import GameMemoryError
 
 __all__ = ["build_parser", "main"]
 
@@ -232,8 +233,9 @@ def _handler(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``game-memory`` with ``argv`` (default: the process arguments); return the exit code.
 
-    Never ends in a traceback: a closed output pipe ends quietly (141), an ``OSError`` that
-    escaped a command is one line (1), and anything else is reported as a bug (70).
+    Never ends in a traceback: a closed output pipe ends quietly (141), a
+    ``GameMemoryError`` or an ``OSError`` that escaped a command is one line (1), and
+    anything else is reported as a bug (70).
     """
     args = build_parser().parse_args(argv)
     try:
@@ -244,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 141
+    except GameMemoryError as exc:  # a command that did not say it itself
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)

@@ -273,7 +273,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     except GameMemoryError as exc:
-        errors.print(f"[red]error:[/red] {exc}", markup=True)
+        errors.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
         return 1
     finally:
         prepare_bar.close()
@@ -310,10 +310,15 @@ def _print_locations(out: Console, data_dir: Path | None, mode: str, model: str)
         "--text",
         question.text,
     ]
-    out.print("\nKept for you:", markup=False)
-    out.print(f"  save:    {folder / 'save'}", markup=False)
     index = folder / "index" if mode == "hybrid" else "none (lexical recall)"
-    out.print(f"  index:   {index}", markup=False)
-    out.print(f"  session: {SCENARIO.session_id}", markup=False)
-    out.print("Recall from them (the index beside the save is found by itself):", markup=False)
-    out.print(f"  {shlex.join(command)}", markup=False, soft_wrap=True)
+    lines = [
+        "",
+        "Kept for you:",
+        f"  save:    {folder / 'save'}",
+        f"  index:   {index}",
+        f"  session: {SCENARIO.session_id}",
+        "Recall from them (the index beside the save is found by itself):",
+        f"  {shlex.join(command)}",
+    ]
+    for line in lines:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -149,17 +149,20 @@ def audit_session(directory: Path, session_hash: str, maximum_file_bytes: int) -
 
 
 def _read(audit: SessionAudit, path: str, maximum_file_bytes: int) -> bytes | None:
+    """The whole file, or ``None`` (noted as unreadable: the salvage leaves the session
+    alone) when it cannot be read or is larger than ``maximum_file_bytes``. A file that
+    large is no file this store wrote with this bound, or the bound was lowered: it is
+    never read into memory, and never salvaged away."""
     try:
-        read = fs.read_file(path, 1 << 40)
+        read = fs.read_file(path, maximum_file_bytes)
     except PersistenceError as exc:
-        audit.unreadable.append(str(exc))
+        audit.unreadable.append(
+            f"{exc}; if the store was written with a larger maximum_file_bytes, open it with "
+            "that one"
+        )
         return None
     if read is None:
         audit.unreadable.append(f"{path} vanished while it was being checked")
-        return None
-    if len(read[0]) > maximum_file_bytes:
-        damaged = audit.scanned.setdefault(path, DamagedFile(path, path.endswith(".pack")))
-        damaged.ranges.append((0, len(read[0]), "larger than maximum_file_bytes"))
         return None
     return read[0]
 

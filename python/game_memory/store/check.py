@@ -225,6 +225,7 @@ def check_store(
     ``accept_loss`` implies ``fix``.
     """
     repairs: list[str] = []
+    engine.layout.guard()
     with engine.locked():
         engine.layout.guard()
         if fix or accept_loss:

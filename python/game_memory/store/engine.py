@@ -279,6 +279,7 @@ class StoreEngine:
             )
         session_hash = partition_hash(memory.session_id)
         owner_hash = partition_hash(memory.owner_id)
+        self.layout.guard()  # before the lock, whose file is in the data folder
         with self.locked():
             self.layout.guard()
             self.recover()

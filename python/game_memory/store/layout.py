@@ -38,8 +38,8 @@ class SaveLayout:
         self.root = root
         self.data = root / DATA_FOLDER
         self._identity: tuple[tuple[int, int], tuple[int, int]] | None = None
-        # The data folder and the save folder, as strings (guard's hot path).
-        self._chain = (os.fspath(self.data), os.fspath(root))
+        # The save folder and its data folder, as strings (guard's hot path).
+        self._chain = (os.fspath(root), os.fspath(self.data))
 
     @property
     def opened(self) -> bool:
@@ -93,7 +93,7 @@ class SaveLayout:
 
     def remember(self) -> None:
         """Record the identity of the folders, which :meth:`guard` checks from now on."""
-        self._identity = (_identity(self.root), _identity(self.data))
+        self._identity = (_identity(self.root), _identity(self.data))  # as in _chain
 
     def write_format(self) -> None:
         """Write the format file of a new store (call under the store lock)."""
@@ -115,27 +115,27 @@ class SaveLayout:
         identity = self._identity
         if identity is None:
             return
-        found: list[tuple[int, int]] = []
-        for path in self._chain:
+        for path, expected in zip(self._chain, identity, strict=True):
             try:
                 info = os.lstat(path)
             except OSError as exc:
                 raise PersistenceError(
-                    f"the save folder {self.root} is gone or unreadable since the store opened "
-                    f"it ({path}: {exc.strerror or exc}); open it again"
+                    f"the save folder {self.root} was moved, deleted or replaced since the store "
+                    f"opened it ({path}: {exc.strerror or exc}); the store refuses to go on. "
+                    "Put the save back, or open it again (a new store object)."
                 ) from exc
             if stat.S_ISLNK(info.st_mode):
                 raise PersistenceError(
                     f"refusing to use {self.root}: {path} became a symbolic link after the "
                     "store opened it. Point the store at the real folder instead."
                 )
-            found.append((info.st_dev, info.st_ino))
-        if (found[1], found[0]) != identity:
-            raise PersistenceError(
-                f"the save folder {self.root} was replaced by another folder since the store "
-                "opened it; the store refuses to read or write through the new one. Open the "
-                "save again (a new store object) if the change was meant."
-            )
+            if (info.st_dev, info.st_ino) != expected:
+                raise PersistenceError(
+                    f"the save folder {self.root} was replaced by another folder since the store "
+                    "opened it; the store refuses to read or write through the new one. Put "
+                    "the save back, or open it again (a new store object) if the change was "
+                    "meant."
+                )
 
     def read_format(self) -> int | None:
         """The format version in ``format.json``; ``None`` when the file does not exist.

@@ -201,6 +201,7 @@ def migrate_legacy_layout(engine: StoreEngine) -> MigrationReport:
             with different content.
         CapacityExceededError: the migrated store would exceed ``maximum_entries``.
     """
+    engine.layout.guard()
     with engine.locked(), _no_cycle_collection():
         engine.layout.guard()
         engine.recover()
