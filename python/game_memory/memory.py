@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
@@ -37,6 +37,7 @@ from game_memory.errors import (
     StoreBusyError,
     StoreClosedError,
 )
+from game_memory.forgetting import erase_memories, evict_over_bound, index_memory
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
     DiagnosticSeverity,
@@ -44,6 +45,7 @@ from game_memory.model import (
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchSnapshot,
+    GameMoment,
     MemoryEmbeddingIdentity,
     MemoryVectorDiagnostic,
     MigrationReport,
@@ -217,14 +219,19 @@ class VectorMemoryStore:
         """
         self._check_open()
         created = await self.authoritative.append(memory)
+        if created and self.options.maximum_memories_per_owner is not None:
+            await evict_over_bound(
+                memory, self.authoritative, self.index, self.options, self._run, self._report
+            )
+        await self._index(memory, created)
+        return created
+
+    async def _index(self, memory: GameMemory, created: bool) -> None:
+        """Embed and index a memory just saved; report (or raise) when that fails."""
         if self._embedder is None or self.index is None:
-            return created
-        index, embedder = self.index, self._embedder
+            return
         try:
-            if not created and await self._run(lambda: index.is_ready(memory, embedder.identity)):
-                return created
-            vectors = await embedder.embed_documents([memory], f"memory {memory.memory_id!r}")
-            await self._run(lambda: index.write([memory], vectors, embedder.identity))
+            await index_memory(memory, created, self.index, self._embedder, self._run)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -243,6 +250,67 @@ class VectorMemoryStore:
                 if isinstance(exc, GameMemoryError):
                     raise
                 raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of the game moment ``at``; durable like an append.
+
+        Recall as of ``at`` or later on that timeline, and recall without ``at_or_before``,
+        no longer sees it; earlier moments and other timelines still do (load an earlier
+        save: the NPC remembers again). Idempotent.
+
+        Returns:
+            ``False`` when a retraction already hid it from ``at`` on.
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+        """
+        self._check_open()
+        return await self.authoritative.forget(session_id, owner_id, memory_id, at)
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Remove memories for good, not on game time: a session, an owner, or listed ids.
+
+        No byte of their text, payload or vectors is left in the save or the index when this
+        returns, and the capacity count goes down. An earlier save does not bring them back.
+
+        Returns:
+            How many memories were erased.
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``.
+        """
+        self._check_open()
+        return await erase_memories(
+            self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
+        )
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Replace memories by a summary as of its moment: both or neither, durably.
+
+        ``summary`` (kind ``reflection``, written by the game or its dialogue model; the
+        library never calls a model for it) is appended with ``consolidates`` set to
+        ``memory_ids``; as of its moment those memories are retracted, and earlier moments
+        recall them as before. Recall's evidence shows the sources (``consolidates``).
+
+        Returns:
+            ``False`` when the same summary was already there.
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: the summary is of another owner or not a reflection.
+            MemoryConflictError: the summary's id holds other content.
+        """
+        self._check_open()
+        created = await self.authoritative.consolidate(session_id, owner_id, memory_ids, summary)
+        stored = summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
+        await self._index(stored, created)
         return created
 
     # -- reads --------------------------------------------------------------------------

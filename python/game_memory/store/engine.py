@@ -296,7 +296,7 @@ class StoreEngine:
                     f"{memory.session_id!r} already holds different content; an id cannot be "
                     "reused. Use a new id (derive_memory_id gives stable ones)."
                 )
-            if memory.belief_key is not None:
+            if memory.belief_key is not None or memory.consolidates:
                 self.layout.require_format(2)
             count = self.ledger.count()
             if count >= self.maximum_entries:

@@ -41,6 +41,7 @@ from game_memory.errors import (
     CapacityExceededError,
     InvalidArgumentError,
     MemoryConflictError,
+    MemoryNotFoundError,
     StoreClosedError,
 )
 from game_memory.model import (
@@ -48,12 +49,14 @@ from game_memory.model import (
     GameMemoryQuery,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
+    GameMoment,
     MigrationReport,
     StoreCheckReport,
     check_bounded_id,
     ordinal_key,
 )
 from game_memory.store.lexical import SMALL_SNAPSHOT, lexical_search
+from game_memory.store.lifecycle import checked_ids, checked_summary, covered
 from game_memory.store.protocol import StoreSnapshot
 from game_memory.store.view import PartitionView
 
@@ -91,7 +94,9 @@ class _Partition:
     owner_id: str
     memories: list[GameMemory] = field(default_factory=list)
     positions: dict[str, int] = field(default_factory=dict)
+    retractions: list[tuple[str, GameMoment]] = field(default_factory=list)
     view: PartitionView | None = None  # the newest view built, of a prefix of ``memories``
+    generation: int = 0  # bumped by an erase: earlier views are of other memories
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +106,8 @@ class _Read:
     partition: _Partition
     base: PartitionView | None
     memories: tuple[GameMemory, ...] | None  # None: ``base`` is current
+    retractions: tuple[tuple[str, GameMoment], ...] = ()
+    generation: int = 0
 
     @property
     def size(self) -> int:
@@ -120,7 +127,9 @@ def _view(read: _Read) -> PartitionView:
     for index in range(len(positions), len(memories)):
         positions[memories[index].memory_id] = index
     partition = read.partition
-    return PartitionView(partition.session_id, partition.owner_id, memories, positions, base)
+    return PartitionView(
+        partition.session_id, partition.owner_id, memories, positions, base, read.retractions
+    )
 
 
 class InMemoryGameMemoryStore:
@@ -210,19 +219,35 @@ class InMemoryGameMemoryStore:
                         bound="maximum_snapshot_entries",
                     )
                 base = partition.view
-                if base is not None and len(base) == count:
-                    reads.append(_Read(partition, base, None))
+                retractions = tuple(partition.retractions)
+                if base is not None and len(base) == count and base.retractions == retractions:
+                    reads.append(_Read(partition, base, None, retractions, partition.generation))
                 else:
-                    reads.append(_Read(partition, base, tuple(partition.memories)))
+                    reads.append(
+                        _Read(
+                            partition,
+                            base,
+                            tuple(partition.memories),
+                            retractions,
+                            partition.generation,
+                        )
+                    )
             return reads
 
     def _keep(self, views: Sequence[PartitionView], reads: Sequence[_Read]) -> None:
         """Remember the newest view of each partition, so the next read reuses it."""
         with self._lock:
             for view, read in zip(views, reads, strict=True):
-                current = read.partition.view
-                if current is None or len(current) < len(view):
-                    read.partition.view = view
+                partition = read.partition
+                if partition.generation != read.generation:
+                    continue  # erased since the read: the view is of memories gone
+                current = partition.view
+                if (
+                    current is None
+                    or len(current) < len(view)
+                    or len(current.retractions) < len(view.retractions)
+                ):
+                    partition.view = view
 
     # -- public API ---------------------------------------------------------------------
 
@@ -345,6 +370,101 @@ class InMemoryGameMemoryStore:
         views, memories = await self._offload(size, ordered)
         self._keep(views, reads)
         return memories
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of ``at`` (see ``GameMemoryStore.forget``); atomic, in memory.
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+            InvalidArgumentError: an id or ``at`` is invalid.
+            StoreClosedError: the store was closed.
+        """
+        self._check_open()
+        for value, what in ((session_id, "session_id"), (owner_id, "owner_id")):
+            _validated_id(value, what)
+        _validated_id(memory_id, "memory_id")
+        if not isinstance(at, GameMoment):
+            raise InvalidArgumentError("forget takes the game moment of the retraction")
+        with self._lock:
+            partition = self._sessions.get(session_id, {}).get(owner_id)
+            if partition is None or memory_id not in partition.positions:
+                raise MemoryNotFoundError(
+                    f"owner {owner_id!r} of session {session_id!r} holds no memory "
+                    f"{memory_id!r}; nothing was forgotten"
+                )
+            if covered((m for i, m in partition.retractions if i == memory_id), at):
+                return False
+            partition.retractions.append((memory_id, at))
+            return True
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Remove memories for good (see ``GameMemoryStore.erase``); atomic, in memory.
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+            StoreClosedError: the store was closed.
+        """
+        self._check_open()
+        _validated_id(session_id, "session_id")
+        if owner_id is not None:
+            _validated_id(owner_id, "owner_id")
+        wanted = None if memory_ids is None else set(checked_ids(memory_ids))
+        if wanted is not None and owner_id is None:
+            raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
+        with self._lock:
+            partitions = self._sessions.get(session_id, {})
+            owners = list(partitions) if owner_id is None else [owner_id]
+            erased = 0
+            for owner in owners:
+                partition = partitions.get(owner)
+                if partition is None:
+                    continue
+                kept = [
+                    m
+                    for m in partition.memories
+                    if wanted is not None and m.memory_id not in wanted
+                ]
+                gone = {m.memory_id for m in partition.memories} - {m.memory_id for m in kept}
+                if not gone:
+                    continue
+                erased += len(gone)
+                if not kept:
+                    del partitions[owner]
+                    self._owner_order[session_id].remove(owner)
+                    continue
+                partition.memories = kept
+                partition.positions = {m.memory_id: i for i, m in enumerate(kept)}
+                partition.retractions = [r for r in partition.retractions if r[0] not in gone]
+                partition.view = None
+                partition.generation += 1
+            if not partitions:
+                self._sessions.pop(session_id, None)
+                self._owner_order.pop(session_id, None)
+            self._count -= erased
+            return erased
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Append a summary that retracts ``memory_ids`` as of its moment; atomic (one entry).
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: see ``GameMemoryStore.consolidate``.
+            MemoryConflictError: the summary's id holds other content.
+            CapacityExceededError: the store is full.
+        """
+        self._check_open()
+        with self._lock:
+            partition = self._sessions.get(session_id, {}).get(owner_id)
+            held = () if partition is None else tuple(partition.positions)
+        checked = checked_summary(session_id, owner_id, memory_ids, summary, held)
+        return await self.append(checked)
 
     async def count(self) -> int:
         """How many memories the store holds."""
