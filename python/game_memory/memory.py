@@ -14,13 +14,15 @@ recall pipeline):
   Any vector failure falls back to lexical recall.
 * Vectors of another identity are stale: a partition holding any is recalled lexically
   until ``rebuild`` (:mod:`game_memory.rebuild`), which never mixes models.
+* ``forget``, ``erase``, ``consolidate``, ``compact`` and the retention policy (memory over
+  a whole game) are :class:`~game_memory.forgetting.MemoryOverTime`'s, a base of this class.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
@@ -32,20 +34,17 @@ from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import (
     DerivedIndexError,
     EmbeddingUnavailableError,
-    GameMemoryError,
     InvalidArgumentError,
     StoreBusyError,
     StoreClosedError,
 )
-from game_memory.forgetting import erase_memories, evict_over_bound, index_memory
+from game_memory.forgetting import MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
-    DiagnosticSeverity,
     DiagnosticSink,
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchSnapshot,
-    GameMoment,
     MemoryEmbeddingIdentity,
     MemoryVectorDiagnostic,
     MigrationReport,
@@ -57,7 +56,7 @@ from game_memory.model import (
 from game_memory.rebuild import index_status, rebuild_session
 from game_memory.recall.diagnostics import DiagnosticDispatcher
 from game_memory.recall.options import VectorMemoryStoreOptions
-from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall, report_failure
+from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.store.protocol import GameMemoryStore
 
@@ -76,7 +75,7 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class VectorMemoryStore:
+class VectorMemoryStore(MemoryOverTime):
     """A save opened for recall: hybrid with a provider, lexical without; a GameMemoryStore user.
 
     Args:
@@ -219,99 +218,17 @@ class VectorMemoryStore:
         """
         self._check_open()
         created = await self.authoritative.append(memory)
-        if created and self.options.maximum_memories_per_owner is not None:
-            await evict_over_bound(
-                memory, self.authoritative, self.index, self.options, self._run, self._report
-            )
+        if created:
+            await self._evict(memory)
         await self._index(memory, created)
         return created
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""
-        if self._embedder is None or self.index is None:
-            return
-        try:
-            await index_memory(memory, created, self.index, self._embedder, self._run)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await report_failure(
-                self._report,
-                "memory_embedding_append_failed",
-                DiagnosticSeverity.WARNING,
-                "The memory was saved, but its derived vector is unavailable. Lexical recall "
-                "remains available.",
-                session_id=memory.session_id,
-                owner_id=memory.owner_id,
-                memory_id=memory.memory_id,
-                error=exc,
+        if self._embedder is not None and self.index is not None:
+            await index_memory(
+                memory, created, self.index, self._embedder, self._run, self._report, self.options
             )
-            if self.options.fail_when_embedding_unavailable:
-                if isinstance(exc, GameMemoryError):
-                    raise
-                raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
-
-    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
-        """Retract a memory as of the game moment ``at``; durable like an append.
-
-        Recall as of ``at`` or later on that timeline, and recall without ``at_or_before``,
-        no longer sees it; earlier moments and other timelines still do (load an earlier
-        save: the NPC remembers again). Idempotent.
-
-        Returns:
-            ``False`` when a retraction already hid it from ``at`` on.
-
-        Raises:
-            MemoryNotFoundError: the owner holds no memory ``memory_id``.
-        """
-        self._check_open()
-        return await self.authoritative.forget(session_id, owner_id, memory_id, at)
-
-    async def erase(
-        self,
-        session_id: str,
-        owner_id: str | None = None,
-        memory_ids: Sequence[str] | None = None,
-    ) -> int:
-        """Remove memories for good, not on game time: a session, an owner, or listed ids.
-
-        No byte of their text, payload or vectors is left in the save or the index when this
-        returns, and the capacity count goes down. An earlier save does not bring them back.
-
-        Returns:
-            How many memories were erased.
-
-        Raises:
-            InvalidArgumentError: ``memory_ids`` without ``owner_id``.
-        """
-        self._check_open()
-        return await erase_memories(
-            self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
-        )
-
-    async def consolidate(
-        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
-    ) -> bool:
-        """Replace memories by a summary as of its moment: both or neither, durably.
-
-        ``summary`` (kind ``reflection``, written by the game or its dialogue model; the
-        library never calls a model for it) is appended with ``consolidates`` set to
-        ``memory_ids``; as of its moment those memories are retracted, and earlier moments
-        recall them as before. Recall's evidence shows the sources (``consolidates``).
-
-        Returns:
-            ``False`` when the same summary was already there.
-
-        Raises:
-            MemoryNotFoundError: an id names no memory of the owner.
-            InvalidArgumentError: the summary is of another owner or not a reflection.
-            MemoryConflictError: the summary's id holds other content.
-        """
-        self._check_open()
-        created = await self.authoritative.consolidate(session_id, owner_id, memory_ids, summary)
-        stored = summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
-        await self._index(stored, created)
-        return created
 
     # -- reads --------------------------------------------------------------------------
 

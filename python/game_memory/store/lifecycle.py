@@ -7,14 +7,20 @@ decide alike:
   queries as of ``m`` or later on ``m``'s timeline (and from queries without a moment);
   a retraction adds nothing when one at an earlier or equal tick on that timeline exists.
 * :func:`checked_summary`: what ``consolidate`` requires of its summary.
-* :func:`eviction_order`: which memories a bounded owner gives up first.
+* :func:`eviction_order`: which memories a bounded owner gives up first, and
+  :func:`eviction_target`: down to how many.
 
 **Eviction value** (``maximum_memories_per_owner``): ``importance + 0.5 ** (age / 1,440)``
 where ``age`` is how many game ticks the memory is older than the newest memory of the
 owner on its timeline (recency decays in game time, one in-game day of half-life when a
 tick is a minute, as the reranker's). The lowest value goes first; ties go to the older
 memory (lower tick), then to the smaller id (ordinal). A summary of a consolidation is
-kept like any other memory; a memory it consolidated is worth nothing once retracted.
+kept like any other memory; a memory retracted (forgotten, or consolidated into a summary)
+as of the owner's newest moment is worth nothing and goes first.
+
+**Eviction target**: an owner past its bound gives up memories down to 90% of the bound
+(``bound - max(1, bound // 10)``, at least 1), so the partition is rewritten once per tenth
+of the bound appended, not on every append past it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ __all__ = [
     "checked_summary",
     "covered",
     "eviction_order",
+    "eviction_target",
     "hides_from",
 ]
 
@@ -106,6 +113,11 @@ def checked_summary(
             + "; consolidate only what the owner remembers"
         )
     return summary.model_copy(update={"consolidates": ids})
+
+
+def eviction_target(bound: int) -> int:
+    """How many memories an owner keeps when an append takes it past ``bound``."""
+    return max(1, bound - max(1, bound // 10))
 
 
 def eviction_order(memories: Sequence[GameMemory], retracted: set[str]) -> list[GameMemory]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from game_memory.model import (
+    CompactionReport,
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchSnapshot,
@@ -162,6 +163,13 @@ class GameMemoryStore(Protocol):
             InvalidArgumentError: the summary is of another owner, not a reflection, or its
                 ``consolidates`` differs from ``memory_ids``.
             MemoryConflictError: the summary's id holds other content.
+        """
+        ...
+
+    async def compact(self) -> CompactionReport:
+        """Rewrite what needs it so the store's files (if any) hold no more than they must.
+
+        A backend with nothing to compact (its erases free space at once) reports zeros.
         """
         ...
 
