@@ -81,6 +81,7 @@ class StoreEngine(StoreReader):
         record = self.encode(memory)
         session_hash = partition_hash(memory.session_id)
         owner_hash = partition_hash(memory.owner_id)
+        self.layout.guard()  # before the lock, whose file is in the data folder
         with self.locked():
             state, _marks = self.prepare(session_hash, owner_hash, memory)
             return self.add_locked(memory, record, state)

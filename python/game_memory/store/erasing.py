@@ -59,6 +59,7 @@ def erase(
         raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
     session_hash = partition_hash(session_id)
     owner_hash = None if owner_id is None else partition_hash(owner_id)
+    engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()
         engine.recover()
@@ -95,6 +96,7 @@ def compact(engine: StoreEngine) -> CompactionReport:
         PersistenceError: a partition is damaged (salvage it first), or a file could not
             be rewritten.
     """
+    engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()
         engine.recover()

@@ -175,6 +175,7 @@ class StoreReader:
                     ledger is None or now is None or ledger.st_ino == now.st_ino
                 ):
                     return views
+        self.layout.guard()
         with self.locked():
             self.layout.guard()
             self.finish_rewrite()

@@ -48,6 +48,7 @@ def forget(
         raise InvalidArgumentError("forget takes the game moment of the retraction (a GameMoment)")
     record = encode_record(encode_retraction(memory_id, at))
     session_hash, owner_hash = partition_hash(session_id), partition_hash(owner_id)
+    engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         state, _marks = engine.prepare(session_hash, owner_hash)
         if state.find(memory_id) is None:
@@ -93,6 +94,7 @@ def consolidate(
     if not isinstance(summary, GameMemory):
         raise InvalidArgumentError("consolidate takes a GameMemory as its summary")
     session_hash, owner_hash = partition_hash(session_id), partition_hash(owner_id)
+    engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         state, _marks = engine.prepare(session_hash, owner_hash)
         held = () if state.view is None else tuple(state.view.positions)
