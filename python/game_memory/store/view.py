@@ -45,6 +45,10 @@ from game_memory.store.tokenizer import tokenize
 
 __all__ = ["LexicalIndex", "PartitionView", "PredicateColumns", "document_text"]
 
+#: A view's scan of its memories: any ``belief_key``; the summaries' retraction rows
+#: ``(position, timeline, tick)``; the sources named but not (yet) held, with their moments.
+_Scan = tuple[bool, tuple[tuple[int, str, int], ...], dict[str, tuple[tuple[str, int], ...]]]
+
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -273,6 +277,12 @@ class PartitionView:
         self._base_lexical: LexicalIndex | None = built.get("lexical")
         self._base_sorted: tuple[list[str], list[GameMemory]] | None = built.get("_sorted")
         self._base_order_keys: tuple[tuple[int, str, str], ...] | None = built.get("order_keys")
+        # What the base found in its memories (a prefix of these): extended, not recomputed.
+        self._base_scan: tuple[int, _Scan] | None = (
+            (len(base), built["_memory_scan"])
+            if base is not None and "_memory_scan" in built
+            else None
+        )
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -281,12 +291,39 @@ class PartitionView:
         return f"PartitionView(owner={self.owner_id!r}, memories={len(self.memories)})"
 
     @cached_property
+    def _memory_scan(self) -> _Scan:
+        """What the memories need of visibility: whether any carries a ``belief_key``, the
+        retraction rows of the consolidation summaries among them (see
+        :attr:`_retraction_rows`), and the sources summaries name that the view does not
+        hold (yet). Extended from the base's scan: a grown view reads its new memories only."""
+        start = 0
+        keys = False
+        rows: list[tuple[int, str, int]] = []
+        waiting: dict[str, list[tuple[str, int]]] = {}
+        if self._base_scan is not None:
+            start, (keys, found, pending) = self._base_scan
+            rows.extend(found)
+            waiting = {memory_id: list(moments) for memory_id, moments in pending.items()}
+        for position in range(start, len(self.memories)):
+            memory = self.memories[position]
+            keys = keys or memory.belief_key is not None
+            for timeline, tick in waiting.pop(memory.memory_id, ()):
+                rows.append((position, timeline, tick))  # a source that came after its summary
+            for source in memory.consolidates:
+                held = self.positions.get(source)
+                moment = (memory.moment.timeline_id, memory.moment.tick)
+                if held is not None and held < position:
+                    rows.append((held, *moment))
+                else:  # not held yet (or later in these memories): added when it comes
+                    waiting.setdefault(source, []).append(moment)
+        frozen = {memory_id: tuple(moments) for memory_id, moments in waiting.items()}
+        return keys, tuple(rows), frozen
+
+    @cached_property
     def has_beliefs(self) -> bool:
         """Whether visibility needs more than the per-memory predicate: belief versions or
         retractions (then every path uses :meth:`mask`)."""
-        return bool(self._retraction_rows) or any(
-            memory.belief_key is not None for memory in self.memories
-        )
+        return bool(self._retraction_rows) or self._memory_scan[0]
 
     @cached_property
     def _retraction_rows(self) -> tuple[tuple[int, str, int], ...]:
@@ -301,11 +338,7 @@ class PartitionView:
             position = self.positions.get(memory_id)
             if position is not None:
                 rows.append((position, moment.timeline_id, moment.tick))
-        for memory in self.memories:
-            for source in memory.consolidates:
-                position = self.positions.get(source)
-                if position is not None:
-                    rows.append((position, memory.moment.timeline_id, memory.moment.tick))
+        rows.extend(self._memory_scan[1])
         return tuple(rows)
 
     def retracted(self, query: GameMemoryQuery) -> BoolArray:
