@@ -41,8 +41,9 @@ ALLOWED: dict[str, set[str]] = {
     "store": LOW | {"store"},
     "index": SEAMS | {"index"},
     "recall": SEAMS | {"index", "recall"},
-    "memory": SEAMS | {"index", "recall", "memory", "rebuild", "models", "lifecycle"},
+    "memory": SEAMS | {"index", "recall", "memory", "rebuild", "forgetting", "models", "lifecycle"},
     "rebuild": SEAMS | {"index", "recall", "rebuild"},
+    "forgetting": SEAMS | {"index", "recall", "forgetting"},
     "models": SEAMS | {"index", "recall", "memory", "rebuild", "models", "onnx"},
     "lifecycle": SEAMS | {"index", "recall", "memory", "lifecycle"},
     "opening": SEAMS | {"index", "recall", "memory", "rebuild", "models", "opening"},
@@ -51,7 +52,10 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Only the front door and the CLI open PostgreSQL (inside functions: the extra is optional).
 ALLOWED["opening"] |= {"postgres"}
-_FRONT = SEAMS | {"index", "recall", "memory", "rebuild", "models", "lifecycle", "opening", "onnx"}
+_FRONT = SEAMS | {
+    *("index", "recall", "memory", "rebuild", "forgetting", "models", "lifecycle", "opening"),
+    "onnx",
+}
 ALLOWED["bridge"] = _FRONT | {"bridge"}
 ALLOWED["demo"] = _FRONT | {"demo"}
 ALLOWED["bundle"] = _FRONT | {"bundle"}

@@ -39,6 +39,10 @@ var events: Array[Dictionary] = []
 ## The questions in file order: [code]{"id", "phase", "npc", "tick", "text", "expected",
 ## "paraphrase", "note"}[/code].
 var questions: Array[Dictionary] = []
+## What the game does to its villagers' memories, in time order: [code]{"id", "kind"
+## (forget or consolidate), "tick", "npc", "memory_ids", "text", "importance", "tags",
+## "note"}[/code].
+var actions: Array[Dictionary] = []
 
 var _events_by_id: Dictionary = {}
 #endregion
@@ -139,13 +143,31 @@ func remember_options(item: Dictionary) -> Dictionary:
 	return options
 
 
-## Judges an answer to [param question]: [code]{"correct", "future_ids", "expired_ids"}[/code].
-## Correct means nothing from after the question's moment, nothing expired then, and (when the
-## question has expected memories) one of them among the first [member top_k].
+## Returns whether an action made [param npc_id] forget (or consolidate) [param memory_id]
+## as of [param tick]: it must not be recalled then.
+func retracted(npc_id: String, memory_id: String, tick: int) -> bool:
+	for action: Dictionary in actions:
+		if action["npc"] == npc_id and action["memory_ids"].has(memory_id) \
+				and int(action["tick"]) <= tick:
+			return true
+	return false
+
+
+## Returns the [method GameMemory.remember] options of a consolidation's summary.
+func summary_options(action: Dictionary) -> Dictionary:
+	return {"memory_id": action["id"], "scope": "personal", "importance": action["importance"],
+			"tags": action["tags"]}
+
+
+## Judges an answer to [param question]: [code]{"correct", "future_ids", "expired_ids",
+## "retracted_ids"}[/code]. Correct means nothing from after the question's moment, nothing
+## expired, forgotten or consolidated then, and (when the question has expected memories) one
+## of them among the first [member top_k].
 func judge(question: Dictionary, memories: Array) -> Dictionary:
 	var tick: int = question["tick"]
 	var future_ids: Array[String] = []
 	var expired_ids: Array[String] = []
+	var retracted_ids: Array[String] = []
 	var found: bool = question["expected"].is_empty()
 	for index: int in memories.size():
 		var memory_id: String = memories[index]["memory_id"]
@@ -155,10 +177,13 @@ func judge(question: Dictionary, memories: Array) -> Dictionary:
 		if not source.is_empty() and source["expires_at"] != null \
 				and int(source["expires_at"]) <= tick:
 			expired_ids.append(memory_id)
+		if retracted(question["npc"], memory_id, tick):
+			retracted_ids.append(memory_id)
 		if index < top_k and question["expected"].has(memory_id):
 			found = true
-	return {"correct": found and future_ids.is_empty() and expired_ids.is_empty(),
-			"future_ids": future_ids, "expired_ids": expired_ids}
+	return {"correct": found and future_ids.is_empty() and expired_ids.is_empty()
+			and retracted_ids.is_empty(), "future_ids": future_ids, "expired_ids": expired_ids,
+			"retracted_ids": retracted_ids}
 #endregion
 
 
@@ -182,4 +207,9 @@ func _read(data: Dictionary) -> void:
 		var item: Dictionary = raw.duplicate(true)
 		item["tick"] = int(item["tick"])
 		questions.append(item)
+	for raw: Dictionary in data.get("actions", []):
+		var item: Dictionary = raw.duplicate(true)
+		item["tick"] = int(item["tick"])
+		actions.append(item)
+	actions.sort_custom(func(a: Dictionary, b: Dictionary) -> bool: return a["tick"] < b["tick"])
 #endregion

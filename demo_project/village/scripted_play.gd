@@ -8,8 +8,12 @@ extends Node
 ## [code]game-memory demo --json[/code], so a test can compare the two front ends:
 ## [br]- [code]{"step": "ready", "ok", "mode", "model"}[/code] once the backend is up;
 ## [br]- [code]{"step": "event", "id", "tick", "created", "ok"}[/code] per event;
+## [br]- [code]{"step": "forget", "id", "tick", "npc", "memory_id", "forgotten", "ok"}[/code] and
+## [code]{"step": "consolidate", "id", "tick", "npc", "memory_ids", "created", "ok"}[/code]
+## per action of the game;
 ## [br]- [code]{"step": "question", "id", "stage", "npc", "tick", "memory_ids", "fallback",
-## "correct", "future_ids", "expired_ids", "shown_beliefs", "ok"}[/code] per question
+## "correct", "future_ids", "expired_ids", "retracted_ids", "shown_beliefs", "ok"}[/code]
+## per question
 ## ([code]shown_beliefs[/code]: the "belief ..." lines the recalled list shows);
 ## [br]- [code]{"step": "phase", "phase", "tick", "skipped"}[/code] before the rewind and the
 ## model change; [code]{"step": "model_change", "ok", "status"}[/code] and
@@ -66,6 +70,7 @@ func _play_story() -> void:
 	var info: Dictionary = _village.memory.get_server_info()
 	_emit("ready", {"ok": true, "mode": info.get("mode"), "model": info.get("model")})
 	_village.event_remembered.connect(_on_event_remembered)
+	_village.action_performed.connect(_on_action_performed)
 	for question: Dictionary in _scenario.questions_of("play"):
 		_check_events(await _village.advance_to(question["tick"]))
 		await _ask(question, "play")
@@ -100,7 +105,7 @@ func _ask(question: Dictionary, stage: String) -> void:
 	var verdict: Dictionary = _scenario.judge(question, result["memories"])
 	record.merge({"memory_ids": memory_ids, "fallback": result["fallback"],
 			"correct": verdict["correct"], "future_ids": verdict["future_ids"],
-			"expired_ids": verdict["expired_ids"],
+			"expired_ids": verdict["expired_ids"], "retracted_ids": verdict["retracted_ids"],
 			"shown_beliefs": _shown_beliefs(_village.recalled_text())})
 	_answers += 1
 	if verdict["correct"]:
@@ -219,6 +224,20 @@ func _finish(code: int) -> void:
 #region Signal handlers
 func _on_event_remembered(event: Dictionary, created: int) -> void:
 	_emit("event", {"id": event["id"], "tick": event["tick"], "created": created, "ok": true})
+
+
+func _on_action_performed(action: Dictionary, result: Dictionary) -> void:
+	var record: Dictionary = {"id": action["id"], "tick": action["tick"], "npc": action["npc"],
+			"ok": result["ok"]}
+	if action["kind"] == "forget":
+		record.merge({"memory_id": action["memory_ids"][0],
+				"forgotten": result.get("forgotten", false)})
+	else:
+		record.merge({"memory_ids": action["memory_ids"], "created": result.get("created", false),
+				"consolidates": result.get("memory", {}).get("consolidates", [])})
+	if not result["ok"]:
+		_problem("%s %s failed: %s" % [action["kind"], action["id"], result["error"]["message"]])
+	_emit(action["kind"], record)
 
 
 func _on_watchdog_timeout() -> void:

@@ -7,7 +7,9 @@ extends Control
 ## witnessed it ([method GameMemory.remember], one memory per witness). Asking the selected
 ## villager a question recalls their memories as of the moment on the rewind slider
 ## ([method GameMemory.recall] with [code]at_or_before[/code]): dragging it back is loading an
-## earlier save, and nothing after that moment is recalled.
+## earlier save, and nothing after that moment is recalled. As the clock passes them, the game
+## makes a villager forget a memory ([method GameMemory.forget]) or sums memories up
+## ([method GameMemory.consolidate]): both on game time, so an earlier save still remembers.
 ## [br][br]
 ## User arguments (after [code]--[/code] on the command line):
 ## [code]--ws-url=URL --token=T[/code] connect to a running sidecar instead of launching one;
@@ -18,6 +20,9 @@ extends Control
 #region Signals
 ## Emitted when the clock reached an event and its witnesses remembered it.
 signal event_remembered(event: Dictionary, created: int)
+## Emitted when the clock passed an action of the game (a forget, a consolidation), with
+## its result.
+signal action_performed(action: Dictionary, result: Dictionary)
 ## Emitted when the selected villager answered a question, with the recall result.
 signal question_answered(npc_id: String, text: String, tick: int, result: Dictionary)
 #endregion
@@ -46,6 +51,7 @@ var selected_npc: String = ""
 var arguments: Dictionary = {}
 
 var _next_event: int = 0
+var _next_action: int = 0
 var _busy: bool = false
 var _npc_buttons: Dictionary = {}
 var _rebuilding: bool = false
@@ -145,6 +151,7 @@ func advance_clock() -> Dictionary:
 	if _next_event >= scenario.events.size():
 		return {"ok": false, "error": {"code": 0, "message": "the story is over"}}
 	var item: Dictionary = scenario.events[_next_event]
+	await _perform_actions(item["tick"] - 1) # what the game did before this moment
 	_next_event += 1
 	# Every witness remembers at once: one round trip per event, not one per witness.
 	var results: Array[Dictionary] = []
@@ -173,6 +180,7 @@ func advance_to(tick: int) -> Array[Dictionary]:
 	var results: Array[Dictionary] = []
 	while _next_event < scenario.events.size() and scenario.events[_next_event]["tick"] <= tick:
 		results.append(await advance_clock())
+	await _perform_actions(tick)
 	_set_clock(maxi(clock_tick, tick))
 	return results
 
@@ -236,6 +244,28 @@ func rebuild_index() -> Dictionary:
 
 
 #region Private methods
+func _perform_actions(tick: int) -> void:
+	while _next_action < scenario.actions.size() and scenario.actions[_next_action]["tick"] <= tick:
+		var action: Dictionary = scenario.actions[_next_action]
+		_next_action += 1
+		var name: String = str(scenario.npc(action["npc"]).get("name", action["npc"]))
+		var result: Dictionary
+		if action["kind"] == "forget":
+			result = await memory.forget(action["npc"], action["memory_ids"][0],
+					scenario.moment(action["tick"]))
+			narrate("%s  The game makes %s forget %s: an earlier save still remembers it." % [
+					DemoScenario.format_tick(action["tick"]), name, action["memory_ids"][0]])
+		else:
+			result = await memory.consolidate(action["npc"], action["memory_ids"],
+					action["text"], scenario.moment(action["tick"]),
+					scenario.summary_options(action))
+			narrate("%s  What %s makes of it: “%s”" % [
+					DemoScenario.format_tick(action["tick"]), name, action["text"]])
+		if not result["ok"]:
+			_log("[color=#ff8080]%s[/color]" % result["error"]["message"])
+		action_performed.emit(action, result)
+
+
 func _remember_into(results: Array[Dictionary], witness: String, item: Dictionary) -> void:
 	results.append(await memory.remember(witness, item["text"], scenario.moment(item["tick"]),
 			scenario.remember_options(item)))

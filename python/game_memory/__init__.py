@@ -22,6 +22,7 @@ from game_memory.errors import (
     GameMemoryError,
     InvalidArgumentError,
     MemoryConflictError,
+    MemoryNotFoundError,
     PersistenceError,
     StoreBusyError,
     StoreClosedError,
@@ -32,6 +33,7 @@ from game_memory.index.protocol import VectorIndex
 from game_memory.lifecycle import RuntimeMemoryLifecycle
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import (
+    CompactionReport,
     DiagnosticSeverity,
     GameMemory,
     GameMemoryKind,
@@ -60,6 +62,7 @@ from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 
 __all__ = [
     "CapacityExceededError",
+    "CompactionReport",
     "DerivedIndexError",
     "DiagnosticSeverity",
     "EmbeddingProvider",
@@ -86,6 +89,7 @@ __all__ = [
     "InvalidArgumentError",
     "MemoryConflictError",
     "MemoryEmbeddingIdentity",
+    "MemoryNotFoundError",
     "MemoryTextProjector",
     "MemoryVectorDiagnostic",
     "MigrationReport",

@@ -9,6 +9,7 @@ them differently::
     ├── InvalidArgumentError (also ValueError)  bad input: fix the call, nothing changed
     ├── PersistenceError                        authoritative save corrupt or unsafe: fail closed
     ├── MemoryConflictError                     an id reused for different content
+    ├── MemoryNotFoundError                     no memory with that id in that partition
     ├── CapacityExceededError                   a configured bound reached (names the bound)
     ├── DerivedIndexError                       derived vector index corrupt: rebuild it
     ├── StoreBusyError                          a lock or queue is held too long: retry later
@@ -30,6 +31,7 @@ __all__ = [
     "GameMemoryError",
     "InvalidArgumentError",
     "MemoryConflictError",
+    "MemoryNotFoundError",
     "PersistenceError",
     "StoreBusyError",
     "StoreClosedError",
@@ -59,6 +61,11 @@ class MemoryConflictError(GameMemoryError):
     Appending the same content again is a no-op; reusing an id for other content is
     refused and changes nothing. Choose a new id (or ``derive_memory_id``).
     """
+
+
+class MemoryNotFoundError(GameMemoryError):
+    """A call names a memory that its session and owner do not hold (``forget``, a source of
+    ``consolidate``); nothing changed. Check the ids (``enumerate`` lists them)."""
 
 
 class CapacityExceededError(GameMemoryError):

@@ -14,6 +14,8 @@ recall pipeline):
   Any vector failure falls back to lexical recall.
 * Vectors of another identity are stale: a partition holding any is recalled lexically
   until ``rebuild`` (:mod:`game_memory.rebuild`), which never mixes models.
+* ``forget``, ``erase``, ``consolidate``, ``compact`` and the retention policy (memory over
+  a whole game) are :class:`~game_memory.forgetting.MemoryOverTime`'s, a base of this class.
 """
 
 from __future__ import annotations
@@ -32,14 +34,13 @@ from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import (
     DerivedIndexError,
     EmbeddingUnavailableError,
-    GameMemoryError,
     InvalidArgumentError,
     StoreBusyError,
     StoreClosedError,
 )
+from game_memory.forgetting import MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
-    DiagnosticSeverity,
     DiagnosticSink,
     GameMemory,
     GameMemoryQuery,
@@ -55,7 +56,7 @@ from game_memory.model import (
 from game_memory.rebuild import index_status, rebuild_session
 from game_memory.recall.diagnostics import DiagnosticDispatcher
 from game_memory.recall.options import VectorMemoryStoreOptions
-from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall, report_failure
+from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.store.protocol import GameMemoryStore
 
@@ -74,7 +75,7 @@ class _State(enum.Enum):
     CLOSED = "closed"
 
 
-class VectorMemoryStore:
+class VectorMemoryStore(MemoryOverTime):
     """A save opened for recall: hybrid with a provider, lexical without; a GameMemoryStore user.
 
     Args:
@@ -217,33 +218,17 @@ class VectorMemoryStore:
         """
         self._check_open()
         created = await self.authoritative.append(memory)
-        if self._embedder is None or self.index is None:
-            return created
-        index, embedder = self.index, self._embedder
-        try:
-            if not created and await self._run(lambda: index.is_ready(memory, embedder.identity)):
-                return created
-            vectors = await embedder.embed_documents([memory], f"memory {memory.memory_id!r}")
-            await self._run(lambda: index.write([memory], vectors, embedder.identity))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            await report_failure(
-                self._report,
-                "memory_embedding_append_failed",
-                DiagnosticSeverity.WARNING,
-                "The memory was saved, but its derived vector is unavailable. Lexical recall "
-                "remains available.",
-                session_id=memory.session_id,
-                owner_id=memory.owner_id,
-                memory_id=memory.memory_id,
-                error=exc,
-            )
-            if self.options.fail_when_embedding_unavailable:
-                if isinstance(exc, GameMemoryError):
-                    raise
-                raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
+        if created:
+            await self._evict(memory)
+        await self._index(memory, created)
         return created
+
+    async def _index(self, memory: GameMemory, created: bool) -> None:
+        """Embed and index a memory just saved; report (or raise) when that fails."""
+        if self._embedder is not None and self.index is not None:
+            await index_memory(
+                memory, created, self.index, self._embedder, self._run, self._report, self.options
+            )
 
     # -- reads --------------------------------------------------------------------------
 

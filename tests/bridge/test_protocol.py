@@ -246,7 +246,7 @@ def test_params_that_are_not_an_object_are_invalid_params(ready: BridgeConnectio
 
 
 def test_an_unknown_method_is_method_not_found(ready: BridgeConnection) -> None:
-    response = only(ready.receive(request("memory.forget", {})))
+    response = only(ready.receive(request("memory.teleport", {})))
     assert error_code(response) == -32601
     assert "memory.recall" in response["error"]["message"]
 

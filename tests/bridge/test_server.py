@@ -83,6 +83,7 @@ async def test_remember_then_recall_as_of_a_moment_round_trips() -> None:
         "metadata": {},
         "source_input_id": None,
         "belief_key": None,
+        "consolidates": [],
     }
     again = await call(session, "memory.remember", remember_params(tags=["shop"]), 2)
     assert again["result"]["created"] is False

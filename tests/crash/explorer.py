@@ -23,7 +23,16 @@ from pathlib import Path
 
 from .recorder import Op, Recorder
 from .states import CrashState, crash_states, materialize
-from .workload import Promises, check_state, legacy_memories, prepare, run_recovery, run_workload
+from .workload import (
+    PROMISE_MARKS,
+    Promises,
+    check_state,
+    legacy_memories,
+    prepare,
+    promises_at,
+    run_recovery,
+    run_workload,
+)
 
 __all__ = ["Exploration", "Violation", "explore", "record"]
 
@@ -75,15 +84,12 @@ def record(base: Path, run: Callable[[Path, Recorder], Awaitable[None]]) -> Reco
 
 
 def _acknowledged(ops: list[Op]) -> list[int]:
-    """For each point, how many ``ack`` marks come before it."""
+    """For each point, how many promise marks (``ack``, ``forgot``, ``erased``, ...) come
+    before it."""
     counts = [0]
     for op in ops:
-        counts.append(counts[-1] + (op.kind == "mark" and op.name == "ack"))
+        counts.append(counts[-1] + (op.kind == "mark" and op.name in PROMISE_MARKS))
     return counts
-
-
-def _acked_ids(ops: list[Op], point: int) -> set[str]:
-    return {op.data.decode() for op in ops[:point] if op.kind == "mark" and op.name == "ack"}
 
 
 def _index_started(ops: list[Op], point: int) -> bool:
@@ -181,7 +187,7 @@ def explore(
     planned = len(states) + double
     done = 0
     for state in states:
-        promises = Promises(legacy | _acked_ids(ops, state.point), _index_started(ops, state.point))
+        promises = promises_at(ops, state.point, Promises(legacy, False))
         problems = _check(state, promises, scratch)
         if problems:
             result.violations.append(Violation(f"point {state.point}, {state.variant}", problems))
@@ -206,14 +212,13 @@ def explore(
             )
             continue
         result.recovery_operations += len(second.ops)
-        before = legacy | _acked_ids(ops, first.point)
-        index = _index_started(ops, first.point)
+        before = promises_at(ops, first.point, Promises(legacy, False))
         candidates = _distinct(
             list(crash_states(second.initial, second.ops, seed=seed)), second.ops
         )
         budget = min(per_first, double - result.double_states)
         for state in _sample(candidates, budget, chooser):
-            promises = Promises(frozenset(before | _acked_ids(second.ops, state.point)), index)
+            promises = promises_at(second.ops, state.point, before)
             problems = _check(state, promises, scratch)
             if problems:
                 where = (

@@ -61,7 +61,8 @@ def test_json_output_is_complete(lexical_report: dict[str, Any]) -> None:
     assert [step["id"] for step in events] == sorted(
         (event.id for event in SCENARIO.events), key=lambda i: SCENARIO.event(i).tick
     )
-    assert sum(step["created"] for step in events) == report["scenario"]["memories"]
+    summaries = report["scenario"]["summaries"]
+    assert sum(step["created"] for step in events) + summaries == report["scenario"]["memories"]
     asked = _questions(report)
     expected = {q.id for q in SCENARIO.questions if q.phase in ("play", "rewind")}
     assert set(asked) == expected

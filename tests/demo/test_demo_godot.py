@@ -168,7 +168,8 @@ def test_every_event_is_remembered_by_its_witnesses_in_the_engine(
         step["id"]: step["created"] for step in real_report["steps"] if step["step"] == "event"
     }
     assert ours == terminal
-    assert sum(ours.values()) == real_report["scenario"]["memories"]
+    scenario = real_report["scenario"]
+    assert sum(ours.values()) + scenario["summaries"] == scenario["memories"]
 
 
 def test_the_godot_demo_answers_every_question_as_the_terminal_demo_does(
@@ -184,6 +185,32 @@ def test_the_godot_demo_answers_every_question_as_the_terminal_demo_does(
         assert got["fallback"] == expected["fallback"], key
         assert got["correct"] == expected["correct"], key
         assert got["future_ids"] == [] and got["expired_ids"] == [], key
+
+
+def test_the_godot_demo_forgets_and_consolidates_like_the_terminal_demo(
+    godot_run: Any, real_report: dict[str, Any]
+) -> None:
+    """Tess forgets the spy rumour on game time; Mira's memories become what she makes of
+    the fire; asked after, before, and on an earlier save, both demos answer alike."""
+    steps = real_report["steps"]
+    for kind in ("forget", "consolidate"):
+        ours = _records(godot_run, kind)
+        terminal = [step for step in steps if step["step"] == kind]
+        assert [(r["id"], r["tick"], r["npc"]) for r in ours] == [
+            (s["id"], s["tick"], s["npc"]) for s in terminal
+        ]
+        assert all(record["ok"] for record in ours), ours
+    (forgot,) = _records(godot_run, "forget")
+    assert forgot["forgotten"] is True and forgot["memory_id"] == "spy-rumour"
+    (summary,) = _records(godot_run, "consolidate")
+    assert summary["created"] is True and summary["consolidates"] == summary["memory_ids"]
+    ours = {(r["id"], r["stage"]): r for r in _records(godot_run, "question")}
+    assert ours[("spy-heard", "play")]["memory_ids"][0] == "spy-rumour"
+    assert "spy-rumour" not in ours[("spy-forgotten", "play")]["memory_ids"]
+    assert ours[("rewind-spy", "rewind")]["memory_ids"][0] == "spy-rumour"
+    assert ours[("mira-on-the-fire", "play")]["memory_ids"][0] == "mira-fire-thoughts"
+    assert "mira-fire-thoughts" not in ours[("rewind-mira-fire", "rewind")]["memory_ids"]
+    assert all(record["retracted_ids"] == [] for record in ours.values())
 
 
 def test_the_godot_demo_shows_the_belief_update_on_screen(godot_run: Any) -> None:

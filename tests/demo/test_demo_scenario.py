@@ -66,12 +66,36 @@ def test_questions_go_to_several_villagers_at_several_moments_in_every_phase() -
 
 
 def test_expected_answers_are_memories_the_villager_has_by_then() -> None:
+    summaries = {a.id: a for a in SCENARIO.actions if a.kind == "consolidate"}
     for question in SCENARIO.questions:
         for memory_id in question.expected:
+            assert not SCENARIO.retracted(question.npc, memory_id, question.tick), question.id
+            if memory_id in summaries:  # a consolidation's summary, the NPC's own by then
+                summary = summaries[memory_id]
+                assert summary.npc == question.npc and summary.tick <= question.tick
+                continue
             event = SCENARIO.event(memory_id)
             assert question.npc in event.witnesses, (question.id, memory_id)
             assert event.tick <= question.tick, (question.id, memory_id)
             assert event.expires_at is None or event.expires_at > question.tick
+
+
+def test_the_game_forgets_and_consolidates_memories_its_villagers_have() -> None:
+    kinds = {action.kind for action in SCENARIO.actions}
+    assert kinds == {"forget", "consolidate"}
+    for action in SCENARIO.actions:
+        for memory_id in action.memory_ids:
+            event = SCENARIO.event(memory_id)
+            assert action.npc in event.witnesses and event.tick <= action.tick, action.id
+        assert (action.kind == "forget") == (len(action.memory_ids) == 1 and not action.text)
+    forgotten = next(action for action in SCENARIO.actions if action.kind == "forget")
+    before_and_after = [
+        q
+        for q in SCENARIO.questions
+        if forgotten.memory_ids[0] in q.expected and q.npc == forgotten.npc
+    ]
+    assert any(q.phase == "play" and q.tick < forgotten.tick for q in before_and_after)
+    assert any(q.phase == "rewind" for q in before_and_after)  # an earlier save remembers
 
 
 def test_paraphrases_share_no_content_word_with_their_answers() -> None:

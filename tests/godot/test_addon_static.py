@@ -133,7 +133,7 @@ def test_signals_are_past_tense_and_typed() -> None:
         for line in path.read_text().splitlines():
             if line.startswith("signal "):
                 name = line.split()[1].split("(")[0]
-                assert re.search(r"(ed|_ready)$", name), f"{path.name}: signal {name}"
+                assert re.search(r"(ed|en|_ready)$", name), f"{path.name}: signal {name}"
                 assert "(" not in line or re.search(r"\(\)|\w+: \w+", line), line
 
 

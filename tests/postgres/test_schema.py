@@ -18,6 +18,7 @@ TABLES = {
     "game_memory_identities",
     "game_memory_index_partitions",
     "game_memory_index_entries",
+    "game_memory_retractions",
 }
 
 
@@ -64,7 +65,7 @@ def test_every_primary_key_and_unique_constraint_starts_with_the_session(databas
     distributed = [
         row for row in rows if row[0] not in ("game_memory_schema", "game_memory_identities")
     ]
-    assert len(distributed) == 5
+    assert len(distributed) == 6
     assert all(column == "session_id" for _, _, column in distributed)
 
 

@@ -192,7 +192,7 @@ async def test_a_save_written_before_the_bump_opens_and_is_upgraded_only_by_a_ke
         assert keyed[0].belief_key == "bridge.eastmarch"
 
 
-async def test_a_new_save_starts_in_format_2(tmp_path: Path) -> None:
+async def test_a_new_save_starts_in_the_current_format_3(tmp_path: Path) -> None:
     async with FileGameMemoryStore(tmp_path / "save") as store:
         await store.append(OPEN.model_copy(update={"belief_key": None}))
-    assert _format(tmp_path / "save") == 2
+    assert _format(tmp_path / "save") == 3

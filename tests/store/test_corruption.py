@@ -140,9 +140,9 @@ async def test_an_unknown_store_format_version_is_refused(
 ) -> None:
     save = await three_memories(make_store, make_memory)
     (save / DATA / "format.json").write_text(
-        json.dumps({"format": "game-memory-store", "format_version": 3})
+        json.dumps({"format": "game-memory-store", "format_version": 4})
     )
-    with pytest.raises(PersistenceError, match="format 3"):
+    with pytest.raises(PersistenceError, match="format 4"):
         await make_store(save).count()
 
 

@@ -154,9 +154,9 @@ async def test_the_checker_reports_damaged_bookkeeping_and_repairs_nothing(
         await store.append(make_memory(f"m{index}", owner_id=f"o{index % 2}"))
     assert (await store.check()).ok
     # Break the store's own structures on purpose, as the file tests flip bytes on disk.
-    partition = store._sessions["session"]["o0"]
-    partition.positions["m0"] = 1
-    store._count += 1
+    state = store._partitions
+    state._sessions["session"]["o0"].positions["m0"] = 1
+    state._count += 1
     report = await store.check(fix=True)
     assert not report.ok and report.repairs == ()
     assert any("mis-indexed" in problem for problem in report.problems)
@@ -171,4 +171,4 @@ async def test_closing_forgets_every_memory_and_is_idempotent(make_memory: Memor
     await store.aclose()
     with pytest.raises(StoreClosedError, match="gone"):
         await store.count()
-    assert store._sessions == {}
+    assert store._partitions._sessions == {}

@@ -52,3 +52,37 @@ def test_an_extended_view_orders_and_ranks_like_a_fresh_one(ids: list[str], spli
     assert extended.ordered == fresh.ordered
     assert extended.order_keys == fresh.order_keys
     assert lexical_search([extended], query, 10) == lexical_search([fresh], query, 10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ids=_IDS,
+    split=st.integers(min_value=0, max_value=30),
+    picks=st.lists(st.tuples(st.integers(0, 29), st.integers(0, 29)), max_size=12),
+    keyed=st.sets(st.integers(0, 29), max_size=5),
+)
+def test_an_extended_view_retracts_and_keys_like_a_fresh_one(
+    ids: list[str], split: int, picks: list[tuple[int, int]], keyed: set[int]
+) -> None:
+    """Consolidation rows and belief keys are found the same from a base as from scratch,
+    also when a summary names a source that comes after it (a raw append)."""
+    memories = [_memory(memory_id, index) for index, memory_id in enumerate(ids)]
+    for summary, source in picks:
+        if summary < len(memories) and source < len(memories) and summary != source:
+            sources = (*memories[summary].consolidates, ids[source])
+            memories[summary] = memories[summary].model_copy(
+                update={"consolidates": tuple(dict.fromkeys(sources))}
+            )
+    for index in keyed:
+        if index < len(memories):
+            memories[index] = memories[index].model_copy(update={"belief_key": "k"})
+    cut = min(split, len(memories))
+    base = _view(memories[:cut])
+    _ = base.has_beliefs, base.mask(GameMemoryQuery(session_id="session", limit=1))
+    extended, fresh = _view(memories, base if cut else None), _view(memories)
+    assert sorted(extended._retraction_rows) == sorted(fresh._retraction_rows)
+    assert extended.has_beliefs == fresh.has_beliefs
+    for tick in (None, 0, 5, 15, 40):
+        at = None if tick is None else GameMoment(timeline_id="world", tick=tick)
+        query = GameMemoryQuery(session_id="session", limit=10, at_or_before=at)
+        assert extended.mask(query).tolist() == fresh.mask(query).tolist()

@@ -99,6 +99,14 @@ static func build_arguments(prefix: PackedStringArray, save_directory: String,
 	return arguments
 
 
+## Returns the sidecar arguments of the retention policy: at most [param bound] memories per
+## NPC (none when [param bound] is 0 or less: the policy is off).
+static func retention_arguments(bound: int) -> PackedStringArray:
+	if bound <= 0:
+		return PackedStringArray()
+	return PackedStringArray(["--maximum-memories-per-owner", str(bound)])
+
+
 ## Returns the sidecar arguments that select the fusion [param mode] (empty: the default) and
 ## set the fusion and reranker options of [param options]
 ## ([code]{"fusion": {...}, "reranker": {...}}[/code]) by name.

@@ -55,6 +55,15 @@ signal rebuild_progressed(done: int, total: int)
 ## Emitted when [method rebuild] resolved, with the same dictionary it returns (the index
 ## status on success, or [code]"ok": false[/code] and the error).
 signal rebuild_completed(status: Dictionary)
+## Emitted after [method forget] succeeded: [param memory_id] of [param owner_id] is forgotten
+## as of the game moment [param at] (earlier moments still recall it).
+signal memory_forgotten(owner_id: String, memory_id: String, at: Dictionary)
+## Emitted after [method erase_owner] or [method erase_session] succeeded: [param count]
+## memories of [param owner_id] (empty for the whole session) are gone for good.
+signal memories_erased(owner_id: String, count: int)
+## Emitted after [method consolidate] succeeded, with the stored [param summary] (its
+## [code]consolidates[/code] lists the sources, retracted as of its moment).
+signal memories_consolidated(owner_id: String, summary: Dictionary)
 ## Emitted for every diagnostic the sidecar sends ([code]code[/code], [code]severity[/code],
 ## [code]message[/code], [code]session_id[/code], [code]owner_id[/code],
 ## [code]memory_id[/code], [code]details[/code]), e.g. [code]embedding_model_unavailable[/code].
@@ -108,6 +117,10 @@ enum State {
 ## [code]{"fusion": {"vector_weight": 0.8}, "reranker": {"recency_weight": 0.3}}[/code]
 ## (the fields of FusionOptions and GameAwareMemoryRerankerOptions; see docs/retrieval.md).
 @export var recall_options: Dictionary = {}
+## The retention policy of the launched sidecar: when a remember takes an NPC past this many
+## memories, its lowest-value ones (low importance, old in game time) are erased for good
+## down to 90% of it, and a [code]memories_evicted[/code] diagnostic says how many. 0: off.
+@export_range(0, 1000000, 1, "or_greater") var maximum_memories_per_owner: int = 0
 ## The authoritative save folder of the launched sidecar: [code]user://[/code] (a per-user
 ## writable folder) or an absolute path, never [code]res://[/code] (the game's install folder).
 @export var save_directory: String = "user://game_memory/save":
@@ -238,6 +251,7 @@ func start() -> void:
 	var arguments: PackedStringArray = GameMemorySidecar.build_arguments(
 			sidecar_arguments, save_directory, index_directory, model)
 	arguments.append_array(GameMemorySidecar.recall_arguments(fusion, recall_options))
+	arguments.append_array(GameMemorySidecar.retention_arguments(maximum_memories_per_owner))
 	_sidecar.launch(command, arguments, startup_timeout)
 
 
@@ -370,6 +384,71 @@ func rebuild(force: bool = false) -> Dictionary:
 	return result
 
 
+## Makes [param owner_id] forget the memory [param memory_id] as of the game moment [param at]
+## ([code]{"timeline_id": String, "tick": int}[/code]): recalls as of [param at] or later on
+## that timeline no longer return it; earlier moments and other timelines still do, so a
+## save loaded from before remembers again. Durable like a remember. Resolves with
+## [code]memory_id[/code] and [code]forgotten[/code] (false when it was forgotten by then
+## already); an unknown memory fails with [constant GameMemoryError.NOT_FOUND].
+func forget(owner_id: String, memory_id: String, at: Dictionary) -> Dictionary:
+	var params: Dictionary = {
+		"session_id": session_id,
+		"owner_id": owner_id,
+		"memory_id": memory_id,
+		"at": GameMemoryCodec.wire_moment(at),
+	}
+	var result: Dictionary = await _call("memory.forget", params)
+	if result["ok"]:
+		result["forgotten"] = bool(result.get("forgotten", false))
+		memory_forgotten.emit(owner_id, memory_id, GameMemoryCodec.wire_moment(at))
+	return result
+
+
+## Erases the memories of [param owner_id] for good (not on game time: an earlier save does
+## not bring them back): all of them, or only [param memory_ids]. Their text and vectors
+## leave the save and the index. Resolves with [code]erased[/code], how many went.
+func erase_owner(owner_id: String,
+		memory_ids: PackedStringArray = PackedStringArray()) -> Dictionary:
+	var params: Dictionary = {"session_id": session_id, "owner_id": owner_id}
+	if not memory_ids.is_empty():
+		params["memory_ids"] = Array(memory_ids)
+	return await _erase(owner_id, params)
+
+
+## Erases every memory of the session ([member session_id]) for good, e.g. when the player
+## deletes the save slot. Resolves with [code]erased[/code].
+func erase_session() -> Dictionary:
+	return await _erase("", {"session_id": session_id})
+
+
+## Replaces the memories [param memory_ids] of [param owner_id] with one summary, a
+## reflection the game (or its dialogue model) wrote: [param text] at the game [param moment]
+## with the [method remember] [param options]. As of [param moment] the sources are no longer
+## recalled, the summary is (its [code]consolidates[/code] lists them); earlier moments recall
+## the sources as before. Both or neither. Resolves like [method remember].
+func consolidate(owner_id: String, memory_ids: Array, text: String, moment: Dictionary,
+		options: Dictionary = {}) -> Dictionary:
+	var built: Dictionary = GameMemoryCodec.remember_params(
+			session_id, owner_id, text, moment, options)
+	if not built["ok"]:
+		return built
+	var summary: Dictionary = built["params"]
+	summary.erase("session_id")
+	summary.erase("owner_id")
+	var params: Dictionary = {
+		"session_id": session_id,
+		"owner_id": owner_id,
+		"memory_ids": memory_ids.duplicate(),
+		"summary": summary,
+	}
+	var result: Dictionary = await _call("memory.consolidate", params)
+	if result["ok"]:
+		result["memory"] = GameMemoryCodec.memory(result.get("memory"))
+		result["created"] = bool(result.get("created", false))
+		memories_consolidated.emit(owner_id, result["memory"])
+	return result
+
+
 ## Migrates the sidecar's stores to the current on-disk format. Resolves with
 ## [code]migrated_entries[/code], [code]partitioned_entries[/code] and
 ## [code]vector_entries[/code].
@@ -379,6 +458,14 @@ func migrate() -> Dictionary:
 
 
 #region Private methods
+func _erase(owner_id: String, params: Dictionary) -> Dictionary:
+	var result: Dictionary = await _call("memory.erase", params)
+	if result["ok"]:
+		result["erased"] = int(result.get("erased", 0))
+		memories_erased.emit(owner_id, result["erased"])
+	return result
+
+
 func _call(method: String, params: Dictionary) -> Dictionary:
 	if Engine.is_editor_hint():
 		return GameMemoryError.failure(GameMemoryError.SIDECAR_FAILED, "%s was not sent: " \

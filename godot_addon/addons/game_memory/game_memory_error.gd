@@ -38,6 +38,9 @@ const BUSY: int = -32007
 const TIMEOUT: int = -32008
 ## The sidecar is shutting down.
 const SHUTTING_DOWN: int = -32009
+## A [method GameMemory.forget] or [method GameMemory.consolidate] named a memory the NPC
+## does not hold; nothing changed.
+const NOT_FOUND: int = -32010
 ## The sidecar could not be launched, exited before it was ready, or printed no ready line.
 const SIDECAR_FAILED: int = -31001
 ## The WebSocket connection to the sidecar could not be opened or initialized in time.

@@ -23,6 +23,7 @@ from game_memory.errors import (
     GameMemoryError,
     InvalidArgumentError,
     MemoryConflictError,
+    MemoryNotFoundError,
     PersistenceError,
     StoreBusyError,
     StoreClosedError,
@@ -60,6 +61,7 @@ class ErrorCode(IntEnum):
     BUSY = -32007
     TIMEOUT = -32008
     SHUTTING_DOWN = -32009
+    NOT_FOUND = -32010
 
 
 #: What a person should do about each code. Appended to the messages of foreign failures
@@ -87,6 +89,7 @@ ERROR_ADVICE: dict[ErrorCode, str] = {
     ErrorCode.BUSY: "wait for running requests to finish, then try again",
     ErrorCode.TIMEOUT: "try again later, or ask for less (a smaller limit or batch)",
     ErrorCode.SHUTTING_DOWN: "the server is stopping; start a new one and reconnect",
+    ErrorCode.NOT_FOUND: "check the memory ids (memory.recall lists what the NPC remembers)",
 }
 
 #: The one mapping from exception classes to codes, most specific first.
@@ -94,6 +97,7 @@ ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
     (ValidationError, ErrorCode.INVALID_PARAMS),
     (InvalidArgumentError, ErrorCode.INVALID_PARAMS),
     (MemoryConflictError, ErrorCode.CONFLICT),
+    (MemoryNotFoundError, ErrorCode.NOT_FOUND),
     (CapacityExceededError, ErrorCode.CAPACITY_EXCEEDED),
     (DerivedIndexError, ErrorCode.REBUILD_REQUIRED),
     (EmbeddingTimeoutError, ErrorCode.TIMEOUT),

@@ -11,10 +11,10 @@ import json
 from pydantic import JsonValue, ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError, describe_validation_error
-from game_memory.bridge.params import RecallParams, RememberParams
+from game_memory.bridge.params import ConsolidateParams, RecallParams, RememberParams
 from game_memory.model import GameMemory, GameMemoryQuery, content_memory_id
 
-__all__ = ["build_memory", "build_query", "canonical_json"]
+__all__ = ["build_memory", "build_query", "build_summary", "canonical_json"]
 
 _RENAMES = {"payload_json": "payload", "searchable_text": "text"}
 
@@ -78,6 +78,38 @@ def build_memory(params: RememberParams) -> GameMemory:
         )
     except ValidationError as exc:
         raise _invalid("memory.remember", exc) from exc
+
+
+def build_summary(params: ConsolidateParams) -> GameMemory:
+    """Build the summary a ``memory.consolidate`` appends (a reflection by default).
+
+    ``summary`` is validated as the params of a ``memory.remember`` of the call's session
+    and owner, so its fields, defaults and default id are a remember's.
+
+    Raises:
+        RpcError: ``INVALID_PARAMS`` naming the summary field that is wrong.
+    """
+    fields = {"kind": "reflection", **params.summary}
+    for name in ("session_id", "owner_id"):
+        if name in fields and fields[name] != getattr(params, name):
+            raise RpcError(
+                ErrorCode.INVALID_PARAMS,
+                f"invalid params for memory.consolidate: summary.{name} differs from {name}; "
+                "leave it out (the call's is used)",
+                {"kind": "ValidationError", "field": f"summary.{name}"},
+            )
+    fields.update(session_id=params.session_id, owner_id=params.owner_id)
+    try:
+        remember = RememberParams.model_validate(fields)
+    except ValidationError as exc:
+        text, field = describe_validation_error(exc, _RENAMES)
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            f"invalid params for memory.consolidate: summary.{text}; fix the named parameter "
+            "and send it again",
+            {"kind": "ValidationError", "field": f"summary.{field}"},
+        ) from exc
+    return build_memory(remember)
 
 
 def build_query(params: RecallParams) -> GameMemoryQuery:

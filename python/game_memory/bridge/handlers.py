@@ -17,8 +17,11 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
-from game_memory.bridge.convert import build_memory, build_query
+from game_memory.bridge.convert import build_memory, build_query, build_summary
 from game_memory.bridge.params import (
+    ConsolidateParams,
+    EraseParams,
+    ForgetParams,
     InitializeParams,
     MigrateParams,
     RebuildParams,
@@ -136,6 +139,34 @@ async def _migrate(service: BridgeService, params: MigrateParams, notify: Notify
     return migration_to_json(await service.migrate())
 
 
+async def _forget(service: BridgeService, params: ForgetParams, notify: Notify) -> Any:
+    forgotten = await service.forget(
+        params.session_id, params.owner_id, params.memory_id, params.at
+    )
+    return {"memory_id": params.memory_id, "forgotten": forgotten}
+
+
+async def _erase(service: BridgeService, params: EraseParams, notify: Notify) -> Any:
+    if params.memory_ids is not None and params.owner_id is None:
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            "invalid params for memory.erase: memory_ids needs owner_id; fix the named "
+            "parameter and send it again",
+            {"kind": "ValidationError", "field": "owner_id"},
+        )
+    erased = await service.erase(params.session_id, params.owner_id, params.memory_ids)
+    return {"erased": erased}
+
+
+async def _consolidate(service: BridgeService, params: ConsolidateParams, notify: Notify) -> Any:
+    summary = build_summary(params)
+    created = await service.consolidate(
+        params.session_id, params.owner_id, params.memory_ids, summary
+    )
+    stored = summary.model_copy(update={"consolidates": tuple(dict.fromkeys(params.memory_ids))})
+    return {"memory_id": summary.memory_id, "created": created, "memory": memory_to_json(stored)}
+
+
 #: ``handler(service, params, notify)`` returns the JSON-ready result of one call.
 Handler = Callable[[BridgeService, Any, Notify], Awaitable[Any]]
 
@@ -160,6 +191,9 @@ METHODS: dict[str, Method] = {
     "memory.status": Method(StatusParams, _status),
     "memory.rebuild": Method(RebuildParams, _rebuild),
     "memory.migrate": Method(MigrateParams, _migrate),
+    "memory.forget": Method(ForgetParams, _forget),
+    "memory.erase": Method(EraseParams, _erase),
+    "memory.consolidate": Method(ConsolidateParams, _consolidate),
 }
 
 

@@ -18,6 +18,9 @@ from game_memory.model import GameMemoryKind, GameMoment
 __all__ = [
     "MAXIMUM_RECALL_LIMIT",
     "MAXIMUM_RECALL_MANY_QUERIES",
+    "ConsolidateParams",
+    "EraseParams",
+    "ForgetParams",
     "InitializeParams",
     "MigrateParams",
     "RebuildParams",
@@ -130,6 +133,41 @@ class RecallManyParams(_Params):
     queries: Annotated[
         list[dict[str, Any]], Field(min_length=1, max_length=MAXIMUM_RECALL_MANY_QUERIES)
     ]
+
+
+class ForgetParams(_Params):
+    """``memory.forget``: retract one memory of one NPC as of a game moment."""
+
+    session_id: Id
+    owner_id: Id
+    memory_id: Id
+    at: GameMoment
+
+
+class EraseParams(_Params):
+    """``memory.erase``: remove a session's memories for good, or one NPC's, or listed ones.
+
+    ``memory_ids`` needs ``owner_id``; without ``owner_id`` the whole session goes.
+    """
+
+    session_id: Id
+    owner_id: Id | None = None
+    memory_ids: IdList | None = None
+
+
+class ConsolidateParams(_Params):
+    """``memory.consolidate``: a summary of one NPC's memories, retracting them as of its moment.
+
+    ``summary`` takes the fields of ``memory.remember`` except the session and owner (the
+    call's); its kind defaults to ``reflection``.
+    """
+
+    session_id: Id
+    owner_id: Id
+    memory_ids: Annotated[
+        list[Id], BeforeValidator(_string_list), Field(min_length=1, max_length=1_024)
+    ]
+    summary: dict[str, Any]
 
 
 class StatusParams(_Params):

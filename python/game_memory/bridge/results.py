@@ -55,6 +55,7 @@ def memory_to_json(memory: GameMemory) -> dict[str, Any]:
         "metadata": dict(memory.metadata),
         "source_input_id": memory.source_input_id,
         "belief_key": memory.belief_key,
+        "consolidates": list(memory.consolidates),
     }
 
 

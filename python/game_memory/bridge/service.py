@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from game_memory.model import GameMemory, GameMemoryQuery, GameMemorySearchSnapshot
+from game_memory.model import GameMemory, GameMemoryQuery, GameMemorySearchSnapshot, GameMoment
 
 __all__ = [
     "BridgeService",
@@ -131,6 +131,22 @@ class BridgeService(Protocol):
         self, query: GameMemoryQuery, *, require_semantic: bool = False
     ) -> RecallResultView:
         """Recall as ``query`` says; with ``require_semantic`` never fall back to lexical."""
+        ...
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of ``at``; ``False`` when it was already retracted then."""
+        ...
+
+    async def erase(
+        self, session_id: str, owner_id: str | None = None, memory_ids: Sequence[str] | None = None
+    ) -> int:
+        """Remove memories for good; return how many."""
+        ...
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Append a summary retracting ``memory_ids`` as of its moment."""
         ...
 
     async def get_status(self, session_id: str) -> StatusView:

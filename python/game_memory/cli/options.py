@@ -105,6 +105,12 @@ def recall_settings(args: argparse.Namespace) -> RecallSettings:
     if fusion_values:
         fusion = _build(FusionOptions, fusion_values, "--fusion-option")
         options = VectorMemoryStoreOptions(fusion=fusion)
+    bound = getattr(args, "maximum_memories_per_owner", None)
+    if bound is not None:  # the retention policy (serve --maximum-memories-per-owner)
+        values = {"maximum_memories_per_owner": bound}
+        if options is not None:
+            values["fusion"] = options.fusion
+        options = _build(VectorMemoryStoreOptions, values, "--maximum-memories-per-owner")
     reranker = (
         _build(GameAwareMemoryRerankerOptions, reranker_values, "--reranker-option")
         if reranker_values

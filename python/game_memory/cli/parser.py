@@ -30,6 +30,9 @@ _HANDLERS: dict[str, str] = {
     "migrate": "game_memory.cli.maintenance:run_migrate",
     "search": "game_memory.cli.maintenance:run_search",
     "check": "game_memory.cli.maintenance:run_check",
+    "forget": "game_memory.cli.forgetting:run_forget",
+    "erase": "game_memory.cli.forgetting:run_erase",
+    "compact": "game_memory.cli.forgetting:run_compact",
     "bench": "game_memory.cli.maintenance:run_bench",
     "models prepare": "game_memory.cli.models:run_prepare",
     "models info": "game_memory.cli.models:run_info",
@@ -110,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_recall_arguments(serve)
     serve.add_argument("--token-file", help="read the client token from this file")
     serve.add_argument(
+        "--maximum-memories-per-owner",
+        type=int,
+        metavar="N",
+        help="the retention policy: when a remember takes an NPC past N memories, its "
+        "lowest-value ones are erased down to 90%% of N (default: off)",
+    )
+    serve.add_argument(
         "--request-timeout",
         type=float,
         default=None,
@@ -169,6 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ids", action="store_true", help="name the ids of lost memories in the problems"
     )
 
+    _add_lifecycle_commands(commands)
+
     bench = commands.add_parser("bench", help="run a benchmark script and print its JSON")
     bench.add_argument(
         "name",
@@ -219,6 +231,48 @@ def build_parser() -> argparse.ArgumentParser:
         help="the addon folder (default: godot_addon/addons/game_memory of this checkout)",
     )
     return parser
+
+
+def _add_lifecycle_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``forget``, ``erase`` and ``compact`` (``cli/forgetting.py``): memory over a game."""
+    forget = commands.add_parser(
+        "forget",
+        help="forget one memory of an NPC as of a game moment (earlier moments still recall it)",
+    )
+    _add_store_arguments(forget, index=False)
+    forget.add_argument("--session", required=True, help="the session (save slot) id")
+    forget.add_argument("--owner", required=True, help="the NPC who forgets")
+    forget.add_argument("--memory", required=True, help="the id of the memory to forget")
+    forget.add_argument("--timeline", required=True, help="timeline of --tick")
+    forget.add_argument("--tick", type=int, required=True, help="forgotten from this tick on")
+    forget.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    erase = commands.add_parser(
+        "erase",
+        help="erase memories for good, from the save and the index: a session, an NPC "
+        "(--owner) or listed memories (--owner --memory ID ...)",
+    )
+    _add_store_arguments(erase, index=False)
+    erase.add_argument(
+        "--index-dir", help="the derived vector index folder (default: found as for search)"
+    )
+    erase.add_argument("--session", required=True, help="the session (save slot) id")
+    erase.add_argument("--owner", help="only this NPC's memories")
+    erase.add_argument(
+        "--memory", action="append", metavar="ID", help="only this memory (repeat; needs --owner)"
+    )
+    erase.add_argument(
+        "--dry-run", action="store_true", help="count what would be erased, change nothing"
+    )
+    erase.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    compact = commands.add_parser(
+        "compact",
+        help="rewrite what needs it (fewer files, redundant retractions, leftovers of "
+        "interrupted writes) and print the save's size before and after",
+    )
+    _add_store_arguments(compact, index=False)
+    compact.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _handler(args: argparse.Namespace) -> Callable[[argparse.Namespace], int]:

@@ -10,12 +10,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from game_memory.demo.actions import ConsolidateStep, ForgetStep
 from game_memory.demo.clock import format_tick
 from game_memory.demo.scenario import DemoEvent, DemoQuestion, Scenario
 from game_memory.model import GameMemorySearchStage, RecallHit, RecallResult, VectorMemoryStatus
 
 __all__ = [
+    "ConsolidateStep",
     "EventStep",
+    "ForgetStep",
     "ModelChangeStep",
     "PhaseStep",
     "QuestionStep",
@@ -132,11 +135,13 @@ class StageTiming:
 
 def is_correct(
     scenario: Scenario, question: DemoQuestion, memory_ids: Sequence[str], ticks: Sequence[int]
-) -> tuple[bool, tuple[str, ...], tuple[str, ...]]:
-    """Judge an answer: ``(correct, ids from the future, ids expired at the question)``.
+) -> tuple[bool, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Judge an answer: ``(correct, ids from the future, ids expired at the question, ids
+    forgotten or consolidated by then)``.
 
-    Correct means nothing from after the question's moment, nothing expired then, and (when
-    the question has expected ids) one of them among the first ``scenario.top_k``.
+    Correct means nothing from after the question's moment, nothing expired or retracted
+    then, and (when the question has expected ids) one of them among the first
+    ``scenario.top_k``.
     """
     future = tuple(
         memory_id for memory_id, tick in zip(memory_ids, ticks, strict=True) if tick > question.tick
@@ -144,10 +149,15 @@ def is_correct(
     expired = tuple(
         memory_id for memory_id in memory_ids if _expired(scenario, memory_id, question.tick)
     )
+    retracted = tuple(
+        memory_id
+        for memory_id in memory_ids
+        if scenario.retracted(question.npc, memory_id, question.tick)
+    )
     found = not question.expected or any(
         memory_id in question.expected for memory_id in memory_ids[: scenario.top_k]
     )
-    return (found and not future and not expired), future, expired
+    return (found and not future and not expired and not retracted), future, expired, retracted
 
 
 def _expired(scenario: Scenario, memory_id: str, tick: int) -> bool:
@@ -233,6 +243,8 @@ class QuestionStep:
         future_ids: Recalled memories from after the question (always empty: the store
             hides them; reported so a regression would show).
         expired_ids: Recalled memories expired at the question (likewise always empty).
+        retracted_ids: Recalled memories forgotten or consolidated by the question's moment
+            (likewise always empty).
         lexical_ids: What lexical recall alone answers (hybrid mode only), best first.
         lexical_correct: Whether that answer is correct (``None`` in lexical mode).
     """
@@ -247,6 +259,7 @@ class QuestionStep:
     expired_ids: tuple[str, ...]
     lexical_ids: tuple[str, ...] | None
     lexical_correct: bool | None
+    retracted_ids: tuple[str, ...] = ()
 
     @classmethod
     def judge(
@@ -259,7 +272,7 @@ class QuestionStep:
     ) -> QuestionStep:
         """Build the step from the recall (and the lexical-only recall, if any)."""
         memories = tuple(RecalledMemory.from_hit(hit) for hit in result.hits)
-        correct, future, expired = is_correct(
+        correct, future, expired, retracted = is_correct(
             scenario,
             question,
             [memory.memory_id for memory in memories],
@@ -286,6 +299,7 @@ class QuestionStep:
             expired_ids=expired,
             lexical_ids=lexical_ids,
             lexical_correct=lexical_correct,
+            retracted_ids=retracted,
         )
 
     @property
@@ -314,6 +328,7 @@ class QuestionStep:
             "correct": self.correct,
             "future_ids": list(self.future_ids),
             "expired_ids": list(self.expired_ids),
+            "retracted_ids": list(self.retracted_ids),
             "lexical_only": None
             if self.lexical_ids is None
             else {"memory_ids": list(self.lexical_ids), "correct": self.lexical_correct},
@@ -356,4 +371,12 @@ class RebuildStep:
         }
 
 
-Step = EventStep | PhaseStep | QuestionStep | ModelChangeStep | RebuildStep
+Step = (
+    EventStep
+    | PhaseStep
+    | QuestionStep
+    | ModelChangeStep
+    | RebuildStep
+    | ForgetStep
+    | ConsolidateStep
+)

@@ -6,7 +6,9 @@ they come, ``--json`` collects them, and tests assert on them. The order of play
 1. If the save's index holds vectors of another model (a ``--data`` folder from an
    earlier run), rebuild it first.
 2. ``play``: the clock moves forward; every event is remembered by its witnesses when the
-   clock reaches it, and each ``play`` question is asked at its moment.
+   clock reaches it, every action of the game (an NPC forgets a memory, or its memories
+   are consolidated into a summary) is carried out at its moment, after the events of that
+   moment, and each ``play`` question is asked at its moment.
 3. The story runs to ``end_tick`` (every event is remembered).
 4. ``rewind``: the player loads an earlier save; the questions are asked as of earlier
    moments of the same timeline, with every later memory still in the save.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable
 
+from game_memory.demo.actions import perform
 from game_memory.demo.clock import format_tick
 from game_memory.demo.outcome import (
     EventStep,
@@ -30,7 +33,7 @@ from game_memory.demo.outcome import (
     RebuildStep,
     Step,
 )
-from game_memory.demo.scenario import SCENARIO, DemoEvent, DemoQuestion, Scenario
+from game_memory.demo.scenario import SCENARIO, DemoAction, DemoEvent, DemoQuestion, Scenario
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
 from game_memory.model.results import RecallResult
@@ -107,6 +110,22 @@ async def _remember(memory: VectorMemoryStore, scenario: Scenario, event: DemoEv
     return EventStep(event, created)
 
 
+async def _advance(
+    memory: VectorMemoryStore,
+    scenario: Scenario,
+    events: list[DemoEvent],
+    actions: list[DemoAction],
+    tick: int,
+) -> AsyncGenerator[Step, None]:
+    """Remember the events and carry out the actions up to ``tick``, in time order (the
+    events of a moment before its actions); both lists are consumed."""
+    while (events and events[0].tick <= tick) or (actions and actions[0].tick <= tick):
+        if events and (not actions or events[0].tick <= actions[0].tick):
+            yield await _remember(memory, scenario, events.pop(0))
+        else:
+            yield await perform(memory, scenario, actions.pop(0))
+
+
 async def _rebuild(
     memory: VectorMemoryStore, scenario: Scenario, reason: str, progress: ProgressSink | None
 ) -> RebuildStep:
@@ -160,12 +179,13 @@ async def play(
             )
 
         pending = sorted(scenario.events, key=lambda event: event.tick)
+        actions = sorted(scenario.actions, key=lambda action: action.tick)
         for question in sorted(scenario.questions_of("play"), key=lambda item: item.tick):
-            while pending and pending[0].tick <= question.tick:
-                yield await _remember(current, scenario, pending.pop(0))
+            async for step in _advance(current, scenario, pending, actions, question.tick):
+                yield step
             yield await _ask(current, scenario, question, "play", compare)
-        while pending and pending[0].tick <= scenario.end_tick:
-            yield await _remember(current, scenario, pending.pop(0))
+        async for step in _advance(current, scenario, pending, actions, scenario.end_tick):
+            yield step
 
         rewinds = scenario.questions_of("rewind")
         if rewinds:

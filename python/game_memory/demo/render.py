@@ -18,7 +18,9 @@ from rich.text import Text
 
 from game_memory.demo.clock import TICKS_PER_DAY, describe_age, format_tick
 from game_memory.demo.outcome import (
+    ConsolidateStep,
     EventStep,
+    ForgetStep,
     ModelChangeStep,
     PhaseStep,
     QuestionStep,
@@ -49,7 +51,7 @@ def print_header(
     console: Console, scenario: Scenario, model: ModelReport, data_dir: str | None
 ) -> None:
     """Print what is about to be played, on which model, and where the save is."""
-    memories = sum(len(event.witnesses) for event in scenario.events)
+    memories = scenario.memories
     villagers = ", ".join(f"{npc.name} ({npc.role})" for npc in scenario.npcs)
     if model.mode == "hybrid":
         recall = f"hybrid recall (lexical + vectors), model [cyan]{model.identity}[/cyan]"
@@ -57,7 +59,8 @@ def print_header(
         recall = "[yellow]lexical recall only[/yellow] (no embedding model)"
     lines = [
         f"[bold]{scenario.name}[/bold]",
-        f"{len(scenario.npcs)} villagers, {len(scenario.events)} events, {memories} memories, "
+        f"{len(scenario.npcs)} villagers, {len(scenario.events)} events, "
+        f"{len(scenario.actions)} acts of the game (forget, consolidate), {memories} memories, "
         f"{len(scenario.questions)} questions; one game minute per tick",
         f"villagers: {villagers}",
         f"recall: {recall}",
@@ -88,8 +91,28 @@ class StepPrinter:
             self._console.print(f"[magenta]{step.title}[/magenta]")
         elif isinstance(step, ModelChangeStep):
             self._model_change(step)
+        elif isinstance(step, ForgetStep | ConsolidateStep):
+            self._action(step)
         else:
             self._rebuild(step)
+
+    def _action(self, step: ForgetStep | ConsolidateStep) -> None:
+        action = step.action
+        self._clock(action.tick)
+        name = self._scenario.npc(action.npc).name
+        line = Text()
+        line.append(format_tick(action.tick).split(", ")[1] + "  ", style="dim")
+        if isinstance(step, ForgetStep):
+            line.append(f"The game makes {name} forget ", style="bold yellow")
+            line.append(action.memory_ids[0], style="yellow")
+            line.append(": from now on it is not recalled; an earlier save still has it.")
+        else:
+            line.append(f"The game sums up what {name} makes of it: ", style="bold yellow")
+            line.append(f"“{action.text}”", style="italic")
+            line.append(f"  (in place of {', '.join(action.memory_ids)})", style="dim")
+        self._console.print(line)
+        if action.note:
+            self._console.print(f"  [dim]{action.note}[/dim]")
 
     def _clock(self, tick: int) -> None:
         day = tick // TICKS_PER_DAY + 1

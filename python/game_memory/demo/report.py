@@ -84,6 +84,7 @@ def summarize(steps: Sequence[Step]) -> dict[str, Any]:
         ],
         "future_recalled": sum(len(step.future_ids) for step in questions),
         "expired_recalled": sum(len(step.expired_ids) for step in questions),
+        "retracted_recalled": sum(len(step.retracted_ids) for step in questions),
         "model_change": model_change,
     }
 
@@ -114,7 +115,9 @@ def build_report(
             "timeline_id": scenario.timeline_id,
             "npcs": [npc.id for npc in scenario.npcs],
             "events": len(scenario.events),
-            "memories": sum(len(event.witnesses) for event in scenario.events),
+            "memories": scenario.memories,
+            "summaries": scenario.summaries,
+            "actions": len(scenario.actions),
             "recall_limit": scenario.recall_limit,
             "top_k": scenario.top_k,
         },

@@ -12,6 +12,12 @@ questions to different NPCs at different moments:
   the rain of Day 3 (two versions of the belief ``ford.willow``); asked before, the NPC
   answers with the old version, asked after, only with the new one, and after loading an
   earlier save, with the old one again;
+* an NPC forgets on game time: Tess believes the gossip that the stranger is a spy until he
+  comes back on Day 3 and the game has her forget it (``forget``); asked after, she does not
+  recall it, and on a save loaded from before, she does again;
+* a consolidation: on Day 3 evening the game replaces what Mira saw of the stranger with
+  what she makes of it ("what Mira makes of the fire", a reflection whose ``consolidates``
+  names the sources); asked after, the summary answers, on an earlier save, the sources;
 * a traveller's memory is in Japanese and the question about it in Chinese: lexical recall
   matches the shared characters, and ``--model multilingual`` reads both languages;
 * ``rewind`` questions are asked after the player loads an earlier save: the clock goes
@@ -33,6 +39,7 @@ from game_memory.demo.clock import tick_of
 
 __all__ = [
     "SCENARIO",
+    "DemoAction",
     "DemoEvent",
     "DemoQuestion",
     "Npc",
@@ -110,6 +117,35 @@ class DemoQuestion:
     note: str = ""
 
 
+@dataclass(frozen=True)
+class DemoAction:
+    """Something the game does to one NPC's memories at ``tick``: forget, or consolidate.
+
+    Attributes:
+        id: Names the action in the output; a consolidation's summary has it as memory id.
+        kind: ``forget`` (``memory_ids`` holds the one memory forgotten) or ``consolidate``
+            (``memory_ids`` are the sources, ``text`` the summary the game wrote).
+        tick: The game moment: from then on the memory (or the sources) is retracted, and
+            a consolidation's summary happens then.
+        npc: Whose memories.
+        memory_ids: What is forgotten or consolidated.
+        text: A consolidation's summary (empty for a forget).
+        importance: The summary's importance.
+        tags: The summary's tags.
+        note: Why the action is in the scenario, for the reader.
+    """
+
+    id: str
+    kind: Literal["forget", "consolidate"]
+    tick: int
+    npc: str
+    memory_ids: tuple[str, ...]
+    text: str = ""
+    importance: float = 0.5
+    tags: tuple[str, ...] = ()
+    note: str = ""
+
+
 _Item = TypeVar("_Item", Npc, DemoEvent)
 
 
@@ -138,6 +174,7 @@ class Scenario:
     npcs: tuple[Npc, ...]
     events: tuple[DemoEvent, ...]
     questions: tuple[DemoQuestion, ...] = field(default=())
+    actions: tuple[DemoAction, ...] = field(default=())
 
     def npc(self, npc_id: str) -> Npc:
         """Return the villager with ``npc_id``.
@@ -154,6 +191,25 @@ class Scenario:
             KeyError: No such event.
         """
         return _find(self.events, event_id, "event")
+
+    @property
+    def summaries(self) -> int:
+        """How many summaries the consolidations store."""
+        return sum(1 for action in self.actions if action.kind == "consolidate")
+
+    @property
+    def memories(self) -> int:
+        """How many memories the save holds at the end: one per witness of each event, and
+        each consolidation's summary."""
+        return sum(len(event.witnesses) for event in self.events) + self.summaries
+
+    def retracted(self, npc_id: str, memory_id: str, tick: int) -> bool:
+        """Whether an action made ``npc_id`` forget ``memory_id`` (or consolidate it) as of
+        ``tick``: it must not be recalled then."""
+        return any(
+            action.npc == npc_id and memory_id in action.memory_ids and action.tick <= tick
+            for action in self.actions
+        )
 
     def questions_of(self, phase: Phase) -> tuple[DemoQuestion, ...]:
         """The questions of one phase, in the order they are asked."""
@@ -445,6 +501,16 @@ _EVENTS = (
         tags=("rumour", "festival"),
         expires_at=_t(4, 0, 0),
     ),
+    DemoEvent(
+        "spy-rumour",
+        _t(2, 21, 0),
+        "Gossip at the well says the grey-cloaked stranger is a spy sent by the baron.",
+        ("tess",),
+        kind="fact",
+        scope="gossip",
+        importance=0.5,
+        tags=("rumour", "stranger"),
+    ),
     # Day 3: the stranger returns; a promise is kept; a courtship begins.
     DemoEvent(
         "silk-merchant",
@@ -713,6 +779,35 @@ _QUESTIONS = (
         "own words); --model multilingual reads both languages",
     ),
     DemoQuestion(
+        "spy-heard",
+        "play",
+        "tess",
+        _t(3, 8, 0),
+        "What do people say the stranger really is?",
+        ("spy-rumour",),
+        note="the rumour, before Tess forgets it",
+    ),
+    DemoQuestion(
+        "spy-forgotten",
+        "play",
+        "tess",
+        _t(3, 12, 0),
+        "What do people say the stranger really is?",
+        ("stranger-returns",),
+        note="after the game made Tess forget the rumour at Day 3, 09:00: it is not recalled, "
+        "although it stays in the save",
+    ),
+    DemoQuestion(
+        "mira-on-the-fire",
+        "play",
+        "mira",
+        _t(3, 21, 0),
+        "What do you make of the stranger and the fire?",
+        ("mira-fire-thoughts",),
+        note="what Mira makes of the fire: the summary the game wrote at Day 3, 20:00 answers "
+        "in place of the memories it consolidates",
+    ),
+    DemoQuestion(
         "prying",
         "play",
         "jory",
@@ -785,6 +880,24 @@ _QUESTIONS = (
         note="the save from Day 1: the ford is passable again, the flood has not happened",
     ),
     DemoQuestion(
+        "rewind-spy",
+        "rewind",
+        "tess",
+        _t(2, 22, 0),
+        "What do people say the stranger really is?",
+        ("spy-rumour",),
+        note="the save from Day 2, 22:00, before Tess forgot it: she recalls the rumour again",
+    ),
+    DemoQuestion(
+        "rewind-mira-fire",
+        "rewind",
+        "mira",
+        _t(2, 22, 0),
+        "What do you make of the stranger and the fire?",
+        ("stranger-slips-out", "stranger-watches-door", "mira-distrusts-stranger"),
+        note="the save from before the consolidation: Mira recalls what she saw herself",
+    ),
+    DemoQuestion(
         "rewind-mira",
         "rewind",
         "bram",
@@ -814,6 +927,30 @@ _QUESTIONS = (
     ),
 )
 
+_ACTIONS = (
+    DemoAction(
+        "tess-forgets-spy",
+        "forget",
+        _t(3, 9, 0),
+        "tess",
+        ("spy-rumour",),
+        note="the stranger came back and haggled over lamp oil like any traveller: Tess stops "
+        "believing he is a spy",
+    ),
+    DemoAction(
+        "mira-fire-thoughts",
+        "consolidate",
+        _t(3, 20, 0),
+        "mira",
+        ("stranger-watches-door", "stranger-slips-out", "mira-distrusts-stranger"),
+        "What Mira makes of the fire: the grey-cloaked stranger she never trusted slipped out "
+        "of the inn before dawn the night the smithy burned; she thinks he started it.",
+        importance=0.8,
+        tags=("stranger", "fire"),
+        note="the game (or its dialogue model) writes the summary; the library stores it",
+    ),
+)
+
 #: The demo's scenario.
 SCENARIO = Scenario(
     name="Millbrook: four days of village memories",
@@ -826,6 +963,7 @@ SCENARIO = Scenario(
     npcs=_NPCS,
     events=_EVENTS,
     questions=_QUESTIONS,
+    actions=_ACTIONS,
 )
 
 

@@ -1,4 +1,8 @@
-"""Names in the store: identity hashes, and the paths of partition log segments."""
+"""Names in the store: identity hashes, and the paths of partition log segments.
+
+An owner partition has two series of segments in its session folder: its memories
+(``o-<sha256(owner)>.log``, ``.1.log``, ...) and its retractions (``r-<sha256(owner)>.log``...).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +25,12 @@ def partition_hash(value: str) -> str:
     return identity_hash(value)
 
 
-def segment_path(session_directory: str | Path, owner_hash: str, index: int) -> str:
-    """The path of log segment ``index`` (0 = the first) of an owner partition."""
+def segment_path(
+    session_directory: str | Path, owner_hash: str, index: int, series: str = "o"
+) -> str:
+    """The path of log segment ``index`` (0 = the first) of an owner partition.
+
+    ``series`` is ``"o"`` for the memory log, ``"r"`` for the retraction log.
+    """
     suffix = "" if index == 0 else f".{index}"
-    return f"{os.fspath(session_directory)}{os.sep}o-{owner_hash}{suffix}.log"
+    return f"{os.fspath(session_directory)}{os.sep}{series}-{owner_hash}{suffix}.log"

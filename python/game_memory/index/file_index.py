@@ -25,7 +25,7 @@ from game_memory.errors import (
     StoreClosedError,
 )
 from game_memory.index.engine import IndexEngine, check_capacity
-from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests
+from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests, memory_hash
 from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.legacy import has_legacy_index, migrate_legacy_index
 from game_memory.index.partition import FloatMatrix, PartitionReplacedError, derived_error
@@ -347,6 +347,37 @@ class FileVectorMemoryIndex:
                     removed += len(orphans)
                 engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
         return removed
+
+    def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Drop entries and rows of a session, an owner or listed memories (blocking, locked).
+
+        A whole partition's files are deleted; listed memories get tombstones and the
+        partition is compacted, which rewrites its row files without their vectors.
+        """
+        engine = self.engine
+        session_hash = identity_hash(session_id)
+        with engine.locked():
+            owners = engine.owner_hashes(session_hash)
+            if owner_id is not None:
+                owner_hash = identity_hash(owner_id)
+                owners = [owner_hash] if owner_hash in owners else []
+            for owner_hash in owners:
+                if memory_ids is None:
+                    engine.reset_partition(session_hash, owner_hash)
+                    continue
+                tombstones = [
+                    EntryRecord(
+                        EntryState.DELETED, NO_VALUE, NO_VALUE, memory_hash(m), bytes(32), ""
+                    )
+                    for m in memory_ids
+                ]
+                engine.append(session_hash, owner_hash, tombstones)
+                engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
 
     def _alive(self, views: Sequence[PartitionView]) -> dict[str, set[bytes]]:
         """``sha256(memory_id)`` of every memory of ``views``, per owner hash."""

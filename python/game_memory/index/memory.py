@@ -34,6 +34,7 @@ from game_memory.index.entries import (
     EntryRecord,
     EntryState,
     MemoryDigests,
+    memory_hash,
     row_checksums,
 )
 from game_memory.index.join import JoinCache, PartitionJoin
@@ -354,6 +355,33 @@ class InMemoryVectorIndex:
                 if fresh is not None:
                     self._put(fresh)
         return removed
+
+    def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Drop a session's, an owner's or listed memories' entries and rows (compacting)."""
+        self._check_open()
+        session_hash = identity_hash(session_id)
+        with self._lock:
+            owners = self._owners(session_hash)
+            if owner_id is not None:
+                owner_hash = identity_hash(owner_id)
+                owners = [owner_hash] if owner_hash in owners else []
+            for owner_hash in owners:
+                slot = self._slots[(session_hash, owner_hash)]
+                if memory_ids is None:
+                    self._drop(slot)
+                    continue
+                hashes = [memory_hash(memory_id) for memory_id in memory_ids]
+                tombstone = (EntryState.DELETED, NO_VALUE, NO_VALUE)
+                slot.add([EntryRecord(*tombstone, h, bytes(32), "") for h in hashes])
+                fresh = slot.compacted(next(self._generations))
+                self._drop(slot)
+                if fresh is not None:
+                    self._put(fresh)
 
     def _alive(self, views: Sequence[PartitionView]) -> dict[str, set[bytes]]:
         """``sha256(memory_id)`` of every memory of ``views``, per owner hash."""

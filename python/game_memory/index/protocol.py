@@ -135,6 +135,17 @@ class VectorIndex(Protocol):
         """
         ...
 
+    def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Drop the entries and vectors of a session, an owner, or listed memories of one
+        owner, and rewrite what remains, so none of their bytes are left (the save's erase
+        comes first; a crash between the two leaves orphans the next rebuild sweeps)."""
+        ...
+
     async def migrate_legacy_index(self) -> int:
         """Import a legacy index found in the index's place; return how many records."""
         ...

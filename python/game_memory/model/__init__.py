@@ -18,7 +18,13 @@ from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.model.memory import GameMemory, GameMemoryKind, GameMoment
 from game_memory.model.memory_ids import content_memory_id, derive_memory_id
 from game_memory.model.query import GameMemoryQuery, memory_matches_query
-from game_memory.model.results import MigrationReport, RecallHit, RecallResult, StoreCheckReport
+from game_memory.model.results import (
+    CompactionReport,
+    MigrationReport,
+    RecallHit,
+    RecallResult,
+    StoreCheckReport,
+)
 from game_memory.model.search import (
     GameMemorySearchSnapshot,
     GameMemorySearchStage,
@@ -31,6 +37,7 @@ __all__ = [
     "MAXIMUM_PAYLOAD_DEPTH",
     "MAXIMUM_QUERY_LIMIT",
     "MAXIMUM_SNAPSHOT_MEMORIES",
+    "CompactionReport",
     "DiagnosticSeverity",
     "DiagnosticSink",
     "GameMemory",

@@ -43,7 +43,7 @@ from game_memory.model.fields import (
 )
 from game_memory.strict_json import parse_strict_json
 
-__all__ = ["GameMemory", "GameMemoryKind", "GameMoment"]
+__all__ = ["MAXIMUM_CONSOLIDATED", "GameMemory", "GameMemoryKind", "GameMoment"]
 
 
 class GameMemoryKind(StrEnum):
@@ -183,6 +183,31 @@ def _is_none(value: object) -> bool:
     return value is None
 
 
+def _is_empty(value: object) -> bool:
+    return value == ()
+
+
+def _consolidated(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    ids = tuple(
+        dict.fromkeys(
+            check_bounded_id(item, "a consolidated memory id")
+            for item in string_list(value, "consolidates")
+        )
+    )
+    if len(ids) > MAXIMUM_CONSOLIDATED:
+        raise ValueError(
+            f"a summary consolidates {len(ids)} memories; the limit is {MAXIMUM_CONSOLIDATED}"
+        )
+    return ids
+
+
+#: Most memories one summary may consolidate.
+MAXIMUM_CONSOLIDATED = 1_024
+Consolidated = Annotated[tuple[str, ...], BeforeValidator(_consolidated)]
+
+
 class GameMemory(BaseModel):
     """One immutable memory of one NPC (its *owner*) in one save (its *session*).
 
@@ -191,6 +216,10 @@ class GameMemory(BaseModel):
     memory is a no-op, and reusing an id for different content is a conflict.
     ``payload_json`` is the memory's structured content as JSON text; ``searchable_text``
     is the prose lexical and semantic recall read first.
+
+    ``consolidates`` lists the ids of the memories a summary (a ``reflection``) stands for:
+    as of the summary's moment they are retracted (``VectorMemoryStore.consolidate``); an
+    earlier moment still recalls them. Empty for an ordinary memory (and then not written).
 
     ``belief_key`` (a bounded id such as ``"bridge.eastmarch"``) makes memories of one owner
     versions of one belief: as of a moment only the newest visible version is recalled
@@ -215,6 +244,7 @@ class GameMemory(BaseModel):
     expires_at: GameMoment | None = None
     metadata: Metadata = Field(default_factory=lambda: MappingProxyType({}))
     belief_key: BoundedId | None = Field(default=None, exclude_if=_is_none)
+    consolidates: Consolidated = Field(default=(), exclude_if=_is_empty)
 
     @field_validator("payload_json")
     @classmethod

@@ -9,7 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from game_memory.model.memory import GameMemory
 from game_memory.model.search import GameMemorySearchSnapshot
 
-__all__ = ["MigrationReport", "RecallHit", "RecallResult", "StoreCheckReport"]
+__all__ = [
+    "CompactionReport",
+    "MigrationReport",
+    "RecallHit",
+    "RecallResult",
+    "StoreCheckReport",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,32 @@ class MigrationReport(BaseModel):
     def performed_work(self) -> bool:
         """Whether any legacy document or index entry was found and migrated."""
         return self.migrated_entries > 0 or self.vector_entries > 0
+
+
+class CompactionReport(BaseModel):
+    """What a compaction of a save did (``compact``).
+
+    Attributes:
+        bytes_before: The save's files, in bytes, before (everything under its data
+            folder, backups included).
+        bytes_after: The same after.
+        partitions_rewritten: Owner partitions rewritten (fewer segments, redundant
+            retractions dropped, second copies of a record dropped).
+        files_removed: Files deleted: leftovers of interrupted writes, empty packs at the
+            end of a session's series, empty session folders.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    bytes_before: int = Field(ge=0)
+    bytes_after: int = Field(ge=0)
+    partitions_rewritten: int = Field(default=0, ge=0)
+    files_removed: int = Field(default=0, ge=0)
+
+    @property
+    def bytes_freed(self) -> int:
+        """How many bytes the compaction gave back (never negative)."""
+        return max(0, self.bytes_before - self.bytes_after)
 
 
 class StoreCheckReport(BaseModel):

@@ -6,8 +6,10 @@ transaction per batch, equivalent memories already there skipped. So the copy is
 **idempotent** (a second run adds nothing), **resumable** (after an interruption, a rerun
 skips what landed and continues), and refuses an id the database holds with other content
 (``MemoryConflictError``, naming it). A legacy (reference v1) folder is first brought into
-the current layout, as opening it would. Only the authoritative memories are copied:
-vectors are derived data, rebuilt on the database side (``game-memory rebuild``).
+the current layout, as opening it would, and an erase or compaction a crash left
+unfinished is finished. The partitions' retractions (``forget``) are copied after their
+memories (idempotent too). Only the authoritative memories are copied: vectors are derived
+data, rebuilt on the database side (``game-memory rebuild``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from game_memory.model import GameMemory
+from game_memory.model import GameMemory, GameMoment
 from game_memory.postgres.store import PostgresGameMemoryStore
 from game_memory.store.engine import StoreEngine
 from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
@@ -55,11 +57,17 @@ def _open(folder: Path) -> StoreEngine:
     engine.open_layout()
     if has_legacy_layout(folder):
         migrate_legacy_layout(engine)
+    with engine.locked():
+        engine.finish_rewrite()
     return engine
 
 
-def _batches(engine: StoreEngine) -> Iterator[list[GameMemory]]:
-    """The folder's memories, one partition at a time, in batches (append order)."""
+Batch = tuple[list[GameMemory], list[tuple[str, GameMoment]]]
+
+
+def _batches(engine: StoreEngine) -> Iterator[Batch]:
+    """The folder's memories, one partition at a time, in batches (append order); a
+    partition's last batch carries its retractions."""
     with os.scandir(engine.data) as listing:
         sessions = sorted(entry.name[2:] for entry in listing if _SESSION.match(entry.name))
     for session_hash in sessions:
@@ -69,7 +77,9 @@ def _batches(engine: StoreEngine) -> Iterator[list[GameMemory]]:
             if view is None:
                 continue
             for start in range(0, len(view.memories), _BATCH):
-                yield list(view.memories[start : start + _BATCH])
+                last = start + _BATCH >= len(view.memories)
+                retractions = list(view.retractions) if last else []
+                yield list(view.memories[start : start + _BATCH]), retractions
 
 
 async def copy_save(
@@ -96,10 +106,13 @@ async def copy_save(
     sessions: set[str] = set()
     await _notify(progress, 0, total)
     while True:
-        batch = await asyncio.to_thread(next, batches, None)
-        if batch is None:
+        found = await asyncio.to_thread(next, batches, None)
+        if found is None:
             break
+        batch, retractions = found
         added += await store.append_many(batch)
+        for memory_id, at in retractions:
+            await store.forget(batch[0].session_id, batch[0].owner_id, memory_id, at)
         done += len(batch)
         sessions.add(batch[0].session_id)
         await _notify(progress, done, max(total, done))

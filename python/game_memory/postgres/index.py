@@ -35,7 +35,7 @@ from game_memory.errors import (
     PersistenceError,
     StoreClosedError,
 )
-from game_memory.index.entries import EntryState, MemoryDigests
+from game_memory.index.entries import EntryState, MemoryDigests, memory_hash
 from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.partition import FloatMatrix
 from game_memory.index.protocol import OrphanCandidates
@@ -44,7 +44,12 @@ from game_memory.postgres import index_statements as sql
 from game_memory.postgres.connection import ConnectionPool, translate
 from game_memory.postgres.index_cache import Loads
 from game_memory.postgres.index_reads import IndexReader
-from game_memory.postgres.index_writes import reset_partition, sweep_session, write_partition
+from game_memory.postgres.index_writes import (
+    erase_entries,
+    reset_partition,
+    sweep_session,
+    write_partition,
+)
 from game_memory.postgres.rows import from_sql_key, sql_key
 from game_memory.postgres.schema import check_schema, migrate_schema
 from game_memory.store.view import PartitionView
@@ -358,6 +363,27 @@ class PostgresVectorIndex:
             return removed
 
         return self._call("removing orphan vectors", remove)
+
+    def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> None:
+        """Delete the entries and vectors of a session, an owner or listed memories of one
+        owner in one transaction; every process reloads the partitions touched (blocking).
+        The rows' bytes leave the database files when PostgreSQL reuses the space."""
+        session = sql_key(session_id)
+        owner = None if owner_id is None else sql_key(owner_id)
+        hashes = None if memory_ids is None else [memory_hash(m) for m in memory_ids]
+
+        def erase(connection: psycopg.Connection[Any]) -> None:
+            erase_entries(connection, session, owner, hashes)
+            owners = [owner_id] if owner_id is not None else list(self._loads.session(session_id))
+            for name in owners:
+                self._loads.forget(session_id, name)
+
+        self._call("erasing vectors", erase)
 
     def _alive(self, views: Sequence[PartitionView]) -> dict[str, set[bytes]]:
         """``sha256(memory_id)`` of every memory of ``views``, per owner id."""

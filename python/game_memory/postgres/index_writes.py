@@ -13,7 +13,7 @@ from game_memory.errors import CapacityExceededError
 from game_memory.postgres import index_statements as sql
 from game_memory.postgres.rows import sql_key
 
-__all__ = ["reset_partition", "sweep_session", "write_partition"]
+__all__ = ["erase_entries", "reset_partition", "sweep_session", "write_partition"]
 
 
 def write_partition(
@@ -114,3 +114,44 @@ def sweep_session(
             {"session": session, "owners": list(entries), "entries": list(entries.values())},
         )
     return removed
+
+
+def erase_entries(
+    connection: psycopg.Connection[Any],
+    session: str,
+    owner: str | None,
+    hashes: list[bytes] | None,
+) -> int:
+    """Delete the entries (and vectors) of a session, an owner, or listed memory hashes of
+    one owner, and give the partitions touched a new generation with their entry count, so
+    every process reloads them without those vectors. One transaction; how many went."""
+    with connection.transaction():
+        locked = connection.execute(sql.LOCK_SESSION, {"session": session}).fetchall()
+        owners = [key for key, _ in locked if owner is None or key == owner]
+        if not owners:
+            return 0
+        keys: dict[str, Any] = {"session": session, "owners": owners}
+        where = "session_id = %(session)s AND owner_id = ANY(%(owners)s::text[])"
+        if hashes is not None:
+            keys["hashes"] = hashes
+            where += " AND memory_hash = ANY(%(hashes)s::bytea[])"
+        removed = connection.execute(
+            f"DELETE FROM game_memory_index_entries WHERE {where}", keys
+        ).rowcount
+        counts = dict(
+            connection.execute(
+                "SELECT owner_id, count(*) FROM game_memory_index_entries "
+                "WHERE session_id = %(session)s AND owner_id = ANY(%(owners)s::text[]) "
+                "GROUP BY owner_id",
+                keys,
+            ).fetchall()
+        )
+        connection.execute(
+            sql.COMPACT_SESSION,
+            {
+                "session": session,
+                "owners": owners,
+                "entries": [int(counts.get(key, 0)) for key in owners],
+            },
+        )
+        return int(removed)

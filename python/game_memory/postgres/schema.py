@@ -7,7 +7,9 @@ are colocated by session. Tables (in the first schema of the connection's ``sear
 
     game_memory_schema            the migrations applied (version, name, when)
     game_memory_partitions        one row per owner partition of the save: its next position
+                                  and its generation (moved on by every forget and erase)
     game_memory_memories          the authoritative memories (canonical JSON + its SHA-256)
+    game_memory_retractions       the retractions of memories (forget), one row per moment
     game_memory_identities        embedding identities and their codes (a reference table)
     game_memory_index_partitions  one row per index partition: generation and change counter
     game_memory_index_entries     the derived vectors (pgvector), one row per memory
@@ -98,6 +100,23 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ON game_memory_index_entries (session_id, owner_id, change)""",
         ),
     ),
+    Migration(
+        2,
+        "retractions and partition generations (forget, erase)",
+        (
+            """ALTER TABLE game_memory_partitions
+                ADD COLUMN generation bigint NOT NULL DEFAULT 0""",
+            """CREATE TABLE game_memory_retractions (
+                session_id text COLLATE "C" NOT NULL,
+                owner_id text COLLATE "C" NOT NULL,
+                memory_id text COLLATE "C" NOT NULL,
+                timeline_id text COLLATE "C" NOT NULL,
+                tick bigint NOT NULL,
+                moment bytea NOT NULL,
+                PRIMARY KEY (session_id, owner_id, memory_id, timeline_id, tick)
+            )""",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -123,6 +142,11 @@ CITUS_DISTRIBUTION: tuple[tuple[str, str], ...] = (
         "'session_id', colocate_with => 'game_memory_partitions')",
     ),
     ("game_memory_identities", "SELECT create_reference_table('game_memory_identities')"),
+    (
+        "game_memory_retractions",
+        "SELECT create_distributed_table('game_memory_retractions', "
+        "'session_id', colocate_with => 'game_memory_partitions')",
+    ),
 )
 
 _LOCK_KEY = "game-memory schema"

@@ -104,33 +104,63 @@ SELECT digest, document FROM game_memory_memories
 WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = %(memory)s
 """
 
-#: The rows of one owner partition from position ``seen`` on, with its ``next_seq``; no row
-#: when the partition is unchanged since ``seen`` (or absent).
+#: The rows of one owner partition from position ``seen`` on, with its ``next_seq`` and
+#: ``generation``; no row when the partition is unchanged since (``seen``, ``generation``)
+#: (or absent). In another generation (a forget or an erase moved it on) every row is read
+#: again, and so are the partition's retractions, as rows of kind 1 (``memory_id``, and
+#: the moment's JSON as ``document``); memory rows are kind 0. The limit bounds memory rows
+#: only. One statement: one committed state.
 OWNER_ROWS = """
-SELECT p.owner_id, p.next_seq, m.seq, m.memory_id, m.digest, m.document
-FROM game_memory_partitions p
-LEFT JOIN LATERAL (
-    SELECT seq, memory_id, digest, document FROM game_memory_memories m
-    WHERE m.session_id = p.session_id AND m.owner_id = p.owner_id AND m.seq >= %(seen)s
-    ORDER BY m.seq
-) m ON true
-WHERE p.session_id = %(session)s AND p.owner_id = %(owner)s AND p.next_seq > %(seen)s
-LIMIT %(limit)s
+WITH p AS (
+    SELECT owner_id, next_seq, generation FROM game_memory_partitions
+    WHERE session_id = %(session)s AND owner_id = %(owner)s
+        AND (next_seq > %(seen)s OR generation <> %(generation)s)
+), memories AS (
+    SELECT p.owner_id, p.next_seq, p.generation, m.seq, m.memory_id, m.digest, m.document
+    FROM p
+    LEFT JOIN LATERAL (
+        SELECT seq, memory_id, digest, document FROM game_memory_memories m
+        WHERE m.session_id = %(session)s AND m.owner_id = p.owner_id
+            AND m.seq >= CASE WHEN p.generation = %(generation)s THEN %(seen)s ELSE 0 END
+        ORDER BY m.seq
+    ) m ON true
+    LIMIT %(limit)s
+)
+SELECT 0, * FROM memories
+UNION ALL
+SELECT 1, p.owner_id, p.next_seq, p.generation, NULL, r.memory_id, NULL, r.moment
+FROM p JOIN game_memory_retractions r
+    ON r.session_id = %(session)s AND r.owner_id = p.owner_id
+WHERE p.generation <> %(generation)s
 """
 
-#: Every partition of a session that changed since the positions the caller has (``owners``
-#: and ``seen`` are parallel arrays; an owner not listed is read whole), with new rows.
+#: Every partition of a session that changed since what the caller has (``owners``,
+#: ``seen`` and ``generations`` are parallel arrays; an owner not listed is read whole),
+#: with new rows, and the retractions of each partition read whole (see ``OWNER_ROWS``).
 SESSION_ROWS = """
-SELECT p.owner_id, p.next_seq, m.seq, m.memory_id, m.digest, m.document
-FROM game_memory_partitions p
-LEFT JOIN unnest(%(owners)s::text[], %(seen)s::bigint[]) AS known(owner_id, seen)
-    ON known.owner_id = p.owner_id
-LEFT JOIN LATERAL (
-    SELECT seq, memory_id, digest, document FROM game_memory_memories m
-    WHERE m.session_id = p.session_id AND m.owner_id = p.owner_id
-        AND m.seq >= coalesce(known.seen, 0)
-    ORDER BY m.seq
-) m ON true
-WHERE p.session_id = %(session)s AND p.next_seq > coalesce(known.seen, 0)
-LIMIT %(limit)s
+WITH p AS (
+    SELECT p.owner_id, p.next_seq, p.generation,
+        CASE WHEN p.generation = known.generation THEN known.seen ELSE 0 END AS seen,
+        known.generation IS DISTINCT FROM p.generation AS whole
+    FROM game_memory_partitions p
+    LEFT JOIN unnest(%(owners)s::text[], %(seen)s::bigint[], %(generations)s::bigint[])
+        AS known(owner_id, seen, generation) ON known.owner_id = p.owner_id
+    WHERE p.session_id = %(session)s
+        AND (p.next_seq > coalesce(known.seen, 0) OR known.generation IS DISTINCT FROM p.generation)
+), memories AS (
+    SELECT p.owner_id, p.next_seq, p.generation, m.seq, m.memory_id, m.digest, m.document
+    FROM p
+    LEFT JOIN LATERAL (
+        SELECT seq, memory_id, digest, document FROM game_memory_memories m
+        WHERE m.session_id = %(session)s AND m.owner_id = p.owner_id AND m.seq >= p.seen
+        ORDER BY m.seq
+    ) m ON true
+    LIMIT %(limit)s
+)
+SELECT 0, * FROM memories
+UNION ALL
+SELECT 1, p.owner_id, p.next_seq, p.generation, NULL, r.memory_id, NULL, r.moment
+FROM p JOIN game_memory_retractions r
+    ON r.session_id = %(session)s AND r.owner_id = p.owner_id
+WHERE p.whole
 """

@@ -15,6 +15,9 @@ Guarantees (the same contract as the file store, see ``docs/postgres.md``):
   or names another partition raises ``PersistenceError``; nothing is guessed.
 * **Bounded**: each owner partition holds at most ``maximum_partition_entries`` memories;
   every snapshot is bounded; the cache of parsed partitions is bounded.
+* **Forget, erase, consolidate**: one transaction each, under the partition rows' locks;
+  every process's cached views of what they changed are read again (``lifecycle.py``,
+  whose :class:`~game_memory.postgres.lifecycle.PostgresLifecycle` is a base of the store).
 
 Lexical ranking is the BM25 contract of ``store/lexical.py`` evaluated on the snapshot's
 views in this process (bit-identical to the file store's scores); the views are cached per
@@ -52,6 +55,7 @@ from game_memory.model import (
 )
 from game_memory.postgres.check import check_database
 from game_memory.postgres.connection import ConnectionPool, translate
+from game_memory.postgres.lifecycle import PostgresLifecycle
 from game_memory.postgres.reads import read_views
 from game_memory.postgres.schema import check_schema, migrate_schema
 from game_memory.postgres.views import ViewCache
@@ -86,7 +90,7 @@ def _validated_id(value: str, what: str) -> str:
         raise InvalidArgumentError(str(exc)) from exc
 
 
-class PostgresGameMemoryStore:
+class PostgresGameMemoryStore(PostgresLifecycle):
     """The authoritative save of memories in a PostgreSQL database.
 
     Args:

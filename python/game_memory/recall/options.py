@@ -30,6 +30,10 @@ class VectorMemoryStoreOptions(BaseModel):
         fail_when_embedding_unavailable: Raise instead of falling back to lexical recall.
         dispose_embedding_provider: ``aclose()`` also closes the provider.
         fusion: How lexical and vector rankings are combined.
+        maximum_memories_per_owner: The retention policy (default off): when an append
+            takes an owner past it, the owner's lowest-value memories are erased (see
+            ``store/lifecycle.py`` for the value) and ``memories_evicted`` reports how
+            many, 1..1,000,000.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -48,6 +52,7 @@ class VectorMemoryStoreOptions(BaseModel):
     fail_when_embedding_unavailable: bool = False
     dispose_embedding_provider: bool = True
     fusion: FusionOptions = FusionOptions()
+    maximum_memories_per_owner: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
 
     def candidate_limit(self, limit: int) -> int:
         """How many candidates each channel returns for a query of ``limit``."""

@@ -269,7 +269,7 @@ def _read_parts(
     parts: list[tuple[PartitionJoin, FloatMatrix, np.ndarray]] = []
     for view, joined in joins:
         if joined.ready:
-            parts.append((joined, index.vectors(joined, identity), view.columns.mask(query)))
+            parts.append((joined, index.vectors(joined, identity), view.mask(query)))
     if not parts and views:
         raise _Unavailable(
             "memory_vector_unindexed",

@@ -1,5 +1,7 @@
 """Appending records to an owner's log segments, and cutting a torn tail off the last one.
 
+The same for both of its logs: memories (``o-``) and retractions (``r-``).
+
 A record is appended with one ``write`` and fsynced (and a new segment's folder with it),
 so a writer killed mid-append leaves a prefix of the record, which readers treat as a
 torn tail and the next writer cuts off. Call these under the store's writer lock, after
@@ -27,23 +29,25 @@ def append_records(
     *,
     maximum_file_bytes: int,
     durable: bool,
+    series: str = "o",
 ) -> list[str]:
     """Append framed ``records`` to the partition's last segment(s); return the files.
 
-    Cuts off a torn tail first and starts a new segment when one would grow past
-    ``maximum_file_bytes``. With ``durable`` each write is fsynced, and the folder of a new
-    segment too.
+    ``series`` is ``"o"`` (the memory log) or ``"r"`` (the retraction log). Cuts off a torn
+    tail first and starts a new segment when one would grow past ``maximum_file_bytes``.
+    With ``durable`` each write is fsynced, and the folder of a new segment too.
     """
-    tail = state.tail
+    segments = state.segments if series == "o" else state.retraction_segments
+    tail = segments[-1] if segments else None
     if tail is not None and tail.torn_bytes:
         cut_tail(tail.path, tail.end)
-    index = len(state.segments) - 1 if tail is not None else 0
+    index = len(segments) - 1 if tail is not None else 0
     size = tail.end if tail is not None else 0
     touched: list[str] = []
     pending: list[bytes] = []
 
     def flush() -> None:
-        path = Path(segment_path(directory, state.owner_hash, index))
+        path = Path(segment_path(directory, state.owner_hash, index, series))
         with fs.open_append(path, durable=durable) as (fd, _):
             fs.append_bytes(fd, b"".join(pending), path, durable=durable)
         touched.append(os.fspath(path))

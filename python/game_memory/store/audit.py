@@ -22,10 +22,11 @@ from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
 from game_memory.store.packs import PACK_NAME, pack_path, pack_records_region
 from game_memory.store.records import HEADER_BYTES, salvage_records
+from game_memory.store.retractions import Retraction, decode_retraction
 
 __all__ = ["DamagedFile", "OwnerAudit", "SessionAudit", "audit_session"]
 
-_SEGMENT = re.compile(r"^o-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
+_SEGMENT = re.compile(r"^([or])-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _MEMORY_ID = re.compile(rb'"memory_id":"((?:[^"\\]|\\.){1,4096})"')
 
 
@@ -59,6 +60,9 @@ class OwnerAudit:
     damaged: bool = False
     torn: tuple[str, int, int] | None = None  # (last segment, end of records, torn bytes)
     readable_ids: dict[str, str] = field(default_factory=dict)  # memory hash -> id
+    retractions: list[Retraction] = field(default_factory=list)
+    retractions_damaged: bool = False
+    retraction_torn: tuple[str, int, int] | None = None
 
     @property
     def memory_hashes(self) -> set[str]:
@@ -109,6 +113,7 @@ def audit_session(directory: Path, session_hash: str, maximum_file_bytes: int) -
     """
     audit = SessionAudit(session_hash, directory)
     segments: dict[str, dict[int, str]] = {}
+    retraction_segments: dict[str, dict[int, str]] = {}
     packs: dict[int, str] = {}
     try:
         entries = fs.list_directory(directory)
@@ -122,8 +127,9 @@ def audit_session(directory: Path, session_hash: str, maximum_file_bytes: int) -
             audit.unreadable.append(f"{entry.path} should be a regular file")
             continue
         if segment is not None:
-            number = int(segment.group(2) or 0)
-            segments.setdefault(segment.group(1), {})[number] = entry.path
+            number = int(segment.group(3) or 0)
+            series = segments if segment.group(1) == "o" else retraction_segments
+            series.setdefault(segment.group(2), {})[number] = entry.path
         elif pack is not None:
             packs[int(pack.group(1))] = entry.path
     maximum_payload = maximum_file_bytes - HEADER_BYTES
@@ -143,6 +149,16 @@ def audit_session(directory: Path, session_hash: str, maximum_file_bytes: int) -
                 owner.damaged = True
                 continue
             _audit_segment(audit, owner, path, number == last, maximum_file_bytes, maximum_payload)
+    for owner_hash, numbers in sorted(retraction_segments.items()):
+        owner = audit.owner(owner_hash)
+        last = max(numbers)
+        for number in range(last + 1):
+            path = numbers.get(number)
+            if path is None:
+                audit.gaps.append(segment_path(directory, owner_hash, number, "r"))
+                owner.retractions_damaged = True
+                continue
+            _audit_retractions(audit, owner, path, number == last, maximum_file_bytes)
     for owner in audit.owners.values():
         _deduplicate(audit, owner)
     return audit
@@ -262,6 +278,34 @@ def _audit_segment(
         owner.damaged = True
         for offset, length, _reason in scanned.ranges:
             _note_ids(owner, data[offset : offset + length])
+
+
+def _audit_retractions(
+    audit: SessionAudit, owner: OwnerAudit, path: str, last: bool, maximum_file_bytes: int
+) -> None:
+    data = _read(audit, path, maximum_file_bytes)
+    if data is None:
+        owner.retractions_damaged = True
+        return
+    scan = salvage_records(data, maximum_payload=maximum_file_bytes - HEADER_BYTES)
+    scanned = audit.scanned[path] = DamagedFile(path, pack=False)
+    scanned.ranges.extend(scan.damage)
+    for offset, length, payload in scan.records:
+        try:
+            retraction = decode_retraction(payload)
+        except DocumentError as exc:
+            scanned.ranges.append((offset, length, f"unreadable retraction ({str(exc)[:120]})"))
+            continue
+        owner.retractions.append(retraction)
+        scanned.kept.append((owner.owner_hash, offset, data[offset : offset + length]))
+    if scan.torn_bytes:
+        if last and not scanned.ranges:
+            owner.retraction_torn = (path, scan.end, scan.torn_bytes)
+        else:
+            scanned.ranges.append((scan.end, scan.torn_bytes, "a record is cut short"))
+    if scanned.ranges:
+        scanned.ranges.sort()
+        owner.retractions_damaged = True
 
 
 def _deduplicate(audit: SessionAudit, owner: OwnerAudit) -> None:

@@ -15,6 +15,10 @@ memory's text. It tells apart:
   intact record is kept, the damaged bytes are moved aside, and the lost ids are recorded;
 * memories without an intent (the count is too low; ``fix=True`` adds the intents), and
   damaged ledger records (``accept_loss=True`` rebuilds the ledger from the partitions).
+
+Retractions (``forget``) are checked the same way against the retraction ledger, by count
+per partition. An erase or a compaction left unfinished (``rewrite.json``) is reported
+alone: ``fix=True`` finishes it first (as any writer would), then checks the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from game_memory.model import StoreCheckReport
 from game_memory.store.audit import OwnerAudit, SessionAudit
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
+from game_memory.store.partitions import identity_hash
+from game_memory.store.rewrite_journal import Rewrite
 from game_memory.store.salvage import salvage
 from game_memory.store.survey import Survey, survey_store
 
@@ -77,6 +83,7 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
             f"{engine.ledger.path} ends with {survey.unwritten} bytes of an intent that was "
             "never written whole (a torn record); check --fix cuts them"
         )
+    problems.extend(_retraction_problems(survey, engine))
     unlisted: Counter[tuple[str, str]] = Counter()
     owners: dict[tuple[str, str], OwnerAudit] = {}
     for owner, _memory_hash in survey.unlisted:
@@ -100,6 +107,60 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
             f"{engine.ledger.path} is corrupt at record{'s' if len(damaged) > 1 else ''} "
             f"{shown}{more}: the memories those intents name cannot be known. check --fix "
             "--accept-loss rebuilds the ledger from the partitions"
+        )
+    return problems
+
+
+def _retraction_problems(survey: Survey, engine: StoreEngine) -> list[str]:
+    """The retraction log's and the retraction ledger's problems, as sentences."""
+    problems: list[str] = []
+    for (session_hash, owner_hash), count in sorted(survey.lost_retractions.items()):
+        owner = survey.owner(LedgerEntry(session_hash, owner_hash, ""))
+        problems.append(
+            f"{owner.name(survey.session_id(owner))}: {count} acknowledged retraction"
+            f"{'' if count == 1 else 's'} (forget) lost or unreadable; {len(owner.retractions)} "
+            f"intact. Nothing was dropped: {_SALVAGE_ADVICE}"
+        )
+    if survey.pending_retraction is not None:
+        problems.append(
+            f"retraction intent {survey.pending_retraction} (the newest) has no record: a "
+            "forget that was never acknowledged (its writer stopped before finishing it); "
+            "check --fix drops it"
+        )
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            if owner.retraction_torn is not None and not owner.retractions_damaged:
+                path, end, torn = owner.retraction_torn
+                problems.append(
+                    f"{_short(engine, path)} ends with {torn} bytes of a retraction that was "
+                    f"never acknowledged (after byte {end:,}): a torn record; check --fix cuts them"
+                )
+            elif owner.retractions_damaged and not survey.lost_retractions.get(
+                (owner.session_hash, owner.owner_hash)
+            ):
+                problems.append(
+                    f"{owner.name(session.session_id)}: its retraction log is damaged, though no "
+                    f"acknowledged retraction is lost. Nothing was dropped: {_SALVAGE_ADVICE}"
+                )
+    for (session_hash, owner_hash), count in sorted(survey.unlisted_retractions.items()):
+        owner = survey.sessions[session_hash].owner(owner_hash)
+        problems.append(
+            f"{owner.name(survey.session_id(owner))}: {count} retraction"
+            f"{' has' if count == 1 else 's have'} no intent in the retraction ledger; check "
+            "--fix adds the intents"
+        )
+    if survey.retraction_unwritten:
+        problems.append(
+            f"{engine.retraction_ledger.path} ends with {survey.retraction_unwritten} bytes of "
+            "an intent that was never written whole (a torn record); check --fix cuts them"
+        )
+    damaged = survey.damaged_retraction_intents
+    if damaged:
+        shown = ", ".join(str(index) for index in damaged[:10])
+        problems.append(
+            f"{engine.retraction_ledger.path} is corrupt at record"
+            f"{'s' if len(damaged) > 1 else ''} {shown}{', …' if len(damaged) > 10 else ''}; "
+            "check --fix --accept-loss rebuilds it from the retraction logs"
         )
     return problems
 
@@ -187,6 +248,10 @@ def _repair(engine: StoreEngine, survey: Survey) -> list[str]:
                 path, end, _torn = owner.torn
                 engine.cut_tail(path, end)
                 repairs.append(f"cut the torn tail of {path} at byte {end:,}")
+            if owner.retraction_torn is not None and not owner.retractions_damaged:
+                path, end, _torn = owner.retraction_torn
+                engine.cut_tail(path, end)
+                repairs.append(f"cut the torn tail of {path} at byte {end:,}")
     if survey.unlisted and not survey.damaged_intents:
         entries = [
             LedgerEntry(owner.session_hash, owner.owner_hash, memory_hash)
@@ -195,6 +260,16 @@ def _repair(engine: StoreEngine, survey: Survey) -> list[str]:
         engine.ledger.append(entries, first_index=engine.ledger.count())
         count = len(entries)
         repairs.append(f"added {count} missing ledger intent{'s' if count > 1 else ''}")
+    if survey.unlisted_retractions and not survey.damaged_retraction_intents:
+        entries = []
+        for (session_hash, owner_hash), count in sorted(survey.unlisted_retractions.items()):
+            owner = survey.sessions[session_hash].owner(owner_hash)
+            # The intents name the memories of the retractions without one: the last ones.
+            for memory_id, _at in owner.retractions[-count:]:
+                entries.append(LedgerEntry(session_hash, owner_hash, identity_hash(memory_id)))
+        engine.retraction_ledger.append(entries, first_index=engine.retraction_ledger.count())
+        count = len(entries)
+        repairs.append(f"added {count} missing retraction intent{'s' if count > 1 else ''}")
     return repairs
 
 
@@ -202,17 +277,45 @@ def _recover(engine: StoreEngine) -> list[str]:
     """Run the writers' recovery and say what it did."""
     repairs: list[str] = []
     unwritten = engine.ledger.unwritten_tail()
+    retraction_unwritten = engine.retraction_ledger.unwritten_tail()
     uncommitted = engine.journal.read() is not None
+    rewrite = engine.rewrites.read()
     before = engine.ledger.count() - unwritten // RECORD_BYTES
+    retractions = engine.retraction_ledger.count() - retraction_unwritten // RECORD_BYTES
     engine.recover(force=True)
-    if unwritten:
-        repairs.append(f"cut {unwritten} bytes of a torn record off {engine.ledger.path}")
+    for ledger, cut in (
+        (engine.ledger, unwritten),
+        (engine.retraction_ledger, retraction_unwritten),
+    ):
+        if cut:
+            repairs.append(f"cut {cut} bytes of a torn record off {ledger.path}")
     if uncommitted:
         repairs.append("rolled back an uncommitted migration batch (the next open migrates again)")
+    if rewrite is not None:
+        repairs.append(f"finished {describe_rewrite(rewrite)}")
     dropped = before - engine.ledger.count()
-    if dropped > 0 and not uncommitted:
+    if dropped > 0 and not uncommitted and rewrite is None:
         repairs.append(f"dropped {dropped} pending ledger intent (an append never acknowledged)")
+    dropped = retractions - engine.retraction_ledger.count()
+    if dropped > 0 and rewrite is None:
+        repairs.append(f"dropped {dropped} pending retraction intent (a forget never acknowledged)")
     return repairs
+
+
+def describe_rewrite(rewrite: Rewrite) -> str:
+    """An unfinished rewrite in words (hashes shortened; never an id or a text)."""
+    what = "an erase" if rewrite.erases else "a compaction"
+    if rewrite.owner_hash is None:
+        scope = f"of session s-{rewrite.session_hash[:12]}…"
+    elif rewrite.memory_hashes is not None:
+        count = len(rewrite.memory_hashes)
+        scope = (
+            f"of {count} memor{'y' if count == 1 else 'ies'} of owner o-{rewrite.owner_hash[:12]}… "
+            f"in session s-{rewrite.session_hash[:12]}…"
+        )
+    else:
+        scope = f"of owner o-{rewrite.owner_hash[:12]}… in session s-{rewrite.session_hash[:12]}…"
+    return f"{what} {scope} that its writer did not finish"
 
 
 def check_store(
@@ -228,6 +331,18 @@ def check_store(
     engine.layout.guard()
     with engine.locked():
         engine.layout.guard()
+        rewrite = engine.rewrites.read()
+        if rewrite is not None and not (fix or accept_loss):
+            return StoreCheckReport(
+                memories=engine.ledger.count(),
+                ledger_entries=engine.ledger.count(),
+                problems=(
+                    f"the save holds {describe_rewrite(rewrite)} (rewrite.json; it is committed "
+                    "and only needs finishing): the next write, a read, or check --fix "
+                    "finishes it. Check again then",
+                ),
+                repairs=(),
+            )
         if fix or accept_loss:
             try:
                 repairs.extend(_recover(engine))

@@ -1,9 +1,9 @@
 """Memory documents: this store's own record payload, and the reference's v1 JSON format.
 
 Our payload is ``{"format_version": V, "memory": <GameMemory as snake_case JSON>}``: ``V``
-is 1 for a memory without a ``belief_key`` (the bytes every release wrote before the field
-existed, so older saves and content digests are unchanged) and 2 for one with it. Both
-are read; a version-1 record carrying a ``belief_key`` is damage.
+is 1 for a memory without a ``belief_key`` or ``consolidates`` (the bytes every release
+wrote before those fields existed, so older saves and content digests are unchanged) and 2
+for one with either. Both are read; a version-1 record carrying one of them is damage.
 The legacy format is what the C# runtime writes (``System.Text.Json`` defaults): PascalCase
 properties, ``FormatVersion`` 1, the kind as its PascalCase name, ``PayloadJson`` as a JSON
 string, non-ASCII and HTML-sensitive characters ``\\u``-escaped. Legacy documents are read
@@ -49,7 +49,7 @@ _SERIALIZER = GameMemory.__pydantic_serializer__
 def encode_document(memory: GameMemory) -> bytes:
     """Serialize ``memory`` as this store's record payload (compact UTF-8 JSON)."""
     # The serializer's bytes are exactly model_dump_json() encoded, without the round trip.
-    version = b"1" if memory.belief_key is None else b"2"
+    version = b"1" if memory.belief_key is None and not memory.consolidates else b"2"
     return b'{"format_version":' + version + b',"memory":' + _SERIALIZER.to_json(memory) + b"}"
 
 
@@ -71,8 +71,8 @@ def decode_document(payload: bytes) -> GameMemory:
         memory = GameMemory.model_validate(document.get("memory"))
     except ValidationError as exc:
         raise DocumentError(f"the record holds an invalid memory: {exc}") from exc
-    if version == 1 and memory.belief_key is not None:
-        raise DocumentError("a format-1 record cannot hold a belief_key")
+    if version == 1 and (memory.belief_key is not None or memory.consolidates):
+        raise DocumentError("a format-1 record cannot hold a belief_key or consolidates")
     return memory
 
 

@@ -12,6 +12,9 @@ Guarantees (see ``docs/storage-format.md`` for the format):
   ``PersistenceError``; nothing is guessed.
 * **Bounded**: capacity is enforced from the ledger count without rescanning; every
   snapshot is bounded; the parsed-partition cache is bounded.
+* **Forget and erase**: a retraction is written like an append (durable, atomic); an erase
+  is committed by its journal and finished by whoever comes next if it is interrupted, so
+  after a crash it is wholly done or not at all, and no byte of what it erased is left.
 
 Blocking file work runs in a small thread pool owned by the store, never on the event loop.
 Cancelling an awaiting task does not interrupt an append already running: it completes (or
@@ -25,7 +28,7 @@ import contextlib
 import enum
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -34,18 +37,22 @@ from typing import TypeVar
 from game_memory.durable import fs
 from game_memory.errors import InvalidArgumentError, StoreClosedError
 from game_memory.model import (
+    CompactionReport,
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
+    GameMoment,
     MigrationReport,
     StoreCheckReport,
 )
 from game_memory.store.check import check_store
 from game_memory.store.engine import StoreEngine
+from game_memory.store.erasing import compact, erase
 from game_memory.store.lexical import lexical_search
 from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
 from game_memory.store.protocol import StoreSnapshot
+from game_memory.store.retracting import consolidate, forget
 
 __all__ = ["FileGameMemoryStore"]
 
@@ -314,6 +321,78 @@ class FileGameMemoryStore:
             lambda: self._engine.views(session_id, owner_id, self.maximum_entries)
         )
         return [memory for view in views for memory in view.ordered]
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of the game moment ``at``: durable and atomic like an append.
+
+        Recall as of ``at`` or later on ``at``'s timeline, and recall without
+        ``at_or_before``, no longer sees it; earlier moments and other timelines do.
+
+        Returns:
+            ``False`` when a retraction already hides it from ``at`` on (nothing written).
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+            CapacityExceededError: ``maximum_entries`` retractions are stored already.
+            PersistenceError: the partition is damaged or unsafe.
+            StoreBusyError: another writer held the lock longer than ``lock_timeout``.
+        """
+        await self._ensure_ready()
+        return await self._run(lambda: forget(self._engine, session_id, owner_id, memory_id, at))
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Remove memories for good: a session, one owner, or listed ids of one owner.
+
+        Their records, retractions, ledger intents and copies (legacy backups, damaged
+        files set aside) leave the save before this returns, and the partition is
+        rewritten compactly. A crash at any instant leaves the erase wholly done (the
+        next writer, or reader, finishes it) or not begun; running it again completes it.
+        Safe beside concurrent readers, which wait for it and never see it half done.
+
+        Returns:
+            How many memories were erased (ids the owner does not hold are ignored).
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+            PersistenceError: a partition to erase from is damaged (salvage it first).
+            StoreBusyError: another writer held the lock longer than ``lock_timeout``.
+        """
+        await self._ensure_ready()
+        return await self._run(lambda: erase(self._engine, session_id, owner_id, memory_ids))
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Append ``summary`` retracting ``memory_ids`` as of its moment: one append, so
+        both or neither, with an append's durability.
+
+        Returns:
+            ``False`` when the same summary was already there.
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: the summary is of another owner or not a reflection.
+            MemoryConflictError: the summary's id holds other content.
+            CapacityExceededError: the store is full.
+        """
+        await self._ensure_ready()
+        return await self._run(
+            lambda: consolidate(self._engine, session_id, owner_id, memory_ids, summary)
+        )
+
+    async def compact(self) -> CompactionReport:
+        """Rewrite what needs it: partitions whose files could be fewer, redundant
+        retractions, leftovers of interrupted writes, empty packs and session folders.
+
+        Holds the writer lock while it runs; crash-safe (journaled like an erase).
+        """
+        await self._ensure_ready()
+        return await self._run(lambda: compact(self._engine))
 
     async def count(self) -> int:
         """How many memories the store holds (the ledger's size; no scan).

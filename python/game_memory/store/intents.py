@@ -153,13 +153,14 @@ class LedgerIndex:
     def _index(self, data: bytes, start: int, stop: int) -> None:
         view = memoryview(data)
         positions, owners, damaged = self._positions, self._owners, self._damaged
+        kind_wanted = self._ledger.kind
         for index in range(start, stop):
             offset = (index - start) * RECORD_BYTES
             magic, kind, sequence = _HEAD.unpack_from(data, offset)
             (checksum,) = _CRC.unpack_from(data, offset + 112)
             if (
                 magic != b"GML\x01"
-                or kind != 1
+                or kind != kind_wanted
                 or sequence != index
                 or zlib.crc32(view[offset : offset + 112]) != checksum
             ):
@@ -200,6 +201,13 @@ class LedgerIndex:
         with self._lock:
             sessions = list(self._owners)
         return (session.hex() for session in sessions)
+
+    def largest(self, limit: int) -> list[tuple[str, str, int]]:
+        """The ``limit`` partitions with the most intents: ``(session, owner hash, count)``."""
+        with self._lock:
+            counts = [(len(found), key) for key, found in self._positions.items()]
+        counts.sort(key=lambda item: (-item[0], item[1]))
+        return [(key[:32].hex(), key[32:].hex(), count) for count, key in counts[:limit]]
 
     def damaged(self) -> list[int]:
         """Positions of records that failed their checks (skipped, not counted)."""

@@ -21,11 +21,13 @@ from game_memory.errors import PersistenceError
 __all__ = ["DATA_FOLDER", "STORE_FORMAT_VERSION", "SaveLayout"]
 
 DATA_FOLDER = ".game-memory"
-#: The format new saves get. Format 1 (before ``belief_key``) is read and written as is;
-#: the first memory with a ``belief_key`` upgrades a format-1 save to 2 (format.json is
-#: replaced atomically before its record is written), so older releases then refuse it.
-STORE_FORMAT_VERSION = 2
-_READABLE_FORMATS = (1, 2)
+#: The format new saves get. Older formats are read and written as they are, and upgraded
+#: by the first write that needs the newer one (format.json is replaced atomically before
+#: that write), so older releases then refuse the save instead of misreading it:
+#: 1 (before ``belief_key``) -> 2 with the first memory carrying a ``belief_key``;
+#: 2 -> 3 with the first retraction, consolidation summary or erase/compaction journal.
+STORE_FORMAT_VERSION = 3
+_READABLE_FORMATS = (1, 2, 3)
 _FORMAT_NAME = "game-memory-store"
 _LEGACY_SUFFIX = ".memory.json"
 _CSHARP_FOLDER = ".memory-v2"
@@ -157,7 +159,7 @@ class SaveLayout:
         if version not in _READABLE_FORMATS:
             raise PersistenceError(
                 f"{self.root} was written in store format {version}; this game-memory reads "
-                f"formats 1 and {STORE_FORMAT_VERSION}. Upgrade game-memory to open it."
+                f"formats 1 to {STORE_FORMAT_VERSION}. Upgrade game-memory to open it."
             )
         return version
 

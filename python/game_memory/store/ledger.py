@@ -7,9 +7,14 @@ partition. So at any instant every partition record has an intent, and at most t
 intent (or, during a migration batch, the intents after the journal's mark) can lack its
 record. Recovery checks exactly those and drops the ones whose record never landed.
 
-Record layout (128 bytes, little-endian): magic ``GML\\x01`` | kind u32 (1 = add) |
-sequence u64 (the record's own index) | sha256(session) | sha256(owner) | sha256(memory_id)
-| CRC-32 of the preceding 112 bytes | 12 zero bytes.
+Record layout (128 bytes, little-endian): magic ``GML\\x01`` | kind u32 | sequence u64 (the
+record's own index) | sha256(session) | sha256(owner) | sha256(memory_id) | CRC-32 of the
+preceding 112 bytes | 12 zero bytes.
+
+Two ledgers use this format: ``ledger.log`` (kind 1, *add*: one intent per memory) and
+``retraction-ledger.log`` (kind 2, *retract*: one intent per retraction a ``forget``
+wrote, naming the memory it retracts). A record of the other kind in a ledger is
+corruption.
 """
 
 from __future__ import annotations
@@ -25,12 +30,13 @@ from typing import NamedTuple
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 
-__all__ = ["RECORD_BYTES", "Ledger", "LedgerEntry"]
+__all__ = ["KIND_ADD", "KIND_RETRACT", "RECORD_BYTES", "Ledger", "LedgerEntry"]
 
 RECORD_BYTES = 128
 _MAGIC = b"GML\x01"
 _BODY = struct.Struct("<4sIQ32s32s32s")
-_KIND_ADD = 1
+KIND_ADD = 1
+KIND_RETRACT = 2
 _TRAILER = struct.Struct("<I12x")  # the CRC-32, then 12 zero bytes
 
 
@@ -48,8 +54,9 @@ class LedgerEntry(NamedTuple):
 class Ledger:
     """The ledger file of one store. Mutating methods must be called under the store lock."""
 
-    def __init__(self, path: Path, maximum_entries: int) -> None:
+    def __init__(self, path: Path, maximum_entries: int, kind: int = KIND_ADD) -> None:
         self.path = path
+        self.kind = kind
         self._name = os.fspath(path)  # lstat takes a string without pathlib's overhead
         self._maximum_bytes = (maximum_entries + 1) * RECORD_BYTES * 2
 
@@ -136,12 +143,13 @@ class Ledger:
             first_index,
         )
 
-    @staticmethod
-    def encode_digests(digests: Iterable[tuple[bytes, bytes, bytes]], first_index: int) -> bytes:
+    def encode_digests(
+        self, digests: Iterable[tuple[bytes, bytes, bytes]], first_index: int
+    ) -> bytes:
         """Frame raw ``(session, owner, memory)`` SHA-256 digests as records."""
         chunks: list[bytes] = []
         for index, (session, owner, memory) in enumerate(digests, first_index):
-            body = _BODY.pack(_MAGIC, _KIND_ADD, index, session, owner, memory)
+            body = _BODY.pack(_MAGIC, self.kind, index, session, owner, memory)
             chunks.append(body + _TRAILER.pack(zlib.crc32(body)))
         return b"".join(chunks)
 
@@ -173,7 +181,8 @@ class Ledger:
             os.close(fd)
 
     def rewrite(self, entries: list[LedgerEntry]) -> None:
-        """Replace the whole ledger atomically (migration recovery only)."""
+        """Replace the whole ledger atomically and durably, renumbered from 0 (a salvage,
+        an erase). Readers notice the new inode and read it again from the start."""
         fs.atomic_write(self.path, self.encode(entries, 0))
 
     def torn_bytes(self) -> int:
@@ -206,7 +215,7 @@ class Ledger:
         body = record[: _BODY.size]
         magic, kind, sequence, session, owner, memory = _BODY.unpack(body)
         (checksum,) = struct.unpack_from("<I", record, _BODY.size)
-        if magic != _MAGIC or kind != _KIND_ADD or zlib.crc32(body) != checksum:
+        if magic != _MAGIC or kind != self.kind or zlib.crc32(body) != checksum:
             raise PersistenceError(
                 f"{self.path} is corrupt at record {index}; restore the save from a backup"
             )

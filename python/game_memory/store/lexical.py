@@ -87,7 +87,7 @@ def _search_small(
         rows = zip(view.memories, view.term_counts, view.order_keys, strict=True)
         if view.has_beliefs:
             # Older versions of a belief are hidden as of the query's moment (view.py).
-            shown = view.columns.mask(query).tolist()
+            shown = view.mask(query).tolist()
             visible.extend(row for row, keep in zip(rows, shown, strict=True) if keep)
         elif filtered:
             visible.extend(row for row in rows if memory_matches_query(row[0], query))
@@ -131,7 +131,7 @@ def _search_columns(
     views: Sequence[PartitionView], query: GameMemoryQuery, limit: int
 ) -> tuple[list[LexicalHit], int]:
     """The lexical search over numpy columns (large snapshots)."""
-    masks = [view.columns.mask(query) for view in views]
+    masks = [view.mask(query) for view in views]
     visible = sum(int(mask.sum()) for mask in masks)
     if limit <= 0 or visible == 0:
         return [], visible

@@ -19,41 +19,38 @@ its durability, for tests, tools and ephemeral NPCs:
   its view building, ranking or sorting in a small thread pool owned by the store, so one
   event loop serving a game is never held for long.
 
-What it does not have: a folder (``folder`` is ``None``), a per-record byte bound (the
-file store's ``maximum_file_bytes``; a memory is bounded by its own field limits), legacy
-layouts to migrate, cross-process sharing.
+Its state, and every atomic change to it, is ``memory_partitions.py``; this module is the
+store protocol over it. What it does not have: a folder (``folder`` is ``None``), a
+per-record byte bound (the file store's ``maximum_file_bytes``; a memory is bounded by its
+own field limits), legacy layouts to migrate, cross-process sharing, anything to compact.
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from game_memory.errors import (
-    CapacityExceededError,
-    InvalidArgumentError,
-    MemoryConflictError,
-    StoreClosedError,
-)
+from game_memory.errors import InvalidArgumentError, StoreClosedError
 from game_memory.model import (
+    CompactionReport,
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
+    GameMoment,
     MigrationReport,
     StoreCheckReport,
     check_bounded_id,
-    ordinal_key,
 )
 from game_memory.store.lexical import SMALL_SNAPSHOT, lexical_search
+from game_memory.store.lifecycle import checked_ids
+from game_memory.store.memory_partitions import MemoryPartitions, build_view
 from game_memory.store.protocol import StoreSnapshot
 from game_memory.store.view import PartitionView
 
@@ -83,46 +80,6 @@ def _validated_id(value: str, what: str) -> str:
         raise InvalidArgumentError(str(exc)) from exc
 
 
-@dataclass(slots=True)
-class _Partition:
-    """One owner's memories in append order; ``memories`` and ``positions`` only grow."""
-
-    session_id: str
-    owner_id: str
-    memories: list[GameMemory] = field(default_factory=list)
-    positions: dict[str, int] = field(default_factory=dict)
-    view: PartitionView | None = None  # the newest view built, of a prefix of ``memories``
-
-
-@dataclass(frozen=True, slots=True)
-class _Read:
-    """What one read saw of a partition, taken under the lock: reused view or new memories."""
-
-    partition: _Partition
-    base: PartitionView | None
-    memories: tuple[GameMemory, ...] | None  # None: ``base`` is current
-
-    @property
-    def size(self) -> int:
-        """How many memories the read holds."""
-        if self.memories is not None:
-            return len(self.memories)
-        return len(self.base) if self.base is not None else 0
-
-
-def _view(read: _Read) -> PartitionView:
-    """The partition's view at the read's version, grown from the previous view."""
-    base, memories = read.base, read.memories
-    if memories is None:
-        assert base is not None
-        return base
-    positions = dict(base.positions) if base is not None else {}
-    for index in range(len(positions), len(memories)):
-        positions[memories[index].memory_id] = index
-    partition = read.partition
-    return PartitionView(partition.session_id, partition.owner_id, memories, positions, base)
-
-
 class InMemoryGameMemoryStore:
     """An authoritative store held in this process's memory (see the module docstring).
 
@@ -138,15 +95,13 @@ class InMemoryGameMemoryStore:
         _check_range("maximum_entries", maximum_entries, 1, MAXIMUM_ENTRIES_LIMIT)
         _check_range("max_workers", max_workers, 1, 64)
         self.maximum_entries = maximum_entries
-        self._sessions: dict[str, dict[str, _Partition]] = {}
-        self._owner_order: dict[str, list[str]] = {}  # session -> owners, ordinal order
-        self._count = 0
-        self._lock = threading.Lock()
+        self._partitions = MemoryPartitions(maximum_entries)
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="game-memory-ram")
         self._state = _State.OPEN
 
     def __repr__(self) -> str:
-        return f"InMemoryGameMemoryStore(memories={self._count}, state={self._state.value})"
+        count = self._partitions.count
+        return f"InMemoryGameMemoryStore(memories={count}, state={self._state.value})"
 
     @property
     def folder(self) -> Path | None:
@@ -185,45 +140,6 @@ class InMemoryGameMemoryStore:
             raise StoreClosedError("the in-memory store is closed") from exc
         return await asyncio.wrap_future(future)
 
-    def _plan(self, session_id: str, owner_id: str | None, bound: int) -> list[_Read]:
-        """Under the lock: what to read of a session (or owner), in owner order.
-
-        Raises:
-            CapacityExceededError: more than ``bound`` memories.
-        """
-        with self._lock:
-            partitions = self._sessions.get(session_id, {})
-            if owner_id is not None:
-                owners = [owner_id] if owner_id in partitions else []
-            else:
-                owners = self._owner_order.get(session_id, [])
-            reads: list[_Read] = []
-            total = 0
-            for owner in owners:
-                partition = partitions[owner]
-                count = len(partition.memories)
-                total += count
-                if total > bound:
-                    raise CapacityExceededError(
-                        f"the snapshot of session {session_id!r} holds more than {bound:,} "
-                        "memories (maximum_snapshot_entries); query one owner, or raise the bound",
-                        bound="maximum_snapshot_entries",
-                    )
-                base = partition.view
-                if base is not None and len(base) == count:
-                    reads.append(_Read(partition, base, None))
-                else:
-                    reads.append(_Read(partition, base, tuple(partition.memories)))
-            return reads
-
-    def _keep(self, views: Sequence[PartitionView], reads: Sequence[_Read]) -> None:
-        """Remember the newest view of each partition, so the next read reuses it."""
-        with self._lock:
-            for view, read in zip(views, reads, strict=True):
-                current = read.partition.view
-                if current is None or len(current) < len(view):
-                    read.partition.view = view
-
     # -- public API ---------------------------------------------------------------------
 
     async def append(self, memory: GameMemory) -> bool:
@@ -241,35 +157,7 @@ class InMemoryGameMemoryStore:
         if not isinstance(memory, GameMemory):
             raise InvalidArgumentError("append takes a GameMemory")
         self._check_open()
-        session_id, owner_id = memory.session_id, memory.owner_id
-        with self._lock:
-            partition = self._sessions.get(session_id, {}).get(owner_id)
-            if partition is not None:
-                position = partition.positions.get(memory.memory_id)
-                if position is not None:
-                    if partition.memories[position] == memory:
-                        return False
-                    raise MemoryConflictError(
-                        f"memory id {memory.memory_id!r} of owner {owner_id!r} in session "
-                        f"{session_id!r} already holds different content; an id cannot be "
-                        "reused. Use a new id (derive_memory_id gives stable ones)."
-                    )
-            if self._count >= self.maximum_entries:
-                raise CapacityExceededError(
-                    f"the store holds {self._count:,} memories, its maximum_entries; open it "
-                    "with a larger maximum_entries to add more",
-                    bound="maximum_entries",
-                )
-            if partition is None:
-                partition = _Partition(session_id, owner_id)
-                self._sessions.setdefault(session_id, {})[owner_id] = partition
-                owners = [*self._owner_order.get(session_id, []), owner_id]
-                owners.sort(key=ordinal_key)
-                self._owner_order[session_id] = owners
-            partition.positions[memory.memory_id] = len(partition.memories)
-            partition.memories.append(memory)
-            self._count += 1
-            return True
+        return self._partitions.add(memory)
 
     async def snapshot(
         self, query: GameMemoryQuery, *, maximum_entries: int | None = None
@@ -297,13 +185,13 @@ class InMemoryGameMemoryStore:
             bound = min(bound, maximum_entries)
         started = time.perf_counter()
         self._check_open()
-        partitioned = self._count
+        partitioned = self._partitions.count
         begun = time.perf_counter()
-        reads = self._plan(query.session_id, query.owner_id, bound)
+        reads = self._partitions.plan(query.session_id, query.owner_id, bound)
         size = sum(read.size for read in reads)
 
         def rank() -> tuple[list[PartitionView], StoreSnapshot]:
-            views = [_view(read) for read in reads]
+            views = [build_view(read) for read in reads]
             snapshot_done = time.perf_counter()
             hits, visible = lexical_search(views, query, query.limit)
             lexical_done = time.perf_counter()
@@ -321,7 +209,7 @@ class InMemoryGameMemoryStore:
             return views, StoreSnapshot(tuple(views), tuple(hits), visible, stages)
 
         views, snapshot = await self._offload(size, rank)
-        self._keep(views, reads)
+        self._partitions.keep(views, reads)
         return snapshot
 
     async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
@@ -335,26 +223,84 @@ class InMemoryGameMemoryStore:
         _validated_id(session_id, "session_id")
         if owner_id is not None:
             _validated_id(owner_id, "owner_id")
-        reads = self._plan(session_id, owner_id, self.maximum_entries)
+        reads = self._partitions.plan(session_id, owner_id, self.maximum_entries)
 
         def ordered() -> tuple[list[PartitionView], list[GameMemory]]:
-            views = [_view(read) for read in reads]
+            views = [build_view(read) for read in reads]
             return views, [memory for view in views for memory in view.ordered]
 
         size = sum(read.size for read in reads)
         views, memories = await self._offload(size, ordered)
-        self._keep(views, reads)
+        self._partitions.keep(views, reads)
         return memories
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of ``at`` (see ``GameMemoryStore.forget``); atomic, in memory.
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+            InvalidArgumentError: an id or ``at`` is invalid.
+            StoreClosedError: the store was closed.
+        """
+        self._check_open()
+        for value, what in ((session_id, "session_id"), (owner_id, "owner_id")):
+            _validated_id(value, what)
+        _validated_id(memory_id, "memory_id")
+        if not isinstance(at, GameMoment):
+            raise InvalidArgumentError("forget takes the game moment of the retraction")
+        return self._partitions.retract(session_id, owner_id, memory_id, at)
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Remove memories for good (see ``GameMemoryStore.erase``); atomic, in memory.
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+            StoreClosedError: the store was closed.
+        """
+        self._check_open()
+        _validated_id(session_id, "session_id")
+        if owner_id is not None:
+            _validated_id(owner_id, "owner_id")
+        wanted = None if memory_ids is None else set(checked_ids(memory_ids))
+        if wanted is not None and owner_id is None:
+            raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
+        return self._partitions.erase(session_id, owner_id, wanted)
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Append a summary that retracts ``memory_ids`` as of its moment; atomic (one entry).
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: see ``GameMemoryStore.consolidate``.
+            MemoryConflictError: the summary's id holds other content.
+            CapacityExceededError: the store is full.
+        """
+        self._check_open()
+        _validated_id(session_id, "session_id")
+        _validated_id(owner_id, "owner_id")
+        return self._partitions.add_summary(session_id, owner_id, memory_ids, summary)
+
+    async def compact(self) -> CompactionReport:
+        """Nothing to compact: an erase frees its memory at once. A report of zeros."""
+        self._check_open()
+        return CompactionReport(bytes_before=0, bytes_after=0)
 
     async def count(self) -> int:
         """How many memories the store holds."""
         self._check_open()
-        return self._count
+        return self._partitions.count
 
     async def migrate_legacy_layout(self) -> MigrationReport:
         """Nothing to migrate: report 0 migrated and the memories held (idempotent)."""
         self._check_open()
-        return MigrationReport(migrated_entries=0, partitioned_entries=self._count)
+        return MigrationReport(migrated_entries=0, partitioned_entries=self._partitions.count)
 
     async def check(self, *, fix: bool = False) -> StoreCheckReport:
         """Verify the store's own bookkeeping: partitions, id positions, the count.
@@ -363,14 +309,7 @@ class InMemoryGameMemoryStore:
         loop. There is nothing a repair could safely change, so ``fix`` applies none.
         """
         self._check_open()
-        with self._lock:
-            partitions = [
-                (p.session_id, p.owner_id, session, owner, tuple(p.memories), dict(p.positions))
-                for session, owners in self._sessions.items()
-                for owner, p in owners.items()
-            ]
-            orders = {session: list(owners) for session, owners in self._owner_order.items()}
-            count = self._count
+        partitions, orders, count = self._partitions.copy()
 
         def audit() -> StoreCheckReport:
             problems: list[str] = []
@@ -404,7 +343,5 @@ class InMemoryGameMemoryStore:
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
-        with self._lock:
-            self._sessions.clear()
-            self._owner_order.clear()
+        self._partitions.clear()
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)

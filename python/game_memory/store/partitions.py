@@ -7,9 +7,13 @@ An owner's memories live in a session folder ``s-<sha256(session)>/``:
 * in the owner's log ``o-<sha256(owner)>.log``, continued in ``o-<hash>.1.log``... when a
   segment would grow past ``maximum_file_bytes``. Only the last segment is appended to.
 
+Its retractions (``forget``) live in the owner's retraction log ``r-<sha256(owner)>.log``,
+continued in segments the same way (``retractions.py``).
+
 Reads take no lock: a reader sees every record completely written before it looked, and
 ignores a torn log tail (a record still being written, or one whose writer died). Logs
-only grow, so a cached partition is brought up to date by reading just the new bytes.
+only grow between rewrites, so a cached partition is brought up to date by reading just
+the new bytes; a file replaced by a rewrite (erase, compaction) is read again whole.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from game_memory.durable import fs
 from game_memory.durable.fs import lstat_regular
@@ -35,6 +41,7 @@ from game_memory.store.packs import (
     read_pack_range,
 )
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
+from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.state import (
     PackPart,
     PartitionState,
@@ -48,8 +55,9 @@ from game_memory.store.view import PartitionView
 # layers import them from here.
 __all__ = ["PartitionCache", "PartitionState", "identity_hash", "partition_hash", "segment_path"]
 
-_SEGMENT = re.compile(r"^o-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
+_SEGMENT = re.compile(r"^[or]-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
+_Item = TypeVar("_Item")
 
 
 class PartitionCache:
@@ -123,51 +131,50 @@ class PartitionCache:
         same_packs = cached is not None and len(packs) == len(cached.packs)
         if cached is not None and same_packs:
             same_packs = all(a is b for a, b in zip(packs, cached.packs, strict=True))
-        segments: list[Segment] = []
-        appended: list[GameMemory] = []
-        extends = same_packs and cached is not None and cached.view is not None
-        changed = not same_packs
-        index = 0
         probes = [(pack.path, pack.inode, pack.size, pack.changed) for pack in indexes]
-        while True:
-            path = segment_path(session_directory, owner_hash, index)
-            info = lstat_regular(path)
-            if info is None:
-                break
-            probes.append((path, info.st_ino, info.st_size, info.st_ctime_ns))
-            previous = cached.segments[index] if cached and index < len(cached.segments) else None
-            segment = self._refresh(path, info, previous, session_hash, owner_hash)
-            if segment is not previous:
-                changed = True
-                known = len(previous.memories) if previous is not None else 0
-                if previous is not None and segment.memories[:known] != previous.memories:
-                    extends = False  # the file was replaced or cut: rebuild the view
-                appended.extend(segment.memories[known:])
-            segments.append(segment)
-            index += 1
-        if cached is not None and len(cached.segments) > len(segments):
-            changed, extends = True, False
+
+        def memories(data: bytes, path: str) -> GameMemory:
+            return _decode(data, path, session_hash, owner_hash)
+
+        segments, appended, grown = self._read_series(
+            session_directory, owner_hash, "o", cached.segments if cached else (), memories, probes
+        )
+        retractions, _, retracted = self._read_series(
+            session_directory,
+            owner_hash,
+            "r",
+            cached.retraction_segments if cached else (),
+            _retraction,
+            probes,
+        )
+        extends = (
+            same_packs and cached is not None and cached.view is not None and appended is not None
+        )
+        changed = not same_packs or grown
         absent = (
             pack_path(session_directory, len(indexes) + 1),
             segment_path(session_directory, owner_hash, len(segments)),
+            segment_path(session_directory, owner_hash, len(retractions), "r"),
         )
         folder = None if folder_inode is None else (os.fspath(session_directory), folder_inode)
-        if not changed and cached is not None:
+        if not changed and not retracted and cached is not None:
             state = dataclasses.replace(cached, probes=tuple(probes), absent=absent, folder=folder)
             self._remember(key, state)
             return state
-        for segment in segments[:-1]:
-            if segment.torn_bytes:
-                raise PersistenceError(
-                    f"{segment.path} ends with {segment.torn_bytes} bytes of an incomplete "
-                    "record, but it is not the last segment: the save is corrupt"
-                )
+        for series in (segments, retractions):
+            for segment in series[:-1]:
+                if segment.torn_bytes:
+                    raise PersistenceError(
+                        f"{segment.path} ends with {segment.torn_bytes} bytes of an incomplete "
+                        "record, but it is not the last segment: the save is corrupt"
+                    )
+        retracted_items = tuple(item for segment in retractions for item in segment.items)
         if extends and cached is not None:
-            view = _build_view(cached.view, appended, session_directory)
+            view = _build_view(cached.view, appended or [], session_directory, retracted_items)
         else:
-            memories = [m for part in packs for m in part.memories]
-            memories.extend(m for segment in segments for m in segment.memories)
-            view = _build_view(None, memories, session_directory)
+            everything = [m for part in packs for m in part.memories]
+            everything.extend(m for segment in segments for m in segment.items)
+            view = _build_view(None, everything, session_directory, retracted_items)
         state = PartitionState(
             session_hash,
             owner_hash,
@@ -177,9 +184,50 @@ class PartitionCache:
             tuple(probes),
             absent,
             folder,
+            tuple(retractions),
         )
         self._remember(key, state)
         return state
+
+    def _read_series(
+        self,
+        session_directory: str | Path,
+        owner_hash: str,
+        series: str,
+        previous: tuple[Segment[_Item], ...],
+        decode: Callable[[bytes, str], _Item],
+        probes: list[tuple[str, int, int, int]],
+    ) -> tuple[list[Segment[_Item]], list[_Item] | None, bool]:
+        """Read one series of log segments, reusing ``previous`` where files did not change.
+
+        Returns the segments, the items appended since ``previous`` (``None`` when an
+        earlier item changed: a file was replaced, cut or removed, so nothing extends), and
+        whether anything changed at all. Adds each segment's identity to ``probes``.
+        """
+        segments: list[Segment[_Item]] = []
+        appended: list[_Item] | None = []
+        changed = False
+        index = 0
+        while True:
+            path = segment_path(session_directory, owner_hash, index, series)
+            info = lstat_regular(path)
+            if info is None:
+                break
+            probes.append((path, info.st_ino, info.st_size, info.st_ctime_ns))
+            before = previous[index] if index < len(previous) else None
+            segment = self._refresh(path, info, before, decode)
+            if segment is not before:
+                changed = True
+                known = len(before.items) if before is not None else 0
+                if before is not None and segment.items[:known] != before.items:
+                    appended = None  # the file was replaced or cut: rebuild the view
+                if appended is not None:
+                    appended.extend(segment.items[known:])
+            segments.append(segment)
+            index += 1
+        if len(previous) > len(segments):
+            changed, appended = True, None
+        return segments, appended, changed
 
     def forget(self, session_hash: str, owner_hash: str) -> None:
         """Drop a partition from the cache."""
@@ -187,6 +235,12 @@ class PartitionCache:
             state = self._states.pop((session_hash, owner_hash), None)
             if state is not None:
                 self._entries -= state.memory_count
+
+    def forget_session(self, session_hash: str) -> None:
+        """Drop every partition of a session from the cache."""
+        with self._lock:
+            for key in [key for key in self._states if key[0] == session_hash]:
+                self._entries -= self._states.pop(key).memory_count
 
     def _pack_index(self, path: str, info: os.stat_result) -> PackIndex:
         with self._lock:
@@ -233,10 +287,9 @@ class PartitionCache:
         self,
         path: str,
         info: os.stat_result,
-        previous: Segment | None,
-        session_hash: str,
-        owner_hash: str,
-    ) -> Segment:
+        previous: Segment[_Item] | None,
+        decode: Callable[[bytes, str], _Item],
+    ) -> Segment[_Item]:
         same_file = (
             previous is not None
             and previous.inode == info.st_ino
@@ -251,7 +304,7 @@ class PartitionCache:
             raise PersistenceError(f"{path} vanished while it was being read")
         data, opened = read
         if opened.st_ino != info.st_ino:
-            return self._refresh(path, opened, None, session_hash, owner_hash)
+            return self._refresh(path, opened, None, decode)
         try:
             scan = scan_records(
                 data, base_offset=offset, maximum_payload=self._maximum_file_bytes - HEADER_BYTES
@@ -261,8 +314,8 @@ class PartitionCache:
                 f"{path} is corrupt ({exc.reason} at byte {exc.offset}); restore the save from "
                 "a backup. game-memory never guesses at damaged data."
             ) from exc
-        memories = list(previous.memories) if same_file and previous is not None else []
-        memories.extend(_decode(data, path, session_hash, owner_hash) for data in scan.payloads)
+        items = list(previous.items) if same_file and previous is not None else []
+        items.extend(decode(payload, path) for payload in scan.payloads)
         return Segment(
             path,
             opened.st_dev,
@@ -270,7 +323,7 @@ class PartitionCache:
             offset + len(data),
             scan.end,
             scan.torn_bytes,
-            tuple(memories),
+            tuple(items),
         )
 
     def _remember(self, key: tuple[str, str], state: PartitionState) -> None:
@@ -300,10 +353,24 @@ def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> Ga
     return memory
 
 
+def _retraction(payload: bytes, path: str) -> Retraction:
+    try:
+        return decode_retraction(payload)
+    except DocumentError as exc:
+        raise PersistenceError(f"{path} holds an unreadable retraction: {exc}") from exc
+
+
 def _build_view(
-    base: PartitionView | None, memories: list[GameMemory], folder: str | Path
+    base: PartitionView | None,
+    memories: list[GameMemory],
+    folder: str | Path,
+    retractions: tuple[Retraction, ...] = (),
 ) -> PartitionView | None:
-    """Extend ``base`` with ``memories`` (or build from scratch when ``base`` is None)."""
+    """Extend ``base`` with ``memories`` (or build from scratch when ``base`` is None).
+
+    An equal second copy of a memory is skipped (a rewrite interrupted part-way leaves
+    copies of the records it moved; see ``rewriting.py``); a different one is corruption.
+    """
     positions = dict(base.positions) if base is not None else {}
     ordered = list(base.memories) if base is not None else []
     for memory in memories:
@@ -320,4 +387,6 @@ def _build_view(
     if not ordered:
         return None
     first = ordered[0]
-    return PartitionView(first.session_id, first.owner_id, tuple(ordered), positions, base)
+    return PartitionView(
+        first.session_id, first.owner_id, tuple(ordered), positions, base, retractions
+    )

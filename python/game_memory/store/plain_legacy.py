@@ -141,5 +141,6 @@ def decode_plain_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameM
             "expires_at": expiry,
             "metadata": MappingProxyType(metadata),
             "belief_key": None,
+            "consolidates": (),
         },
     )

@@ -10,15 +10,18 @@ lexical scores.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from game_memory.model import (
+    CompactionReport,
     GameMemory,
     GameMemoryQuery,
     GameMemorySearchSnapshot,
     GameMemorySearchStage,
+    GameMoment,
     MigrationReport,
     StoreCheckReport,
 )
@@ -36,7 +39,7 @@ class StoreSnapshot:
         views: Every owner partition the query reads (one when the query names an owner,
             else the session's), sorted by owner id (ordinal). Each view holds *all* of the
             partition's memories, visible to the query or not: visibility is applied by the
-            query's predicate (``PartitionView.columns.mask``), never by leaving memories out.
+            query's rules (``PartitionView.mask``), never by leaving memories out.
         lexical: The best ``query.limit`` visible memories by the BM25 contract of
             ``store/lexical.py`` (score, then newest tick, then id, then owner), each with its
             score.
@@ -114,6 +117,60 @@ class GameMemoryStore(Protocol):
 
     async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
         """Every memory of a session (or one owner), by owner then memory id (ordinal)."""
+        ...
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of ``at`` (durably, like an append): from that moment on, on
+        that timeline, and without ``at_or_before``, recall no longer sees it; earlier
+        moments and other timelines still do.
+
+        Returns:
+            ``False`` when a retraction already hides it from ``at`` on (nothing changed).
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+        """
+        ...
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Remove memories for good: a whole session, one owner, or the listed ids of one
+        owner. Their bytes leave the save before this returns; the capacity count goes down.
+
+        Returns:
+            How many memories were erased (ids the owner does not hold are ignored).
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``.
+        """
+        ...
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Append ``summary`` (a ``reflection`` whose ``consolidates`` names the memories) and
+        so retract those memories as of the summary's moment, atomically: both or neither.
+
+        Returns:
+            ``False`` when the same summary was already appended.
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: the summary is of another owner, not a reflection, or its
+                ``consolidates`` differs from ``memory_ids``.
+            MemoryConflictError: the summary's id holds other content.
+        """
+        ...
+
+    async def compact(self) -> CompactionReport:
+        """Rewrite what needs it so the store's files (if any) hold no more than they must.
+
+        A backend with nothing to compact (its erases free space at once) reports zeros.
+        """
         ...
 
     async def count(self) -> int:

@@ -16,7 +16,8 @@ memories that can no longer be read. Under the writer lock, after the recovery:
    after it are read again;
 4. rewrite the ledger atomically: the intents of the intact memories, in order, plus
    intents for intact memories that had none. Damaged intents and those of lost memories
-   are dropped.
+   are dropped. The retraction ledger likewise: per partition as many intents as it has
+   intact retractions (a retraction log is salvaged like a memory log).
 
 Every step is atomic on its own and keeps every intact record, so a crash part-way leaves
 a store that still fails closed where it is damaged, and running the salvage again
@@ -36,6 +37,7 @@ from game_memory.store.audit import DamagedFile, SessionAudit
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
 from game_memory.store.packs import encode_pack
+from game_memory.store.partitions import identity_hash
 from game_memory.store.survey import Survey
 
 __all__ = ["DAMAGED_FOLDER", "salvage"]
@@ -73,7 +75,14 @@ def salvage(engine: StoreEngine, survey: Survey) -> list[str]:
             f"gave up {count} acknowledged memor{'y' if count == 1 else 'ies'} of "
             f"{owner.name(survey.session_id(owner))} (listed in {shown}/report.json)"
         )
+    for (session_hash, owner_hash), count in sorted(survey.lost_retractions.items()):
+        owner = survey.owner(LedgerEntry(session_hash, owner_hash, ""))
+        repairs.append(
+            f"gave up {count} acknowledged retraction{'' if count == 1 else 's'} of "
+            f"{owner.name(survey.session_id(owner))} (those memories are recalled again)"
+        )
     repairs.extend(_rewrite_ledger(engine, survey))
+    repairs.extend(_rewrite_retraction_ledger(engine, survey))
     return repairs
 
 
@@ -128,6 +137,11 @@ def _write_report(engine: StoreEngine, survey: Survey, folder: Path) -> None:
         "missing_files": missing,
         "lost_memories": lost,
         "damaged_ledger_positions": survey.damaged_intents,
+        "lost_retractions": [
+            {"session_hash": session, "owner_hash": owner, "count": count}
+            for (session, owner), count in sorted(survey.lost_retractions.items())
+        ],
+        "damaged_retraction_ledger_positions": survey.damaged_retraction_intents,
     }
     fs.atomic_write(folder / "report.json", json.dumps(document, indent=2).encode())
 
@@ -167,6 +181,32 @@ def _replace(path: Path, data: bytes) -> None:
         fs.atomic_write(path, data)
     except PersistenceError as exc:
         raise PersistenceError(f"the salvage could not rewrite {path}: {exc}") from exc
+
+
+def _rewrite_retraction_ledger(engine: StoreEngine, survey: Survey) -> list[str]:
+    """Keep, per partition, as many retraction intents as it has intact retractions."""
+    held: dict[tuple[str, str], list[str]] = {}
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            held[(owner.session_hash, owner.owner_hash)] = [
+                identity_hash(memory_id) for memory_id, _at in owner.retractions
+            ]
+    remaining = {key: len(hashes) for key, hashes in held.items()}
+    kept: list[LedgerEntry] = []
+    for entry in survey.retraction_intents:
+        if entry is None:
+            continue
+        key = (entry.session_hash, entry.owner_hash)
+        if remaining.get(key, 0) > 0:
+            remaining[key] -= 1
+            kept.append(entry)
+    for key, extra in sorted(remaining.items()):
+        if extra > 0:
+            kept.extend(LedgerEntry(*key, memory_hash) for memory_hash in held[key][-extra:])
+    if kept == survey.retraction_intents:
+        return []
+    engine.retraction_ledger.rewrite(kept)
+    return [f"rewrote {engine.retraction_ledger.path} with {len(kept)} retraction intents"]
 
 
 def _rewrite_ledger(engine: StoreEngine, survey: Survey) -> list[str]:

@@ -1,10 +1,11 @@
 """What one read of a partition saw, and the checks that tell whether it is still current.
 
-A :class:`PartitionState` records the memories of one owner partition together with the
-identity (inode, size, change time) of every file they came from, and the names of the next
-pack and segment, which did not exist. :func:`is_current` re-checks exactly those with
-``lstat`` (a few system calls, no reads): logs only grow and packs never change, so when
-nothing moved, the cached memories are still the partition's memories.
+A :class:`PartitionState` records the memories and retractions of one owner partition
+together with the identity (inode, size, change time) of every file they came from, and the
+names of the next pack and segments, which did not exist. :func:`is_current` re-checks
+exactly those with ``lstat`` (a few system calls, no reads): logs only grow and packs never
+change between rewrites, and a rewrite (an erase or a compaction) replaces files, which
+gives them other inodes; so when nothing moved, the cached partition is still current.
 """
 
 from __future__ import annotations
@@ -13,19 +14,24 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.packs import PackIndex
+from game_memory.store.retractions import Retraction
 from game_memory.store.view import PartitionView
 
 __all__ = ["PackPart", "PartitionState", "Segment", "is_current", "session_folder"]
 
+_Item = TypeVar("_Item")
+
 
 @dataclass(frozen=True, slots=True)
-class Segment:
-    """One log segment as read: file identity, where valid records end, its memories."""
+class Segment(Generic[_Item]):
+    """One log segment as read: file identity, where valid records end, its items
+    (memories in a memory log, retractions in a retraction log)."""
 
     path: str
     device: int
@@ -33,7 +39,7 @@ class Segment:
     size: int
     end: int
     torn_bytes: int
-    memories: tuple[GameMemory, ...]
+    items: tuple[_Item, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,29 +52,45 @@ class PackPart:
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """One partition as read: its pack ranges, its log segments and the view of its memories.
+    """One partition as read: its pack ranges, its log segments, its retraction log segments
+    and the view of its memories (with their retractions).
 
-    ``tail`` is the last log segment, which a writer appends to after cutting off a torn tail.
+    ``tail`` is the last memory log segment and ``retraction_tail`` the last retraction log
+    segment, which writers append to after cutting off a torn tail.
     """
 
     session_hash: str
     owner_hash: str
     packs: tuple[PackPart, ...]
-    segments: tuple[Segment, ...]
+    segments: tuple[Segment[GameMemory], ...]
     view: PartitionView | None
     # What the state was read from: (path, inode, size, ctime) of every pack of the session and
     # every segment of the partition, and the next pack and segment names, which were absent.
     probes: tuple[tuple[str, int, int, int], ...] = ()
     absent: tuple[str, ...] = ()
     folder: tuple[str, int] | None = None  # the session folder and its inode, if it existed
+    retraction_segments: tuple[Segment[Retraction], ...] = ()
 
     @property
     def memory_count(self) -> int:
         return len(self.view) if self.view is not None else 0
 
     @property
-    def tail(self) -> Segment | None:
+    def tail(self) -> Segment[GameMemory] | None:
         return self.segments[-1] if self.segments else None
+
+    @property
+    def retraction_tail(self) -> Segment[Retraction] | None:
+        return self.retraction_segments[-1] if self.retraction_segments else None
+
+    @property
+    def retractions(self) -> tuple[Retraction, ...]:
+        """Every retraction of the partition, in log order."""
+        return tuple(item for segment in self.retraction_segments for item in segment.items)
+
+    @property
+    def retraction_count(self) -> int:
+        return sum(len(segment.items) for segment in self.retraction_segments)
 
     def find(self, memory_id: str) -> GameMemory | None:
         """The memory with ``memory_id`` in this partition, if present."""
@@ -88,8 +110,9 @@ def is_current(state: PartitionState) -> bool:
     """Whether every file ``state`` was read from is still the same and no file was added.
 
     Logs only grow and packs never change; packs and segments are only ever added (a pack
-    is removed only when an uncommitted batch is rolled back). So the same inode, size and
-    ctime for each, and still no next pack or segment, means the same content.
+    is removed only when an uncommitted batch is rolled back), or replaced whole by a
+    rewrite (a new inode). So the same inode, size and ctime for each, and still no next
+    pack or segment, means the same content.
     """
     if not state.absent:
         return False

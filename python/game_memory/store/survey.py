@@ -4,7 +4,9 @@
 stretches, missing files), reads the ledger tolerantly and the migration journal, and
 sorts every intent without an intact record into the one pending append (only the newest
 intent can be one), the intents of an uncommitted batch, and acknowledged memories that
-are lost; and every record without an intent. Nothing here writes.
+are lost; and every record without an intent. Retractions are counted per partition
+against the retraction ledger the same way (the newest retraction intent may be pending; a
+shortfall beyond it is loss). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ class Survey:
     uncommitted: list[int] = field(default_factory=list)
     unlisted: list[tuple[OwnerAudit, str]] = field(default_factory=list)  # records, no intent
     repeated: list[LedgerEntry] = field(default_factory=list)
+    retraction_intents: list[LedgerEntry | None] = field(default_factory=list)
+    retraction_unwritten: int = 0
+    # per partition (session hash, owner hash): retractions lost, and records without intents
+    lost_retractions: dict[tuple[str, str], int] = field(default_factory=dict)
+    unlisted_retractions: dict[tuple[str, str], int] = field(default_factory=dict)
+    pending_retraction: int | None = None
+    rewrite: str | None = None  # an unfinished erase or compaction, described
 
     @property
     def memories(self) -> int:
@@ -52,6 +61,10 @@ class Survey:
     @property
     def damaged_intents(self) -> list[int]:
         return [index for index, entry in enumerate(self.intents) if entry is None]
+
+    @property
+    def damaged_retraction_intents(self) -> list[int]:
+        return [index for index, entry in enumerate(self.retraction_intents) if entry is None]
 
     def owner(self, entry: LedgerEntry) -> OwnerAudit:
         session = self.sessions.get(entry.session_hash)
@@ -69,7 +82,13 @@ class Survey:
     def needs_salvage(self) -> bool:
         """Whether only ``accept_loss`` can make the store consistent."""
         damaged = any(s.files or s.gaps for s in self.sessions.values())
-        return damaged or bool(self.lost) or bool(self.damaged_intents)
+        return (
+            damaged
+            or bool(self.lost)
+            or bool(self.damaged_intents)
+            or bool(self.lost_retractions)
+            or bool(self.damaged_retraction_intents)
+        )
 
 
 def survey_store(engine: StoreEngine) -> Survey:
@@ -97,13 +116,53 @@ def survey_store(engine: StoreEngine) -> Survey:
     except PersistenceError as exc:
         survey.unreadable.append(str(exc))
     try:
+        read = engine.retraction_ledger.read_tolerant()
+        survey.retraction_intents, survey.retraction_unwritten = read
+    except PersistenceError as exc:
+        survey.unreadable.append(str(exc))
+    try:
         journal = engine.journal.read()
     except PersistenceError as exc:
         survey.unreadable.append(str(exc))
         journal = None
     survey.batch = None if journal is None else journal[0]
     _classify(survey)
+    _classify_retractions(survey)
     return survey
+
+
+def _classify_retractions(survey: Survey) -> None:
+    """Count each partition's retractions against its retraction intents."""
+    expected: Counter[tuple[str, str]] = Counter()
+    newest: tuple[str, str] | None = None
+    for entry in survey.retraction_intents:
+        if entry is not None:
+            newest = (entry.session_hash, entry.owner_hash)
+            expected[newest] += 1
+    last_valid = bool(survey.retraction_intents) and survey.retraction_intents[-1] is not None
+    held: dict[tuple[str, str], OwnerAudit] = {}
+    for session in survey.sessions.values():
+        for owner in session.owners.values():
+            held[(owner.session_hash, owner.owner_hash)] = owner
+    for key in sorted(set(expected) | set(held)):
+        partition = held.get(key)
+        found = 0 if partition is None else len(partition.retractions)
+        shortfall = expected[key] - found
+        damaged = partition is not None and partition.retractions_damaged
+        if shortfall == 1 and key == newest and last_valid and not damaged:
+            # Only the newest retraction intent can be a forget still in flight.
+            survey.pending_retraction = len(survey.retraction_intents) - 1
+        elif shortfall > 0:
+            survey.lost_retractions[key] = shortfall
+            if partition is not None and partition.retraction_torn is not None:
+                # Acknowledged retractions are missing, so the log was cut in the middle
+                # of one of them: damage, set aside by a salvage (as for memory logs).
+                path, end, torn = partition.retraction_torn
+                scanned = survey.sessions[partition.session_hash].scanned[path]
+                scanned.ranges.append((end, torn, "the file ends in the middle of a record"))
+                partition.retraction_torn, partition.retractions_damaged = None, True
+        elif shortfall < 0:
+            survey.unlisted_retractions[key] = -shortfall
 
 
 def _classify(survey: Survey) -> None:

@@ -18,7 +18,14 @@ append. The others are superseded at that moment, whatever the query's other fil
 (a belief is what the NPC holds then; a filter does not bring an older belief back).
 Without ``at_or_before`` every version is time-visible and the newest of all wins. Older
 versions stay in the save, so an earlier moment still recalls what was believed then.
-:meth:`PredicateColumns.mask` applies this rule with the visibility predicate, so every
+
+**Retractions.** A memory forgotten at a moment (``forget``), or consolidated into a summary
+(whose ``consolidates`` names it, at the summary's moment), is hidden from queries as of
+that moment or later on that timeline, and from queries without ``at_or_before``; earlier
+moments and other timelines still see it. A retracted version of a belief does not count
+as its newest version (the older version is believed again).
+
+:meth:`PartitionView.mask` applies these rules with the visibility predicate, so every
 recall path (lexical, vector, both lexical code paths) sees the same memories.
 """
 
@@ -33,10 +40,14 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.model import GameMemory, GameMemoryQuery, ordinal_key
+from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
 from game_memory.store.tokenizer import tokenize
 
 __all__ = ["LexicalIndex", "PartitionView", "PredicateColumns", "document_text"]
+
+#: A view's scan of its memories: any ``belief_key``; the summaries' retraction rows
+#: ``(position, timeline, tick)``; the sources named but not (yet) held, with their moments.
+_Scan = tuple[bool, tuple[tuple[int, str, int], ...], dict[str, tuple[tuple[str, int], ...]]]
 
 BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
@@ -136,15 +147,17 @@ class PredicateColumns:
         """Whether any memory of the partition carries a ``belief_key``."""
         return bool(self._versions.size)
 
-    def superseded(self, query: GameMemoryQuery) -> BoolArray:
+    def superseded(self, query: GameMemoryQuery, retracted: BoolArray | None = None) -> BoolArray:
         """Which memories are older versions of a belief as of the query's moment.
 
-        See the module docstring: the newest time-visible version of each belief wins.
+        See the module docstring: the newest time-visible, not retracted version wins.
         """
         hidden = np.zeros(self.count, dtype=np.bool_)
         versions = self._versions
         if not versions.size:
             return hidden
+        if retracted is not None:
+            versions = versions[~retracted[versions]]
         at = query.at_or_before
         if at is not None:
             code = self._timelines.get(at.timeline_id)
@@ -161,13 +174,14 @@ class PredicateColumns:
         hidden[versions[:-1][older]] = True
         return hidden
 
-    def mask(self, query: GameMemoryQuery) -> BoolArray:
+    def mask(self, query: GameMemoryQuery, retracted: BoolArray | None = None) -> BoolArray:
         """Which memories of the partition the query may see (session/owner checked by caller).
 
-        The visibility predicate (``memory_matches_query``) and, for belief versions, the
-        rule that only the newest time-visible version of a belief is recalled.
+        The visibility predicate (``memory_matches_query``), the memories ``retracted`` as
+        of the query's moment (see :meth:`PartitionView.retracted`) and, for belief
+        versions, the rule that only the newest time-visible version is recalled.
         """
-        mask = np.ones(self.count, dtype=np.bool_)
+        mask = np.ones(self.count, dtype=np.bool_) if retracted is None else ~retracted
         if query.scopes:
             codes = [code for s in query.scopes if (code := self._scopes.get(s)) is not None]
             mask &= np.isin(self.scope_codes, np.asarray(codes, np.int32))
@@ -190,7 +204,7 @@ class PredicateColumns:
             mask &= self.ticks <= at.tick
             mask &= ~self.has_expiry | (at.tick < self.expiry_ticks)
         if self._versions.size:
-            mask &= ~self.superseded(query)
+            mask &= ~self.superseded(query, retracted)
         return mask
 
 
@@ -250,17 +264,25 @@ class PartitionView:
         memories: tuple[GameMemory, ...],
         positions: dict[str, int],
         base: PartitionView | None = None,
+        retractions: tuple[tuple[str, GameMoment], ...] = (),
     ) -> None:
         self.session_id = session_id
         self.owner_id = owner_id
         self.memories = memories
         self.positions = positions
+        self.retractions = retractions
         self._lock = threading.Lock()
         built = base.__dict__ if base is not None else {}
         self._base_columns: PredicateColumns | None = built.get("columns")
         self._base_lexical: LexicalIndex | None = built.get("lexical")
         self._base_sorted: tuple[list[str], list[GameMemory]] | None = built.get("_sorted")
         self._base_order_keys: tuple[tuple[int, str, str], ...] | None = built.get("order_keys")
+        # What the base found in its memories (a prefix of these): extended, not recomputed.
+        self._base_scan: tuple[int, _Scan] | None = (
+            (len(base), built["_memory_scan"])
+            if base is not None and "_memory_scan" in built
+            else None
+        )
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -269,9 +291,69 @@ class PartitionView:
         return f"PartitionView(owner={self.owner_id!r}, memories={len(self.memories)})"
 
     @cached_property
+    def _memory_scan(self) -> _Scan:
+        """What the memories need of visibility: whether any carries a ``belief_key``, the
+        retraction rows of the consolidation summaries among them (see
+        :attr:`_retraction_rows`), and the sources summaries name that the view does not
+        hold (yet). Extended from the base's scan: a grown view reads its new memories only."""
+        start = 0
+        keys = False
+        rows: list[tuple[int, str, int]] = []
+        waiting: dict[str, list[tuple[str, int]]] = {}
+        if self._base_scan is not None:
+            start, (keys, found, pending) = self._base_scan
+            rows.extend(found)
+            waiting = {memory_id: list(moments) for memory_id, moments in pending.items()}
+        for position in range(start, len(self.memories)):
+            memory = self.memories[position]
+            keys = keys or memory.belief_key is not None
+            for timeline, tick in waiting.pop(memory.memory_id, ()):
+                rows.append((position, timeline, tick))  # a source that came after its summary
+            for source in memory.consolidates:
+                held = self.positions.get(source)
+                moment = (memory.moment.timeline_id, memory.moment.tick)
+                if held is not None and held < position:
+                    rows.append((held, *moment))
+                else:  # not held yet (or later in these memories): added when it comes
+                    waiting.setdefault(source, []).append(moment)
+        frozen = {memory_id: tuple(moments) for memory_id, moments in waiting.items()}
+        return keys, tuple(rows), frozen
+
+    @cached_property
     def has_beliefs(self) -> bool:
-        """Whether any memory carries a ``belief_key`` (then visibility needs the columns)."""
-        return any(memory.belief_key is not None for memory in self.memories)
+        """Whether visibility needs more than the per-memory predicate: belief versions or
+        retractions (then every path uses :meth:`mask`)."""
+        return bool(self._retraction_rows) or self._memory_scan[0]
+
+    @cached_property
+    def _retraction_rows(self) -> tuple[tuple[int, str, int], ...]:
+        """``(position, timeline, tick)`` of every retraction of a memory of the view.
+
+        Explicit retractions (``forget``) and those of consolidation summaries (a memory
+        whose ``consolidates`` names others, as of its own moment); ids the view does not
+        hold are ignored (a summary may name memories of other owners only by mistake).
+        """
+        rows: list[tuple[int, str, int]] = []
+        for memory_id, moment in self.retractions:
+            position = self.positions.get(memory_id)
+            if position is not None:
+                rows.append((position, moment.timeline_id, moment.tick))
+        rows.extend(self._memory_scan[1])
+        return tuple(rows)
+
+    def retracted(self, query: GameMemoryQuery) -> BoolArray:
+        """Which memories are retracted as of the query's moment (see the module docstring)."""
+        hidden = np.zeros(len(self.memories), dtype=np.bool_)
+        at = query.at_or_before
+        for position, timeline, tick in self._retraction_rows:
+            if at is None or (timeline == at.timeline_id and tick <= at.tick):
+                hidden[position] = True
+        return hidden
+
+    def mask(self, query: GameMemoryQuery) -> BoolArray:
+        """Which memories the query may see: the predicate, retractions and belief versions."""
+        retracted = self.retracted(query) if self._retraction_rows else None
+        return self.columns.mask(query, retracted)
 
     @cached_property
     def columns(self) -> PredicateColumns:

@@ -1,0 +1,188 @@
+"""The CLI's memory-over-a-game commands: ``forget``, ``erase`` and ``compact``.
+
+Each is one call of the front door (:class:`~game_memory.memory.VectorMemoryStore`),
+opened on an existing save only (none of them creates one: a missing folder is one line
+and exit 1):
+
+* ``forget`` retracts one memory as of a game moment (the save only: vectors stay and are
+  hidden with their memory);
+* ``erase`` removes memories for good from the save *and* the derived index, whatever
+  model the index was built with, so it opens the index without loading a model (a missing
+  index folder is left alone); ``--dry-run`` counts what would go and changes nothing;
+* ``compact`` rewrites what needs it and prints the bytes before and after.
+
+Every ``GameMemoryError`` (an unknown memory, a damaged partition) and ``OSError`` becomes
+one line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from game_memory.cli.folders import folder_problem, index_folder
+from game_memory.errors import GameMemoryError
+from game_memory.index.protocol import VectorIndex
+from game_memory.memory import VectorMemoryStore
+from game_memory.model import GameMoment
+from game_memory.opening import default_index_dir
+from game_memory.store.protocol import GameMemoryStore
+
+__all__ = ["run_compact", "run_erase", "run_forget"]
+
+
+def _fail(message: str) -> int:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"[red]error:[/red] {message}", markup=True
+    )
+    return 1
+
+
+def _print(args: argparse.Namespace, text: str, document: dict[str, Any]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(document))
+    else:
+        Console(highlight=False, soft_wrap=True).print(text, markup=False)
+
+
+def _save(args: argparse.Namespace) -> GameMemoryStore:
+    database = getattr(args, "database", None)
+    if database is not None:
+        from game_memory.postgres import PostgresGameMemoryStore
+
+        return PostgresGameMemoryStore(database, migrate=False)
+    from game_memory.store.file_store import FileGameMemoryStore
+
+    return FileGameMemoryStore(args.save_dir, create=False)
+
+
+def _derived(args: argparse.Namespace) -> VectorIndex | None:
+    """The save's index, opened without a model (``None`` when there is no index folder)."""
+    database = getattr(args, "database", None)
+    given = getattr(args, "index_dir", None)
+    if database is not None and given is None:
+        from game_memory.postgres import PostgresVectorIndex
+
+        return PostgresVectorIndex(database, migrate=False)
+    if given is None:
+        found, _notice = index_folder(args.save_dir, None)
+        folder = found if found is not None else default_index_dir(args.save_dir)
+    else:
+        folder = Path(given)
+    if not os.path.lexists(folder):
+        return None
+    from game_memory.index.file_index import FileVectorMemoryIndex
+
+    return FileVectorMemoryIndex(folder, create=False)
+
+
+def _run(
+    args: argparse.Namespace,
+    action: Callable[[VectorMemoryStore], Awaitable[int]],
+    *,
+    with_index: bool = False,
+) -> int:
+    for path, option in (
+        (getattr(args, "save_dir", None), "--save-dir"),
+        (getattr(args, "index_dir", None), "--index-dir"),
+    ):
+        problem = folder_problem(path, option)
+        if problem is not None:
+            return _fail(problem)
+
+    async def main() -> int:
+        save = _save(args)
+        try:
+            derived = _derived(args) if with_index else None
+        except BaseException:
+            await save.aclose()
+            raise
+        async with VectorMemoryStore(save, derived) as memory:
+            return await action(memory)
+
+    try:
+        return asyncio.run(main())
+    except ImportError as exc:
+        return _fail(f"--database needs pip install 'game-memory[postgres]' ({exc})")
+    except GameMemoryError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return _fail(f"{exc.strerror or exc}{where}")
+
+
+def run_forget(args: argparse.Namespace) -> int:
+    """``game-memory forget``: retract one memory of one NPC as of a game moment."""
+    at = GameMoment(timeline_id=args.timeline, tick=args.tick)
+
+    async def action(memory: VectorMemoryStore) -> int:
+        forgotten = await memory.forget(args.session, args.owner, args.memory, at)
+        where = f"{args.memory!r} of {args.owner!r} in session {args.session!r}"
+        text = (
+            f"forgot {where} as of {args.timeline}:{args.tick} (earlier moments still recall it)"
+            if forgotten
+            else f"{where} was already forgotten as of {args.timeline}:{args.tick}; nothing changed"
+        )
+        _print(args, text, {"memory_id": args.memory, "forgotten": forgotten})
+        return 0
+
+    return _run(args, action)
+
+
+def run_erase(args: argparse.Namespace) -> int:
+    """``game-memory erase``: remove a session, an NPC or listed memories for good."""
+    memory_ids = args.memory or None
+    if memory_ids is not None and args.owner is None:
+        return _fail("--memory needs --owner (the NPC whose memories to erase)")
+    scope = (
+        f"session {args.session!r}"
+        if args.owner is None
+        else f"{'listed memories' if memory_ids else 'every memory'} of {args.owner!r} in "
+        f"session {args.session!r}"
+    )
+
+    async def action(memory: VectorMemoryStore) -> int:
+        if args.dry_run:
+            held = await memory.enumerate(args.session, args.owner)
+            count = sum(1 for m in held if memory_ids is None or m.memory_id in memory_ids)
+            _print(
+                args,
+                f"would erase {count} memor{'y' if count == 1 else 'ies'}: {scope} "
+                "(nothing changed)",
+                {"erased": 0, "would_erase": count},
+            )
+            return 0
+        erased = await memory.erase(args.session, args.owner, memory_ids)
+        derived = " and its vectors" if memory.index is not None else ""
+        _print(
+            args,
+            f"erased {erased} memor{'y' if erased == 1 else 'ies'}{derived} for good: {scope}",
+            {"erased": erased},
+        )
+        return 0
+
+    return _run(args, action, with_index=True)
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    """``game-memory compact``: rewrite what needs it; the save's bytes before and after."""
+
+    async def action(memory: VectorMemoryStore) -> int:
+        report = await memory.compact()
+        _print(
+            args,
+            f"compacted: {report.bytes_before:,} -> {report.bytes_after:,} bytes "
+            f"({report.partitions_rewritten} partitions rewritten, {report.files_removed} "
+            "leftover files removed)",
+            report.model_dump(mode="json"),
+        )
+        return 0
+
+    return _run(args, action)

@@ -1,0 +1,259 @@
+"""Memory over a whole game: forget on game time, erase for good, bounded owners, summaries.
+
+(And :func:`index_memory`, the vector of a memory just saved, which an append and a
+consolidation share.)
+
+:class:`MemoryOverTime` holds the front door's calls of this one job; ``VectorMemoryStore``
+(``memory.py``) inherits them. They are thin: the rules live behind the store protocol
+(``store/lifecycle.py`` has the shared ones), so every backend behaves alike.
+
+* **Forget** is the save's alone: a retraction on game time. The derived vectors stay;
+  every vector is joined to the snapshot, whose visibility rules hide the memory.
+* **Erase** removes from the save first, then from the derived index (the index rewrites
+  what it kept, so no vector bytes stay either). A crash between the two leaves derived
+  orphans: they are never recalled, and erasing again, or the next rebuild's sweep,
+  removes them.
+* **Consolidate** appends the summary (whose ``consolidates`` retracts the sources as of
+  its moment: one append, so both or neither) and then embeds it, as an append does.
+* **Bounded owners** (``maximum_memories_per_owner``): after an append takes an owner past
+  the bound, its lowest-value memories (:func:`~game_memory.store.lifecycle.eviction_order`)
+  are erased down to :func:`~game_memory.store.lifecycle.eviction_target` (90% of the
+  bound, so a full partition is rewritten once every tenth of the bound, not on every
+  append), never the memory just appended, and ``memories_evicted`` reports the count,
+  without any text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from game_memory.embedding.embedder import Embedder
+from game_memory.errors import EmbeddingUnavailableError, GameMemoryError
+from game_memory.index.protocol import VectorIndex
+from game_memory.model import (
+    CompactionReport,
+    DiagnosticSeverity,
+    GameMemory,
+    GameMemoryQuery,
+    GameMoment,
+    MemoryVectorDiagnostic,
+)
+from game_memory.recall.options import VectorMemoryStoreOptions
+from game_memory.recall.pipeline import Report, Runner, report_failure
+from game_memory.store.lifecycle import eviction_order, eviction_target
+from game_memory.store.protocol import GameMemoryStore
+
+__all__ = ["MemoryOverTime", "erase_memories", "evict_over_bound", "index_memory"]
+
+_T = TypeVar("_T")
+
+
+class MemoryOverTime:
+    """The front door's forget, erase, consolidate and compact (see the module docstring).
+
+    A base of ``VectorMemoryStore``, which provides the attributes below.
+    """
+
+    authoritative: GameMemoryStore
+    index: VectorIndex | None
+    options: VectorMemoryStoreOptions
+
+    def _check_open(self) -> None:
+        raise NotImplementedError
+
+    async def _run(self, function: Callable[[], _T]) -> _T:
+        raise NotImplementedError
+
+    async def _report(self, diagnostic: MemoryVectorDiagnostic) -> None:
+        raise NotImplementedError
+
+    async def _index(self, memory: GameMemory, created: bool) -> None:
+        raise NotImplementedError
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of the game moment ``at``; durable like an append.
+
+        Recall as of ``at`` or later on that timeline, and recall without ``at_or_before``,
+        no longer sees it; earlier moments and other timelines still do (load an earlier
+        save: the NPC remembers again). Idempotent.
+
+        Returns:
+            ``False`` when a retraction already hid it from ``at`` on (nothing changed).
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+            InvalidArgumentError: an id or ``at`` is invalid.
+        """
+        self._check_open()
+        return await self.authoritative.forget(session_id, owner_id, memory_id, at)
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Remove memories for good, not on game time: a session, an owner, or listed ids.
+
+        No byte of their text, payload or vectors is left in the save or the index when this
+        returns, and the capacity count goes down. An earlier save does not bring them back.
+        Crash-safe: interrupted, it is finished by the next use of the save (or erase
+        again: it completes, and drops derived vectors a crash left behind).
+
+        Returns:
+            How many memories were erased from the save.
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+            PersistenceError: a partition to erase from is damaged (salvage it first).
+        """
+        self._check_open()
+        return await erase_memories(
+            self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
+        )
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Replace memories by a summary as of its moment: both or neither, durably.
+
+        ``summary`` (kind ``reflection``, written by the game or its dialogue model; the
+        library never calls a model for it) is appended with ``consolidates`` set to
+        ``memory_ids``; as of its moment those memories are retracted, and earlier moments
+        recall them as before. Recall's evidence shows the sources (``consolidates``).
+
+        Returns:
+            ``False`` when the same summary was already there.
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: the summary is of another owner or not a reflection.
+            MemoryConflictError: the summary's id holds other content.
+        """
+        self._check_open()
+        created = await self.authoritative.consolidate(session_id, owner_id, memory_ids, summary)
+        stored = summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
+        await self._index(stored, created)
+        return created
+
+    async def compact(self) -> CompactionReport:
+        """Compact the save: rewrite what needs it (see the store's ``compact``).
+
+        Erases already rewrite what they touch; this tidies the rest (partitions whose
+        files could be fewer, redundant retractions, leftovers of interrupted writes). The
+        derived index reclaims erased vectors at the erase and superseded ones at rebuild.
+        """
+        self._check_open()
+        return await self.authoritative.compact()
+
+    async def _evict(self, memory: GameMemory) -> None:
+        """After ``memory`` was appended: keep its owner within the retention policy."""
+        if self.options.maximum_memories_per_owner is not None:
+            await evict_over_bound(
+                memory, self.authoritative, self.index, self.options, self._run, self._report
+            )
+
+
+async def erase_memories(
+    store: GameMemoryStore,
+    index: VectorIndex | None,
+    run: Runner,
+    session_id: str,
+    owner_id: str | None,
+    memory_ids: Sequence[str] | None,
+) -> int:
+    """Erase from the save, then drop the derived entries and rows; return the count."""
+    erased = await store.erase(session_id, owner_id, memory_ids)
+    if index is not None:
+        ids = None if memory_ids is None else list(memory_ids)
+        await run(lambda: index.erase(session_id, owner_id, ids))
+    return erased
+
+
+async def index_memory(
+    memory: GameMemory,
+    created: bool,
+    index: VectorIndex,
+    embedder: Embedder,
+    run: Runner,
+    report: Report,
+    options: VectorMemoryStoreOptions,
+) -> None:
+    """Embed a memory just saved (an append, a summary) and write its vector, skipped when
+    it is ready already. A failure is reported (``memory_embedding_append_failed``), the
+    memory stays saved and lexically recallable.
+
+    Raises:
+        EmbeddingUnavailableError (or the index's error): only with
+            ``fail_when_embedding_unavailable``.
+    """
+    try:
+        if not created and await run(lambda: index.is_ready(memory, embedder.identity)):
+            return
+        vectors = await embedder.embed_documents([memory], f"memory {memory.memory_id!r}")
+        await run(lambda: index.write([memory], vectors, embedder.identity))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        await report_failure(
+            report,
+            "memory_embedding_append_failed",
+            DiagnosticSeverity.WARNING,
+            "The memory was saved, but its derived vector is unavailable. Lexical recall "
+            "remains available.",
+            session_id=memory.session_id,
+            owner_id=memory.owner_id,
+            memory_id=memory.memory_id,
+            error=exc,
+        )
+        if options.fail_when_embedding_unavailable:
+            if isinstance(exc, GameMemoryError):
+                raise
+            raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
+
+
+async def evict_over_bound(
+    memory: GameMemory,
+    store: GameMemoryStore,
+    index: VectorIndex | None,
+    options: VectorMemoryStoreOptions,
+    run: Runner,
+    report: Report,
+) -> int:
+    """Keep ``memory``'s owner within ``maximum_memories_per_owner``; return how many went."""
+    bound = options.maximum_memories_per_owner
+    if bound is None:
+        return 0
+    query = GameMemoryQuery(session_id=memory.session_id, owner_id=memory.owner_id, limit=0)
+    snapshot = await store.snapshot(query)
+    if not snapshot.views or len(snapshot.views[0]) <= bound:
+        return 0
+    view = snapshot.views[0]
+    excess = len(view) - eviction_target(bound)
+    retracted = {
+        view.memories[position].memory_id
+        for position in view.retracted(GameMemoryQuery(session_id=memory.session_id, limit=0))
+        .nonzero()[0]
+        .tolist()
+    }
+    victims = [
+        m.memory_id
+        for m in eviction_order(view.memories, retracted)
+        if m.memory_id != memory.memory_id
+    ][:excess]
+    erased = await erase_memories(store, index, run, memory.session_id, memory.owner_id, victims)
+    if erased:
+        await report(
+            MemoryVectorDiagnostic(
+                code="memories_evicted",
+                severity=DiagnosticSeverity.INFORMATION,
+                message=f"The owner kept its maximum_memories_per_owner of {bound:,}: "
+                f"{erased:,} lowest-value memories were erased.",
+                session_id=memory.session_id,
+                owner_id=memory.owner_id,
+                details={"count": erased, "bound": bound},
+            )
+        )
+    return erased

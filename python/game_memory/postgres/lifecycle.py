@@ -1,0 +1,303 @@
+"""Memory over a whole game in PostgreSQL: forget, erase and consolidate, each one transaction.
+
+Every statement filters on ``session_id`` first (one shard on Citus). Each call locks the
+partition rows it changes (in owner order, so two calls never deadlock), makes its change,
+and moves their ``generation`` on, so every process's cached views of them are read again
+whole (``views.py``); it commits before returning, with ``synchronous_commit = on``: durable
+and atomic, like an append.
+
+* **forget**: a row in ``game_memory_retractions`` (the memory id and the moment; no text),
+  unless a retraction already hides the memory from that moment on.
+* **erase**: the memories' rows and their retractions are deleted. The partition rows stay
+  (ids and counters only), so that readers elsewhere notice the new generation. The bytes of
+  deleted rows leave the database files when PostgreSQL reuses or frees the space
+  (``VACUUM``; ``compact`` runs it on the save's tables).
+* **consolidate**: the summary is appended in the same transaction that checked, under the
+  partition's lock, that its sources are there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import psycopg
+
+from game_memory.errors import InvalidArgumentError, MemoryNotFoundError
+from game_memory.model import CompactionReport, GameMemory, GameMoment, check_bounded_id
+from game_memory.postgres.rows import sql_key
+from game_memory.postgres.writes import append_one
+from game_memory.store.lifecycle import checked_ids, checked_summary, covered
+
+__all__ = [
+    "PostgresLifecycle",
+    "consolidate_summary",
+    "erase_rows",
+    "forget_memory",
+    "save_bytes",
+    "vacuum_save",
+]
+
+_T = TypeVar("_T")
+
+
+def _validated_id(value: str, what: str) -> str:
+    try:
+        return check_bounded_id(value, what)
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from exc
+
+
+class PostgresLifecycle:
+    """The store's forget, erase, consolidate and compact; a base of
+    ``PostgresGameMemoryStore``, which provides the attributes below."""
+
+    where: str
+    maximum_partition_entries: int
+    maximum_entries: int | None
+
+    async def _ensure_ready(self) -> float:
+        raise NotImplementedError
+
+    async def _run(self, function: Callable[[], _T]) -> _T:
+        raise NotImplementedError
+
+    def _call(self, what: str, function: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        raise NotImplementedError
+
+    async def _database(self, what: str, function: Callable[[psycopg.Connection[Any]], _T]) -> _T:
+        await self._ensure_ready()
+        return await self._run(lambda: self._call(what, function))
+
+    async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
+        """Retract a memory as of ``at``: one durable transaction (``lifecycle.py``).
+
+        Returns:
+            ``False`` when a retraction already hides it from ``at`` on.
+
+        Raises:
+            MemoryNotFoundError: the owner holds no memory ``memory_id``.
+        """
+        for value, what in ((session_id, "session_id"), (owner_id, "owner_id")):
+            _validated_id(value, what)
+        _validated_id(memory_id, "memory_id")
+        if not isinstance(at, GameMoment):
+            raise InvalidArgumentError("forget takes the game moment of the retraction")
+        return await self._database(
+            "forgetting a memory", lambda c: forget_memory(c, session_id, owner_id, memory_id, at)
+        )
+
+    async def erase(
+        self,
+        session_id: str,
+        owner_id: str | None = None,
+        memory_ids: Sequence[str] | None = None,
+    ) -> int:
+        """Delete a session's, an owner's or listed memories (and their retractions) in one
+        durable transaction; return how many. Their rows' bytes leave the database files
+        when PostgreSQL reuses the space (``compact`` vacuums the tables).
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+        """
+        _validated_id(session_id, "session_id")
+        if owner_id is not None:
+            _validated_id(owner_id, "owner_id")
+        wanted = None if memory_ids is None else list(checked_ids(memory_ids))
+        if wanted is not None and owner_id is None:
+            raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
+        return await self._database(
+            "erasing memories", lambda c: erase_rows(c, session_id, owner_id, wanted)
+        )
+
+    async def consolidate(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
+    ) -> bool:
+        """Append ``summary`` retracting ``memory_ids`` as of its moment, in one transaction
+        that first checks the sources under the partition's lock.
+
+        Raises:
+            MemoryNotFoundError: an id names no memory of the owner.
+            InvalidArgumentError: the summary is of another owner or not a reflection.
+            MemoryConflictError: the summary's id holds other content.
+        """
+        _validated_id(session_id, "session_id")
+        _validated_id(owner_id, "owner_id")
+        ids = list(checked_ids(memory_ids))
+        return await self._database(
+            "consolidating memories",
+            lambda c: consolidate_summary(
+                c,
+                session_id,
+                owner_id,
+                ids,
+                summary,
+                self.maximum_partition_entries,
+                self.where,
+                self.maximum_entries,
+            ),
+        )
+
+    async def compact(self) -> CompactionReport:
+        """``VACUUM`` the save's tables; report their size on disk before and after."""
+
+        def compact(connection: psycopg.Connection[Any]) -> CompactionReport:
+            before = save_bytes(connection)
+            vacuum_save(connection)
+            return CompactionReport(bytes_before=before, bytes_after=save_bytes(connection))
+
+        return await self._database("compacting the save", compact)
+
+
+_MOMENT = GameMoment.__pydantic_serializer__
+
+_LOCK_OWNER = """
+SELECT generation FROM game_memory_partitions
+WHERE session_id = %(session)s AND owner_id = %(owner)s FOR UPDATE
+"""
+
+_LOCK_SESSION = """
+SELECT owner_id FROM game_memory_partitions
+WHERE session_id = %(session)s ORDER BY owner_id FOR UPDATE
+"""
+
+_HELD = """
+SELECT memory_id FROM game_memory_memories
+WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = ANY(%(memories)s::text[])
+"""
+
+_RETRACTED = """
+SELECT moment FROM game_memory_retractions
+WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = %(memory)s
+"""
+
+_RETRACT = """
+INSERT INTO game_memory_retractions (session_id, owner_id, memory_id, timeline_id, tick, moment)
+VALUES (%(session)s, %(owner)s, %(memory)s, %(timeline)s, %(tick)s, %(moment)s)
+ON CONFLICT DO NOTHING
+"""
+
+_BUMP = """
+UPDATE game_memory_partitions SET generation = generation + 1
+WHERE session_id = %(session)s AND owner_id = ANY(%(owners)s::text[])
+"""
+
+_OWNERS_CLAUSE = "session_id = %(session)s AND owner_id = ANY(%(owners)s::text[])"
+
+
+def forget_memory(
+    connection: psycopg.Connection[Any],
+    session_id: str,
+    owner_id: str,
+    memory_id: str,
+    at: GameMoment,
+) -> bool:
+    """Retract a memory as of ``at`` in one transaction; ``False`` when already covered.
+
+    Raises:
+        MemoryNotFoundError: the owner holds no memory ``memory_id``.
+    """
+    keys = {
+        "session": sql_key(session_id),
+        "owner": sql_key(owner_id),
+        "memory": sql_key(memory_id),
+    }
+    with connection.transaction():
+        connection.execute(_LOCK_OWNER, keys).fetchone()
+        held = connection.execute(_HELD, {**keys, "memories": [keys["memory"]]}).fetchone()
+        if held is None:
+            raise MemoryNotFoundError(
+                f"owner {owner_id!r} of session {session_id!r} holds no memory {memory_id!r}; "
+                "nothing was forgotten. Check the id (enumerate lists what the owner holds)"
+            )
+        existing = [
+            GameMoment.model_validate_json(bytes(row[0]))
+            for row in connection.execute(_RETRACTED, keys).fetchall()
+        ]
+        if covered(existing, at):
+            return False
+        connection.execute(
+            _RETRACT,
+            {
+                **keys,
+                "timeline": sql_key(at.timeline_id),
+                "tick": at.tick,
+                "moment": _MOMENT.to_json(at),
+            },
+        )
+        connection.execute(_BUMP, {"session": keys["session"], "owners": [keys["owner"]]})
+        return True
+
+
+def erase_rows(
+    connection: psycopg.Connection[Any],
+    session_id: str,
+    owner_id: str | None,
+    memory_ids: Sequence[str] | None,
+) -> int:
+    """Delete a session's, an owner's or listed memories and their retractions; how many."""
+    session = sql_key(session_id)
+    with connection.transaction():
+        if owner_id is None:
+            owners = [row[0] for row in connection.execute(_LOCK_SESSION, {"session": session})]
+        else:
+            owners = [sql_key(owner_id)]
+            connection.execute(_LOCK_OWNER, {"session": session, "owner": owners[0]}).fetchone()
+        keys: dict[str, Any] = {"session": session, "owners": owners}
+        where = _OWNERS_CLAUSE
+        if memory_ids is not None:
+            keys["memories"] = [sql_key(memory_id) for memory_id in memory_ids]
+            where += " AND memory_id = ANY(%(memories)s::text[])"
+        erased = connection.execute(
+            f"DELETE FROM game_memory_memories WHERE {where}", keys
+        ).rowcount
+        connection.execute(f"DELETE FROM game_memory_retractions WHERE {where}", keys)
+        if erased:
+            connection.execute(_BUMP, keys)
+        return int(erased)
+
+
+def consolidate_summary(
+    connection: psycopg.Connection[Any],
+    session_id: str,
+    owner_id: str,
+    memory_ids: Sequence[str],
+    summary: GameMemory,
+    capacity: int,
+    where: str,
+    maximum_entries: int | None,
+) -> bool:
+    """Check a consolidation under the partition's lock and append its summary, in one
+    transaction; ``False`` when the same summary is there.
+
+    Raises:
+        MemoryNotFoundError, InvalidArgumentError: see ``checked_summary``.
+        MemoryConflictError, CapacityExceededError: see ``append_one``.
+    """
+    session, owner = sql_key(session_id), sql_key(owner_id)
+    with connection.transaction():
+        connection.execute(_LOCK_OWNER, {"session": session, "owner": owner}).fetchone()
+        keys = {"session": session, "owner": owner, "memories": [sql_key(m) for m in memory_ids]}
+        stored = {row[0] for row in connection.execute(_HELD, keys).fetchall()}
+        held = [memory_id for memory_id in memory_ids if sql_key(memory_id) in stored]
+        checked = checked_summary(session_id, owner_id, memory_ids, summary, held)
+        return append_one(connection, checked, capacity, where, maximum_entries)
+
+
+_TABLES = ("game_memory_memories", "game_memory_retractions", "game_memory_partitions")
+
+
+def save_bytes(connection: psycopg.Connection[Any]) -> int:
+    """The size on disk of the save's tables (with their indexes and TOAST)."""
+    row = connection.execute(
+        "SELECT sum(pg_total_relation_size(to_regclass(t))) FROM unnest(%(tables)s::text[]) t",
+        {"tables": list(_TABLES)},
+    ).fetchone()
+    return int(row[0] or 0) if row is not None else 0
+
+
+def vacuum_save(connection: psycopg.Connection[Any]) -> None:
+    """``VACUUM`` the save's tables (autocommit: VACUUM cannot run in a transaction), so the
+    space of erased rows is reused and freed pages at their end are given back."""
+    for table in _TABLES:
+        connection.execute(f"VACUUM {table}")

@@ -1,0 +1,219 @@
+"""Erasing for good, and compacting, in the file store: the start of every rewrite.
+
+:func:`erase` and :func:`compact` decide what to rewrite, under the writer lock after
+recovery, from partitions read and checked against the ledgers (a damaged partition fails
+closed: salvage it first); write the rewrite journal, which commits the rewrite; and carry
+it out (``rewriting.py``). A crash at any instant after the journal is written is finished
+by the next writer, or by the next reader, which waits for the lock; before it, nothing
+changed. So after recovery an erase is either wholly done or not at all, and running it
+again completes it (or finds nothing left to erase).
+
+An erase removes the memories' records from their log segments and packs, their
+retractions, their ledger intents (the capacity count goes down) and their copies outside
+the partition (``copies.py``); no byte of them is left in the save when it returns.
+A compaction erases nothing: it rewrites the partitions whose files could be fewer, drops
+redundant retractions, and deletes what an interrupted write left behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from game_memory.durable import fs
+from game_memory.errors import InvalidArgumentError, PersistenceError
+from game_memory.model import CompactionReport
+from game_memory.store.copies import remove_temporary
+from game_memory.store.engine import StoreEngine, validated_id
+from game_memory.store.lifecycle import checked_ids
+from game_memory.store.partitions import identity_hash, partition_hash
+from game_memory.store.rewrite_journal import Rewrite
+from game_memory.store.rewriting import STAGED, finish_rewrite
+from game_memory.store.state import PartitionState
+
+__all__ = ["compact", "erase", "save_bytes"]
+
+
+def erase(
+    engine: StoreEngine,
+    session_id: str,
+    owner_id: str | None = None,
+    memory_ids: Sequence[str] | None = None,
+) -> int:
+    """Erase a session, one owner, or listed memories of one owner; return how many.
+
+    Ids the owner does not hold are ignored.
+
+    Raises:
+        InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+        PersistenceError: a partition to erase from is damaged (nothing changed); salvage
+            it first (``check --fix --accept-loss``).
+    """
+    validated_id(session_id, "session_id")
+    if owner_id is not None:
+        validated_id(owner_id, "owner_id")
+    wanted = None if memory_ids is None else checked_ids(memory_ids)
+    if wanted is not None and owner_id is None:
+        raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
+    session_hash = partition_hash(session_id)
+    owner_hash = None if owner_id is None else partition_hash(owner_id)
+    engine.layout.guard()  # before the lock, whose file is in the data folder
+    with engine.locked():
+        engine.layout.guard()
+        engine.recover()
+        marks = engine.refresh()
+        owners = [owner_hash] if owner_hash is not None else _owners(engine, session_hash)
+        erased = 0
+        hashes: set[str] = set()
+        for owner in owners:
+            state = engine.read_partition(session_hash, owner)
+            engine.verify_partition(state, marks, locked=True, session_id=session_id)
+            if state.view is None:
+                continue
+            if wanted is None:
+                erased += len(state.view)
+                continue
+            present = [memory_id for memory_id in wanted if memory_id in state.view.positions]
+            erased += len(present)
+            hashes.update(identity_hash(memory_id) for memory_id in present)
+        if not erased:
+            return 0
+        engine.layout.require_format(3)
+        rewrite = Rewrite(
+            "erase", session_hash, owner_hash, None if wanted is None else frozenset(hashes)
+        )
+        engine.rewrites.write(rewrite)  # the commit: from here on it is finished, never undone
+        finish_rewrite(engine.rewrite_context, rewrite)
+        return erased
+
+
+def compact(engine: StoreEngine) -> CompactionReport:
+    """Compact the whole save (see the module docstring); safe beside readers and writers.
+
+    Raises:
+        PersistenceError: a partition is damaged (salvage it first), or a file could not
+            be rewritten.
+    """
+    engine.layout.guard()  # before the lock, whose file is in the data folder
+    with engine.locked():
+        engine.layout.guard()
+        engine.recover()
+        before = save_bytes(engine.data)
+        rewritten = 0
+        removed = remove_temporary(engine.data)
+        marks = engine.refresh()
+        for session_hash in _sessions(engine):
+            directory = engine.session_directory(session_hash)
+            removed += remove_temporary(directory) + _remove_staged_leftovers(directory)
+            for owner in engine.cache.owner_hashes(directory):
+                state = engine.read_partition(session_hash, owner)
+                engine.verify_partition(state, marks, locked=True)
+                if _needs_rewrite(state, engine.maximum_file_bytes):
+                    engine.layout.require_format(3)
+                    rewrite = Rewrite("compact", session_hash, owner, phase="files")
+                    engine.rewrites.write(rewrite)
+                    finish_rewrite(engine.rewrite_context, rewrite)
+                    rewritten += 1
+            removed += _remove_empty_packs(engine, directory)
+            removed += _remove_empty_folder(directory)
+        return CompactionReport(
+            bytes_before=before,
+            bytes_after=save_bytes(engine.data),
+            partitions_rewritten=rewritten,
+            files_removed=removed,
+        )
+
+
+def save_bytes(data: Path) -> int:
+    """The size of every regular file under the data folder (links are not followed)."""
+    total = 0
+    for folder, _names, files in os.walk(data):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total
+
+
+def _owners(engine: StoreEngine, session_hash: str) -> list[str]:
+    folder = engine.session_folder(session_hash)
+    return sorted(
+        set(engine.cache.owner_hashes(folder))
+        | set(engine.intents.owner_hashes(session_hash))
+        | set(engine.retraction_intents.owner_hashes(session_hash))
+    )
+
+
+def _sessions(engine: StoreEngine) -> list[str]:
+    return sorted(
+        entry.name[2:]
+        for entry in fs.list_directory(engine.data)
+        if entry.name.startswith("s-") and len(entry.name) == 66 and entry.is_dir()
+    )
+
+
+def _needs_rewrite(state: PartitionState, maximum_file_bytes: int) -> bool:
+    """Whether a rewrite of the partition would leave fewer files or fewer records."""
+    records = sum(len(part.memories) for part in state.packs) + sum(
+        len(segment.items) for segment in state.segments
+    )
+    if records > state.memory_count:
+        return True  # a second copy of a record
+    for segments in (state.segments, state.retraction_segments):
+        if any(not segment.items for segment in segments):
+            return True
+        held = sum(segment.end for segment in segments)
+        if len(segments) > max(1, math.ceil(held / (maximum_file_bytes * 0.9))):
+            return True
+    seen: set[tuple[str, str]] = set()
+    known = state.view.positions if state.view is not None else {}
+    for memory_id, at in state.retractions:
+        key = (memory_id, at.timeline_id)
+        if key in seen or memory_id not in known:
+            return True  # redundant, or of a memory no longer there
+        seen.add(key)
+    return False
+
+
+def _remove_staged_leftovers(directory: Path) -> int:
+    """Staged files without a rewrite journal: an abandoned staging (recovery ran first)."""
+    removed = 0
+    for entry in fs.list_directory(directory):
+        if entry.name.endswith(STAGED) and entry.is_file(follow_symlinks=False):
+            os.unlink(entry.path)
+            removed += 1
+    if removed:
+        fs.fsync_directory(directory)
+    return removed
+
+
+def _remove_empty_packs(engine: StoreEngine, directory: Path) -> int:
+    """Delete the empty packs at the end of the session's series (the numbering stays
+    contiguous; a reader that loses the race reads again under the lock)."""
+    indexes = engine.cache.pack_indexes(directory)
+    removed = 0
+    while indexes and not indexes[-1].owners:
+        try:
+            os.unlink(indexes.pop().path)
+        except OSError as exc:
+            raise PersistenceError(f"could not remove an empty pack: {exc.strerror}") from exc
+        removed += 1
+    if removed:
+        fs.fsync_directory(directory)
+    return removed
+
+
+def _remove_empty_folder(directory: Path) -> int:
+    try:
+        if os.listdir(directory):
+            return 0
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise PersistenceError(f"could not remove {directory}: {exc.strerror}") from exc
+    fs.fsync_directory(directory.parent)
+    return 1

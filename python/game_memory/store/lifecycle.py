@@ -1,0 +1,138 @@
+"""The rules of forgetting, erasing, consolidating and bounded NPCs, shared by every backend.
+
+Pure functions over memories and moments, so the file, in-memory and PostgreSQL stores
+decide alike:
+
+* :func:`hides_from` / :func:`covered`: a retraction at moment ``m`` hides its memory from
+  queries as of ``m`` or later on ``m``'s timeline (and from queries without a moment);
+  a retraction adds nothing when one at an earlier or equal tick on that timeline exists.
+* :func:`checked_summary`: what ``consolidate`` requires of its summary.
+* :func:`eviction_order`: which memories a bounded owner gives up first, and
+  :func:`eviction_target`: down to how many.
+
+**Eviction value** (``maximum_memories_per_owner``): ``importance + 0.5 ** (age / 1,440)``
+where ``age`` is how many game ticks the memory is older than the newest memory of the
+owner on its timeline (recency decays in game time, one in-game day of half-life when a
+tick is a minute, as the reranker's). The lowest value goes first; ties go to the older
+memory (lower tick), then to the smaller id (ordinal). A summary of a consolidation is
+kept like any other memory; a memory retracted (forgotten, or consolidated into a summary)
+as of the owner's newest moment is worth nothing and goes first.
+
+**Eviction target**: an owner past its bound gives up memories down to 90% of the bound
+(``bound - max(1, bound // 10)``, at least 1), so the partition is rewritten once per tenth
+of the bound appended, not on every append past it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from game_memory.errors import InvalidArgumentError, MemoryNotFoundError
+from game_memory.model import GameMemory, GameMemoryKind, GameMoment, check_bounded_id, ordinal_key
+
+__all__ = [
+    "EVICTION_HALF_LIFE_TICKS",
+    "checked_ids",
+    "checked_summary",
+    "covered",
+    "eviction_order",
+    "eviction_target",
+    "hides_from",
+]
+
+#: The game ticks after which a memory's recency in the eviction value has halved.
+EVICTION_HALF_LIFE_TICKS = 1_440.0
+
+
+def hides_from(retraction: GameMoment, at: GameMoment | None) -> bool:
+    """Whether a retraction at ``retraction`` hides its memory from a query as of ``at``."""
+    return at is None or (retraction.timeline_id == at.timeline_id and retraction.tick <= at.tick)
+
+
+def covered(existing: Iterable[GameMoment], at: GameMoment) -> bool:
+    """Whether retractions already hide the memory from ``at`` on (a new one adds nothing)."""
+    return any(m.timeline_id == at.timeline_id and m.tick <= at.tick for m in existing)
+
+
+def checked_ids(memory_ids: Sequence[str], what: str = "memory_ids") -> tuple[str, ...]:
+    """Validate a list of memory ids (unique, in order).
+
+    Raises:
+        InvalidArgumentError: not a list of valid ids.
+    """
+    if isinstance(memory_ids, str) or not isinstance(memory_ids, Sequence):
+        raise InvalidArgumentError(f"{what} must be a list of memory ids, not {memory_ids!r}")
+    try:
+        return tuple(dict.fromkeys(check_bounded_id(value, "a memory id") for value in memory_ids))
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from exc
+
+
+def checked_summary(
+    session_id: str,
+    owner_id: str,
+    memory_ids: Sequence[str],
+    summary: GameMemory,
+    held: Iterable[str],
+) -> GameMemory:
+    """Check a consolidation; return the summary with its ``consolidates`` filled in.
+
+    Raises:
+        InvalidArgumentError: the summary is not a ``GameMemory`` of that session and owner,
+            not a reflection, lists no memory, or names others in ``consolidates``.
+        MemoryNotFoundError: an id names no memory the owner holds.
+    """
+    if not isinstance(summary, GameMemory):
+        raise InvalidArgumentError("consolidate takes a GameMemory as its summary")
+    if (summary.session_id, summary.owner_id) != (session_id, owner_id):
+        raise InvalidArgumentError(
+            f"the summary belongs to owner {summary.owner_id!r} of session "
+            f"{summary.session_id!r}, not to {owner_id!r} of {session_id!r}"
+        )
+    if summary.kind is not GameMemoryKind.REFLECTION:
+        raise InvalidArgumentError(
+            f"a summary is a reflection (kind 'reflection'), not {summary.kind.value!r}"
+        )
+    ids = checked_ids(memory_ids)
+    if not ids:
+        raise InvalidArgumentError("consolidate needs at least one memory id to consolidate")
+    if summary.memory_id in ids:
+        raise InvalidArgumentError("a summary cannot consolidate itself")
+    if summary.consolidates and summary.consolidates != ids:
+        raise InvalidArgumentError(
+            "the summary's consolidates differs from memory_ids; leave it empty or equal"
+        )
+    known = set(held)
+    missing = [memory_id for memory_id in ids if memory_id not in known]
+    if missing:
+        raise MemoryNotFoundError(
+            f"owner {owner_id!r} of session {session_id!r} holds no memory "
+            f"{', '.join(repr(m) for m in missing[:5])}"
+            + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+            + "; consolidate only what the owner remembers"
+        )
+    return summary.model_copy(update={"consolidates": ids})
+
+
+def eviction_target(bound: int) -> int:
+    """How many memories an owner keeps when an append takes it past ``bound``."""
+    return max(1, bound - max(1, bound // 10))
+
+
+def eviction_order(memories: Sequence[GameMemory], retracted: set[str]) -> list[GameMemory]:
+    """The memories in the order a bounded owner gives them up (see the module docstring)."""
+    newest: dict[str, int] = {}
+    for memory in memories:
+        timeline = memory.moment.timeline_id
+        newest[timeline] = max(newest.get(timeline, memory.moment.tick), memory.moment.tick)
+
+    def value(memory: GameMemory) -> tuple[float, int, str]:
+        if memory.memory_id in retracted:
+            worth = -1.0
+        else:
+            age = newest[memory.moment.timeline_id] - memory.moment.tick
+            worth = memory.importance + math.pow(0.5, age / EVICTION_HALF_LIFE_TICKS)
+        return (worth, memory.moment.tick, ordinal_key(memory.memory_id))
+
+    return sorted(memories, key=value)

@@ -1,0 +1,102 @@
+"""Forgetting on game time in the file store: retractions, and consolidation summaries.
+
+Both are appends, with an append's guarantees (``engine.py``):
+
+* :func:`forget` writes one retraction, as an append writes a memory: under the writer
+  lock, after recovery and a read of the partition checked against the ledgers, its
+  intent is appended and fsynced to the retraction ledger, then its record to the owner's
+  retraction log (``retractions.py``), fsynced; the call returns after both. A writer
+  killed part-way leaves a torn tail or a pending intent, which the next writer resolves;
+  an acknowledged retraction survives ``kill -9`` and power loss, and a retraction log cut
+  short fails reads closed, like a memory log.
+* :func:`consolidate` is one append of the summary, whose ``consolidates`` retracts its
+  sources as of its own moment: both or neither by construction. Its sources are checked
+  under the same lock as the append, so an erase cannot remove one in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from game_memory.errors import CapacityExceededError, InvalidArgumentError, MemoryNotFoundError
+from game_memory.model import GameMemory, GameMoment
+from game_memory.store.engine import StoreEngine, validated_id
+from game_memory.store.ledger import LedgerEntry
+from game_memory.store.lifecycle import checked_summary, covered
+from game_memory.store.partitions import identity_hash, partition_hash
+from game_memory.store.records import encode_record
+from game_memory.store.retractions import encode_retraction
+
+__all__ = ["consolidate", "forget"]
+
+
+def forget(
+    engine: StoreEngine, session_id: str, owner_id: str, memory_id: str, at: GameMoment
+) -> bool:
+    """Durably retract ``memory_id`` as of ``at``; ``False`` if already retracted then.
+
+    Raises:
+        MemoryNotFoundError: the owner holds no memory ``memory_id`` (nothing written).
+        InvalidArgumentError: an id or ``at`` is invalid.
+        CapacityExceededError: the store holds ``maximum_entries`` retractions already.
+        PersistenceError: the partition is damaged (nothing written).
+    """
+    for value, what in ((session_id, "session_id"), (owner_id, "owner_id")):
+        validated_id(value, what)
+    validated_id(memory_id, "memory_id")
+    if not isinstance(at, GameMoment):
+        raise InvalidArgumentError("forget takes the game moment of the retraction (a GameMoment)")
+    record = encode_record(encode_retraction(memory_id, at))
+    session_hash, owner_hash = partition_hash(session_id), partition_hash(owner_id)
+    engine.layout.guard()  # before the lock, whose file is in the data folder
+    with engine.locked():
+        state, _marks = engine.prepare(session_hash, owner_hash)
+        if state.find(memory_id) is None:
+            raise MemoryNotFoundError(
+                f"owner {owner_id!r} of session {session_id!r} holds no memory {memory_id!r}; "
+                "nothing was forgotten. Check the id (enumerate lists what the owner holds)"
+            )
+        if covered((moment for held, moment in state.retractions if held == memory_id), at):
+            return False
+        count = engine.retraction_ledger.count()
+        if count >= engine.maximum_entries:
+            raise CapacityExceededError(
+                f"the store holds {count:,} retractions, its maximum_entries; compact it "
+                "('game-memory compact' drops redundant ones), erase what the game no longer "
+                "needs, or open it with a larger maximum_entries",
+                bound="maximum_entries",
+            )
+        engine.layout.require_format(3)
+        entry = LedgerEntry(session_hash, owner_hash, identity_hash(memory_id))
+        engine.retraction_ledger.append([entry], first_index=count)
+        engine.write_records(state, [record], durable=True, series="r")
+        engine.note_verified(engine.retraction_ledger)
+        return True
+
+
+def consolidate(
+    engine: StoreEngine,
+    session_id: str,
+    owner_id: str,
+    memory_ids: Sequence[str],
+    summary: GameMemory,
+) -> bool:
+    """Append ``summary`` consolidating ``memory_ids`` (see the module docstring).
+
+    Raises:
+        MemoryNotFoundError: an id names no memory of the owner (nothing written).
+        InvalidArgumentError: see :func:`~game_memory.store.lifecycle.checked_summary`.
+        MemoryConflictError: the summary's id holds other content.
+        CapacityExceededError: the store is full, or the summary too large for a file.
+    """
+    validated_id(session_id, "session_id")
+    validated_id(owner_id, "owner_id")
+    if not isinstance(summary, GameMemory):
+        raise InvalidArgumentError("consolidate takes a GameMemory as its summary")
+    session_hash, owner_hash = partition_hash(session_id), partition_hash(owner_id)
+    engine.layout.guard()  # before the lock, whose file is in the data folder
+    with engine.locked():
+        state, _marks = engine.prepare(session_hash, owner_hash)
+        held = () if state.view is None else tuple(state.view.positions)
+        checked = checked_summary(session_id, owner_id, memory_ids, summary, held)
+        return engine.add_locked(checked, engine.encode(checked), state)

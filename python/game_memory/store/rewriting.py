@@ -1,0 +1,426 @@
+"""Rewriting partitions: how an erase removes bytes for good and a compaction tidies files.
+
+Everything here runs under the writer lock, driven by the rewrite journal
+(``rewrite_journal.py``), and every step is idempotent, so :func:`finish_rewrite` both
+completes a rewrite that was just committed and finishes one whose writer died, from the
+phase its journal names:
+
+1. ``copies`` (erase only): read the memories the erase covers (the partition's files are
+   still untouched) and delete their copies outside the partition (``copies.py``); then
+   advance the journal to ``files``. Doing this first is what lets a crash later still
+   name every copy: once a partition file changes, the copies are already gone, durably.
+2. ``files``: a whole session is deleted (its ledger intents first, then its folder).
+   For one owner partition, read its files and write what stays under staging names
+   (``*.new``, which readers never look at): each pack holding a record to drop, rebuilt
+   without it; the owner's memory log and retraction log, each as the fewest segments of
+   up to ``maximum_file_bytes`` (a series that would not change is left alone). Erased
+   memories, second copies of a memory and retractions of memories no longer there are
+   dropped, and so is a retraction that another of the same memory and timeline at an
+   earlier or equal tick makes redundant. The staged files and the folder are fsynced;
+   the ledgers are rewritten to match (intents of erased memories and dropped retractions
+   removed); then the journal advances to ``switch`` with each new series' length.
+3. ``switch``: rename every staged file over the file it replaces, delete the old
+   segments past each new series' length (highest first), fsync the folder, remove the
+   journal.
+
+A crash in phase 2 leaves the partition's own files untouched (staging is redone from
+them); a crash in phase 3 leaves complete, durable staged files, and the switch is
+finished. Readers never see a partition between two of these steps: while a journal
+exists they wait for the writer lock (``engine.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from game_memory.durable import fs
+from game_memory.durable.names import identity_hash, partition_hash, segment_path
+from game_memory.errors import PersistenceError
+from game_memory.model import GameMemory
+from game_memory.store.copies import remove_copies, remove_tree
+from game_memory.store.documents import DocumentError, decode_document
+from game_memory.store.ledger import Ledger, LedgerEntry
+from game_memory.store.packs import encode_pack, pack_path, read_pack_index, read_pack_range
+from game_memory.store.partitions import PartitionCache
+from game_memory.store.records import HEADER_BYTES, RecordCorruption, encode_record, scan_records
+from game_memory.store.retractions import Retraction, decode_retraction
+from game_memory.store.rewrite_journal import Rewrite, RewriteJournal
+
+__all__ = ["RewriteContext", "finish_rewrite", "split_segments"]
+
+STAGED = ".new"
+_STAGED_NAME = re.compile(
+    r"^(?:[or]-([0-9a-f]{64})(?:\.[1-9][0-9]{0,8})?\.log|p-[1-9][0-9]{0,8}\.pack)\.new$"
+)
+_Item = TypeVar("_Item")
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteContext:
+    """What a rewrite needs of the store (the engine hands it out)."""
+
+    root: Path
+    data: Path
+    ledger: Ledger
+    retraction_ledger: Ledger
+    journal: RewriteJournal
+    cache: PartitionCache
+    maximum_file_bytes: int
+
+
+def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
+    """Carry ``rewrite`` through to its end from the phase its journal names (see above).
+
+    Raises:
+        PersistenceError: a file could not be read (it is corrupt) or written.
+    """
+    if rewrite.phase == "copies":
+        _remove_copies(context, rewrite)
+        rewrite = dataclasses.replace(rewrite, phase="files")
+        context.journal.write(rewrite)
+    directory = context.data / f"s-{rewrite.session_hash}"
+    if rewrite.phase == "files":
+        if rewrite.owner_hash is None:
+            _rewrite_ledgers(context, rewrite, None)
+            remove_tree(directory)
+            context.journal.remove()
+            _forget_cached(context, rewrite)
+            return
+        rewrite, retractions_kept = _stage(context, rewrite, directory)
+        _rewrite_ledgers(context, rewrite, retractions_kept)
+        context.journal.write(rewrite)
+    _switch(rewrite, directory)
+    context.journal.remove()
+    _forget_cached(context, rewrite)
+
+
+def split_segments(records: list[bytes], maximum_file_bytes: int) -> list[bytes]:
+    """Greedily pack framed records into segments of at most ``maximum_file_bytes`` each
+    (as appends fill them; a record never spans two)."""
+    segments: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for record in records:
+        if size and size + len(record) > maximum_file_bytes:
+            segments.append(b"".join(current))
+            current, size = [], 0
+        current.append(record)
+        size += len(record)
+    if current:
+        segments.append(b"".join(current))
+    return segments
+
+
+# -- phase 1: copies -------------------------------------------------------------------------
+
+
+def _remove_copies(context: RewriteContext, rewrite: Rewrite) -> None:
+    directory = context.data / f"s-{rewrite.session_hash}"
+    owners = (
+        [rewrite.owner_hash]
+        if rewrite.owner_hash is not None
+        else context.cache.owner_hashes(directory)
+    )
+    erased: list[GameMemory] = []
+    for owner_hash in owners:
+        state = context.cache.read(directory, rewrite.session_hash, owner_hash)
+        if state.view is None:
+            continue
+        erased.extend(
+            memory
+            for memory in state.view.memories
+            if rewrite.covers(rewrite.session_hash, owner_hash, identity_hash(memory.memory_id))
+        )
+    remove_copies(
+        context.root,
+        context.data,
+        rewrite.session_hash,
+        rewrite.owner_hash,
+        erased,
+        whole_partitions=rewrite.memory_hashes is None,
+    )
+
+
+# -- phase 2: ledgers and staging -------------------------------------------------------------
+
+
+def _rewrite_ledgers(
+    context: RewriteContext, rewrite: Rewrite, retractions_kept: dict[str, int] | None
+) -> None:
+    """Drop the intents of erased memories and of retractions no longer kept.
+
+    ``retractions_kept`` maps a memory hash of the rewritten partition to how many of its
+    retractions stay (``None``: the whole session goes).
+    """
+    session, owner = rewrite.session_hash, rewrite.owner_hash
+    entries = context.ledger.read()
+    kept = [e for e in entries if not rewrite.covers(e.session_hash, e.owner_hash, e.memory_hash)]
+    if len(kept) != len(entries):
+        context.ledger.rewrite(kept)
+    retractions = context.retraction_ledger.read()
+    remaining = dict(retractions_kept or {})
+    kept_retractions: list[LedgerEntry] = []
+    for entry in retractions:
+        if entry.session_hash != session or (owner is not None and entry.owner_hash != owner):
+            kept_retractions.append(entry)
+        elif remaining.get(entry.memory_hash, 0) > 0:
+            remaining[entry.memory_hash] -= 1
+            kept_retractions.append(entry)
+    if len(kept_retractions) != len(retractions):
+        context.retraction_ledger.rewrite(kept_retractions)
+
+
+@dataclass
+class _PackRead:
+    path: str
+    others: list[tuple[str, list[bytes]]]
+    mine: list[tuple[GameMemory, bytes]]
+
+
+@dataclass
+class _Series(Generic[_Item]):
+    """One log series of the partition as read: its items with their payloads, and the
+    valid bytes of each segment (torn tails left out)."""
+
+    items: list[tuple[_Item, bytes]] = field(default_factory=list)
+    contents: list[bytes] = field(default_factory=list)
+
+
+def _stage(
+    context: RewriteContext, rewrite: Rewrite, directory: Path
+) -> tuple[Rewrite, dict[str, int]]:
+    """Write the partition's new files under staging names; return the journal's next
+    state (``switch``) and, per memory hash, how many of its retractions stay."""
+    session_hash, owner_hash = rewrite.session_hash, rewrite.owner_hash
+    assert owner_hash is not None
+    if not os.path.isdir(directory):  # nothing left of the partition (a switch emptied it)
+        return dataclasses.replace(rewrite, phase="switch", segments=0, retraction_segments=0), {}
+    _remove_staged(directory, owner_hash)
+    maximum = context.maximum_file_bytes
+    erased = _covered(rewrite, session_hash, owner_hash)
+    kept_ids: set[str] = set()
+    for pack in _read_packs(directory, session_hash, owner_hash, maximum):
+        mine: list[bytes] = []
+        for found, payload in pack.mine:
+            if not erased(found) and found.memory_id not in kept_ids:
+                kept_ids.add(found.memory_id)
+                mine.append(encode_record(payload))
+        if len(mine) != len(pack.mine):
+            groups = [(h, [encode_record(p) for p in payloads]) for h, payloads in pack.others]
+            if mine:
+                groups.append((owner_hash, mine))
+            _write_staged(Path(pack.path + STAGED), encode_pack(groups))
+
+    owner: str = owner_hash
+
+    def decode(payload: bytes, path: str) -> GameMemory:
+        return _decode_memory(payload, path, session_hash, owner)
+
+    memories = _read_series(directory, owner_hash, "o", decode, maximum)
+    records: list[bytes] = []
+    for item, payload in memories.items:
+        if not erased(item) and item.memory_id not in kept_ids:
+            kept_ids.add(item.memory_id)
+            records.append(encode_record(payload))
+    segments = _stage_series(directory, owner_hash, "o", memories, records, maximum)
+
+    retractions = _read_series(directory, owner_hash, "r", _decode_retraction, maximum)
+    earliest: dict[tuple[str, str], int] = {}
+    for (memory_id, at), _payload in retractions.items:
+        key = (memory_id, at.timeline_id)
+        earliest[key] = min(earliest.get(key, at.tick), at.tick)
+    kept: list[bytes] = []
+    counts: dict[str, int] = {}
+    taken: set[tuple[str, str]] = set()
+    for (memory_id, at), payload in retractions.items:
+        key = (memory_id, at.timeline_id)
+        if memory_id not in kept_ids or key in taken or at.tick != earliest[key]:
+            continue  # erased, unknown, or made redundant by an earlier retraction
+        taken.add(key)
+        kept.append(encode_record(payload))
+        memory_hash = identity_hash(memory_id)
+        counts[memory_hash] = counts.get(memory_hash, 0) + 1
+    retraction_segments = _stage_series(directory, owner_hash, "r", retractions, kept, maximum)
+    fs.fsync_directory(directory)
+    staged = dataclasses.replace(
+        rewrite, phase="switch", segments=segments, retraction_segments=retraction_segments
+    )
+    return staged, counts
+
+
+def _covered(rewrite: Rewrite, session_hash: str, owner_hash: str) -> Callable[[GameMemory], bool]:
+    def covered(memory: GameMemory) -> bool:
+        return rewrite.covers(session_hash, owner_hash, identity_hash(memory.memory_id))
+
+    return covered
+
+
+def _stage_series(
+    directory: Path,
+    owner_hash: str,
+    series: str,
+    read: _Series[_Item],
+    records: list[bytes],
+    maximum_file_bytes: int,
+) -> int:
+    """Stage a series' new segments unless they equal the old; return its new length."""
+    contents = split_segments(records, maximum_file_bytes)
+    if contents == read.contents:
+        return len(read.contents)
+    for number, data in enumerate(contents):
+        _write_staged(Path(segment_path(directory, owner_hash, number, series) + STAGED), data)
+    return len(contents)
+
+
+def _read_packs(
+    directory: Path, session_hash: str, owner_hash: str, maximum_file_bytes: int
+) -> list[_PackRead]:
+    """Every pack of the session holding records of the owner, with all its ranges."""
+    payload_bound = maximum_file_bytes - HEADER_BYTES
+    found: list[_PackRead] = []
+    number = 1
+    while True:
+        path = pack_path(directory, number)
+        info = fs.lstat_regular(path)
+        if info is None:
+            return found
+        index = read_pack_index(path, info, maximum_file_bytes)
+        if owner_hash in index.owners:
+            others = [
+                (other, read_pack_range(index, other, payload_bound))
+                for other in sorted(index.owners)
+                if other != owner_hash
+            ]
+            mine = [
+                (_decode_memory(payload, path, session_hash, owner_hash), payload)
+                for payload in read_pack_range(index, owner_hash, payload_bound)
+            ]
+            found.append(_PackRead(path, others, mine))
+        number += 1
+
+
+def _read_series(
+    directory: Path,
+    owner_hash: str,
+    series: str,
+    decode: Callable[[bytes, str], _Item],
+    maximum_file_bytes: int,
+) -> _Series[_Item]:
+    """Read a log series strictly (damage raises; only the last segment may be torn)."""
+    read: _Series[_Item] = _Series()
+    number = 0
+    torn_before: str | None = None
+    while True:
+        path = segment_path(directory, owner_hash, number, series)
+        loaded = fs.read_file(path, maximum_file_bytes)
+        if loaded is None:
+            return read
+        if torn_before is not None:
+            raise PersistenceError(f"{torn_before} is cut short before the next segment")
+        data = loaded[0]
+        try:
+            scan = scan_records(data, maximum_payload=maximum_file_bytes - HEADER_BYTES)
+        except RecordCorruption as exc:
+            raise PersistenceError(
+                f"{path} is corrupt ({exc.reason} at byte {exc.offset}); run 'game-memory "
+                "check' and salvage the save before erasing from it"
+            ) from exc
+        if scan.torn_bytes:
+            torn_before = path
+        read.contents.append(data[: scan.end])
+        read.items.extend((decode(payload, path), payload) for payload in scan.payloads)
+        number += 1
+
+
+def _decode_memory(payload: bytes, path: str, session_hash: str, owner_hash: str) -> GameMemory:
+    try:
+        memory = decode_document(payload)
+    except DocumentError as exc:
+        raise PersistenceError(f"{path} holds an unreadable record: {exc}") from exc
+    if (partition_hash(memory.session_id), partition_hash(memory.owner_id)) != (
+        session_hash,
+        owner_hash,
+    ):
+        raise PersistenceError(f"{path} holds a memory of another partition; the save is corrupt")
+    return memory
+
+
+def _decode_retraction(payload: bytes, path: str) -> Retraction:
+    try:
+        return decode_retraction(payload)
+    except DocumentError as exc:
+        raise PersistenceError(f"{path} holds an unreadable retraction: {exc}") from exc
+
+
+def _write_staged(path: Path, data: bytes) -> None:
+    """Write a staged file whole and fsync it (the folder is fsynced once, after all)."""
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(path, flags, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise PersistenceError(f"could not write {path}: {exc.strerror}") from exc
+
+
+def _staged_names(directory: Path, owner_hash: str) -> list[str]:
+    names: list[str] = []
+    for entry in fs.list_directory(directory):
+        match = _STAGED_NAME.match(entry.name)
+        if match is not None and match.group(1) in (None, owner_hash):
+            names.append(entry.name)
+    return names
+
+
+def _remove_staged(directory: Path, owner_hash: str) -> None:
+    for name in _staged_names(directory, owner_hash):
+        try:
+            os.unlink(directory / name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise PersistenceError(f"could not remove {directory / name}: {exc.strerror}") from exc
+
+
+# -- phase 3: switch --------------------------------------------------------------------------
+
+
+def _switch(rewrite: Rewrite, directory: Path) -> None:
+    owner_hash = rewrite.owner_hash
+    assert owner_hash is not None and rewrite.segments is not None
+    assert rewrite.retraction_segments is not None
+    if not os.path.isdir(directory):
+        return
+    try:
+        for name in _staged_names(directory, owner_hash):
+            os.replace(directory / name, directory / name[: -len(STAGED)])
+        for series, length in (("o", rewrite.segments), ("r", rewrite.retraction_segments)):
+            number = length
+            while os.path.lexists(segment_path(directory, owner_hash, number, series)):
+                number += 1
+            for stale in range(number - 1, length - 1, -1):
+                os.unlink(segment_path(directory, owner_hash, stale, series))
+    except OSError as exc:
+        raise PersistenceError(f"could not rewrite {directory}: {exc.strerror}") from exc
+    fs.fsync_directory(directory)
+    if not os.listdir(directory):
+        os.rmdir(directory)
+        fs.fsync_directory(directory.parent)
+
+
+def _forget_cached(context: RewriteContext, rewrite: Rewrite) -> None:
+    if rewrite.owner_hash is None:
+        context.cache.forget_session(rewrite.session_hash)
+    else:
+        context.cache.forget(rewrite.session_hash, rewrite.owner_hash)

@@ -1,0 +1,140 @@
+"""``game-memory forget``, ``erase`` and ``compact``, run in-process on real folders."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from game_memory import (
+    FileGameMemoryStore,
+    GameMemory,
+    GameMemoryQuery,
+    GameMoment,
+    open_memory,
+)
+from game_memory.cli import main
+from game_memory.cli.options import recall_settings
+from game_memory.cli.parser import build_parser
+
+
+def _memory(number: int, owner: str = "mira") -> GameMemory:
+    return GameMemory(
+        memory_id=f"m{number}",
+        session_id="slot",
+        owner_id=owner,
+        scope="village",
+        kind="event",
+        payload_json=json.dumps({"secret": f"CLI-MARKER-{number}"}),
+        moment=GameMoment(timeline_id="main", tick=10 * number),
+        searchable_text=f"memory {number}: the thief at the well",
+    )
+
+
+@pytest.fixture
+def save(tmp_path: Path) -> Path:
+    """A save of four memories of two NPCs, with a hashing-model index beside it."""
+    folder = tmp_path / "save"
+
+    async def seed() -> None:
+        async with await open_memory(folder, model="hashing") as memory:
+            for number in range(4):
+                await memory.append(_memory(number, "mira" if number < 3 else "tomas"))
+
+    asyncio.run(seed())
+    return folder
+
+
+def _recalled(save: Path, tick: int | None = None) -> list[str]:
+    async def read() -> list[str]:
+        async with FileGameMemoryStore(save) as store:
+            moment = None if tick is None else GameMoment(timeline_id="main", tick=tick)
+            query = GameMemoryQuery(session_id="slot", limit=10, at_or_before=moment)
+            return sorted(h.memory.memory_id for h in (await store.snapshot(query)).lexical)
+
+    return asyncio.run(read())
+
+
+def _forget(save: Path, *extra: str) -> list[str]:
+    return ["forget", "--save-dir", str(save), "--session", "slot", "--owner", "mira", *extra]
+
+
+def test_forget_retracts_as_of_a_moment(save: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    arguments = _forget(save, "--memory", "m1", "--timeline", "main", "--tick", "25")
+    assert main(arguments) == 0
+    assert "forgot 'm1' of 'mira'" in capsys.readouterr().out
+    assert _recalled(save, 30) == ["m0", "m2", "m3"]
+    assert _recalled(save, 20) == ["m0", "m1", "m2"]
+    assert main([*arguments, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"memory_id": "m1", "forgotten": False}
+
+
+def test_forgetting_an_unknown_memory_is_one_line_and_exit_1(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(_forget(save, "--memory", "m9", "--timeline", "main", "--tick", "1"))
+    errors = capsys.readouterr().err
+    assert code == 1 and "holds no memory 'm9'" in errors and "Traceback" not in errors
+
+
+def test_erase_drops_memories_and_their_vectors(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = save.with_name("save.index")
+    assert index.is_dir()
+    base = ["erase", "--save-dir", str(save), "--session", "slot"]
+    assert main([*base, "--owner", "mira", "--memory", "m0", "--memory", "m2", "--dry-run"]) == 0
+    assert "would erase 2 memories" in capsys.readouterr().out
+    assert _recalled(save) == ["m0", "m1", "m2", "m3"]
+    assert main([*base, "--owner", "mira", "--memory", "m0", "--memory", "m2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"erased": 2}
+    assert _recalled(save) == ["m1", "m3"]
+    for folder in (save, index):
+        for path in folder.rglob("*"):
+            if path.is_file():
+                assert b"CLI-MARKER-0" not in path.read_bytes(), path
+
+    async def status() -> tuple[int, int]:
+        async with await open_memory(save, model="hashing") as memory:
+            found = await memory.get_status("slot")
+            return found.total_entries, found.orphan_entries
+
+    assert asyncio.run(status()) == (2, 0)
+    assert main([*base]) == 0
+    assert "erased 2 memories and its vectors for good: session 'slot'" in capsys.readouterr().out
+    assert _recalled(save) == []
+
+
+def test_erase_refuses_memories_without_an_owner_and_a_missing_save(
+    tmp_path: Path, save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["erase", "--save-dir", str(save), "--session", "slot", "--memory", "m1"])
+    assert code == 1 and "--memory needs --owner" in capsys.readouterr().err
+    missing = tmp_path / "nothing here"
+    assert main(["erase", "--save-dir", str(missing), "--session", "slot"]) == 1
+    assert "there is no save" in capsys.readouterr().err
+    assert not missing.exists()  # erase never creates a save
+
+
+def test_compact_prints_the_size_before_and_after(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (save / ".game-memory" / "leftover.tmp").write_bytes(b"x" * 1000)
+    assert main(["compact", "--save-dir", str(save), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["files_removed"] == 1
+    assert report["bytes_before"] - report["bytes_after"] == 1000
+    assert main(["compact", "--save-dir", str(save)]) == 0
+    assert "compacted:" in capsys.readouterr().out
+
+
+def test_serve_takes_the_retention_policy() -> None:
+    arguments = ["serve", "--stdio", "--save-dir", "s", "--maximum-memories-per-owner", "50"]
+    settings = recall_settings(build_parser().parse_args(arguments))
+    assert settings.options is not None
+    assert settings.options.maximum_memories_per_owner == 50
+    refused = [*arguments[:-1], "0"]
+    with pytest.raises(ValueError, match="maximum-memories-per-owner"):
+        recall_settings(build_parser().parse_args(refused))

@@ -1,0 +1,363 @@
+"""Memory over a whole game on every backend: forget on game time, erase, consolidate, evict.
+
+Forgetting and consolidating are on game time: a query as of the retraction's moment or
+later on its timeline no longer recalls the memory, an earlier moment or another timeline
+still does (loading an earlier save brings it back). Erasing is not: the memory is gone
+for good, from the save and the derived index, and its id is free again. A bounded owner
+gives up its lowest-value memories down to 90% of the bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from game_memory import (
+    GameMemory,
+    GameMemoryStore,
+    GameMoment,
+    InvalidArgumentError,
+    MemoryConflictError,
+    MemoryNotFoundError,
+)
+from game_memory.store.lifecycle import eviction_target
+from support.providers import FaultyProvider
+from support.stores import search
+from support.vectors import Diagnostics, MemoryFactory, query
+
+from .conftest import HybridFactory, StoreOpener
+
+
+def at(tick: int, timeline: str = "world") -> GameMoment:
+    return GameMoment(timeline_id=timeline, tick=tick)
+
+
+def ids(memories: Sequence[Any]) -> list[str]:
+    return sorted(memory.memory_id for memory in memories)
+
+
+async def recalled(
+    store: GameMemoryStore, tick: int | None, timeline: str = "world", **fields: Any
+) -> list[str]:
+    moment = None if tick is None else at(tick, timeline)
+    return ids(await search(store, query(limit=50, at_or_before=moment, **fields)))
+
+
+async def village(store: GameMemoryStore, make_memory: MemoryFactory) -> None:
+    for number, text in enumerate(["the mill burned", "a rumour of a dragon", "bread is cheap"]):
+        await store.append(make_memory(f"m{number}", text=text, tick=10 * (number + 1)))
+
+
+# -- forget ---------------------------------------------------------------------------------
+
+
+async def test_a_forgotten_memory_is_hidden_from_its_moment_on_and_only_on_its_timeline(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await village(store, make_memory)
+    assert await store.forget("session", "owner", "m1", at(100)) is True
+    assert await recalled(store, 99) == ["m0", "m1", "m2"]  # an earlier save: remembered
+    assert await recalled(store, 100) == ["m0", "m2"]
+    assert await recalled(store, 5_000) == ["m0", "m2"]
+    assert await recalled(store, 5_000, "other branch") == []  # nothing there at all
+    assert await recalled(store, None) == ["m0", "m2"]  # without a moment: forgotten
+    text = await search(store, query("dragon", at_or_before=at(150)))
+    assert text == []
+    assert ids(await store.enumerate("session")) == ["m0", "m1", "m2"]  # still in the save
+    assert await store.count() == 3
+
+
+async def test_forgetting_is_idempotent_and_an_earlier_moment_widens_it(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await village(store, make_memory)
+    assert await store.forget("session", "owner", "m1", at(100)) is True
+    assert await store.forget("session", "owner", "m1", at(100)) is False
+    assert await store.forget("session", "owner", "m1", at(300)) is False  # covered already
+    assert await store.forget("session", "owner", "m1", at(50)) is True
+    assert await recalled(store, 60) == ["m0", "m2"]
+    assert (
+        await store.forget("session", "owner", "m1", at(60, "branch")) is True
+    )  # another timeline
+
+
+async def test_forgetting_what_the_owner_does_not_hold_raises_and_changes_nothing(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await village(store, make_memory)
+    with pytest.raises(MemoryNotFoundError, match="'m9'"):
+        await store.forget("session", "owner", "m9", at(1))
+    with pytest.raises(MemoryNotFoundError):
+        await store.forget("session", "somebody", "m1", at(1))
+    with pytest.raises(MemoryNotFoundError):
+        await store.forget("another session", "owner", "m1", at(1))
+    with pytest.raises(InvalidArgumentError):
+        await store.forget("session", "owner", "m1", 5)  # type: ignore[arg-type]
+    assert await recalled(store, None) == ["m0", "m1", "m2"]
+
+
+async def test_a_retraction_is_kept_by_the_save(
+    open_store: StoreOpener, make_memory: MemoryFactory
+) -> None:
+    first = open_store()
+    await village(first, make_memory)
+    await first.forget("session", "owner", "m0", at(20))
+    again = open_store()  # another handle on the same save
+    assert await recalled(again, 30) == ["m1", "m2"]
+    assert await recalled(again, 19) == ["m0"]
+
+
+async def test_forgetting_the_newest_version_of_a_belief_brings_the_older_one_back(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await store.append(make_memory("dry", text="the ford is passable", tick=10, belief_key="ford"))
+    await store.append(make_memory("wet", text="the ford is flooded", tick=20, belief_key="ford"))
+    assert await recalled(store, 30) == ["wet"]
+    await store.forget("session", "owner", "wet", at(25))
+    assert await recalled(store, 30) == ["dry"]
+    assert await recalled(store, 22) == ["wet"]
+
+
+# -- consolidate -------------------------------------------------------------------------------
+
+
+def summary(make_memory: MemoryFactory, tick: int = 500, **fields: Any) -> GameMemory:
+    fields.setdefault("kind", "reflection")
+    return make_memory("fire", text="what Mira makes of the fire", tick=tick, **fields)
+
+
+async def test_a_summary_replaces_its_sources_as_of_its_moment(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await village(store, make_memory)
+    assert await store.consolidate("session", "owner", ["m0", "m1"], summary(make_memory)) is True
+    assert await recalled(store, 499) == ["m0", "m1", "m2"]
+    assert await recalled(store, 500) == ["fire", "m2"]
+    assert await recalled(store, None) == ["fire", "m2"]
+    stored = next(m for m in await store.enumerate("session") if m.memory_id == "fire")
+    assert stored.consolidates == ("m0", "m1")
+    assert await store.count() == 4
+    again = await store.consolidate("session", "owner", ["m0", "m1"], summary(make_memory))
+    assert again is False  # the same summary: idempotent
+
+
+async def test_a_consolidation_that_cannot_be_is_refused_whole(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await village(store, make_memory)
+    with pytest.raises(MemoryNotFoundError, match="'m9'"):
+        await store.consolidate("session", "owner", ["m0", "m9"], summary(make_memory))
+    with pytest.raises(InvalidArgumentError, match="reflection"):
+        await store.consolidate("session", "owner", ["m0"], summary(make_memory, kind="event"))
+    with pytest.raises(InvalidArgumentError):
+        await store.consolidate("session", "other", ["m0"], summary(make_memory))
+    with pytest.raises(InvalidArgumentError):
+        await store.consolidate("session", "owner", [], summary(make_memory))
+    assert await store.count() == 3 and await recalled(store, None) == ["m0", "m1", "m2"]
+    await store.consolidate("session", "owner", ["m0"], summary(make_memory))
+    with pytest.raises(MemoryConflictError):
+        await store.consolidate(
+            "session", "owner", ["m1"], summary(make_memory, searchable_text="another view")
+        )
+
+
+# -- erase ------------------------------------------------------------------------------------
+
+
+async def test_erasing_listed_memories_removes_them_for_good_and_lowers_the_count(
+    open_store: StoreOpener, make_memory: MemoryFactory
+) -> None:
+    store = open_store()
+    await village(store, make_memory)
+    await store.append(make_memory("x1", owner_id="tomas", text="the mill burned"))
+    await store.forget("session", "owner", "m1", at(100))
+    assert await store.erase("session", "owner", ["m1", "m2", "unknown"]) == 2
+    assert await store.count() == 2
+    assert ids(await store.enumerate("session")) == ["m0", "x1"]
+    assert await recalled(store, 10) == ["m0", "x1"]  # not on game time: gone from every moment
+    # The id is free again, and nothing of the old memory (its retraction) clings to it.
+    await store.append(make_memory("m1", text="a new memory under an old id", tick=999))
+    assert await recalled(store, 2_000, owner_id="owner") == ["m0", "m1"]
+    assert ids(await open_store().enumerate("session", "owner")) == ["m0", "m1"]
+
+
+async def test_erasing_an_owner_or_a_session_leaves_the_others(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    for owner in ("mira", "tomas"):
+        for session in ("slot-1", "slot-2"):
+            for number in range(3):
+                await store.append(
+                    make_memory(f"{owner}-{number}", owner_id=owner, session_id=session)
+                )
+    assert await store.erase("slot-1", "mira") == 3
+    assert ids(await store.enumerate("slot-1")) == ["tomas-0", "tomas-1", "tomas-2"]
+    assert await store.erase("slot-2") == 6
+    assert await store.enumerate("slot-2") == []
+    assert await store.erase("slot-2") == 0
+    assert await store.erase("nobody's session", "nobody") == 0
+    assert await store.count() == 3
+    with pytest.raises(InvalidArgumentError, match="owner_id"):
+        await store.erase("slot-1", memory_ids=["tomas-0"])
+    report = await store.check()
+    assert report.ok, report.problems
+
+
+async def test_compaction_reports_and_keeps_every_memory(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    await village(store, make_memory)
+    await store.erase("session", "owner", ["m1"])
+    report = await store.compact()
+    assert report.bytes_before >= 0 and report.bytes_after >= 0  # what each backend measures
+    assert ids(await store.enumerate("session")) == ["m0", "m2"]
+    assert (await store.compact()).partitions_rewritten == 0  # nothing left to tidy
+
+
+# -- the front door: vectors, markers, eviction ----------------------------------------------------
+
+
+async def test_a_forgotten_memory_is_not_recalled_by_its_vector_either(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory
+) -> None:
+    memory = open_hybrid(provider)
+    await memory.append(make_memory("m1", text="the cat sleeps on the roof", tick=1))
+    await memory.append(make_memory("m2", text="an axe by the door", tick=2))
+    assert "m1" in ids((await memory.recall(query("feline", at_or_before=at(10)))).memories)
+    assert await memory.forget("session", "owner", "m1", at(5)) is True
+    result = await memory.recall(query("feline", at_or_before=at(10)))
+    assert "m1" not in ids(result.memories) and not result.fallback
+    assert "m1" in ids((await memory.recall(query("feline", at_or_before=at(4)))).memories)
+
+
+async def test_a_summary_is_recalled_with_its_sources_in_the_evidence(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory
+) -> None:
+    memory = open_hybrid(provider)
+    await memory.append(make_memory("m1", text="smoke over the mill", tick=1))
+    await memory.append(make_memory("m2", text="the miller wept", tick=2))
+    made = summary(make_memory, tick=10, searchable_text="the mill fire was no accident")
+    assert await memory.consolidate("session", "owner", ["m1", "m2"], made) is True
+    result = await memory.recall(query("mill fire", at_or_before=at(20)))
+    assert ids(result.memories) == ["fire"]
+    assert result.hits[0].memory.consolidates == ("m1", "m2")
+    assert (await memory.get_status("session")).ready_entries == 3
+
+
+async def test_erasing_drops_the_vectors_and_leaves_no_marker_in_any_file(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory
+) -> None:
+    memory = open_hybrid(provider)
+    erased = [
+        make_memory(
+            f"e{number}",
+            text=f"ERASE-MARKER-{number:03d} a secret about the well",
+            payload_json=json.dumps({"secret": f"PAYLOAD-MARKER-{number:03d}"}),
+            tick=number,
+        )
+        for number in range(6)
+    ]
+    kept = make_memory("k", text="KEEP-MARKER the well is deep", tick=99)
+    for item in [*erased, kept]:
+        await memory.append(item)
+    await memory.forget("session", "owner", "e1", at(50))
+    vectors = await _vectors(memory, {m.memory_id for m in erased})
+    assert len(vectors) == 6
+    assert await memory.erase("session", "owner", [m.memory_id for m in erased]) == 6
+    status = await memory.get_status("session")
+    assert (status.total_entries, status.ready_entries, status.orphan_entries) == (1, 1, 0)
+    assert ids((await memory.recall(query("secret well", limit=10))).memories) == ["k"]
+    save = memory.authoritative.folder
+    index = memory.index.folder if memory.index is not None else None
+    if save is not None:  # a backend that keeps the save in a folder: grep every file of it
+        assert _markers(Path(save), [b"ERASE-MARKER-", b"PAYLOAD-MARKER-"], []) == []
+        assert _markers(Path(save), [b"KEEP-MARKER"], [])  # the grep finds what is there
+    if index is not None:
+        assert _markers(Path(index), [b"ERASE-MARKER-", b"PAYLOAD-MARKER-"], vectors) == []
+        assert _markers(Path(index), [], await _vectors(memory, {"k"}))
+
+
+async def _vectors(memory: Any, memory_ids: set[str]) -> list[bytes]:
+    """The float32 bytes of the ready vectors the index holds for ``memory_ids``."""
+    assert memory.index is not None and memory.active_identity is not None
+    snapshot = await memory.authoritative.snapshot(query(limit=0))
+    found = []
+    for view in snapshot.views:
+        joined = memory.index.join(view, memory.active_identity)
+        matrix = memory.index.vectors(joined, memory.active_identity)
+        for row, position in zip(joined.rows.tolist(), joined.positions.tolist(), strict=True):
+            if view.memories[position].memory_id in memory_ids:
+                found.append(np.asarray(matrix[row], dtype="<f4").tobytes())
+    return found
+
+
+def _markers(folder: Path, markers: list[bytes], rows: list[bytes]) -> list[str]:
+    """Every file under ``folder`` holding one of ``markers`` or of the vector ``rows``."""
+    found = []
+    for directory, _, names in os.walk(folder):
+        for name in names:
+            data = (Path(directory) / name).read_bytes()
+            for needle in [*markers, *rows]:
+                if needle in data:
+                    found.append(f"{Path(directory, name).relative_to(folder)}: {needle[:20]!r}")
+    return found
+
+
+async def test_a_bounded_owner_gives_up_its_lowest_value_memories_down_to_90_percent(
+    open_hybrid: HybridFactory,
+    provider: FaultyProvider,
+    make_memory: MemoryFactory,
+    diagnostics: Diagnostics,
+) -> None:
+    bound = 20
+    memory = open_hybrid(provider, options={"maximum_memories_per_owner": bound})
+    important = {f"m{n}" for n in range(0, 40, 7)}
+    for number in range(bound):
+        level = 1.0 if f"m{number}" in important else 0.1
+        await memory.append(make_memory(f"m{number}", tick=number, importance=level))
+    await memory.append(make_memory("other", owner_id="tomas", tick=1))
+    assert len(await memory.enumerate("session", "owner")) == bound  # at the bound: all kept
+    assert diagnostics.codes().count("memories_evicted") == 0
+    await memory.append(make_memory(f"m{bound}", tick=bound, importance=0.1))
+    kept = ids(await memory.enumerate("session", "owner"))
+    assert len(kept) == eviction_target(bound) == 18
+    assert f"m{bound}" in kept  # never the memory just appended
+    assert important <= set(kept) | {f"m{n}" for n in range(bound + 1, 40)}
+    assert "m1" not in kept and "m2" not in kept  # the oldest unimportant ones went first
+    evicted = [d for d in diagnostics if d.code == "memories_evicted"]
+    assert [d.details["count"] for d in evicted] == [3]
+    assert all("m1" not in d.message for d in evicted)  # counts, never texts
+    assert ids(await memory.enumerate("session", "tomas")) == ["other"]
+    for number in range(bound + 1, bound + 3):  # below the bound again: nothing more goes
+        await memory.append(make_memory(f"m{number}", tick=number, importance=0.1))
+    assert len(await memory.enumerate("session", "owner")) == 20
+    status = await memory.get_status("session")
+    assert status.orphan_entries == 0 and status.total_entries == 21
+
+
+async def test_a_forgotten_memory_is_evicted_first(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    memory = open_hybrid(None, options={"maximum_memories_per_owner": 3})
+    for number in range(3):
+        await memory.append(make_memory(f"m{number}", tick=number, importance=0.9))
+    await memory.forget("session", "owner", "m2", at(10))
+    await memory.append(make_memory("m3", tick=3, importance=0.0))
+    assert ids(await memory.enumerate("session", "owner")) == ["m1", "m3"]  # target: 2
+
+
+async def test_an_earlier_save_still_recalls_what_a_later_moment_forgot(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory
+) -> None:
+    memory = open_hybrid(provider)
+    await memory.append(make_memory("rumour", text="the dragon sleeps under the hill", tick=100))
+    await memory.forget("session", "owner", "rumour", at(400))
+    day_five = await memory.recall(query("dragon", at_or_before=at(500)))
+    loaded_day_two = await memory.recall(query("dragon", at_or_before=at(200)))
+    assert ids(day_five.memories) == [] and ids(loaded_day_two.memories) == ["rumour"]
