@@ -56,6 +56,10 @@ RERANKER_FAMILIES: dict[str, Family | None] = {
     "recency": {"recency_weight": (0.5, 1.0)},
     "half_life": {"recency_half_life_ticks": (360.0, 10_080.0)},
     "supersede": {"supersession_penalty": (0.1, 0.2, 0.3, 0.5)},
+    "supersede_loose": {
+        "supersession_penalty": (0.3, 0.5),
+        "supersession_similarity": (0.5, 0.6),
+    },
 }
 
 

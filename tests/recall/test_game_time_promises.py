@@ -23,7 +23,7 @@ from game_memory import (
 from game_memory.recall.fusion import FusedCandidate, fuse
 from support.vectors import MemoryFactory
 
-ABSOLUTE = FusionOptions(normalization="absolute")
+ABSOLUTE = FusionOptions(normalization="absolute", lexical_weight=0.25, vector_weight=0.75)
 
 
 def at(tick: int) -> GameMemoryQuery:
@@ -60,7 +60,10 @@ def test_under_floor_normalization_the_last_of_two_scores_zero(make_memory: Memo
     fused = {
         c.memory.memory_id: c
         for c in fuse(
-            [(a, 2.0), (b, 1.9)], [(a, 0.8), (b, 0.79)], FusionOptions(normalization="floor"), 10
+            [(a, 2.0), (b, 1.9)],
+            [(a, 0.8), (b, 0.79)],
+            FusionOptions(normalization="floor", lexical_weight=0.25, vector_weight=0.75),
+            10,
         )
     }
     assert fused["b"].score == 0.0 and fused["a"].score > 0.0
@@ -152,6 +155,24 @@ def test_without_vectors_the_overlap_of_words_tells_versions_apart(
         at(900), [_candidate(old, 0.8), _candidate(new, 0.6)]
     )
     assert [c.memory.memory_id for c in ranked] == ["new", "old"]
+
+
+def test_a_candidate_without_a_vector_does_not_hide_the_cosines_of_the_others(
+    make_memory: MemoryFactory,
+) -> None:
+    # Only the lexical channel returned "stray" (no vector): old and new are still compared
+    # by their cosine (0.99), not by their words (which share almost nothing).
+    options = GameAwareMemoryRerankerOptions(supersession_penalty=0.3, supersession_similarity=0.6)
+    old = make_memory("old", tick=100, text="The bridge is open.")
+    new = make_memory("new", tick=500, text="Storm wrecked that crossing.")
+    stray = make_memory("stray", tick=50, text="Wolves in the hills.")
+    candidates = [
+        _candidate(old, 0.80, unit(1.0, 0.8, 0.0)),
+        _candidate(new, 0.60, unit(1.0, 0.9, 0.0)),
+        _candidate(stray, 0.55),
+    ]
+    ranked = GameAwareMemoryReranker(options).rank(at(900), candidates)
+    assert ranked[0].memory.memory_id == "new"
 
 
 @pytest.mark.model

@@ -28,6 +28,21 @@ Three modes:
   score depends on how many candidates there are: a lone or last candidate keeps a score
   that reflects its own similarity (an NPC with five memories is the common case), and a
   weak lexical match is not stretched to full weight.
+* ``"confidence"``: min–max within each channel, weighted by how sure the channel is of its
+  answer in this recall. A channel's floor is its lowest candidate's score, lowered (never
+  below the natural zero: cosine 0, BM25 0) until it lies at least ``lexical_minimum_gap``
+  or ``vector_minimum_gap`` below the channel's best, so a candidate scores 0 only when it
+  is that far below the best: two nearly equal candidates stay nearly equal, whatever the
+  number of candidates, and a lone candidate is scored as under ``"absolute"``. The channel's
+  weight is then scaled by its confidence: lexical ``best / (best + lexical_confidence)``
+  (a query whose words match weakly says little), vector ``min(1, z / vector_confidence)``
+  where ``z`` is how many standard deviations the best cosine stands above the candidates'
+  mean (a flat cosine list, as a model gives for text it does not know, says little; with
+  fewer than three candidates there is no spread to measure and the confidence is 1).
+  Min–max keeps what works across data sets (a model whose cosines all lie in 0.7–0.9
+  still separates its candidates); the confidence keeps a channel that knows nothing from
+  outvoting one that does, which is what the fixed minimum spreads of ``"floor"`` did only
+  on the sets they were tuned on.
 
 Every candidate also gets a ``relevance`` in [0, 1]: its fused score divided by the highest
 score the mode can give with the channels that returned candidates in this recall (the sum
@@ -57,12 +72,13 @@ from game_memory.model import GameMemory, ordinal_key
 
 __all__ = ["FusedCandidate", "FusionMode", "FusionNormalization", "FusionOptions", "fuse"]
 
-FusionNormalization = Literal["floor", "best_lexical", "absolute"]
+FusionNormalization = Literal["floor", "best_lexical", "absolute", "confidence"]
 """How ``CONVEX`` puts the two channels on one scale (see the module docstring)."""
 
 _Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
 _LexicalSpread = Annotated[float, Field(ge=0.0, le=1_000_000.0, allow_inf_nan=False)]
 _CosineSpread = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+_Confidence = Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)]
 
 
 class FusionMode(StrEnum):
@@ -83,25 +99,36 @@ class FusionOptions(BaseModel):
         vector_weight: Weight of the vector channel, 0..1,000. Only the ratio of the two
             weights matters.
         rrf_k: The rank offset ``k`` of both RRF modes, 0..10,000.
-        normalization: How ``CONVEX`` scales each channel: ``"floor"`` or
-            ``"best_lexical"``.
+        normalization: How ``CONVEX`` scales each channel: ``"floor"``,
+            ``"best_lexical"``, ``"absolute"`` or ``"confidence"``.
         lexical_minimum_spread: ``"floor"``: the smallest BM25 spread (best − worst
             candidate) stretched to the full lexical weight, 0..1,000,000.
         vector_minimum_spread: ``"floor"``: the same for cosine similarity, 0..1.
         lexical_scale: ``"absolute"``: the BM25 score that counts as full lexical evidence
             (a query's best lexical score above it divides instead), 0..1,000,000.
+        lexical_minimum_gap: ``"confidence"``: the least BM25 distance between the best
+            lexical candidate and the score that counts as 0, 0..1,000,000.
+        vector_minimum_gap: ``"confidence"``: the same for cosine similarity, 0..1.
+        lexical_confidence: ``"confidence"``: the best BM25 score at which the lexical
+            channel counts half its weight, above 0.
+        vector_confidence: ``"confidence"``: the standard deviations the best cosine must
+            stand above the candidates' mean for the vector channel to count fully, above 0.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: FusionMode = FusionMode.CONVEX
-    lexical_weight: _Weight = 0.25
-    vector_weight: _Weight = 0.75
+    lexical_weight: _Weight = 0.5
+    vector_weight: _Weight = 0.5
     rrf_k: Annotated[int, Field(ge=0, le=10_000)] = 60
-    normalization: FusionNormalization = "floor"
+    normalization: FusionNormalization = "confidence"
     lexical_minimum_spread: _LexicalSpread = 8.0
     vector_minimum_spread: _CosineSpread = 1.0
     lexical_scale: Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)] = 8.0
+    lexical_minimum_gap: _LexicalSpread = 4.0
+    vector_minimum_gap: _CosineSpread = 0.2
+    lexical_confidence: _Confidence = 8.0
+    vector_confidence: _Confidence = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,10 +236,13 @@ def _best_possible(options: FusionOptions, lexical: bool, vector: bool) -> float
 
 def _scale(
     options: FusionOptions, channel: int, candidates: Sequence[tuple[GameMemory, float]]
-) -> tuple[float, float]:
-    """The ``(floor, divisor)`` that maps one channel's scores onto [0, 1] for ``CONVEX``."""
+) -> tuple[float, float, float]:
+    """``(floor, divisor, confidence)``: how ``CONVEX`` maps one channel onto [0, 1].
+
+    ``confidence`` multiplies the channel's weight (1 except under ``"confidence"``).
+    """
     if options.mode is not FusionMode.CONVEX or not candidates:
-        return (0.0, 1.0)
+        return (0.0, 1.0, 1.0)
     if channel == 1:
         scores = [_clip(score) for _, score in candidates]
         minimum_spread = options.vector_minimum_spread
@@ -221,15 +251,42 @@ def _scale(
         minimum_spread = options.lexical_minimum_spread
     high = max(scores)
     if options.normalization == "best_lexical":
-        return (0.0, high if channel == 0 else 1.0)
+        return (0.0, high if channel == 0 else 1.0, 1.0)
     if options.normalization == "absolute":
-        return (0.0, max(high, options.lexical_scale) if channel == 0 else 1.0)
+        return (0.0, max(high, options.lexical_scale) if channel == 0 else 1.0, 1.0)
+    if options.normalization == "confidence":
+        return _confident_scale(options, channel, scores, high)
     low = min(scores)
     if low == high:
         # One candidate (or all equal): no spread to measure, so measure from the score's
         # natural zero (cosine 0, BM25 0) instead of scoring the lone match 0.
         low = 0.0
-    return (low, max(high - low, minimum_spread))
+    return (low, max(high - low, minimum_spread), 1.0)
+
+
+def _confident_scale(
+    options: FusionOptions, channel: int, scores: list[float], high: float
+) -> tuple[float, float, float]:
+    """``"confidence"``: a floor at least the minimum gap below the best, and the weight."""
+    gap = options.lexical_minimum_gap if channel == 0 else options.vector_minimum_gap
+    low = min(scores)
+    if low == high:
+        # A lone candidate (or all equal): nothing to compare with, so it is scored as
+        # under "absolute" (the cosine as is; BM25 over max(best, lexical_scale)).
+        low, divisor = 0.0, (max(high, options.lexical_scale) if channel == 0 else 1.0)
+    else:
+        low = max(0.0, min(low, high - gap))
+        divisor = high - low
+    if channel == 0:
+        confidence = high / (high + options.lexical_confidence) if high > 0.0 else 0.0
+    elif len(scores) < 3:
+        confidence = 1.0
+    else:
+        values = np.asarray(scores, dtype=np.float64)
+        deviation = float(values.std())
+        standing = (high - float(values.mean())) / deviation if deviation > 0.0 else 0.0
+        confidence = min(1.0, max(0.0, standing / options.vector_confidence))
+    return (low, divisor, confidence)
 
 
 def _clip(score: float) -> float:
@@ -237,15 +294,19 @@ def _clip(score: float) -> float:
 
 
 def _contribution(
-    options: FusionOptions, channel: int, rank: int, score: float, scale: tuple[float, float]
+    options: FusionOptions,
+    channel: int,
+    rank: int,
+    score: float,
+    scale: tuple[float, float, float],
 ) -> float:
     weight = options.lexical_weight if channel == 0 else options.vector_weight
     if options.mode is FusionMode.RRF:
         return 1.0 / (options.rrf_k + rank + 1)
     if options.mode is FusionMode.WEIGHTED_RRF:
         return weight / (options.rrf_k + rank + 1)
-    low, divisor = scale
+    low, divisor, confidence = scale
     value = _clip(score) if channel == 1 else score
     if divisor <= 0.0:
         return 0.0  # every candidate of the channel scored 0: no evidence
-    return weight * (value - low) / divisor
+    return confidence * weight * (value - low) / divisor

@@ -159,10 +159,13 @@ def _superseded(
 ) -> set[int]:
     """Indexes of the first candidates that a newer, nearly identical candidate supersedes."""
     first = list(candidates[: options.supersession_candidates])
-    vectors = [c.vector for c in first]
+    # Cosines between the candidates that carry a vector (a candidate only the lexical
+    # channel returned has none: its pairs fall back to the overlap of words).
+    with_vector = [i for i, c in enumerate(first) if c.vector is not None]
+    row = {index: position for position, index in enumerate(with_vector)}
     gram = None
-    if all(v is not None for v in vectors) and len(first) > 1:
-        stacked = np.stack([np.asarray(v, np.float32) for v in vectors])
+    if len(with_vector) > 1:
+        stacked = np.stack([np.asarray(first[i].vector, np.float32) for i in with_vector])
         gram = stacked @ stacked.T
     words: dict[int, frozenset[str]] = {}
     superseded: set[int] = set()
@@ -176,8 +179,8 @@ def _superseded(
                 or mb.moment.timeline_id != ma.moment.timeline_id
             ):
                 continue
-            if gram is not None and a.vector is not None and b.vector is not None:
-                similarity = float(gram[older, newer])
+            if gram is not None and older in row and newer in row:
+                similarity = float(gram[row[older], row[newer]])
             else:
                 left = words.setdefault(older, _words(ma))
                 right = words.setdefault(newer, _words(mb))

@@ -1,0 +1,100 @@
+"""The ``"confidence"`` normalization (the default): min–max weighted by each channel's
+confidence, never degenerate on small candidate lists (issue 11)."""
+
+from __future__ import annotations
+
+import pytest
+
+from game_memory import FusionOptions
+from game_memory.recall.fusion import fuse
+from support.vectors import MemoryFactory
+
+DEFAULT = FusionOptions()
+
+
+def _scores(fused: list) -> dict[str, float]:  # type: ignore[type-arg]
+    return {c.memory.memory_id: c.score for c in fused}
+
+
+def test_two_nearly_equal_candidates_stay_nearly_equal(make_memory: MemoryFactory) -> None:
+    # The issue's bridge: cosines 0.875 and 0.823. Plain min–max gives 1 and 0; here the
+    # floor lies the minimum gap (0.2) below the best, so the weaker keeps 0.74.
+    old, new = make_memory("old"), make_memory("new")
+    fused = fuse([], [(old, 0.875), (new, 0.823)], DEFAULT, 10)
+    scores = _scores(fused)
+    assert scores["old"] == pytest.approx(0.5 * 1.0)
+    assert scores["new"] == pytest.approx(0.5 * (0.823 - 0.675) / 0.2)
+    relevance = {c.memory.memory_id: c.relevance for c in fused}
+    # Relevance: a fraction of the best the fusion can give with the vector channel alone.
+    assert relevance["old"] - relevance["new"] == pytest.approx(0.052 / 0.2)
+
+
+def test_the_last_of_five_keeps_a_score_while_within_the_gap(
+    make_memory: MemoryFactory,
+) -> None:
+    # An NPC with five memories, all close to the question: none is scored 0.
+    memories = [make_memory(f"m{i}") for i in range(5)]
+    cosines = [0.80, 0.79, 0.78, 0.77, 0.76]
+    fused = fuse([], list(zip(memories, cosines, strict=True)), DEFAULT, 10)
+    assert min(c.score for c in fused) > 0.0
+    last = next(c for c in fused if c.memory.memory_id == "m4")
+    # Five values 0.01 apart: z = (0.80 − 0.78) / std = 1.414, confidence 1.414 / 4.
+    confidence = (0.02 / (0.0002**0.5)) / 4.0
+    assert last.score == pytest.approx(0.5 * confidence * (0.76 - 0.60) / 0.2)
+
+
+def test_a_far_candidate_scores_zero(make_memory: MemoryFactory) -> None:
+    a, b = make_memory("a"), make_memory("b")
+    scores = _scores(fuse([], [(a, 0.9), (b, 0.3)], DEFAULT, 10))
+    assert scores == {"a": pytest.approx(0.5), "b": pytest.approx(0.0)}
+
+
+def test_a_lone_candidate_reflects_its_own_similarity(make_memory: MemoryFactory) -> None:
+    (weak,) = fuse([], [(make_memory("a"), 0.3)], DEFAULT, 10)
+    (strong,) = fuse([], [(make_memory("b"), 0.9)], DEFAULT, 10)
+    assert weak.score == pytest.approx(0.5 * 0.3)
+    assert strong.score == pytest.approx(0.5 * 0.9)
+    (lexical,) = fuse([(make_memory("c"), 4.0)], [], DEFAULT, 10)
+    # BM25 4 over max(4, lexical_scale 8), weighted by the confidence 4 / (4 + 8).
+    assert lexical.score == pytest.approx(0.5 * (4.0 / 12.0) * (4.0 / 8.0))
+
+
+def test_a_weak_lexical_match_counts_little(make_memory: MemoryFactory) -> None:
+    a, b, c = make_memory("a"), make_memory("b"), make_memory("c")
+    vector = [(b, 0.62), (a, 0.40), (c, 0.20)]
+    weak = _scores(fuse([(a, 0.8), (b, 0.2)], vector, DEFAULT, 10))
+    strong = _scores(fuse([(a, 24.0), (b, 6.0)], vector, DEFAULT, 10))
+    assert weak["b"] > weak["a"]  # 0.8 / (0.8 + 8): the lexical channel says little
+    assert strong["a"] > strong["b"]  # 24 / (24 + 8): it says a lot
+
+
+def test_a_flat_cosine_list_counts_little(make_memory: MemoryFactory) -> None:
+    # Every cosine near 0.7 but one a hair higher: min–max alone would give it full weight.
+    memories = [make_memory(f"m{i}") for i in range(8)]
+    flat = [0.701, 0.700, 0.700, 0.700, 0.699, 0.699, 0.699, 0.699]
+    lexical = [(memories[5], 9.0)]
+    fused = fuse(lexical, list(zip(memories, flat, strict=True)), DEFAULT, 10)
+    assert fused[0].memory.memory_id == "m5"
+    # A clear vector winner (standing 3+ deviations out) beats the same lexical match.
+    clear = [0.90, 0.40, 0.40, 0.40, 0.38, 0.38, 0.38, 0.38]
+    fused = fuse(lexical, list(zip(memories, clear, strict=True)), DEFAULT, 10)
+    assert fused[0].memory.memory_id == "m0"
+
+
+def test_scores_do_not_depend_on_candidates_the_list_does_not_reach(
+    make_memory: MemoryFactory,
+) -> None:
+    # Relevance is a fraction of the best the fusion could give (the weights' sum).
+    a = make_memory("a")
+    (hit,) = fuse([(a, 16.0)], [(a, 0.8)], DEFAULT, 10)
+    assert hit.relevance == pytest.approx(hit.score / 1.0)
+    assert 0.0 < hit.relevance <= 1.0
+
+
+def test_every_score_is_in_range_and_the_order_is_by_score(make_memory: MemoryFactory) -> None:
+    memories = [make_memory(f"m{i}") for i in range(6)]
+    lexical = [(memories[i], s) for i, s in ((0, 12.0), (2, 7.0), (4, 0.5))]
+    vector = [(memories[i], s) for i, s in ((1, 0.9), (2, 0.85), (3, 0.2), (5, -0.1))]
+    fused = fuse(lexical, vector, DEFAULT, 10)
+    assert all(0.0 <= c.relevance <= 1.0 for c in fused)
+    assert [c.score for c in fused] == sorted((c.score for c in fused), reverse=True)
