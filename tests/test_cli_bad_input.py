@@ -307,10 +307,13 @@ def command_lines(draw: st.DrawFn, command: str, paths: list[str]) -> list[str]:
 
 @pytest.mark.parametrize("command", list(OPTIONS))
 def test_any_arguments_get_a_documented_exit_code_and_no_traceback(
-    command: str, tmp_path_factory: pytest.TempPathFactory
+    command: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = tmp_path_factory.mktemp("fuzz")
     paths = fuzz_paths(root)
+    # Commands without --save-dir or --output write their defaults (./.game-memory, the
+    # addon's zip) into the working folder: keep that in the test's folder.
+    monkeypatch.chdir(root)
 
     @settings(
         max_examples=60,
