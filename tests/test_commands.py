@@ -152,8 +152,21 @@ def test_every_subcommand_has_help(capsys: pytest.CaptureFixture[str]) -> None:
         assert "usage: game-memory" in capsys.readouterr().out
 
 
+def test_the_bench_choices_are_the_registered_scripts() -> None:
+    from game_memory.cli.maintenance import _BENCHMARKS
+    from game_memory.cli.parser import build_parser
+
+    bench = build_parser()._subparsers._group_actions[0].choices["bench"]  # type: ignore[union-attr]
+    (name,) = [a for a in bench._actions if a.dest == "name"]
+    assert list(name.choices or []) == list(_BENCHMARKS)
+
+
 @pytest.mark.parametrize(
-    "name", ["store", "hybrid", "embedding", "retrieval", "multilingual", "npc"]
+    "name",
+    [
+        *("store", "hybrid", "embedding", "retrieval", "multilingual", "npc"),
+        *("crossval", "beliefs", "promises"),
+    ],
 )
 def test_every_benchmark_starts_from_the_cli(
     name: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch

@@ -52,6 +52,9 @@ _BENCHMARKS = {
     "retrieval": "retrieval.py",
     "multilingual": "multilingual.py",
     "npc": "npc_workload.py",
+    "crossval": "crossval.py",
+    "beliefs": "belief_updates.py",
+    "promises": "reranker_promises.py",
 }
 
 

@@ -184,7 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="run a benchmark script and print its JSON")
     bench.add_argument(
         "name",
-        choices=["store", "hybrid", "embedding", "retrieval", "multilingual", "npc"],
+        choices=[
+            "store",
+            "hybrid",
+            "embedding",
+            "retrieval",
+            "multilingual",
+            "npc",
+            "crossval",
+            "beliefs",
+            "promises",
+        ],
         help="which benchmark",
     )
     bench.add_argument("extra", nargs=argparse.REMAINDER, help="arguments for the benchmark")
