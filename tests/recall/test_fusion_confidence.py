@@ -9,7 +9,9 @@ from game_memory import FusionOptions
 from game_memory.recall.fusion import fuse
 from support.vectors import MemoryFactory
 
-DEFAULT = FusionOptions()
+#: Round weights for readable arithmetic (the defaults are 0.4/0.6 and 16: see
+#: test_fusion_defaults); every other field is the default.
+DEFAULT = FusionOptions(lexical_weight=0.5, vector_weight=0.5, lexical_confidence=8.0)
 
 
 def _scores(fused: list) -> dict[str, float]:  # type: ignore[type-arg]

@@ -25,8 +25,8 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
     defaults = FusionOptions()
     assert defaults.model_dump() == {
         "mode": FusionMode.CONVEX,
-        "lexical_weight": 0.5,
-        "vector_weight": 0.5,
+        "lexical_weight": 0.6,
+        "vector_weight": 0.4,
         "rrf_k": 60,
         "normalization": "confidence",
         "lexical_minimum_spread": 8.0,
@@ -34,7 +34,7 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
         "lexical_scale": 8.0,
         "lexical_minimum_gap": 4.0,
         "vector_minimum_gap": 0.2,
-        "lexical_confidence": 8.0,
+        "lexical_confidence": 16.0,
         "vector_confidence": 4.0,
     }
 
