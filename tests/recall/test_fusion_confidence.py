@@ -40,8 +40,9 @@ def test_the_last_of_five_keeps_a_score_while_within_the_gap(
     fused = fuse([], list(zip(memories, cosines, strict=True)), DEFAULT, 10)
     assert min(c.score for c in fused) > 0.0
     last = next(c for c in fused if c.memory.memory_id == "m4")
-    # Five values 0.01 apart: z = (0.80 − 0.78) / std = 1.414, confidence 1.414 / 4.
-    confidence = (0.02 / (0.0002**0.5)) / 4.0
+    # Five values 0.01 apart: z = (0.80 − 0.78) / std = 1.414; among five candidates the
+    # most z can be is sqrt(4) = 2, so the confidence is 1.414 / 2.
+    confidence = (0.02 / (0.0002**0.5)) / 2.0
     assert last.score == pytest.approx(0.5 * confidence * (0.76 - 0.60) / 0.2)
 
 
@@ -100,3 +101,12 @@ def test_every_score_is_in_range_and_the_order_is_by_score(make_memory: MemoryFa
     fused = fuse(lexical, vector, DEFAULT, 10)
     assert all(0.0 <= c.relevance <= 1.0 for c in fused)
     assert [c.score for c in fused] == sorted((c.score for c in fused), reverse=True)
+
+
+def test_a_clear_answer_among_three_memories_counts_fully(make_memory: MemoryFactory) -> None:
+    # Among three candidates the best stands at most sqrt(2) deviations out: that is a
+    # clear answer, and the vector channel keeps its whole weight (as among three hundred).
+    answer, fresh, other = make_memory("answer"), make_memory("fresh"), make_memory("other")
+    fused = fuse([], [(answer, 0.773), (other, 0.1), (fresh, 0.1)], DEFAULT, 10)
+    assert fused[0].memory.memory_id == "answer"
+    assert fused[0].relevance == pytest.approx(1.0)

@@ -9,10 +9,10 @@ Three modes:
 * ``CONVEX``: a score-level combination ``w_v · v(m) + w_l · l(m)`` of normalized scores;
   a memory missing from a channel's candidates gets 0 there.
 
-``CONVEX`` normalizes each channel in one of two ways:
+``CONVEX`` normalizes each channel in one of four ways:
 
-* ``"floor"`` (the earlier default): ``(s − floor) / max(spread, minimum_spread)``, where ``floor`` and
-  ``spread`` are the lowest score and ``highest − lowest`` of that channel's candidates,
+* ``"floor"`` (the earlier default): ``(s − floor) / max(spread, minimum_spread)``, where
+  ``floor`` and ``spread`` are the lowest score and ``highest − lowest`` of that channel's candidates,
   and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a memory the
   channel did not return at all; a lone candidate (no spread) is measured from 0. The
   minimum spread keeps a channel that barely separates its candidates from being
@@ -37,8 +37,10 @@ Three modes:
   weight is then scaled by its confidence: lexical ``best / (best + lexical_confidence)``
   (a query whose words match weakly says little), vector ``min(1, z / vector_confidence)``
   where ``z`` is how many standard deviations the best cosine stands above the candidates'
-  mean (a flat cosine list, as a model gives for text it does not know, says little; with
-  fewer than three candidates there is no spread to measure and the confidence is 1).
+  mean, and ``vector_confidence`` is capped at ``sqrt(n − 1)``, the most ``z`` can be among
+  ``n`` candidates (a flat cosine list, as a model gives for text it does not know, says
+  little; a clear answer among three memories counts fully; with fewer than three
+  candidates there is no spread to measure and the confidence is 1).
   Min–max keeps what works across data sets (a model whose cosines all lie in 0.7–0.9
   still separates its candidates); the confidence keeps a channel that knows nothing from
   outvoting one that does, which is what the fixed minimum spreads of ``"floor"`` did only
@@ -112,7 +114,8 @@ class FusionOptions(BaseModel):
         lexical_confidence: ``"confidence"``: the best BM25 score at which the lexical
             channel counts half its weight, above 0.
         vector_confidence: ``"confidence"``: the standard deviations the best cosine must
-            stand above the candidates' mean for the vector channel to count fully, above 0.
+            stand above the candidates' mean for the vector channel to count fully (at most
+            sqrt(n − 1) among n candidates), above 0.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -285,7 +288,10 @@ def _confident_scale(
         values = np.asarray(scores, dtype=np.float64)
         deviation = float(values.std())
         standing = (high - float(values.mean())) / deviation if deviation > 0.0 else 0.0
-        confidence = min(1.0, max(0.0, standing / options.vector_confidence))
+        # Among n candidates the best can stand at most sqrt(n − 1) deviations out: a clear
+        # answer among three memories must count fully, as among three hundred.
+        needed = min(options.vector_confidence, float(np.sqrt(len(scores) - 1)))
+        confidence = min(1.0, max(0.0, standing / needed))
     return (low, divisor, confidence)
 
 
