@@ -12,8 +12,8 @@ Three modes:
 ``CONVEX`` normalizes each channel in one of four ways:
 
 * ``"floor"`` (the earlier default): ``(s − floor) / max(spread, minimum_spread)``, where
-  ``floor`` and ``spread`` are the lowest score and ``highest − lowest`` of that channel's candidates,
-  and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a memory the
+  ``floor`` and ``spread`` are the lowest score and ``highest − lowest`` of that channel's
+  candidates, and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a memory the
   channel did not return at all; a lone candidate (no spread) is measured from 0. The
   minimum spread keeps a channel that barely separates its candidates from being
   stretched to full weight: with ``vector_minimum_spread`` 1.0 (the whole cosine range) a
