@@ -13,9 +13,9 @@ Three modes:
 
 * ``"floor"`` (the earlier default): ``(s − floor) / max(spread, minimum_spread)``, where
   ``floor`` and ``spread`` are the lowest score and ``highest − lowest`` of that channel's
-  candidates, and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a memory the
-  channel did not return at all; a lone candidate (no spread) is measured from 0. The
-  minimum spread keeps a channel that barely separates its candidates from being
+  candidates, and cosines are clipped to [0, 1] first. The worst candidate scores 0, like a
+  memory the channel did not return at all; a lone candidate (no spread) is measured from 0.
+  The minimum spread keeps a channel that barely separates its candidates from being
   stretched to full weight: with ``vector_minimum_spread`` 1.0 (the whole cosine range) a
   flat cosine list, as MiniLM gives for Portuguese text, adds little;
   ``lexical_minimum_spread`` 8.0 (BM25 units) does the same for a query whose words match
