@@ -110,6 +110,13 @@ def _query(rng: random.Random) -> GameMemoryQuery:
 
 
 def _hits(result: Any) -> list[tuple[object, ...]]:
+    """Each hit's identity and evidence; the fused score to 1e-9 (``_Close``).
+
+    The two backends compute cosines in different arithmetic (numpy here, pgvector there),
+    so the near-zero cosines of unrelated memories differ by ~1e-9; the
+    confidence fusion reads every candidate's cosine, so the fused score may differ that
+    much. The ranks, memories and the hits' own scores are exact.
+    """
     return [
         (
             hit.memory.owner_id,
@@ -118,11 +125,27 @@ def _hits(result: Any) -> list[tuple[object, ...]]:
             hit.vector_rank,
             hit.lexical_score,
             hit.vector_score,
-            hit.fused_score,
+            _Close(hit.fused_score),
             hit.age_ticks,
         )
         for hit in result.hits
     ]
+
+
+class _Close:
+    """A float equal to another within 1e-9 (``pytest.approx`` does not nest in tuples)."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Close) and abs(self.value - other.value) <= 1e-9
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return repr(self.value)
 
 
 def _pair(

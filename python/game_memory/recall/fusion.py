@@ -60,6 +60,7 @@ rotation's held-out figure, including the sets where it stays below the better c
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -285,12 +286,14 @@ def _confident_scale(
     elif len(scores) < 3:
         confidence = 1.0
     else:
-        values = np.asarray(scores, dtype=np.float64)
-        deviation = float(values.std())
-        standing = (high - float(values.mean())) / deviation if deviation > 0.0 else 0.0
+        # Exact sums (math.fsum): the confidence must not depend on the order in which a
+        # backend returns tied candidates (files and PostgreSQL recall identically).
+        mean = math.fsum(scores) / len(scores)
+        deviation = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
+        standing = (high - mean) / deviation if deviation > 0.0 else 0.0
         # Among n candidates the best can stand at most sqrt(n − 1) deviations out: a clear
         # answer among three memories must count fully, as among three hundred.
-        needed = min(options.vector_confidence, float(np.sqrt(len(scores) - 1)))
+        needed = min(options.vector_confidence, math.sqrt(len(scores) - 1))
         confidence = min(1.0, max(0.0, standing / needed))
     return (low, divisor, confidence)
 
