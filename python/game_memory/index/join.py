@@ -22,9 +22,10 @@ import numpy.typing as npt
 from game_memory.durable.names import identity_hash
 from game_memory.index.entries import EntryState, MemoryDigests
 from game_memory.index.partition import IndexPartition
+from game_memory.store.lazy import same_prefix
 from game_memory.store.view import PartitionView
 
-__all__ = ["JoinCache", "PartitionJoin"]
+__all__ = ["JoinCache", "PartitionJoin", "view_digests"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -122,18 +123,38 @@ def _finish(
     return joined
 
 
+def view_digests(
+    view: PartitionView, digests: MemoryDigests, start: int = 0
+) -> tuple[list[bytes], list[bytes]]:
+    """``sha256(memory_id)`` and content digests of the view's memories from ``start`` on.
+
+    A view opened from its read file carries them for its first memories (nothing is
+    decoded for those); the others are computed (and cached) from the memories.
+    """
+    prefix = view.prefix
+    known = min(prefix.count, len(view)) if prefix is not None else 0
+    hashes: list[bytes] = []
+    contents: list[bytes] = []
+    if prefix is not None and start < known:
+        blob, more = prefix.hashes, prefix.digests
+        hashes = [blob[at : at + 32] for at in range(start * 32, known * 32, 32)]
+        contents = [more[at : at + 32] for at in range(start * 32, known * 32, 32)]
+    rest = view.memories[max(start, known) :]
+    if rest:
+        for hashed, digest in digests.get_many(rest):
+            hashes.append(hashed)
+            contents.append(digest)
+    return hashes, contents
+
+
 def _join(
     view: PartitionView | None,
     partition: IndexPartition | None,
     active: int | None,
     digests: MemoryDigests,
 ) -> PartitionJoin:
-    memories = view.memories if view is not None else ()
-    slots: dict[bytes, int] = {}
-    expected: list[bytes] = []
-    for index, (hashed, digest) in enumerate(digests.get_many(memories)):
-        slots[hashed] = index
-        expected.append(digest)
+    hashes, expected = view_digests(view, digests) if view is not None else ([], [])
+    slots = dict(zip(hashes, range(len(hashes)), strict=True))
     classes: dict[bytes, tuple[int, int, int]] = {}
     rows: list[int] = []
     positions: list[int] = []
@@ -180,9 +201,8 @@ def _extends(old: PartitionJoin, view: PartitionView | None, partition: IndexPar
         return False
     if before.records > partition.records:
         return False
-    count = len(old.view.memories)
-    # Views of a partition share their memory objects, so this compares identities.
-    return len(view.memories) >= count and view.memories[:count] == old.view.memories
+    # Views of a partition share their memory objects (or, read lazily, their records).
+    return same_prefix(view.memories, old.view.memories)
 
 
 def _extend_join(
@@ -198,9 +218,9 @@ def _extend_join(
     assert old.view is not None and old.partition is not None
     state = old.state
     slots, expected, classes, counts = state.slots, state.expected, state.classes, state.counts
-    added = view.memories[len(old.view.memories) :]
     touched: set[bytes] = set()
-    for hashed, digest in digests.get_many(added):
+    hashes, contents = view_digests(view, digests, len(old.view.memories))
+    for hashed, digest in zip(hashes, contents, strict=True):
         slots[hashed] = len(expected)
         expected.append(digest)
         touched.add(hashed)
