@@ -31,10 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import peer_sqlite  # noqa: E402
-from npc_sides import (  # noqa: E402
+import peer_sqlite
+from npc_sides import (
     DIMENSIONS,
     FakeProvider,
     gm_memory,

@@ -158,6 +158,9 @@ def _strings(values: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.i
 def _unstrings(blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> list[str]:
     data = blob.tobytes()
     bounds = offsets.tolist()
+    if data.isascii():  # one character per byte: slice one decoded string
+        text = data.decode("ascii")
+        return [text[a:b] for a, b in itertools.pairwise(bounds)]
     return [data[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
 
 

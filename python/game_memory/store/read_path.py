@@ -21,9 +21,10 @@ import itertools
 import logging
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import PersistenceError
@@ -127,26 +128,20 @@ def seeded_state(
             return _stale(path, f"{covered.name} cannot be opened")
         opened.append(RecordFile(full, fd))
     ids = read.ids
-    locations = list(
-        zip(
-            read.location_files.tolist(),
-            read.location_offsets.tolist(),
-            read.location_lengths.tolist(),
-            strict=True,
-        )
-    )
-
+    numbers = read.location_files.astype(np.int64)
+    if numbers.size and bool(np.any(np.diff(numbers) < 0)):
+        return _stale(path, "its records are out of order")
+    locations = _Locations(numbers, read.location_offsets, read.location_lengths)
     memories = LazyMemories.of(opened, locations, decode, ids)
     pack_parts: list[PackPart] = []
     segment_states: list[Segment[GameMemory]] = []
+    bounds = np.searchsorted(numbers, np.arange(len(files) + 1), side="left").tolist()
     done = 0
     for number, covered in enumerate(files):
-        chosen = [i for i in range(done, len(locations)) if locations[i][0] == number]
-        if chosen and chosen != list(range(done, done + len(chosen))):
-            return _stale(path, "its records are out of order")
-        window = memories.window(done, done + len(chosen))
-        starts = np.asarray([locations[i][1] for i in chosen], np.int64)
-        done += len(chosen)
+        stop = int(bounds[number + 1])
+        window = memories.window(done, stop)
+        starts = read.location_offsets[done:stop].astype(np.int64)
+        done = stop
         if number < len(packs):
             pack_parts.append(PackPart(owned[number], window))
         else:
@@ -182,6 +177,34 @@ def seeded_state(
         view,
         read_file_count=read.count,
     )
+
+
+class _Locations(Sequence[tuple[int, int, int]]):
+    """Record locations kept as the read file's arrays (no tuple per memory until read)."""
+
+    def __init__(
+        self,
+        files: npt.NDArray[np.int64],
+        offsets: npt.NDArray[np.int64],
+        lengths: npt.NDArray[np.uint32],
+    ) -> None:
+        self._files, self._offsets, self._lengths = files, offsets, lengths
+
+    def __len__(self) -> int:
+        return int(self._files.size)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[int, int, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[tuple[int, int, int]]: ...
+
+    def __getitem__(
+        self, index: int | slice
+    ) -> tuple[int, int, int] | Sequence[tuple[int, int, int]]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return int(self._files[index]), int(self._offsets[index]), int(self._lengths[index])
 
 
 def _stale(path: object, reason: str) -> PartitionState | None:
