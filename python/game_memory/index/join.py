@@ -156,39 +156,34 @@ def _join(
     hashes, expected = view_digests(view, digests) if view is not None else ([], [])
     slots = dict(zip(hashes, range(len(hashes)), strict=True))
     classes: dict[bytes, tuple[int, int, int]] = {}
-    rows: list[int] = []
-    positions: list[int] = []
-    if partition is not None:
-        # The hot loop of a cold join: plain lists instead of numpy scalars.
-        states = partition.states.tolist()
-        identities = partition.identities.tolist()
-        stored_rows = partition.rows.tolist()
-        stored = partition.digests
-        ready_state = int(EntryState.READY)
-        for hashed, slot in partition.position.items():
-            position = slots.get(hashed)
-            if position is None:
-                classes[hashed] = (_ORPHAN, 0, -1)
-            elif stored[slot * 32 : slot * 32 + 32] != expected[position]:
-                classes[hashed] = (_MISMATCHED, 0, position)
-            elif states[slot] != ready_state:
-                classes[hashed] = (_UNREADY, 0, position)
-            elif active is None or identities[slot] != active:
-                classes[hashed] = (_STALE, 0, position)
-            else:
-                classes[hashed] = (_READY, stored_rows[slot], position)
-                rows.append(stored_rows[slot])
-                positions.append(position)
+    rows = positions = np.empty(0, np.int64)
     counts = [0] * 5
-    for kind, _, _ in classes.values():
-        counts[kind] += 1
+    if partition is not None and partition.position:
+        # A cold join classifies every live entry at once (numpy), in the entries' order.
+        live = list(partition.position)
+        slot = np.fromiter(partition.position.values(), np.int64, len(live))
+        get = slots.get
+        position = np.fromiter((get(hashed, -1) for hashed in live), np.int64, len(live))
+        kind = np.full(len(live), _ORPHAN, np.int64)
+        held = position >= 0
+        stored = np.frombuffer(partition.digests, np.uint8).reshape(-1, 32)[slot[held]]
+        wanted = np.frombuffer(b"".join(expected), np.uint8).reshape(-1, 32)[position[held]]
+        same = (stored == wanted).all(axis=1)
+        ready = partition.states[slot[held]] == EntryState.READY
+        active_code = -1 if active is None else active
+        current = partition.identities[slot[held]].astype(np.int64) == active_code
+        kind[held] = np.where(
+            ~same, _MISMATCHED, np.where(~ready, _UNREADY, np.where(~current, _STALE, _READY))
+        )
+        row = np.where(kind == _READY, partition.rows[slot].astype(np.int64), 0)
+        chosen = kind == _READY
+        rows, positions = row[chosen], position[chosen]
+        classes = dict(
+            zip(live, zip(kind.tolist(), row.tolist(), position.tolist(), strict=True), strict=True)
+        )
+        counts = np.bincount(kind, minlength=5).tolist()
     return _finish(
-        view,
-        partition,
-        active,
-        _JoinState(slots, expected, classes, counts),
-        np.asarray(rows, dtype=np.int64),
-        np.asarray(positions, dtype=np.int64),
+        view, partition, active, _JoinState(slots, expected, classes, counts), rows, positions
     )
 
 

@@ -223,16 +223,24 @@ class LazyMemories(Sequence[GameMemory]):
 
 
 class Reordered(Sequence[GameMemory]):
-    """``memories`` in another order (``order`` lists positions), read lazily."""
+    """``memories`` in another order, read lazily; ``order()`` (the positions in that order)
+    is called on first use, so a snapshot nobody reads in order never sorts."""
 
-    __slots__ = ("_memories", "_order")
+    __slots__ = ("_got", "_memories", "_order")
 
-    def __init__(self, memories: Sequence[GameMemory], order: Sequence[int]) -> None:
+    def __init__(self, memories: Sequence[GameMemory], order: Callable[[], Sequence[int]]) -> None:
         self._memories = memories
-        self._order = order
+        self._got = order
+        self._order: Sequence[int] | None = None
+
+    @property
+    def _positions(self) -> Sequence[int]:
+        if self._order is None:
+            self._order = self._got()
+        return self._order
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self._memories)
 
     @overload
     def __getitem__(self, index: int) -> GameMemory: ...
@@ -242,12 +250,12 @@ class Reordered(Sequence[GameMemory]):
 
     def __getitem__(self, index: int | slice) -> GameMemory | tuple[GameMemory, ...]:
         if isinstance(index, slice):
-            return tuple(self._memories[at] for at in self._order[index])
-        return self._memories[self._order[index]]
+            return tuple(self._memories[at] for at in self._positions[index])
+        return self._memories[self._positions[index]]
 
     def __iter__(self) -> Iterator[GameMemory]:
         memories = self._memories
-        return (memories[at] for at in self._order)
+        return (memories[at] for at in self._positions)
 
     def __eq__(self, other: object) -> bool:
         return _equal(self, other)

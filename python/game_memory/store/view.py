@@ -288,8 +288,7 @@ class PartitionView:
         A tuple, or for a view read from its read file a lazy sequence that decodes a
         memory when it is read (it compares equal to the tuple of the same memories).
         """
-        order = self._sorted[1]
         if isinstance(self.memories, LazyMemories):
-            return Reordered(self.memories, order)
+            return Reordered(self.memories, lambda: self._sorted[1])
         memories = self.memories
-        return tuple(memories[at] for at in order)
+        return tuple(memories[at] for at in self._sorted[1])
