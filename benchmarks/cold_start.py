@@ -9,7 +9,9 @@ to the read-side figures, so a change to the read path can be measured in minute
 * a **second open** of the same save after the first one wrote its derived read files
   (``.game-memory/read/``): what every later start of the game costs;
 * **warm hybrid recall** median, **peak RSS** after the recalls, and the **first recall
-  right after an append** over the same query again (``after_append_over_warm``).
+  right after an append** over the same query again (``after_append_over_warm``);
+* with ``--baseline DIR``, the same game-memory figures of another checkout (``DIR`` is its
+  ``python/`` folder, put on ``PYTHONPATH``), e.g. main's, on the same save in the same run.
 
 The saves are seeded once (RAM file system, then copied under ``--directory``) and kept
 there between runs unless ``--fresh``; derived read files are deleted before each run so the
@@ -68,12 +70,17 @@ async def seed(root: Path, size: int) -> None:
     peer.close()
 
 
-def spawn(kind: str, side: str, root: Path, size: int, repeats: int, appends: int) -> Json:
-    """One ``npc_workload.py`` worker in a fresh interpreter (single-threaded BLAS)."""
+def spawn(
+    kind: str, side: str, root: Path, size: int, repeats: int, appends: int, path: str = ""
+) -> Json:
+    """One ``npc_workload.py`` worker in a fresh interpreter (single-threaded BLAS);
+    ``path`` (a ``PYTHONPATH``) runs another checkout of game-memory, such as main's."""
     command = [sys.executable, str(WORKLOAD), "--worker", kind, "--side", side]
     command += ["--root", str(root), "--size", str(size), "--repeats", str(repeats)]
     command += ["--appends", str(appends)]
     environment = dict(os.environ, **dict.fromkeys(BLAS_VARIABLES, "1"))
+    if path:
+        environment["PYTHONPATH"] = path
     done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"worker {kind}/{side} failed:\n{done.stderr[-4000:]}")
@@ -128,6 +135,29 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
         p["after_append_over_warm"], "ratio")  # fmt: skip
     row("peak RSS after recalls", g["peak_rss_after_recalls_mb"],
         p["peak_rss_after_recalls_mb"], "MB")  # fmt: skip
+    if args.baseline:
+        # The same save, read by the baseline checkout (it ignores read files), in turns
+        # with this one, so both see the same machine.
+        base = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0, args.baseline)
+                for _ in range(args.cold_repeats)]  # fmt: skip
+        base_session = spawn("session", "game_memory", sides["game_memory"], size,
+                             args.repeats, args.appends, args.baseline)  # fmt: skip
+        base_session.pop("answers", None)
+        base_session["after_append_over_warm"] = round(
+            base_session["after_append_median_ms"] / base_session["same_query_again_median_ms"], 2
+        )
+        for figure, ours, theirs in (
+            ("baseline open + first recall", ours_again, median_open(base)),
+            ("baseline hybrid recall warm, median", g["warm_median_ms"],
+             base_session["warm_median_ms"]),
+            ("baseline after an append over warm", g["after_append_over_warm"],
+             base_session["after_append_over_warm"]),
+            ("baseline peak RSS after recalls", g["peak_rss_after_recalls_mb"],
+             base_session["peak_rss_after_recalls_mb"]),
+        ):  # fmt: skip
+            table.append({"figure": figure, "memories": size, "game_memory": ours,
+                          "baseline": theirs, "game_memory_over_baseline":
+                          round(ours / theirs, 2) if theirs else None})  # fmt: skip
     details = {
         "first_open_stages_ms": [r["first_recall_stages_ms"] for r in opens["game_memory"]],
         "second_open_stages_ms": [r["first_recall_stages_ms"] for r in again],
@@ -145,6 +175,7 @@ def main() -> int:
     parser.add_argument("--appends", type=int, default=20)
     parser.add_argument("--fresh", action="store_true", help="seed the saves again")
     parser.add_argument("--seed-only", action="store_true")
+    parser.add_argument("--baseline", default="", help="PYTHONPATH of a baseline checkout")
     args = parser.parse_args()
     directory = Path(args.directory)
     report: Json = {"benchmark": "cold_start", "command": " ".join(sys.argv), "table": []}
