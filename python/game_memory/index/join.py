@@ -22,9 +22,10 @@ import numpy.typing as npt
 from game_memory.durable.names import identity_hash
 from game_memory.index.entries import EntryState, MemoryDigests
 from game_memory.index.partition import IndexPartition
+from game_memory.store.lazy import same_prefix
 from game_memory.store.view import PartitionView
 
-__all__ = ["JoinCache", "PartitionJoin"]
+__all__ = ["JoinCache", "PartitionJoin", "view_digests"]
 
 IntArray = npt.NDArray[np.int64]
 
@@ -122,52 +123,67 @@ def _finish(
     return joined
 
 
+def view_digests(
+    view: PartitionView, digests: MemoryDigests, start: int = 0
+) -> tuple[list[bytes], list[bytes]]:
+    """``sha256(memory_id)`` and content digests of the view's memories from ``start`` on.
+
+    A view opened from its read file carries them for its first memories (nothing is
+    decoded for those); the others are computed (and cached) from the memories.
+    """
+    prefix = view.prefix
+    known = min(prefix.count, len(view)) if prefix is not None else 0
+    hashes: list[bytes] = []
+    contents: list[bytes] = []
+    if prefix is not None and start < known:
+        blob, more = prefix.hashes, prefix.digests
+        hashes = [blob[at : at + 32] for at in range(start * 32, known * 32, 32)]
+        contents = [more[at : at + 32] for at in range(start * 32, known * 32, 32)]
+    rest = view.memories[max(start, known) :]
+    if rest:
+        for hashed, digest in digests.get_many(rest):
+            hashes.append(hashed)
+            contents.append(digest)
+    return hashes, contents
+
+
 def _join(
     view: PartitionView | None,
     partition: IndexPartition | None,
     active: int | None,
     digests: MemoryDigests,
 ) -> PartitionJoin:
-    memories = view.memories if view is not None else ()
-    slots: dict[bytes, int] = {}
-    expected: list[bytes] = []
-    for index, (hashed, digest) in enumerate(digests.get_many(memories)):
-        slots[hashed] = index
-        expected.append(digest)
+    hashes, expected = view_digests(view, digests) if view is not None else ([], [])
+    slots = dict(zip(hashes, range(len(hashes)), strict=True))
     classes: dict[bytes, tuple[int, int, int]] = {}
-    rows: list[int] = []
-    positions: list[int] = []
-    if partition is not None:
-        # The hot loop of a cold join: plain lists instead of numpy scalars.
-        states = partition.states.tolist()
-        identities = partition.identities.tolist()
-        stored_rows = partition.rows.tolist()
-        stored = partition.digests
-        ready_state = int(EntryState.READY)
-        for hashed, slot in partition.position.items():
-            position = slots.get(hashed)
-            if position is None:
-                classes[hashed] = (_ORPHAN, 0, -1)
-            elif stored[slot * 32 : slot * 32 + 32] != expected[position]:
-                classes[hashed] = (_MISMATCHED, 0, position)
-            elif states[slot] != ready_state:
-                classes[hashed] = (_UNREADY, 0, position)
-            elif active is None or identities[slot] != active:
-                classes[hashed] = (_STALE, 0, position)
-            else:
-                classes[hashed] = (_READY, stored_rows[slot], position)
-                rows.append(stored_rows[slot])
-                positions.append(position)
+    rows = positions = np.empty(0, np.int64)
     counts = [0] * 5
-    for kind, _, _ in classes.values():
-        counts[kind] += 1
+    if partition is not None and partition.position:
+        # A cold join classifies every live entry at once (numpy), in the entries' order.
+        live = list(partition.position)
+        slot = np.fromiter(partition.position.values(), np.int64, len(live))
+        get = slots.get
+        position = np.fromiter((get(hashed, -1) for hashed in live), np.int64, len(live))
+        kind = np.full(len(live), _ORPHAN, np.int64)
+        held = position >= 0
+        stored = np.frombuffer(partition.digests, np.uint8).reshape(-1, 32)[slot[held]]
+        wanted = np.frombuffer(b"".join(expected), np.uint8).reshape(-1, 32)[position[held]]
+        same = (stored == wanted).all(axis=1)
+        ready = partition.states[slot[held]] == EntryState.READY
+        active_code = -1 if active is None else active
+        current = partition.identities[slot[held]].astype(np.int64) == active_code
+        kind[held] = np.where(
+            ~same, _MISMATCHED, np.where(~ready, _UNREADY, np.where(~current, _STALE, _READY))
+        )
+        row = np.where(kind == _READY, partition.rows[slot].astype(np.int64), 0)
+        chosen = kind == _READY
+        rows, positions = row[chosen], position[chosen]
+        classes = dict(
+            zip(live, zip(kind.tolist(), row.tolist(), position.tolist(), strict=True), strict=True)
+        )
+        counts = np.bincount(kind, minlength=5).tolist()
     return _finish(
-        view,
-        partition,
-        active,
-        _JoinState(slots, expected, classes, counts),
-        np.asarray(rows, dtype=np.int64),
-        np.asarray(positions, dtype=np.int64),
+        view, partition, active, _JoinState(slots, expected, classes, counts), rows, positions
     )
 
 
@@ -180,9 +196,8 @@ def _extends(old: PartitionJoin, view: PartitionView | None, partition: IndexPar
         return False
     if before.records > partition.records:
         return False
-    count = len(old.view.memories)
-    # Views of a partition share their memory objects, so this compares identities.
-    return len(view.memories) >= count and view.memories[:count] == old.view.memories
+    # Views of a partition share their memory objects (or, read lazily, their records).
+    return same_prefix(view.memories, old.view.memories)
 
 
 def _extend_join(
@@ -198,9 +213,9 @@ def _extend_join(
     assert old.view is not None and old.partition is not None
     state = old.state
     slots, expected, classes, counts = state.slots, state.expected, state.classes, state.counts
-    added = view.memories[len(old.view.memories) :]
     touched: set[bytes] = set()
-    for hashed, digest in digests.get_many(added):
+    hashes, contents = view_digests(view, digests, len(old.view.memories))
+    for hashed, digest in zip(hashes, contents, strict=True):
         slots[hashed] = len(expected)
         expected.append(digest)
         touched.add(hashed)

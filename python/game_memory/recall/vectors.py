@@ -67,21 +67,20 @@ def top_vector_candidates(
             for view, positions, scores, rows, matrix in scored
             if (chosen := scores >= threshold).any()
         ]
-    hits: list[tuple[GameMemory, float, npt.NDArray[np.float32]]] = []
-    for view, positions, scores, rows, matrix in scored:
-        memories = view.memories
-        hits.extend(
-            (memories[p], v, matrix[r])
+    # Order on the views' columns, then read only the chosen memories (a view opened from
+    # its read file decodes a memory when it is read).
+    ranked: list[tuple[float, float, int, str, str, int, int, int]] = []
+    for number, (view, positions, scores, rows, _) in enumerate(scored):
+        columns, ids = view.columns, view.memory_ids
+        owner = ordinal_key(view.owner_id)
+        importance, ticks = columns.importance, columns.ticks
+        ranked.extend(
+            (-v, -float(importance[p]), -int(ticks[p]), owner, ordinal_key(ids[p]), number, p, r)
             for p, v, r in zip(positions.tolist(), scores.tolist(), rows.tolist(), strict=True)
         )
-    hits.sort(
-        key=lambda hit: (
-            -hit[1],
-            -hit[0].importance,
-            -hit[0].moment.tick,
-            ordinal_key(hit[0].owner_id),
-            ordinal_key(hit[0].memory_id),
-        )
+    ranked.sort()
+    chosen = ranked[:limit]
+    return (
+        [(scored[row[5]][0].memories[row[6]], -row[0]) for row in chosen],
+        [scored[row[5]][4][row[7]] for row in chosen],
     )
-    chosen_hits = hits[:limit]
-    return [(memory, score) for memory, score, _ in chosen_hits], [v for _, _, v in chosen_hits]

@@ -146,7 +146,7 @@ def _search_columns(
             indices = np.flatnonzero(mask)
             if needle:
                 indices = np.asarray(
-                    [i for i in indices if _contains(view.memories[i], needle)], np.int64
+                    [i for i in indices.tolist() if _contains(view.memories[i], needle)], np.int64
                 )
             candidates.append(indices)
             scores.append(view.columns.importance[indices] + base_bonus)
@@ -199,14 +199,20 @@ def _top(
         kept = [score >= threshold for score in scores]
         candidates = [indices[keep] for indices, keep in zip(candidates, kept, strict=True)]
         scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]
-    ranked: list[tuple[float, tuple[int, str, str], GameMemory]] = []
-    for view, indices, score in zip(views, candidates, scores, strict=True):
-        memories, keys = view.memories, view.order_keys
-        ranked.extend(
-            (-float(value), keys[index], memories[index])
+    rows: list[tuple[float, tuple[int, str, str], int, int]] = []
+    for number, (view, indices, score) in enumerate(zip(views, candidates, scores, strict=True)):
+        key = view.order_key
+        rows.extend(
+            (-float(value), key(index), number, index)
             for index, value in zip(indices.tolist(), score.tolist(), strict=True)
         )
-    return _ordered(ranked, limit)
+    # Order first, then read only the memories that are handed out (a view opened from its
+    # read file decodes a memory when it is read).
+    rows.sort()
+    return [
+        LexicalHit(views[number].memories[index], -negated)
+        for negated, _, number, index in rows[:limit]
+    ]
 
 
 def _ordered(

@@ -23,9 +23,11 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
+
+import numpy as np
 
 from game_memory.durable import fs
 from game_memory.durable.fs import lstat_regular
@@ -33,6 +35,7 @@ from game_memory.durable.names import identity_hash, partition_hash, segment_pat
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
+from game_memory.store.lazy import concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -40,6 +43,7 @@ from game_memory.store.packs import (
     read_pack_index,
     read_pack_range,
 )
+from game_memory.store.read_path import content_digests, persist, seeded_state
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.state import (
@@ -127,6 +131,17 @@ class PartitionCache:
             return cached
         folder_inode = session_folder(session_directory)
         indexes = self.pack_indexes(session_directory)
+        if cached is None and folder_inode is not None:
+            # A read file stands in for an earlier read of the bytes it covers (checked
+            # against them first); the rest of this read then goes on as for any cache.
+            cached = seeded_state(
+                os.fspath(session_directory),
+                session_hash,
+                owner_hash,
+                indexes,
+                lambda number: segment_path(session_directory, owner_hash, number),
+                lambda data, path: _decode(data, path, session_hash, owner_hash),
+            )
         packs = self._read_packs(indexes, owner_hash, session_hash, cached)
         same_packs = cached is not None and len(packs) == len(cached.packs)
         if cached is not None and same_packs:
@@ -160,7 +175,7 @@ class PartitionCache:
         if not changed and not retracted and cached is not None:
             state = dataclasses.replace(cached, probes=tuple(probes), absent=absent, folder=folder)
             self._remember(key, state)
-            return state
+            return self._persisted(session_directory, key, state)
         for series in (segments, retractions):
             for segment in series[:-1]:
                 if segment.torn_bytes:
@@ -185,8 +200,18 @@ class PartitionCache:
             absent,
             folder,
             tuple(retractions),
+            cached.read_file_count if cached is not None else 0,
         )
         self._remember(key, state)
+        return self._persisted(session_directory, key, state)
+
+    def _persisted(
+        self, session_directory: str | Path, key: tuple[str, str], state: PartitionState
+    ) -> PartitionState:
+        """Write the partition's read file when this read decoded enough (``read_path.py``)."""
+        if persist(os.fspath(session_directory), state, content_digests):
+            state = dataclasses.replace(state, read_file_count=state.memory_count)
+            self._remember(key, state)
         return state
 
     def _read_series(
@@ -219,7 +244,7 @@ class PartitionCache:
             if segment is not before:
                 changed = True
                 known = len(before.items) if before is not None else 0
-                if before is not None and segment.items[:known] != before.items:
+                if before is not None and not same_prefix(segment.items, before.items):
                     appended = None  # the file was replaced or cut: rebuild the view
                 if appended is not None:
                     appended.extend(segment.items[known:])
@@ -314,8 +339,17 @@ class PartitionCache:
                 f"{path} is corrupt ({exc.reason} at byte {exc.offset}); restore the save from "
                 "a backup. game-memory never guesses at damaged data."
             ) from exc
-        items = list(previous.items) if same_file and previous is not None else []
-        items.extend(decode(payload, path) for payload in scan.payloads)
+        new = [decode(payload, path) for payload in scan.payloads]
+        starts = np.empty(len(new), np.int64)
+        position = offset
+        for number, payload in enumerate(scan.payloads):
+            starts[number] = position
+            position += HEADER_BYTES + len(payload)
+        if same_file and previous is not None:
+            items = concatenated(previous.items, new)
+            starts = np.concatenate((previous.starts, starts))
+        else:
+            items = tuple(new)
         return Segment(
             path,
             opened.st_dev,
@@ -323,7 +357,8 @@ class PartitionCache:
             offset + len(data),
             scan.end,
             scan.torn_bytes,
-            tuple(items),
+            items,
+            starts,
         )
 
     def _remember(self, key: tuple[str, str], state: PartitionState) -> None:
@@ -372,21 +407,22 @@ def _build_view(
     copies of the records it moved; see ``rewriting.py``); a different one is corruption.
     """
     positions = dict(base.positions) if base is not None else {}
-    ordered = list(base.memories) if base is not None else []
+    known: Sequence[GameMemory] = base.memories if base is not None else ()
+    added: list[GameMemory] = []
     for memory in memories:
         position = positions.get(memory.memory_id)
         if position is not None:
-            if ordered[position] != memory:
+            held = known[position] if position < len(known) else added[position - len(known)]
+            if held != memory:
                 raise PersistenceError(
                     f"a partition in {folder} holds two different memories with one id "
                     f"{memory.memory_id!r}; the save is corrupt"
                 )
             continue
-        positions[memory.memory_id] = len(ordered)
-        ordered.append(memory)
+        positions[memory.memory_id] = len(known) + len(added)
+        added.append(memory)
+    ordered = concatenated(known, added)
     if not ordered:
         return None
     first = ordered[0]
-    return PartitionView(
-        first.session_id, first.owner_id, tuple(ordered), positions, base, retractions
-    )
+    return PartitionView(first.session_id, first.owner_id, ordered, positions, base, retractions)

@@ -61,8 +61,12 @@ class StoreSnapshot:
     stages: tuple[GameMemorySearchStage, ...]
 
     @property
-    def authoritative_memories(self) -> tuple[GameMemory, ...]:
-        """Every memory of the snapshot, by owner then memory id (ordinal)."""
+    def authoritative_memories(self) -> Sequence[GameMemory]:
+        """Every memory of the snapshot, by owner then memory id (ordinal).
+
+        A tuple, or for one partition opened from its read file a lazy sequence that
+        decodes a memory when it is read and compares equal to the tuple.
+        """
         if len(self.views) == 1:
             return self.views[0].ordered
         return tuple(memory for view in self.views for memory in view.ordered)

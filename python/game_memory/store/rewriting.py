@@ -48,6 +48,7 @@ from game_memory.store.documents import DocumentError, decode_document
 from game_memory.store.ledger import Ledger, LedgerEntry
 from game_memory.store.packs import encode_pack, pack_path, read_pack_index, read_pack_range
 from game_memory.store.partitions import PartitionCache
+from game_memory.store.read_files import remove_read_files
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, encode_record, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.rewrite_journal import Rewrite, RewriteJournal
@@ -89,6 +90,7 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
         if rewrite.owner_hash is None:
             _rewrite_ledgers(context, rewrite, None)
             remove_tree(directory)
+            remove_read_files(context.data, rewrite.session_hash)  # derived copies too
             context.journal.remove()
             _forget_cached(context, rewrite)
             return
@@ -96,6 +98,7 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
         _rewrite_ledgers(context, rewrite, retractions_kept)
         context.journal.write(rewrite)
     _switch(rewrite, directory)
+    remove_read_files(context.data, rewrite.session_hash)  # derived copies too
     context.journal.remove()
     _forget_cached(context, rewrite)
 

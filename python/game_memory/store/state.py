@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
+
+import numpy as np
+import numpy.typing as npt
 
 from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
@@ -28,6 +32,10 @@ __all__ = ["PackPart", "PartitionState", "Segment", "is_current", "session_folde
 _Item = TypeVar("_Item")
 
 
+def _no_starts() -> npt.NDArray[np.int64]:
+    return np.empty(0, np.int64)
+
+
 @dataclass(frozen=True, slots=True)
 class Segment(Generic[_Item]):
     """One log segment as read: file identity, where valid records end, its items
@@ -39,7 +47,9 @@ class Segment(Generic[_Item]):
     size: int
     end: int
     torn_bytes: int
-    items: tuple[_Item, ...]
+    items: Sequence[_Item]
+    #: Where each item's record starts (records are contiguous from byte 0 to ``end``).
+    starts: npt.NDArray[np.int64] = field(default_factory=_no_starts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +57,7 @@ class PackPart:
     """One owner's range of one pack, as read."""
 
     index: PackIndex
-    memories: tuple[GameMemory, ...]
+    memories: Sequence[GameMemory]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +80,8 @@ class PartitionState:
     absent: tuple[str, ...] = ()
     folder: tuple[str, int] | None = None  # the session folder and its inode, if it existed
     retraction_segments: tuple[Segment[Retraction], ...] = ()
+    #: How many of the memories the partition's read file covers (``read_path.py``).
+    read_file_count: int = 0
 
     @property
     def memory_count(self) -> int:
@@ -103,7 +115,8 @@ class PartitionState:
         """Whether a memory whose id hashes to ``memory_hash`` is in this partition."""
         if self.view is None:
             return False
-        return any(identity_hash(m.memory_id) == memory_hash for m in self.view.memories)
+        # The ids are the view's positions (nothing is decoded for a lazily read view).
+        return any(identity_hash(memory_id) == memory_hash for memory_id in self.view.positions)
 
 
 def is_current(state: PartitionState) -> bool:

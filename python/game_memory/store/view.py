@@ -35,215 +35,42 @@ import bisect
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
+from game_memory.store.columns import BoolArray, PredicateColumns
+from game_memory.store.lazy import LazyMemories, Reordered
+from game_memory.store.postings import LexicalIndex, document_text
 from game_memory.store.tokenizer import tokenize
 
-__all__ = ["LexicalIndex", "PartitionView", "PredicateColumns", "document_text"]
+__all__ = ["LexicalIndex", "PartitionView", "PredicateColumns", "ReadPrefix", "document_text"]
 
 #: A view's scan of its memories: any ``belief_key``; the summaries' retraction rows
 #: ``(position, timeline, tick)``; the sources named but not (yet) held, with their moments.
 _Scan = tuple[bool, tuple[tuple[int, str, int], ...], dict[str, tuple[tuple[str, int], ...]]]
 
-BoolArray = npt.NDArray[np.bool_]
 IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
-_EMPTY_DOCUMENTS: IntArray = np.empty(0, np.int64)
-_EMPTY_FREQUENCIES: FloatArray = np.empty(0, np.float64)
 
 
-def document_text(memory: GameMemory) -> str:
-    """The text lexical search reads: searchable text, a newline, then the payload JSON."""
-    return (memory.searchable_text or "") + "\n" + memory.payload_json
+@dataclass(frozen=True, slots=True)
+class ReadPrefix:
+    """What a view's first ``count`` memories give visibility, BM25 and joins, restored from
+    the partition's read file (``read_files.py``) instead of computed from the memories.
 
-
-class _Codes:
-    """An append-only, thread-safe string → small integer table shared by view versions."""
-
-    def __init__(self) -> None:
-        self._codes: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def code(self, value: str) -> int:
-        code = self._codes.get(value)
-        if code is None:
-            with self._lock:
-                code = self._codes.setdefault(value, len(self._codes))
-        return code
-
-    def get(self, value: str) -> int | None:
-        return self._codes.get(value)
-
-
-class PredicateColumns:
-    """The visibility predicate's inputs as numpy columns, for whole-partition masks."""
+    ``hashes`` and ``digests`` are 32 bytes per memory: ``sha256(memory_id)`` and the content
+    digest the derived vector index compares (``index/entries.py``).
+    """
 
     count: int
-    _timelines: _Codes
-    _scopes: _Codes
-    _beliefs: _Codes
-
-    def __init__(
-        self, memories: Sequence[GameMemory], base: PredicateColumns | None = None
-    ) -> None:
-        start = base.count if base is not None else 0
-        new = memories[start:]
-        count = len(new)
-        self._timelines = base._timelines if base is not None else _Codes()
-        self._scopes = base._scopes if base is not None else _Codes()
-        self._beliefs = base._beliefs if base is not None else _Codes()
-        ticks = np.fromiter((m.moment.tick for m in new), np.int64, count)
-        importance = np.fromiter((m.importance for m in new), np.float64, count)
-        timelines = np.fromiter(
-            (self._timelines.code(m.moment.timeline_id) for m in new), np.int32, count
-        )
-        has_expiry = np.fromiter((m.expires_at is not None for m in new), np.bool_, count)
-        expiry = np.fromiter(
-            (m.expires_at.tick if m.expires_at is not None else 0 for m in new), np.int64, count
-        )
-        scopes = np.fromiter((self._scopes.code(m.scope) for m in new), np.int32, count)
-        kinds = np.fromiter((m.kind.ordinal for m in new), np.int8, count)
-        beliefs = np.fromiter(
-            (-1 if m.belief_key is None else self._beliefs.code(m.belief_key) for m in new),
-            np.int32,
-            count,
-        )
-        tag_lists: dict[str, list[int]] = {}
-        for index, memory in enumerate(new, start):
-            for tag in memory.tags:
-                tag_lists.setdefault(tag, []).append(index)
-        if base is None:
-            self.ticks, self.importance, self.timeline_codes = ticks, importance, timelines
-            self.has_expiry, self.expiry_ticks = has_expiry, expiry
-            self.scope_codes, self.kind_codes = scopes, kinds
-            self.belief_codes = beliefs
-            self._tags = {tag: np.asarray(docs, np.int64) for tag, docs in tag_lists.items()}
-        else:
-            self.ticks = np.concatenate((base.ticks, ticks))
-            self.importance = np.concatenate((base.importance, importance))
-            self.timeline_codes = np.concatenate((base.timeline_codes, timelines))
-            self.has_expiry = np.concatenate((base.has_expiry, has_expiry))
-            self.expiry_ticks = np.concatenate((base.expiry_ticks, expiry))
-            self.scope_codes = np.concatenate((base.scope_codes, scopes))
-            self.kind_codes = np.concatenate((base.kind_codes, kinds))
-            self.belief_codes = np.concatenate((base.belief_codes, beliefs))
-            self._tags = dict(base._tags)
-            for tag, docs in tag_lists.items():
-                previous = self._tags.get(tag, _EMPTY_DOCUMENTS)
-                self._tags[tag] = np.concatenate((previous, np.asarray(docs, np.int64)))
-        self.count = start + count
-        keyed = np.flatnonzero(self.belief_codes >= 0)
-        # Versions grouped by belief, oldest first within each: (code, tick, append order).
-        self._versions: IntArray = keyed[
-            np.lexsort((keyed, self.ticks[keyed], self.belief_codes[keyed]))
-        ]
-
-    @property
-    def has_beliefs(self) -> bool:
-        """Whether any memory of the partition carries a ``belief_key``."""
-        return bool(self._versions.size)
-
-    def superseded(self, query: GameMemoryQuery, retracted: BoolArray | None = None) -> BoolArray:
-        """Which memories are older versions of a belief as of the query's moment.
-
-        See the module docstring: the newest time-visible, not retracted version wins.
-        """
-        hidden = np.zeros(self.count, dtype=np.bool_)
-        versions = self._versions
-        if not versions.size:
-            return hidden
-        if retracted is not None:
-            versions = versions[~retracted[versions]]
-        at = query.at_or_before
-        if at is not None:
-            code = self._timelines.get(at.timeline_id)
-            if code is None:
-                return hidden
-            ticks = self.ticks[versions]
-            timely = (self.timeline_codes[versions] == code) & (ticks <= at.tick)
-            timely &= ~self.has_expiry[versions] | (at.tick < self.expiry_ticks[versions])
-            versions = versions[timely]
-        if versions.size < 2:
-            return hidden
-        beliefs = self.belief_codes[versions]
-        older = beliefs[:-1] == beliefs[1:]  # a later version of the same belief follows
-        hidden[versions[:-1][older]] = True
-        return hidden
-
-    def mask(self, query: GameMemoryQuery, retracted: BoolArray | None = None) -> BoolArray:
-        """Which memories of the partition the query may see (session/owner checked by caller).
-
-        The visibility predicate (``memory_matches_query``), the memories ``retracted`` as
-        of the query's moment (see :meth:`PartitionView.retracted`) and, for belief
-        versions, the rule that only the newest time-visible version is recalled.
-        """
-        mask = np.ones(self.count, dtype=np.bool_) if retracted is None else ~retracted
-        if query.scopes:
-            codes = [code for s in query.scopes if (code := self._scopes.get(s)) is not None]
-            mask &= np.isin(self.scope_codes, np.asarray(codes, np.int32))
-        if query.kinds:
-            mask &= np.isin(self.kind_codes, np.asarray([k.ordinal for k in query.kinds], np.int8))
-        for tag in query.tags:
-            has_tag = np.zeros(self.count, dtype=np.bool_)
-            docs = self._tags.get(tag)
-            if docs is not None:
-                has_tag[docs] = True
-            mask &= has_tag
-        if query.minimum_importance > 0.0:
-            mask &= self.importance >= query.minimum_importance
-        at = query.at_or_before
-        if at is not None:
-            code = self._timelines.get(at.timeline_id)
-            if code is None:
-                return np.zeros(self.count, dtype=np.bool_)
-            mask &= self.timeline_codes == code
-            mask &= self.ticks <= at.tick
-            mask &= ~self.has_expiry | (at.tick < self.expiry_ticks)
-        if self._versions.size:
-            mask &= ~self.superseded(query, retracted)
-        return mask
-
-
-class LexicalIndex:
-    """Token counts and an inverted index (term → documents, frequencies) of a partition."""
-
-    _postings: dict[str, tuple[IntArray, FloatArray]]
-    lengths: IntArray
-
-    def __init__(self, memories: Sequence[GameMemory], base: LexicalIndex | None = None) -> None:
-        start = len(base.lengths) if base is not None else 0
-        terms: dict[str, tuple[list[int], list[int]]] = {}
-        lengths = np.zeros(len(memories) - start, dtype=np.int64)
-        for offset, memory in enumerate(memories[start:]):
-            counts = Counter(tokenize(document_text(memory)))
-            lengths[offset] = sum(counts.values())
-            for term, frequency in counts.items():
-                documents, frequencies = terms.setdefault(term, ([], []))
-                documents.append(start + offset)
-                frequencies.append(frequency)
-        postings: dict[str, tuple[IntArray, FloatArray]] = (
-            dict(base._postings) if base is not None else {}
-        )
-        for term, (documents, frequencies) in terms.items():
-            new_documents = np.asarray(documents, np.int64)
-            new_frequencies = np.asarray(frequencies, np.float64)
-            previous = postings.get(term)
-            if previous is not None:
-                new_documents = np.concatenate((previous[0], new_documents))
-                new_frequencies = np.concatenate((previous[1], new_frequencies))
-            postings[term] = (new_documents, new_frequencies)
-        self._postings = postings
-        self.lengths: IntArray = (
-            np.concatenate((base.lengths, lengths)) if base is not None else lengths
-        )
-
-    def postings(self, term: str) -> tuple[IntArray, FloatArray]:
-        """Documents containing ``term`` and the term's frequency in each."""
-        return self._postings.get(term, (_EMPTY_DOCUMENTS, _EMPTY_FREQUENCIES))
+    columns: PredicateColumns
+    lexical: LexicalIndex
+    scan: _Scan
+    hashes: bytes
+    digests: bytes
 
 
 class PartitionView:
@@ -257,14 +84,22 @@ class PartitionView:
             prefix of ``memories``; its built indexes are extended instead of rebuilt.
     """
 
+    _base_columns: PredicateColumns | None
+    _base_lexical: LexicalIndex | None
+    _base_sorted: tuple[list[str], list[int]] | None
+    _base_order_keys: tuple[tuple[int, str, str], ...] | None
+    _base_scan: tuple[int, _Scan] | None
+    prefix: ReadPrefix | None
+
     def __init__(
         self,
         session_id: str,
         owner_id: str,
-        memories: tuple[GameMemory, ...],
+        memories: Sequence[GameMemory],
         positions: dict[str, int],
         base: PartitionView | None = None,
         retractions: tuple[tuple[str, GameMoment], ...] = (),
+        prefix: ReadPrefix | None = None,
     ) -> None:
         self.session_id = session_id
         self.owner_id = owner_id
@@ -272,17 +107,28 @@ class PartitionView:
         self.positions = positions
         self.retractions = retractions
         self._lock = threading.Lock()
-        built = base.__dict__ if base is not None else {}
-        self._base_columns: PredicateColumns | None = built.get("columns")
-        self._base_lexical: LexicalIndex | None = built.get("lexical")
-        self._base_sorted: tuple[list[str], list[GameMemory]] | None = built.get("_sorted")
-        self._base_order_keys: tuple[tuple[int, str, str], ...] | None = built.get("order_keys")
-        # What the base found in its memories (a prefix of these): extended, not recomputed.
-        self._base_scan: tuple[int, _Scan] | None = (
-            (len(base), built["_memory_scan"])
-            if base is not None and "_memory_scan" in built
-            else None
-        )
+        if base is not None:
+            # The base's built structures, or those it had not used yet (never the base).
+            built = base.__dict__
+            prefix = base.prefix
+            self._base_columns = built.get("columns", base._base_columns)
+            self._base_lexical = built.get("lexical", base._base_lexical)
+            self._base_sorted = built.get("_sorted", base._base_sorted)
+            self._base_order_keys = built.get("order_keys", base._base_order_keys)
+            # What the base found in its memories (a prefix of these): extended.
+            self._base_scan = (
+                (len(base), built["_memory_scan"]) if "_memory_scan" in built else base._base_scan
+            )
+        elif prefix is not None:
+            self._base_columns, self._base_lexical = prefix.columns, prefix.lexical
+            self._base_sorted, self._base_order_keys = None, None
+            self._base_scan = (prefix.count, prefix.scan)
+        else:
+            self._base_columns, self._base_lexical = None, None
+            self._base_sorted, self._base_order_keys = None, None
+            self._base_scan = None
+        #: Restored facts of the first ``prefix.count`` memories (their digests for joins).
+        self.prefix = prefix
 
     def __len__(self) -> int:
         return len(self.memories)
@@ -318,6 +164,11 @@ class PartitionView:
                     waiting.setdefault(source, []).append(moment)
         frozen = {memory_id: tuple(moments) for memory_id, moments in waiting.items()}
         return keys, tuple(rows), frozen
+
+    @property
+    def memory_scan(self) -> _Scan:
+        """:attr:`_memory_scan`, for the read file that persists it (``read_files.py``)."""
+        return self._memory_scan
 
     @cached_property
     def has_beliefs(self) -> bool:
@@ -385,26 +236,59 @@ class PartitionView:
             base, self._base_order_keys = self._base_order_keys, None
         base = base or ()
         owner = ordinal_key(self.owner_id)
-        new = self.memories[len(base) :]
-        return base + tuple((-m.moment.tick, ordinal_key(m.memory_id), owner) for m in new)
+        if not isinstance(self.memories, LazyMemories):
+            new = self.memories[len(base) :]
+            return base + tuple((-m.moment.tick, ordinal_key(m.memory_id), owner) for m in new)
+        ticks = self.columns.ticks[len(base) :].tolist()
+        ids = self._ids()[len(base) :]
+        return base + tuple(
+            (-tick, ordinal_key(memory_id), owner)
+            for tick, memory_id in zip(ticks, ids, strict=True)
+        )
+
+    def _ids(self) -> list[str]:
+        """The memory ids in append order (of a lazy view: its positions, nothing decoded)."""
+        return self.memory_ids
 
     @cached_property
-    def _sorted(self) -> tuple[list[str], list[GameMemory]]:
-        """Ordinal id keys and memories in id order; extended by insertion from the base."""
+    def memory_ids(self) -> list[str]:
+        """The memory ids in append order (of a lazy view: its positions, nothing decoded)."""
+        if isinstance(self.memories, LazyMemories):
+            return list(self.positions)  # built in append order (partitions.py)
+        return [memory.memory_id for memory in self.memories]
+
+    def order_key(self, position: int) -> tuple[int, str, str]:
+        """:attr:`order_keys` of one memory, computed without building all of them."""
+        if "order_keys" in self.__dict__:
+            return self.order_keys[position]
+        tick = int(self.columns.ticks[position])
+        return (-tick, ordinal_key(self.memory_ids[position]), ordinal_key(self.owner_id))
+
+    @cached_property
+    def _sorted(self) -> tuple[list[str], list[int]]:
+        """Ordinal id keys and positions in id order; extended by insertion from the base."""
         with self._lock:
             base, self._base_sorted = self._base_sorted, None
+        ids = self._ids()
         if base is None:
-            pairs = sorted((ordinal_key(m.memory_id), m) for m in self.memories)
-            return [key for key, _ in pairs], [memory for _, memory in pairs]
-        keys, memories = list(base[0]), list(base[1])
-        for memory in self.memories[len(keys) :]:
-            key = ordinal_key(memory.memory_id)
-            at = bisect.bisect_right(keys, key)
-            keys.insert(at, key)
-            memories.insert(at, memory)
-        return keys, memories
+            pairs = sorted((ordinal_key(memory_id), at) for at, memory_id in enumerate(ids))
+            return [key for key, _ in pairs], [at for _, at in pairs]
+        keys, order = list(base[0]), list(base[1])
+        for at in range(len(keys), len(ids)):
+            key = ordinal_key(ids[at])
+            where = bisect.bisect_right(keys, key)
+            keys.insert(where, key)
+            order.insert(where, at)
+        return keys, order
 
     @cached_property
-    def ordered(self) -> tuple[GameMemory, ...]:
-        """The memories sorted by ``memory_id`` (ordinal), the order snapshots report."""
-        return tuple(self._sorted[1])
+    def ordered(self) -> Sequence[GameMemory]:
+        """The memories sorted by ``memory_id`` (ordinal), the order snapshots report.
+
+        A tuple, or for a view read from its read file a lazy sequence that decodes a
+        memory when it is read (it compares equal to the tuple of the same memories).
+        """
+        if isinstance(self.memories, LazyMemories):
+            return Reordered(self.memories, lambda: self._sorted[1])
+        memories = self.memories
+        return tuple(memories[at] for at in self._sorted[1])

@@ -1,0 +1,296 @@
+"""Memories read only when asked for: a sequence that decodes each record on first access.
+
+A partition opened from its derived read file (``read_files.py``) does not decode its
+memories: recall works on columns, and only the memories it hands out (the final hits, a
+few dozen) are read. :class:`LazyMemories` holds where each record is (an open file, an
+offset, a length) and decodes a record the first time it is indexed, checking its
+frame checksum and, through ``decode``, its full model validation and its partition, like
+an eager read. Decoded memories are kept (bounded by the partition's size, and released
+with the view), so a memory object is the same on every access: joins and tests that
+compare identities keep working.
+
+Open files stay valid when a rewrite replaces or removes the file (the old inode lives on
+while open), so a view read before an erase still reads what it saw.
+
+:class:`LazyMemories` compares equal to any sequence of the same memories (tuples
+included), slices to a tuple, and concatenates without decoding (``+`` with a tuple gives
+another lazy sequence: that is how a grown partition extends its view).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar, cast, overload
+
+from game_memory.errors import PersistenceError
+from game_memory.model import GameMemory
+from game_memory.store.records import HEADER_BYTES, MAGIC
+
+__all__ = ["LazyMemories", "Location", "RecordFile", "Reordered", "concatenated", "same_prefix"]
+
+_T = TypeVar("_T")
+
+#: Where a record is: its file (an index into the sequence's files), offset, whole length.
+Location = tuple[int, int, int]
+
+
+class RecordFile:
+    """One store file kept open for reading records by offset (closed with the object).
+
+    The descriptor keeps the file's inode alive, so a rewrite that replaces or removes the
+    file (an erase, a compaction) does not change what this reads.
+    """
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    def __del__(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def record(self, offset: int, length: int) -> bytes:
+        """The payload of the record at ``offset`` (``length`` includes the header), checked.
+
+        Raises:
+            PersistenceError: the record is missing, or its frame or checksum is wrong.
+        """
+        try:
+            frame = os.pread(self._fd, length, offset)
+        except OSError as exc:
+            raise PersistenceError(f"could not read {self.path}: {exc.strerror}") from exc
+        payload = frame[HEADER_BYTES:]
+        length_field = frame[4:8]
+        length_check = zlib.crc32(length_field)
+        if (
+            len(frame) != length
+            or frame[:4] != MAGIC
+            or int.from_bytes(length_field, "little") != len(payload)
+            or int.from_bytes(frame[8:12], "little") != length_check
+            or int.from_bytes(frame[12:16], "little") != zlib.crc32(payload, length_check)
+        ):
+            raise PersistenceError(
+                f"{self.path} is corrupt at byte {offset} (a record differs from what was "
+                "read before: cut, replaced in place or damaged); restore the save from a "
+                "backup or run game-memory check"
+            )
+        return payload
+
+
+class _Records:
+    """The shared state of one partition's lazily decoded records."""
+
+    def __init__(
+        self,
+        files: Sequence[RecordFile],
+        locations: Sequence[Location],
+        decode: Callable[[bytes, str], GameMemory],
+        expected: Sequence[str] | None,
+    ) -> None:
+        self.files = files
+        self.locations = locations
+        self.decode = decode
+        self.expected = expected
+        self.decoded: list[GameMemory | None] = [None] * len(locations)
+        self.lock = threading.Lock()
+
+    def get(self, index: int) -> GameMemory:
+        memory = self.decoded[index]
+        if memory is None:
+            file_index, offset, length = self.locations[index]
+            file = self.files[file_index]
+            memory = self.decode(file.record(offset, length), file.path)
+            if self.expected is not None and memory.memory_id != self.expected[index]:
+                raise PersistenceError(
+                    f"{file.path} holds another memory at byte {offset} than its read file "
+                    "says; the read file is wrong: delete the folder .game-memory/read "
+                    "(derived data, rebuilt on the next read) and try again"
+                )
+            with self.lock:
+                if self.decoded[index] is None:
+                    self.decoded[index] = memory
+                else:
+                    memory = self.decoded[index]
+        assert memory is not None
+        return memory
+
+
+class LazyMemories(Sequence[GameMemory]):
+    """An immutable sequence of memories, some decoded only on first access.
+
+    ``records[start:stop]`` of a shared record store, followed by ``tail`` (memories read
+    eagerly, e.g. appended since the read file was written).
+    """
+
+    __slots__ = ("_records", "_start", "_stop", "_tail")
+
+    def __init__(
+        self,
+        records: _Records,
+        start: int,
+        stop: int,
+        tail: tuple[GameMemory, ...] = (),
+    ) -> None:
+        self._records = records
+        self._start = start
+        self._stop = stop
+        self._tail = tail
+
+    @classmethod
+    def of(
+        cls,
+        files: Sequence[RecordFile],
+        locations: Sequence[Location],
+        decode: Callable[[bytes, str], GameMemory],
+        expected: Sequence[str] | None = None,
+    ) -> LazyMemories:
+        """A sequence over ``locations`` (decoded by ``decode(payload, path)`` when asked;
+        a decoded memory whose id is not ``expected[i]`` raises ``PersistenceError``)."""
+        return cls(_Records(files, locations, decode, expected), 0, len(locations))
+
+    @property
+    def lazy_count(self) -> int:
+        """How many of the memories are decoded on demand (the rest were read eagerly)."""
+        return self._stop - self._start
+
+    def window(self, start: int, stop: int) -> LazyMemories:
+        """Memories ``start..stop`` of the lazily held ones, as a lazy sequence."""
+        assert 0 <= start <= stop <= self._stop - self._start
+        return LazyMemories(self._records, self._start + start, self._start + stop)
+
+    def decoded_count(self) -> int:
+        """How many lazily held memories were decoded so far (for tests and bounds)."""
+        part = self._records.decoded[self._start : self._stop]
+        return sum(memory is not None for memory in part)
+
+    def __len__(self) -> int:
+        return self._stop - self._start + len(self._tail)
+
+    @overload
+    def __getitem__(self, index: int) -> GameMemory: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[GameMemory, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> GameMemory | tuple[GameMemory, ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        size = len(self)
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("memory index out of range")
+        lazy = self._stop - self._start
+        if index < lazy:
+            return self._records.get(self._start + index)
+        return self._tail[index - lazy]
+
+    def __iter__(self) -> Iterator[GameMemory]:
+        get = self._records.get
+        for index in range(self._start, self._stop):
+            yield get(index)
+        yield from self._tail
+
+    def __add__(self, other: Sequence[GameMemory]) -> LazyMemories:
+        return LazyMemories(self._records, self._start, self._stop, self._tail + tuple(other))
+
+    def __eq__(self, other: object) -> bool:
+        return _equal(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not _equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LazyMemories({len(self)} memories, {self.decoded_count()} lazily decoded)"
+
+    def extends(self, prefix: Sequence[object]) -> bool:
+        """Whether ``prefix`` is known to be this sequence's start without decoding anything."""
+        if not isinstance(prefix, LazyMemories):
+            return False
+        if prefix._records is not self._records or prefix._start != self._start:
+            return False
+        if prefix._stop != self._stop or len(prefix._tail) > len(self._tail):
+            return False
+        return all(a is b for a, b in zip(prefix._tail, self._tail, strict=False))
+
+
+class Reordered(Sequence[GameMemory]):
+    """``memories`` in another order, read lazily; ``order()`` (the positions in that order)
+    is called on first use, so a snapshot nobody reads in order never sorts."""
+
+    __slots__ = ("_got", "_memories", "_order")
+
+    def __init__(self, memories: Sequence[GameMemory], order: Callable[[], Sequence[int]]) -> None:
+        self._memories = memories
+        self._got = order
+        self._order: Sequence[int] | None = None
+
+    @property
+    def _positions(self) -> Sequence[int]:
+        if self._order is None:
+            self._order = self._got()
+        return self._order
+
+    def __len__(self) -> int:
+        return len(self._memories)
+
+    @overload
+    def __getitem__(self, index: int) -> GameMemory: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[GameMemory, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> GameMemory | tuple[GameMemory, ...]:
+        if isinstance(index, slice):
+            return tuple(self._memories[at] for at in self._positions[index])
+        return self._memories[self._positions[index]]
+
+    def __iter__(self) -> Iterator[GameMemory]:
+        memories = self._memories
+        return (memories[at] for at in self._positions)
+
+    def __eq__(self, other: object) -> bool:
+        return _equal(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not _equal(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Reordered({len(self)} memories)"
+
+
+def _equal(sequence: Sequence[GameMemory], other: object) -> bool:
+    if sequence is other:
+        return True
+    if not isinstance(other, Sequence) or isinstance(other, str) or len(other) != len(sequence):
+        return False
+    return all(a == b for a, b in zip(sequence, other, strict=True))
+
+
+def concatenated(base: Sequence[_T], more: Sequence[_T]) -> Sequence[_T]:
+    """``base`` followed by ``more``, lazily when ``base`` is lazy (nothing decoded)."""
+    if isinstance(base, LazyMemories):
+        return cast("Sequence[_T]", base + cast("Sequence[GameMemory]", more))
+    return tuple(base) + tuple(more)
+
+
+def same_prefix(memories: Sequence[object], prefix: Sequence[object]) -> bool:
+    """Whether ``prefix`` is the start of ``memories`` (equal items), cheaply if lazy."""
+    count = len(prefix)
+    if len(memories) < count:
+        return False
+    if isinstance(memories, LazyMemories) or isinstance(prefix, LazyMemories):
+        # Only a lazy sequence built on ``prefix`` is known to start with it; anything
+        # else is treated as another read (correct, only slower: its caller rebuilds).
+        return isinstance(memories, LazyMemories) and memories.extends(prefix)
+    return tuple(memories[:count]) == tuple(prefix)

@@ -1,0 +1,146 @@
+"""The lexical index of one partition: token counts and an inverted index, extended and persisted.
+
+:class:`LexicalIndex` holds, per memory in append order, its token count, and per term the
+memories containing it with the term's frequency in each: what BM25 (``lexical.py``)
+reads. An index of a grown partition extends the previous version's (only the new
+memories are tokenized). An index can be exported as compressed rows (terms, offsets,
+documents, frequencies) and restored from them without tokenizing anything
+(``read_files.py`` persists it); the restored part is read term by term on demand.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.model import GameMemory
+from game_memory.store.tokenizer import tokenize
+
+__all__ = ["LexicalIndex", "PostingArrays", "document_text"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+_EMPTY_DOCUMENTS: IntArray = np.empty(0, np.int64)
+_EMPTY_FREQUENCIES: FloatArray = np.empty(0, np.float64)
+
+#: Exported postings: terms, offsets (int64, one more than terms), documents (int32),
+#: frequencies (int32), lengths (int64).
+PostingArrays = tuple[list[str], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32], IntArray]
+
+
+def document_text(memory: GameMemory) -> str:
+    """The text lexical search reads: searchable text, a newline, then the payload JSON."""
+    return (memory.searchable_text or "") + "\n" + memory.payload_json
+
+
+class _Rows:
+    """Restored postings in compressed rows, shared (read-only) by every later version."""
+
+    def __init__(self, exported: PostingArrays) -> None:
+        terms, offsets, documents, frequencies, _ = exported
+        self.terms = {term: index for index, term in enumerate(terms)}
+        self.offsets = offsets
+        self.documents = documents
+        self.frequencies = frequencies
+
+    def postings(self, term: str) -> tuple[IntArray, FloatArray] | None:
+        index = self.terms.get(term)
+        if index is None:
+            return None
+        start, stop = int(self.offsets[index]), int(self.offsets[index + 1])
+        return (
+            self.documents[start:stop].astype(np.int64),
+            self.frequencies[start:stop].astype(np.float64),
+        )
+
+
+class LexicalIndex:
+    """Token counts and an inverted index (term → documents, frequencies) of a partition."""
+
+    _postings: dict[str, tuple[IntArray, FloatArray]]
+    _rows: _Rows | None
+    lengths: IntArray
+
+    def __init__(self, memories: Sequence[GameMemory], base: LexicalIndex | None = None) -> None:
+        start = len(base.lengths) if base is not None else 0
+        terms: dict[str, tuple[list[int], list[int]]] = {}
+        lengths = np.zeros(len(memories) - start, dtype=np.int64)
+        for offset in range(len(memories) - start):
+            counts = Counter(tokenize(document_text(memories[start + offset])))
+            lengths[offset] = sum(counts.values())
+            for term, frequency in counts.items():
+                documents, frequencies = terms.setdefault(term, ([], []))
+                documents.append(start + offset)
+                frequencies.append(frequency)
+        postings: dict[str, tuple[IntArray, FloatArray]] = (
+            dict(base._postings) if base is not None else {}
+        )
+        for term, (documents, frequencies) in terms.items():
+            new_documents = np.asarray(documents, np.int64)
+            new_frequencies = np.asarray(frequencies, np.float64)
+            previous = postings.get(term)
+            if previous is not None:
+                new_documents = np.concatenate((previous[0], new_documents))
+                new_frequencies = np.concatenate((previous[1], new_frequencies))
+            postings[term] = (new_documents, new_frequencies)
+        self._postings = postings
+        self._rows = base._rows if base is not None else None
+        self.lengths = np.concatenate((base.lengths, lengths)) if base is not None else lengths
+
+    @classmethod
+    def restore(cls, exported: PostingArrays, count: int) -> LexicalIndex:
+        """The index of ``count`` memories from :meth:`export`'s arrays (checked shapes).
+
+        Raises:
+            ValueError: the arrays do not fit together.
+        """
+        terms, offsets, documents, frequencies, lengths = exported
+        if offsets.shape != (len(terms) + 1,) or int(offsets[0]) != 0:
+            raise ValueError("the posting offsets do not match the terms")
+        if int(offsets[-1]) != documents.size or documents.shape != frequencies.shape:
+            raise ValueError("the postings do not match their offsets")
+        if lengths.shape != (count,) or (documents.size and int(documents.max()) >= count):
+            raise ValueError("the postings name memories the index does not hold")
+        if np.any(np.diff(offsets) < 0):
+            raise ValueError("the posting offsets are not ordered")
+        index = cls.__new__(cls)
+        index._postings = {}
+        index._rows = _Rows(exported)
+        index.lengths = lengths.astype(np.int64)
+        return index
+
+    def export(self) -> PostingArrays:
+        """Every posting as compressed rows (terms sorted), with the token counts."""
+        terms = sorted(set(self._postings) | (set(self._rows.terms) if self._rows else set()))
+        documents: list[IntArray] = []
+        frequencies: list[FloatArray] = []
+        counts: list[int] = []
+        for term in terms:
+            found, tf = self.postings(term)
+            documents.append(found)
+            frequencies.append(tf)
+            counts.append(found.size)
+        offsets = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
+        return (
+            terms,
+            offsets,
+            np.concatenate(documents).astype(np.int32) if terms else np.empty(0, np.int32),
+            np.concatenate(frequencies).astype(np.int32) if terms else np.empty(0, np.int32),
+            self.lengths,
+        )
+
+    def postings(self, term: str) -> tuple[IntArray, FloatArray]:
+        """Documents containing ``term`` and the term's frequency in each."""
+        newer = self._postings.get(term)
+        restored = self._rows.postings(term) if self._rows is not None else None
+        if restored is None:
+            return newer if newer is not None else (_EMPTY_DOCUMENTS, _EMPTY_FREQUENCIES)
+        if newer is None:
+            return restored
+        return (
+            np.concatenate((restored[0], newer[0])),
+            np.concatenate((restored[1], newer[1])),
+        )

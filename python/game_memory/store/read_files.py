@@ -1,0 +1,317 @@
+"""Read files: what a partition's reads derive from its records, persisted beside the save.
+
+Opening a large partition used to decode every record into a ``GameMemory`` and tokenize
+every text before the first recall could answer. A **read file**
+``.game-memory/read/s-<sha256(session)>/o-<sha256(owner)>.read`` keeps what a recall needs
+instead, for the partition's first ``count`` memories (in append order):
+
+* where each record is (file, offset, length), so a memory is decoded only when it is
+  handed out (``lazy.py``);
+* its id, ``sha256(id)`` and content digest (the derived vector index joins on them);
+* the visibility columns (``columns.py``), the lexical index (``postings.py``) and the
+  belief/consolidation scan of ``view.py``.
+
+It is **derived, disposable and never trusted over the save**. It names every file it was
+derived from (the owner's pack ranges and log segments) with its device, inode, the byte
+range covered and the CRC-32 of those bytes; :func:`load_read_file` uses it only if every
+such file still holds exactly those bytes (the CRC is computed again from the file), the
+segments after the first are unchanged in size, and the read file's own checksums hold.
+Anything else (a file replaced by an erase or a compaction, damage, another format, a cut
+or foreign read file) makes it ignored: the partition is read from its records as before,
+and a new read file replaces it. Records appended since it was written are read from the
+logs. The ledger check of every read (``reader.py``) is unchanged, and every memory handed
+out is read from the save and checked there. Deleting the ``read`` folder is always safe.
+
+Written atomically (temporary file, fsync, rename), so a kill or a power loss leaves the
+old file, the new one, or a temporary file readers never look at.
+
+Layout: ``GMREAD01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
+arrays (each at its offset from the end of the header, with its own CRC-32).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from game_memory.durable import fs
+from game_memory.errors import PersistenceError
+from game_memory.store.columns import PredicateColumns
+from game_memory.store.postings import LexicalIndex
+
+__all__ = [
+    "READ_FOLDER",
+    "Covered",
+    "ReadFile",
+    "load_read_file",
+    "read_file_path",
+    "remove_read_files",
+    "write_read_file",
+]
+
+READ_FOLDER = "read"
+FORMAT_VERSION = 1
+_MAGIC = b"GMREAD01"
+_HEAD = struct.Struct("<8sII")
+_MAXIMUM_BYTES = 1 << 31
+_CHUNK = 1 << 20
+_LOG = logging.getLogger("game_memory.store")
+
+
+@dataclass(frozen=True, slots=True)
+class Covered:
+    """One file a read file was derived from: its name in the session folder, identity, the
+    byte range covered (a pack's owner range, or a log segment from byte 0) and its CRC-32."""
+
+    name: str
+    device: int
+    inode: int
+    start: int
+    end: int
+    crc: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadFile:
+    """A loaded, checked read file (see the module docstring)."""
+
+    count: int
+    files: tuple[Covered, ...]
+    ids: list[str]
+    location_files: npt.NDArray[np.uint32]
+    location_offsets: npt.NDArray[np.int64]
+    location_lengths: npt.NDArray[np.uint32]
+    hashes: bytes
+    digests: bytes
+    columns: PredicateColumns
+    lexical: LexicalIndex
+    scan: Any
+
+
+def read_file_path(session_directory: str, owner_hash: str) -> Path:
+    """Where the read file of a partition lives (``<data>/read/s-<hash>/o-<hash>.read``)."""
+    data, session = os.path.split(session_directory)
+    return Path(data) / READ_FOLDER / session / f"o-{owner_hash}.read"
+
+
+def remove_read_files(data: Path, session_hash: str) -> None:
+    """Delete the read files of a session (an erase or compaction rewrote it). Idempotent."""
+    folder = data / READ_FOLDER / f"s-{session_hash}"
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise PersistenceError(f"could not list {folder}: {exc.strerror}") from exc
+    for name in names:
+        try:
+            os.unlink(folder / name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise PersistenceError(f"could not remove {folder / name}: {exc.strerror}") from exc
+
+
+def file_crc(path: str, start: int, end: int) -> int | None:
+    """CRC-32 of bytes ``start..end`` of ``path``, or ``None`` if it holds fewer bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        crc, position = 0, start
+        while position < end:
+            chunk = os.pread(fd, min(_CHUNK, end - position), position)
+            if not chunk:
+                return None
+            crc = zlib.crc32(chunk, crc)
+            position += len(chunk)
+        return crc
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _array(array: npt.NDArray[Any]) -> tuple[str, bytes]:
+    contiguous = np.ascontiguousarray(array)
+    return contiguous.dtype.str, contiguous.tobytes()
+
+
+def _strings(values: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    encoded = [value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum([len(item) for item in encoded], out=offsets[1:])
+    return np.frombuffer(b"".join(encoded), np.uint8), offsets
+
+
+def _unstrings(blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> list[str]:
+    data = blob.tobytes()
+    bounds = offsets.tolist()
+    if data.isascii():  # one character per byte: slice one decoded string
+        text = data.decode("ascii")
+        return [text[a:b] for a, b in itertools.pairwise(bounds)]
+    return [data[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
+
+
+def write_read_file(
+    path: Path,
+    *,
+    session_hash: str,
+    owner_hash: str,
+    files: list[Covered],
+    locations: list[tuple[int, int, int]],
+    ids: list[str],
+    hashes: bytes,
+    digests: bytes,
+    columns: PredicateColumns,
+    lexical: LexicalIndex,
+    scan: Any,
+) -> bool:
+    """Write a read file atomically (see the module docstring); whether it was written.
+
+    A read file is an optimisation: when it cannot be written (a read-only save, a full
+    disk) reads simply go on without one.
+    """
+    count = len(ids)
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    column_arrays, tables = columns.export()
+    arrays.update({f"column_{name}": array for name, array in column_arrays.items()})
+    terms, offsets, documents, frequencies, lengths = lexical.export()
+    arrays["term_blob"], arrays["term_offsets"] = _strings(terms)
+    arrays.update(
+        posting_offsets=offsets, posting_documents=documents, posting_frequencies=frequencies
+    )
+    arrays["lengths"] = lengths
+    arrays["id_blob"], arrays["id_offsets"] = _strings(ids)
+    located = np.asarray(locations, np.int64).reshape(-1, 3)
+    arrays["location_files"] = located[:, 0].astype(np.uint32)
+    arrays["location_offsets"] = located[:, 1]
+    arrays["location_lengths"] = located[:, 2].astype(np.uint32)
+    arrays["hashes"] = np.frombuffer(hashes, np.uint8)
+    arrays["digests"] = np.frombuffer(digests, np.uint8)
+    body: list[bytes] = []
+    described: dict[str, list[Any]] = {}
+    position = 0
+    for name, array in arrays.items():
+        dtype, data = _array(array)
+        padding = -position % 8
+        body.append(b"\0" * padding)
+        position += padding
+        described[name] = [dtype, int(array.size), position, len(data), zlib.crc32(data)]
+        body.append(data)
+        position += len(data)
+    header = {
+        "format_version": FORMAT_VERSION,
+        "session": session_hash,
+        "owner": owner_hash,
+        "count": count,
+        "files": [list(vars_of(covered)) for covered in files],
+        "tables": tables,
+        "scan": scan,
+        "arrays": described,
+    }
+    encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    data = _HEAD.pack(_MAGIC, len(encoded), zlib.crc32(encoded)) + encoded + b"".join(body)
+    try:
+        fs.ensure_directory(path.parent.parent, durable=False)
+        fs.ensure_directory(path.parent, durable=False)
+        fs.atomic_write(path, data)
+    except PersistenceError as exc:
+        _LOG.info("the read file %s was not written (%s); reads go on without it", path, exc)
+        return False
+    return True
+
+
+def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int]:
+    return covered.name, covered.device, covered.inode, covered.start, covered.end, covered.crc
+
+
+def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile | None:
+    """Load and check a read file on its own (not yet against the save: see
+    :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable."""
+    try:
+        read = fs.read_file(path, _MAXIMUM_BYTES)
+    except PersistenceError as exc:
+        _LOG.info("the read file %s is unusable (%s); the partition is read whole", path, exc)
+        return None
+    if read is None:
+        return None
+    try:
+        return _decode(read[0], session_hash, owner_hash)
+    except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+        _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
+        return None
+
+
+def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
+    magic, length, crc = _HEAD.unpack_from(data)
+    if magic != _MAGIC:
+        raise ValueError("not a read file")
+    encoded = data[_HEAD.size : _HEAD.size + length]
+    if len(encoded) != length or zlib.crc32(encoded) != crc:
+        raise ValueError("its header fails its checksum")
+    header = json.loads(encoded)
+    if header["format_version"] != FORMAT_VERSION:
+        raise ValueError(f"format version {header['format_version']!r}")
+    if header["session"] != session_hash or header["owner"] != owner_hash:
+        raise ValueError("it belongs to another partition")
+    start = _HEAD.size + length
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for name, (dtype, size, offset, nbytes, checksum) in header["arrays"].items():
+        chunk = data[start + offset : start + offset + nbytes]
+        if len(chunk) != nbytes or zlib.crc32(chunk) != checksum:
+            raise ValueError(f"array {name} fails its checksum")
+        array = np.frombuffer(chunk, np.dtype(dtype))
+        if array.size != size:
+            raise ValueError(f"array {name} has the wrong size")
+        arrays[name] = array
+    count = int(header["count"])
+    column_arrays = {
+        name[len("column_") :]: array for name, array in arrays.items() if name[:7] == "column_"
+    }
+    columns = PredicateColumns.restore((column_arrays, header["tables"]), count)
+    terms = _unstrings(arrays["term_blob"], arrays["term_offsets"])
+    lexical = LexicalIndex.restore(
+        (
+            terms,
+            arrays["posting_offsets"],
+            arrays["posting_documents"],
+            arrays["posting_frequencies"],
+            arrays["lengths"],
+        ),
+        count,
+    )
+    ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
+    files = tuple(Covered(*entry) for entry in header["files"])
+    location_files = arrays["location_files"]
+    if len(ids) != count or location_files.size != count:
+        raise ValueError("its ids or locations do not match its count")
+    if count and int(location_files.max()) >= len(files):
+        raise ValueError("a location names a file it does not cover")
+    hashes, digests = arrays["hashes"].tobytes(), arrays["digests"].tobytes()
+    if len(hashes) != 32 * count or len(digests) != 32 * count:
+        raise ValueError("its digests do not match its count")
+    return ReadFile(
+        count,
+        files,
+        ids,
+        location_files,
+        arrays["location_offsets"],
+        arrays["location_lengths"],
+        hashes,
+        digests,
+        columns,
+        lexical,
+        header["scan"],
+    )
