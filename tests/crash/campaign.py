@@ -194,7 +194,7 @@ def run_campaign(
 ) -> CampaignResult:
     """Run rounds (kinds in turn, shuffled) until ``kills`` processes were killed.
 
-    A round with nothing to work on (no memory to forget yet) appends instead.
+    A round with nothing to work on (no memory to forget yet) appends first.
     """
     campaign = _Campaign(workdir, seed)
     started = time.perf_counter()
@@ -207,10 +207,12 @@ def run_campaign(
             campaign.round += 1
             campaign.kind = kind
             round_: Callable[[], bool] = getattr(campaign, kind)
-            if not round_():
+            while not round_():  # nothing to work on yet: append first, then try again
                 campaign.kind = "append"
                 campaign.append()
-            campaign.result.rounds[campaign.kind] += 1
+                campaign.result.rounds["append"] += 1
+                campaign.kind = kind
+            campaign.result.rounds[kind] += 1
             asyncio.run(campaign.verify())
             if progress:
                 print(
