@@ -52,9 +52,7 @@ def save(tmp_path: Path) -> Path:
 
 
 def mira_log(save: Path) -> Path:
-    return (
-        save / ".game-memory" / f"s-{identity_hash('slot')}" / f"o-{identity_hash('mira')}.log"
-    )
+    return save / ".game-memory" / f"s-{identity_hash('slot')}" / f"o-{identity_hash('mira')}.log"
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
