@@ -1,14 +1,18 @@
-"""The SIGKILL crash campaign at full size: at least 500 kills over every kind of write.
+"""The SIGKILL crash campaign at full size: at least 500 kills over every kind of operation.
 
 Runs ``tests/crash/campaign.py`` (the same campaign CI runs with tens of kills): processes
 appending, migrating legacy documents, rebuilding the vector index, running
-``check --fix`` and ``check --fix --accept-loss``, and the real ``game-memory serve``
-sidecar answering ``memory.remember``, each killed with SIGKILL at a random instant; after
-every kill the save is opened and checked. Prints JSON: the kills, the rounds of each
-kind, the acknowledged writes, the lost acknowledged writes, the stores that would not
-open, the stores ``check --fix`` left inconsistent and the indexes a rebuild did not
-repair (all four should be 0). Usage:
-``python benchmarks/crash_campaign.py [--kills 500] [--seed N] [--progress]``.
+``check --fix`` and ``check --fix --accept-loss``, forgetting, consolidating, erasing
+(listed memories, a whole owner, a whole session), compacting (``game-memory compact``
+beside a process that appends, forgets and compacts), and the real ``game-memory serve``
+sidecar answering ``memory.remember`` or ``memory.forget``/``erase``/``consolidate``, each
+killed with SIGKILL at a random instant; after every kill the save is opened and checked
+against every acknowledged operation. Prints JSON: the kills per operation, the rounds of
+each kind, the acknowledged operations, the lost acknowledged operations (memories,
+forgets, consolidations, erases: an erased memory back or a byte of it left under the save
+or index folder), the half-erased states, the stores that would not open, the stores
+``check --fix`` left inconsistent and the indexes a rebuild did not repair (all should be
+0). Usage: ``python benchmarks/crash_campaign.py [--kills 500] [--seed N] [--progress]``.
 """
 
 from __future__ import annotations

@@ -13,141 +13,59 @@ with SIGKILL, and checks the save: it opens; every acknowledged memory is there,
 * ``check``: ``check(fix=True)`` over a torn record planted first;
 * ``salvage``: ``check(accept_loss=True)`` over a log cut short first (only the cut memory
   may be lost: everything else acknowledged must survive the salvage, killed or not);
+* ``forget``, ``consolidate``, ``erase`` (listed memories, a whole owner, a whole session)
+  and ``compact`` (``game-memory compact`` beside a process that appends, forgets and
+  compacts): ``lifecycle_rounds.py``;
 * ``sidecar``: ``game-memory serve --stdio`` killed while it answers ``memory.remember``
-  requests (acknowledged = answered).
+  requests (acknowledged = answered), and ``sidecar_lifecycle``: killed while it answers
+  ``memory.remember``, ``memory.forget``, ``memory.consolidate`` and ``memory.erase``
+  (``sidecar_rounds.py``).
 
-:func:`run_campaign` returns the counts: kills, lost acknowledged writes, unopenable stores.
+After every round the save is checked against every promise so far
+(``campaign_ledger.verify``: acknowledged memories, forgets, consolidations and erases,
+no half-erased state, no erased byte left, ``count()`` against ``enumerate``, ``check``).
+:func:`run_campaign` returns the counts: kills per operation, lost acknowledged
+operations, half-erased states, unopenable stores.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
 import json
 import os
-import random
-import selectors
-import signal
-import subprocess
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from game_memory import (
-    FileGameMemoryStore,
-    GameMemory,
-    GameMemoryError,
-    GameMoment,
-    VectorMemoryState,
-    open_memory,
-)
-from game_memory.bridge.convert import build_memory
-from game_memory.bridge.params import RememberParams
+from game_memory import FileGameMemoryStore, GameMemoryError, VectorMemoryState, open_memory
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
 
-__all__ = ["KINDS", "SESSIONS", "CampaignResult", "memory", "run_campaign"]
+from . import lifecycle_rounds, sidecar_rounds
+from .campaign_ledger import verify
+from .campaign_memories import SESSIONS, memory
+from .harness import CampaignResult, Harness
 
-SESSIONS = ("village", "keep")
-KINDS = ("append", "migrate", "rebuild", "check", "salvage", "sidecar")
-_OWNERS = ("mira", "jory", "tomas", "elda")
-_WORKER = str(Path(__file__).with_name("kill_worker.py"))
+__all__ = ["KINDS", "LIFECYCLE_KINDS", "CampaignResult", "run_campaign"]
 
-
-def memory(memory_id: str) -> GameMemory:
-    """The one memory each id stands for (its partition and size follow from the id)."""
-    digest = hashlib.sha256(memory_id.encode()).digest()
-    return GameMemory(
-        memory_id=memory_id,
-        session_id=SESSIONS[digest[0] % 2],
-        owner_id=_OWNERS[digest[1] % 4],
-        scope="campaign",
-        kind="event",
-        payload_json=json.dumps({"id": memory_id, "pad": "p" * (digest[2] % 5 * 200)}),
-        moment=GameMoment(timeline_id="world", tick=digest[3]),
-        searchable_text=f"memory {memory_id} of the kill campaign",
-    )
+LIFECYCLE_KINDS = ("forget", "consolidate", "erase", "compact", "sidecar_lifecycle")
+KINDS = ("append", "migrate", "rebuild", "check", "salvage", "sidecar", *LIFECYCLE_KINDS)
 
 
-@dataclass
-class CampaignResult:
-    """What the campaign did and found."""
-
-    kills: int = 0
-    rounds: Counter[str] = field(default_factory=Counter)
-    acknowledged: int = 0
-    lost: int = 0
-    unopenable: int = 0
-    inconsistent: int = 0
-    index_not_repaired: int = 0
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def as_json(self) -> dict[str, object]:
-        return {
-            "kills": self.kills,
-            "rounds": dict(sorted(self.rounds.items())),
-            "acknowledged_writes": self.acknowledged,
-            "lost_acknowledged_writes": self.lost,
-            "unopenable_stores": self.unopenable,
-            "inconsistent_after_fix": self.inconsistent,
-            "index_not_repaired": self.index_not_repaired,
-            "problems": self.problems[:10],
-            "seconds": round(self.seconds, 1),
-        }
-
-
-class _Campaign:
-    def __init__(self, workdir: Path, seed: int) -> None:
-        self.save = workdir / "save"
-        self.index = workdir / "save.index"
-        self.chooser = random.Random(seed)
-        self.expected: dict[str, GameMemory] = {}
-        self.result = CampaignResult()
-        self.round = 0
-
-    # -- processes ----------------------------------------------------------------------
-
-    def _start(self, *arguments: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, _WORKER, *arguments],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def _kill_later(self, process: subprocess.Popen[str], longest: float) -> str:
-        """Wait for the first line (sometimes not), then a random time; SIGKILL; output."""
-        assert process.stdout is not None
-        if self.chooser.random() < 0.8:
-            with selectors.DefaultSelector() as selector:
-                selector.register(process.stdout, selectors.EVENT_READ)
-                selector.select(timeout=60)
-        try:
-            process.wait(timeout=self.chooser.uniform(0.0, longest))
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGKILL)
-            self.result.kills += 1
-        output, errors = process.communicate(timeout=120)
-        if process.returncode not in (0, -signal.SIGKILL):
-            self.result.problems.append(f"a worker failed: {errors.strip()[-300:]}")
-        return output
+class _Campaign(Harness):
+    """The campaign's rounds (one method per kind) and its check after each."""
 
     # -- rounds -------------------------------------------------------------------------
 
-    def append(self) -> None:
-        output = self._kill_later(
-            self._start("append", str(self.save), f"a{self.round}", "300"), 0.3
-        )
+    def append(self) -> bool:
+        output = self.kill_later(self.start("append", str(self.save), f"a{self.round}", "300"), 0.3)
         for line in output.splitlines():
             if line.startswith("ack "):
-                item = memory(line.split(" ", 1)[1])
-                self.expected[item.memory_id] = item
+                self.ledger.appended(memory(line.split(" ", 1)[1]))
+        return True
 
-    def migrate(self) -> None:
+    def migrate(self) -> bool:
         self.save.mkdir(parents=True, exist_ok=True)
         for number in range(self.chooser.randint(20, 120)):
             item = memory(f"lg{self.round}-{number}")
@@ -155,15 +73,16 @@ class _Campaign:
             (self.save / f"{identity_hash(key)}.memory.json").write_bytes(
                 encode_legacy_document(item)
             )
-            self.expected[item.memory_id] = item  # a legacy document is already promised
-        self._kill_later(self._start("migrate", str(self.save)), 0.6)
+            self.ledger.appended(item)  # a legacy document is already promised
+        self.kill_later(self.start("migrate", str(self.save)), 0.6)
+        return True
 
-    def rebuild(self) -> None:
-        if not self.expected:
-            self.append()
-            return
-        self._kill_later(self._start("rebuild", str(self.save), str(self.index)), 0.8)
+    def rebuild(self) -> bool:
+        if not self.ledger.expected:
+            return False
+        self.kill_later(self.start("rebuild", str(self.save), str(self.index)), 0.8)
         asyncio.run(self._repair_index())
+        return True
 
     async def _repair_index(self) -> None:
         try:
@@ -176,17 +95,19 @@ class _Campaign:
             self.result.index_not_repaired += 1
             self.result.problems.append(f"round {self.round}: index not repaired: {exc}")
 
-    def check(self) -> None:
+    def check(self) -> bool:
         logs = sorted(self.save.glob(".game-memory/s-*/o-*.log"))
         if logs:
             with self.chooser.choice(logs).open("ab") as log:
                 log.write(b"GMR\x01" + bytes(9))  # a writer that died in its header
-        self._kill_later(self._start("check", str(self.save)), 0.5)
+        self.kill_later(self.start("check", str(self.save)), 0.5)
+        return True
 
-    def salvage(self) -> None:
+    def salvage(self) -> bool:
         victim = self._cut_a_log()
-        self._kill_later(self._start("salvage", str(self.save)), 0.4)
+        self.kill_later(self.start("salvage", str(self.save)), 0.4)
         asyncio.run(self._finish_salvage(victim))
+        return True
 
     def _cut_a_log(self) -> str | None:
         """Cut the last record of a log partly off; return the id it held (now lost)."""
@@ -216,74 +137,39 @@ class _Campaign:
         except GameMemoryError as exc:
             self.result.problems.append(f"round {self.round}: salvage failed: {exc}")
         if victim is not None:
-            self.expected.pop(victim, None)  # the one loss that was accepted
+            self.ledger.drop(victim)  # the one loss that was accepted
 
-    def sidecar(self) -> None:
-        prefix = f"sc{self.round}"
-        command = [sys.executable, "-m", "game_memory.cli", "serve", "--stdio"]
-        command += ["--model", "lexical", "--save-dir", str(self.save)]
-        process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
-        assert process.stdin is not None and process.stdout is not None
-        hello = {"protocol_version": 1}
-        lines = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello}]
-        sent: dict[int, RememberParams] = {}
-        for number in range(200):
-            item = memory(f"{prefix}-{number}")
-            params = {
-                "session_id": item.session_id,
-                "owner_id": item.owner_id,
-                "memory_id": item.memory_id,
-                "text": item.searchable_text,
-                "scope": "campaign",
-                "moment": {"timeline_id": "world", "tick": item.moment.tick},
-                "payload": json.loads(item.payload_json),
-            }
-            sent[number + 1] = RememberParams.model_validate(params)
-            lines.append(
-                {"jsonrpc": "2.0", "id": number + 1, "method": "memory.remember", "params": params}
-            )
-        process.stdout.readline()  # the ready line (or end of output if it failed)
-        with contextlib.suppress(BrokenPipeError):
-            process.stdin.write(b"".join(json.dumps(line).encode() + b"\n" for line in lines))
-            process.stdin.flush()
-        time.sleep(self.chooser.uniform(0.0, 0.4))
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-            self.result.kills += 1
-        with contextlib.suppress(BrokenPipeError):
-            process.stdin.close()
-        output = process.stdout.read()
-        process.stdout.close()
-        process.wait(timeout=60)
-        for line in output.splitlines():
-            answer = json.loads(line)
-            if isinstance(answer.get("result"), dict) and answer["id"] in sent:
-                item = build_memory(sent[answer["id"]])  # exactly what the sidecar stored
-                self.expected[item.memory_id] = item
+    def forget(self) -> bool:
+        return lifecycle_rounds.forget(self)
+
+    def consolidate(self) -> bool:
+        return lifecycle_rounds.consolidate(self)
+
+    def erase(self) -> bool:
+        return lifecycle_rounds.erase(self)
+
+    def compact(self) -> bool:
+        return lifecycle_rounds.compact(self)
+
+    def sidecar(self) -> bool:
+        return sidecar_rounds.sidecar(self)
+
+    def sidecar_lifecycle(self) -> bool:
+        return sidecar_rounds.sidecar_lifecycle(self)
 
     # -- checks -------------------------------------------------------------------------
 
     async def verify(self) -> None:
-        try:
-            async with FileGameMemoryStore(self.save) as store:
-                found = {m.memory_id: m for s in SESSIONS for m in await store.enumerate(s)}
-                report = await store.check(fix=True)
-        except GameMemoryError as exc:
-            self.result.unopenable += 1
-            self.result.problems.append(f"round {self.round}: the store does not open: {exc}")
+        findings = await verify(self.save, self.index, self.ledger)
+        result = self.result
+        result.lost.update(findings.lost)
+        result.half_erased += findings.half_erased
+        result.erased_bytes_left += findings.erased_bytes_left
+        result.unopenable += findings.unopenable
+        result.inconsistent += findings.inconsistent
+        result.problems.extend(f"round {self.round} ({self.kind}): {p}" for p in findings.problems)
+        if findings.unopenable:
             await self._rescue()
-            return
-        lost = [key for key, item in self.expected.items() if found.get(key) != item]
-        if lost:
-            self.result.lost += len(lost)
-            self.result.problems.append(f"round {self.round}: lost {sorted(lost)[:5]}")
-            for key in lost:
-                del self.expected[key]
-        if not report.ok:
-            self.result.inconsistent += 1
-            self.result.problems.append(f"round {self.round}: {list(report.problems)[:2]}")
 
     async def _rescue(self) -> None:
         """After a finding, salvage the save so later rounds measure what they do."""
@@ -293,9 +179,9 @@ class _Campaign:
                 found = {m.memory_id for s in SESSIONS for m in await store.enumerate(s)}
         except GameMemoryError:
             return
-        for key in [key for key in self.expected if key not in found]:
-            self.result.lost += 1
-            del self.expected[key]
+        for key in [key for key in self.ledger.expected if key not in found]:
+            self.result.lost["append"] += 1
+            self.ledger.drop(key)
 
 
 def run_campaign(
@@ -306,7 +192,10 @@ def run_campaign(
     kinds: tuple[str, ...] = KINDS,
     progress: bool = False,
 ) -> CampaignResult:
-    """Run rounds (kinds in turn, shuffled) until ``kills`` processes were killed."""
+    """Run rounds (kinds in turn, shuffled) until ``kills`` processes were killed.
+
+    A round with nothing to work on (no memory to forget yet) appends first.
+    """
     campaign = _Campaign(workdir, seed)
     started = time.perf_counter()
     order = list(kinds)
@@ -316,15 +205,21 @@ def run_campaign(
             if campaign.result.kills >= kills:
                 break
             campaign.round += 1
-            getattr(campaign, kind)()
+            campaign.kind = kind
+            round_: Callable[[], bool] = getattr(campaign, kind)
+            while not round_():  # nothing to work on yet: append first, then try again
+                campaign.kind = "append"
+                campaign.append()
+                campaign.result.rounds["append"] += 1
+                campaign.kind = kind
             campaign.result.rounds[kind] += 1
             asyncio.run(campaign.verify())
             if progress:
                 print(
-                    f"round {campaign.round} ({kind}): {campaign.result.kills} kills",
+                    f"round {campaign.round} ({campaign.kind}): {campaign.result.kills} kills",
                     file=sys.stderr,
                 )
-    campaign.result.acknowledged = len(campaign.expected)
+    campaign.result.acknowledged.update(campaign.ledger.acknowledged)
     campaign.result.seconds = time.perf_counter() - started
     os.sync()
     return campaign.result

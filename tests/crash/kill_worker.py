@@ -3,29 +3,72 @@
 Modes (each prints one flushed line per finished step, so the parent knows what was
 acknowledged before it killed the process):
 
-* ``append SAVE PREFIX COUNT``: append ``PREFIX-0`` ... (``campaign.memory``); ``ack <id>``.
+* ``append SAVE PREFIX COUNT``: append ``PREFIX-0`` ... (``campaign_memories.memory``);
+  ``ack <id>``.
 * ``migrate SAVE``: run the legacy migration; ``migrated <n>``.
 * ``rebuild SAVE INDEX``: rebuild every session's vectors with the hashing model, forced,
   over and over; ``rebuilt <session>``.
 * ``check SAVE``: ``check(fix=True)`` over and over; ``checked <ok>``.
 * ``salvage SAVE``: ``check(accept_loss=True)``; ``salvaged <ok>``.
+* ``forget SAVE PLAN``: the plan's ``[session, owner, id, tick]`` forgotten in turn;
+  ``forgot <n>`` after the n-th returned.
+* ``consolidate SAVE PLAN``: the plan's ``[session, owner, sources, summary id, tick]``;
+  ``consolidated <n>``.
+* ``erase SAVE INDEX PLAN``: the plan's ``[session, owner or null, ids or null]`` erased in
+  turn through the front door (save and index); ``erasing <n> <json ids>`` (what is there
+  to erase) before the call, ``erased <n>`` after it.
+* ``churn SAVE PREFIX COUNT``: appends (``ack <id>``); every third memory forgotten twice,
+  the second earlier (``forgetting <id> <tick>`` before, ``forgot <id> <tick>`` after);
+  every tenth append a compaction in the same process (``compacted``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crash.campaign import SESSIONS, memory
-from game_memory import FileGameMemoryStore, open_memory
+from crash.campaign_memories import SESSIONS, memory, summary
+from game_memory import FileGameMemoryStore, GameMoment, open_memory
 
 
 def say(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
+
+
+def at(tick: int) -> GameMoment:
+    return GameMoment(timeline_id="world", tick=tick)
+
+
+async def erase(save: str, index: str, plan: list[list[Any]]) -> None:
+    opened = open_memory(save, index=index, model="hashing", create=False, create_index=True)
+    async with await opened as front:
+        for number, (session, owner, ids) in enumerate(plan):
+            there = {m.memory_id for m in await front.authoritative.enumerate(session, owner)}
+            targets = sorted(there if ids is None else there & set(ids))
+            say(f"erasing {number} {json.dumps(targets)}")
+            await front.erase(session, owner, ids)
+            say(f"erased {number}")
+
+
+async def churn(store: FileGameMemoryStore, prefix: str, count: int) -> None:
+    for number in range(count):
+        item = memory(f"{prefix}-{number}")
+        await store.append(item)
+        say(f"ack {item.memory_id}")
+        if number % 3 == 0:
+            for tick in (item.moment.tick + 200, item.moment.tick + 100):
+                say(f"forgetting {item.memory_id} {tick}")
+                await store.forget(item.session_id, item.owner_id, item.memory_id, at(tick))
+                say(f"forgot {item.memory_id} {tick}")
+        if number % 10 == 9:
+            await store.compact()
+            say("compacted")
 
 
 async def main(mode: str, save: str, rest: list[str]) -> None:
@@ -36,6 +79,9 @@ async def main(mode: str, save: str, rest: list[str]) -> None:
                 for session in SESSIONS:
                     await memory_.rebuild(session, force=True)
                     say(f"rebuilt {session}")
+    if mode == "erase":
+        await erase(save, rest[0], json.loads(Path(rest[1]).read_text()))
+        return
     async with FileGameMemoryStore(save, lock_timeout=60) as store:
         if mode == "append":
             prefix, count = rest[0], int(rest[1])
@@ -51,6 +97,22 @@ async def main(mode: str, save: str, rest: list[str]) -> None:
                 say(f"checked {(await store.check(fix=True)).ok}")
         elif mode == "salvage":
             say(f"salvaged {(await store.check(accept_loss=True)).ok}")
+        elif mode == "forget":
+            for number, (session, owner, memory_id, tick) in enumerate(
+                json.loads(Path(rest[0]).read_text())
+            ):
+                await store.forget(session, owner, memory_id, at(tick))
+                say(f"forgot {number}")
+        elif mode == "consolidate":
+            for number, (session, owner, sources, summary_id, tick) in enumerate(
+                json.loads(Path(rest[0]).read_text())
+            ):
+                await store.consolidate(
+                    session, owner, sources, summary(summary_id, session, owner, tick)
+                )
+                say(f"consolidated {number}")
+        elif mode == "churn":
+            await churn(store, rest[0], int(rest[1]))
         else:
             raise SystemExit(f"unknown mode {mode!r}")
 

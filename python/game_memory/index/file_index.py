@@ -362,7 +362,7 @@ class FileVectorMemoryIndex:
         engine = self.engine
         session_hash = identity_hash(session_id)
         with engine.locked():
-            owners = engine.owner_hashes(session_hash)
+            owners = engine.owners_with_files(session_hash)  # orphan row files included
             if owner_id is not None:
                 owner_hash = identity_hash(owner_id)
                 owners = [owner_hash] if owner_hash in owners else []

@@ -199,6 +199,17 @@ class IndexLayout:
         names = list_names(self.session_directory(session_hash))
         return sorted(m.group(1) for name in names if (m := _ENTRIES.match(name)))
 
+    def owners_with_files(self, session_hash: str) -> list[str]:
+        """Owners with an entries file *or a row file* in the session (sorted).
+
+        A writer killed after appending rows and before their entries leaves row files of
+        an owner with no entries file; an erase must find them too (they hold vectors).
+        """
+        names = list_names(self.session_directory(session_hash))
+        return sorted(
+            {m.group(1) for name in names if (m := _ENTRIES.match(name) or ROWS_NAME.match(name))}
+        )
+
     def session_hashes(self) -> list[str]:
         """Sessions with a folder in the index."""
         return sorted(m.group(1) for name in list_names(self.data) if (m := _SESSION.match(name)))

@@ -168,10 +168,18 @@ def check_capacity(partition: IndexPartition | None, new: int, capacity: int) ->
 
 
 def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None) -> None:
-    """Delete the owner's row files of every generation but ``keep_tag``."""
+    """Delete the owner's row files of every generation but ``keep_tag``, and the
+    temporary files a writer killed mid atomic write left (they may hold vectors of
+    memories an erase is removing; under the lock no other writer has one open)."""
+    leftover = f"o-{owner_hash}."
     for name in list_names(directory):
         match = ROWS_NAME.match(name)
-        if match and match.group(1) == owner_hash and int(match.group(3), 16) != keep_tag:
+        other_generation = (
+            match is not None
+            and match.group(1) == owner_hash
+            and int(match.group(3), 16) != keep_tag
+        )
+        if other_generation or (name.startswith(leftover) and name.endswith(".tmp")):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(directory / name)
 

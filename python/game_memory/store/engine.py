@@ -195,6 +195,14 @@ class StoreEngine(StoreReader):
             expected = self.retraction_intents.intents(entry.session_hash, entry.owner_hash, mark)
             return state.retraction_count != expected - 1
         tail = state.tail
+        mark = self.intents.refresh()
+        if (
+            state.memory_count
+            < self.intents.intents(entry.session_hash, entry.owner_hash, mark) - 1
+        ):
+            # Two or more short is damage (a log cut inside an acknowledged record reads like
+            # a torn tail), not an append in flight: never drop the intent then.
+            return True
         # The newest intent's record, if it landed, is its partition's last record.
         if (
             newest

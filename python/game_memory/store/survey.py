@@ -192,6 +192,13 @@ def _classify(survey: Survey) -> None:
             scanned = session.scanned[path]
             scanned.ranges.append((end, torn, "the file ends in the middle of a record"))
             owner.torn, owner.damaged = None, True
+    if survey.pending is not None:
+        entry = survey.intents[survey.pending]
+        if entry is not None and survey.owner(entry).damaged:
+            # Its partition lost acknowledged records too: the newest is one of them, not
+            # an append in flight (check --fix must never drop it).
+            survey.lost[survey.pending] = survey.owner(entry)
+            survey.pending = None
     named = {(e.session_hash, e.owner_hash, e.memory_hash) for e in survey.intents if e}
     for session in survey.sessions.values():
         for owner in session.owners.values():
