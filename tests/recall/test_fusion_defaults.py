@@ -51,7 +51,7 @@ def test_reranker_defaults_are_the_measured_weights() -> None:
         "recency_half_life_ticks": 1_440.0,
         "diversity_penalty": 0.05,
         "maximum_greedy_selections": 512,
-        "relevance": "absolute",
+        "relevance": "relative",
         "supersession_penalty": 0.0,
         "supersession_similarity": 0.75,
         "supersession_candidates": 32,
