@@ -19,10 +19,11 @@ memory setting that slows embedding shows up here. Every eighth remember is a lo
 (cut at 256 tokens). The embedding-only comparison of the session settings is
 ``--compare-sessions [ROUNDS]``: the same prepared INT8 model run as the previous release
 ran it (a bare session, its arena left as it grows) against ``OnnxSessionInference`` (the
-arena shrunk after large runs, the heap trimmed after loading; see
-``game_memory.onnx.session``): the time of the same steps (a query, 16 short texts, 16 long
-texts, a query again) interleaved in one process, and the RSS each adds after each step,
-each in its own child process so one's arena does not hide the other's.
+heap trimmed after loading, the arena's growth given back after a second idle; see
+``game_memory.onnx.arena``): the time of the same steps (a query, 16 short texts, 16 long
+texts, a query again) in alternating bursts of 5 rounds in one process, and the RSS each
+adds after each step and after 1.5 s idle, each in its own child process so one's arena
+does not hide the other's.
 
 Prints one JSON object. Usage:
 ``python benchmarks/sidecar_memory.py [--home H] [--remembers 32] [--recalls 16]
@@ -212,6 +213,7 @@ def run_sidecar(
     }
 
 
+_BURST = 5
 _STEPS = ("query", "shortBatch", "longBatch", "queryAfterLong")
 
 
@@ -240,7 +242,7 @@ class _Runner:
 
         self.mode = mode
         self._control = RunControl
-        if mode == "provider":  # arena shrunk after large runs, heap trimmed after loading
+        if mode == "provider":  # heap trimmed after loading, arena shrunk when idle
             self._inference = OnnxSessionInference(model_path, hidden_size=384)
             self._session = None
         else:  # the same session options, the arena left as it grows
@@ -275,9 +277,11 @@ def _session_child(mode: str, home: Path) -> Json:
     for name, (ids, mask) in zip(_STEPS, _feeds(), strict=True):
         runner.run(ids, mask)
         after[name] = round(memory_status(os.getpid())["VmRSS"] - started, 1)
+    time.sleep(1.5)  # past game_memory.onnx.arena.IDLE_SECONDS
     return {
         "loadedAddsMegabytes": round(loaded - started, 1),
         "addsAfterEachStepMegabytes": after,
+        "addsAfterIdleMegabytes": round(memory_status(os.getpid())["VmRSS"] - started, 1),
         "peakAddsMegabytes": round(memory_status(os.getpid())["VmHWM"] - started, 1),
     }
 
@@ -305,12 +309,16 @@ def compare_sessions(home: Path, rounds: int) -> Json:
     for runner in runners:  # warm-up
         for ids, mask in feeds:
             runner.run(ids, mask)
-    for _ in range(rounds):
+    # Blocks of bursts, alternating: within a burst no session idles long enough to shrink
+    # its arena (that costs the first batch after an idle second a regrowth, which a
+    # round-by-round interleave would charge to every batch).
+    for block in range(0, rounds, _BURST):
         for runner in runners:
-            for name, (ids, mask) in zip(_STEPS, feeds, strict=True):
-                started = time.perf_counter()
-                runner.run(ids, mask)
-                timings[runner.mode][name].append((time.perf_counter() - started) * 1000)
+            for _ in range(min(_BURST, rounds - block)):
+                for name, (ids, mask) in zip(_STEPS, feeds, strict=True):
+                    started = time.perf_counter()
+                    runner.run(ids, mask)
+                    timings[runner.mode][name].append((time.perf_counter() - started) * 1000)
     speed: Json = {}
     for name in _STEPS:
         defaults = statistics.median(timings["defaults"][name])

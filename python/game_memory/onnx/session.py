@@ -2,45 +2,25 @@
 
 Memory: the sidecar keeps one session for its whole life, so what the session holds at
 idle is what the game pays (the goal with the default model is <= 150 MB for the whole
-sidecar; ``benchmarks/sidecar_memory.py`` measures it). onnxruntime's CPU arena stays on
-(without it every run maps and faults in its buffers afresh: 25-30% slower batches,
-measured), but it is kept to the working set of small runs:
-
-* **A large run's growth is given back.** The arena keeps the largest activations it ever
-  held: three batches of 16 texts of 256 tokens grow it by ~400 MB that it never returns.
-  A run of more than ``ARENA_KEEP_TOKENS`` tokens marks the arena grown; the next small run
-  (a query, a short remember) asks onnxruntime to shrink it (run option
-  ``memory.enable_memory_arena_shrinkage``), freeing every region no run uses, and trims
-  the C heap. Consecutive
-  large runs (a rebuild) reuse the grown arena at full speed; the small run that shrinks
-  it pays the unmapping once (~0.2 s after 400 MB).
-* **The heap is trimmed after loading** (glibc's ``malloc_trim``): parsing the model file
-  and optimizing the graph free tens of megabytes that glibc would otherwise keep.
-
-``benchmarks/sidecar_memory.py --compare-sessions`` measures these settings against
-onnxruntime's defaults side by side (resident memory, and the time of the same runs).
+sidecar; ``benchmarks/sidecar_memory.py`` measures it). onnxruntime's CPU arena stays on;
+its growth is given back once the session has been idle a second (``arena.py``), and the C
+heap is trimmed after loading (parsing the model file and optimizing the graph free tens
+of megabytes that glibc would otherwise keep).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from game_memory.onnx.arena import SHRINK_RUN_OPTION, IdleArenaShrinker, release_freed_heap
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.tokens import RunControl
 
-__all__ = ["ARENA_KEEP_TOKENS", "OnnxSessionInference", "release_freed_heap", "session_options"]
-
-#: Runs of more tokens (batch x padded length) than this have the arena shrunk after them
-#: (at the next small run): 128 keeps a query or a short remember.
-ARENA_KEEP_TOKENS = 128
-_SHRINK_ARENA = ("memory.enable_memory_arena_shrinkage", "cpu:0")
+__all__ = ["OnnxSessionInference", "session_options"]
 
 _OUTPUT = "last_hidden_state"
 _REQUIRED_INPUTS = frozenset({"input_ids", "attention_mask"})
@@ -62,20 +42,6 @@ def session_options(*, intra_op_threads: int = 0, inter_op_threads: int = 1) -> 
         options.intra_op_num_threads = intra_op_threads
     options.log_severity_level = 3
     return options
-
-
-def release_freed_heap() -> None:
-    """Give memory the C heap holds but no longer uses back to the system (glibc only).
-
-    A no-op where the C library has no ``malloc_trim`` (macOS, Windows, musl).
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
 
 
 class OnnxSessionInference:
@@ -119,7 +85,7 @@ class OnnxSessionInference:
         self._hidden_size = hidden_size
         self._feeds_token_types = _check_contract(session, model_path, hidden_size)
         self._session: ort.InferenceSession | None = session
-        self._arena_grown = False
+        self._shrinker = IdleArenaShrinker(self._shrink_arena)
         release_freed_heap()  # the model file's parse and the graph optimizer's leftovers
 
     @property
@@ -159,13 +125,6 @@ class OnnxSessionInference:
         run_options = ort.RunOptions()
         # Failures are reported through our errors; keep onnxruntime's log quiet.
         run_options.log_severity_level = 4
-        shrink = False
-        if input_ids.size > ARENA_KEEP_TOKENS:
-            self._arena_grown = True
-        elif self._arena_grown:
-            # Concurrent runs may race on the flag: at worst one more or one fewer shrink.
-            self._arena_grown, shrink = False, True
-            run_options.add_run_config_entry(*_SHRINK_ARENA)
 
         def terminate() -> None:
             # onnxruntime checks the flag between nodes (Loop bodies included).
@@ -180,12 +139,24 @@ class OnnxSessionInference:
             ) from exc
         finally:
             unregister()
-        if shrink:
-            release_freed_heap()  # what the arena gave back to the C heap
+            self._shrinker.ran()
         return np.asarray(hidden)
+
+    def _shrink_arena(self) -> None:
+        """One run of one token with the shrink option, then a heap trim (see ``arena.py``)."""
+        session = self._session
+        if session is None:
+            return
+        run_options = ort.RunOptions()
+        run_options.log_severity_level = 4
+        run_options.add_run_config_entry(*SHRINK_RUN_OPTION)
+        one = np.ones((1, 1), dtype=np.int64)
+        session.run([_OUTPUT], self.feeds(one, one), run_options)
+        release_freed_heap()  # what the arena gave back to the C heap
 
     def close(self) -> None:
         """Drop the session; onnxruntime frees it once no run holds it."""
+        self._shrinker.close()
         self._session = None
 
 
