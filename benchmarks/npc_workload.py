@@ -162,11 +162,12 @@ async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json
 
 
 def row(figure: str, workload: str, ours: Any, theirs: Any, unit: str, lower: bool) -> Json:
-    ratio = round(ours / theirs, 2) if ours and theirs else None
+    exact = ours / theirs if ours and theirs else None
+    ratio = None if exact is None else round(exact, 3 if exact < 0.1 else 2)
     verdict = None
-    if ratio is not None:
-        ahead = ratio < 1 if lower else ratio > 1
-        factor = 1 / ratio if ahead == lower else ratio
+    if exact is not None:
+        ahead = exact < 1 if lower else exact > 1
+        factor = 1 / exact if ahead == lower else exact
         verdict = f"game-memory {'leads' if ahead else 'behind'} {factor:.1f}×"
     return {"figure": figure, "workload": workload, "game_memory": ours, "peer": theirs,
             "unit": unit, "game_memory_over_peer": ratio, "lower_is_better": lower,
@@ -223,7 +224,9 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         return lambda side: session[side][key]
 
     def opened(state: str) -> Any:
-        return lambda side: statistics.median(r["open_first_recall_ms"] for r in cold[side][state])
+        return lambda side: round(
+            statistics.median(r["open_first_recall_ms"] for r in cold[side][state]), 3
+        )
 
     specs = [
         ("hybrid recall warm, median", of("warm_median_ms"), "ms", True),
