@@ -28,20 +28,22 @@ def test_a_burst_of_runs_is_shrunk_once_after_it_ends() -> None:
         calls.append(time.monotonic())
         shrunk.set()
 
-    shrinker = IdleArenaShrinker(shrink, idle_seconds=0.2)
+    idle = 1.0  # long against the burst's gaps, so a loaded machine cannot split the burst
+    shrinker = IdleArenaShrinker(shrink, idle_seconds=idle)
     try:
         last = 0.0
-        for _ in range(5):  # a burst: each run comes before the idle time has passed
-            shrinker.ran()
+        for _ in range(5):  # a burst: each run long before the idle time has passed
             last = time.monotonic()
-            time.sleep(0.05)
-        assert wait_until(shrunk, 5)
-        assert calls[0] - last >= 0.2  # never during the burst
-        time.sleep(0.4)
+            shrinker.ran()
+            time.sleep(0.01)
+        assert wait_until(shrunk, 30)
+        assert len(calls) == 1
+        assert calls[0] - last >= idle * 0.99  # never during the burst
+        time.sleep(2 * idle)
         assert len(calls) == 1  # once per burst, not again while nothing runs
         shrunk.clear()
         shrinker.ran()
-        assert wait_until(shrunk, 5)
+        assert wait_until(shrunk, 30)
         assert len(calls) == 2
     finally:
         shrinker.close()
@@ -59,8 +61,9 @@ def test_a_closed_shrinker_never_shrinks_and_a_failing_shrink_is_ignored() -> No
     shrinker = IdleArenaShrinker(shrink, idle_seconds=0.05)
     shrinker.ran()
     assert wait_until(failed, 5)
+    failed.clear()
     shrinker.ran()  # the thread survived the failure
-    time.sleep(0.3)
+    assert wait_until(failed, 30)
     assert len(calls) == 2
     shrinker.close()
     shrinker.close()  # idempotent
