@@ -13,7 +13,8 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
 
 * **bulk ingest** on a RAM file system (``/dev/shm``; fsync costs nothing there, so this is
   the software cost): game-memory has no bulk API, so the loop of ``append``; the peer in one
-  transaction. The same on the disk for ``--disk-ingest`` memories into an empty save.
+  transaction. The same on the disk for ``--disk-ingest`` memories into an empty save (the
+  table's last row).
 * The saves are then copied to the disk (``--directory``, default the temporary folder) and
   every other figure is measured there, each in a **fresh process** per side:
 * **open + first recall**, with the save's files evicted from the OS page cache
@@ -161,11 +162,12 @@ async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json
 
 
 def row(figure: str, workload: str, ours: Any, theirs: Any, unit: str, lower: bool) -> Json:
-    ratio = round(ours / theirs, 2) if ours and theirs else None
+    exact = ours / theirs if ours and theirs else None
+    ratio = None if exact is None else round(exact, 3 if exact < 0.1 else 2)
     verdict = None
-    if ratio is not None:
-        ahead = ratio < 1 if lower else ratio > 1
-        factor = 1 / ratio if ahead == lower else ratio
+    if exact is not None:
+        ahead = exact < 1 if lower else exact > 1
+        factor = 1 / exact if ahead == lower else exact
         verdict = f"game-memory {'leads' if ahead else 'behind'} {factor:.1f}×"
     return {"figure": figure, "workload": workload, "game_memory": ours, "peer": theirs,
             "unit": unit, "game_memory_over_peer": ratio, "lower_is_better": lower,
@@ -222,7 +224,9 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         return lambda side: session[side][key]
 
     def opened(state: str) -> Any:
-        return lambda side: statistics.median(r["open_first_recall_ms"] for r in cold[side][state])
+        return lambda side: round(
+            statistics.median(r["open_first_recall_ms"] for r in cold[side][state]), 3
+        )
 
     specs = [
         ("hybrid recall warm, median", of("warm_median_ms"), "ms", True),
@@ -346,7 +350,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.many_npcs > 1:
             workloads.append((max(args.size_list), args.many_npcs))
         results = [asyncio.run(measure(args, size, npcs, ram, base)) for size, npcs in workloads]
-        report["table"] = [line for result in results for line in result["table"]]
+        on_disk = report["machine"]["bulk_ingest_disk"]
+        report["table"] = [line for result in results for line in result["table"]] + [
+            row(
+                "bulk ingest (disk, into an empty save)",
+                str(on_disk["memories"]),
+                on_disk["game_memory_per_s"],
+                on_disk["peer_per_s"],
+                "memories/s",
+                False,
+            )
+        ]
         report["workloads"] = [result["details"] for result in results]
         report["machine"]["bare_fsync_median_ms_at_end"] = fsync_latency(base)
         report["machine"]["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]

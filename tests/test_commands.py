@@ -165,7 +165,7 @@ def test_the_bench_choices_are_the_registered_scripts() -> None:
     "name",
     [
         *("store", "hybrid", "embedding", "retrieval", "multilingual", "npc"),
-        *("crossval", "beliefs", "promises"),
+        *("crossval", "beliefs", "promises", "sidecar"),
     ],
 )
 def test_every_benchmark_starts_from_the_cli(

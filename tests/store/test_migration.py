@@ -495,3 +495,37 @@ async def test_a_document_whose_record_would_not_fit_a_pack_fails_closed(
     assert raised.value.bound == "maximum_file_bytes"
     assert {k: v for k, v in files_under(save).items() if not k.startswith(DATA)} == before
     assert not (save / DATA / "ledger.log").exists()
+
+
+async def test_a_batch_rolled_back_after_its_barrier_leaves_a_clean_save_that_migrates(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backup folders are made before the barrier; a rollback leaves them empty."""
+    from game_memory.store import engine as engine_module
+
+    save = tmp_path / "save"
+    written = [make_memory(f"m{index}", owner_id=f"npc-{index % 2}") for index in range(6)]
+    originals = {legacy_name(m): write_legacy(save, m).read_bytes() for m in written}
+
+    def dies(self: object) -> None:
+        raise RuntimeError("killed just before the commit")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine_module.StoreEngine, "commit_journal", dies)
+        first = make_store(save)
+        with pytest.raises(RuntimeError):
+            await first.migrate_legacy_layout()
+        await first.aclose()
+    assert (save / DATA / "legacy" / "v1").is_dir()  # made durable by the barrier
+    assert sorted(path.name for path in save.glob("*.memory.json")) == sorted(originals)
+
+    store = make_store(save)
+    report = await store.migrate_legacy_layout()  # recovery rolls back, then migrates
+    assert (report.migrated_entries, report.partitioned_entries) == (6, 6)
+    assert files_under(save / DATA / "legacy" / "v1") == originals
+    assert (await store.check()).ok
+    snapshot = await search_snapshot(store, GameMemoryQuery(session_id="session", limit=20))
+    assert sorted(snapshot.authoritative_memories, key=key) == sorted(written, key=key)

@@ -55,6 +55,7 @@ _BENCHMARKS = {
     "crossval": "crossval.py",
     "beliefs": "belief_updates.py",
     "promises": "reranker_promises.py",
+    "sidecar": "sidecar_memory.py",
 }
 
 

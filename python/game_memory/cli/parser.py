@@ -194,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
             "crossval",
             "beliefs",
             "promises",
+            "sidecar",
         ],
         help="which benchmark",
     )

@@ -1,4 +1,12 @@
-"""An onnxruntime session that checks the model contract at load and can be terminated."""
+"""An onnxruntime session that checks the model contract at load and can be terminated.
+
+Memory: the sidecar keeps one session for its whole life, so what the session holds at
+idle is what the game pays (the goal with the default model is <= 150 MB for the whole
+sidecar; ``benchmarks/sidecar_memory.py`` measures it). onnxruntime's CPU arena stays on;
+its growth is given back once the session has been idle a second (``arena.py``), and the C
+heap is trimmed after loading (parsing the model file and optimizing the graph free tens
+of megabytes that glibc would otherwise keep).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +16,32 @@ import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
 
+from game_memory.onnx.arena import SHRINK_RUN_OPTION, IdleArenaShrinker, release_freed_heap
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.tokens import RunControl
 
-__all__ = ["OnnxSessionInference"]
+__all__ = ["OnnxSessionInference", "session_options"]
 
 _OUTPUT = "last_hidden_state"
 _REQUIRED_INPUTS = frozenset({"input_ids", "attention_mask"})
 _ALLOWED_INPUTS = _REQUIRED_INPUTS | {"token_type_ids"}
+
+
+def session_options(*, intra_op_threads: int = 0, inter_op_threads: int = 1) -> ort.SessionOptions:
+    """The options of every session the providers open (see the module docstring).
+
+    Args:
+        intra_op_threads: Threads inside one operator; 0 lets onnxruntime choose.
+        inter_op_threads: Threads across operators (sequential execution).
+    """
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.inter_op_num_threads = inter_op_threads
+    if intra_op_threads > 0:
+        options.intra_op_num_threads = intra_op_threads
+    options.log_severity_level = 3
+    return options
 
 
 class OnnxSessionInference:
@@ -44,13 +70,9 @@ class OnnxSessionInference:
         intra_op_threads: int = 0,
         inter_op_threads: int = 1,
     ) -> None:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.inter_op_num_threads = inter_op_threads
-        if intra_op_threads > 0:
-            options.intra_op_num_threads = intra_op_threads
-        options.log_severity_level = 3
+        options = session_options(
+            intra_op_threads=intra_op_threads, inter_op_threads=inter_op_threads
+        )
         try:
             session = ort.InferenceSession(
                 str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
@@ -63,6 +85,8 @@ class OnnxSessionInference:
         self._hidden_size = hidden_size
         self._feeds_token_types = _check_contract(session, model_path, hidden_size)
         self._session: ort.InferenceSession | None = session
+        self._shrinker = IdleArenaShrinker(self._shrink_arena)
+        release_freed_heap()  # the model file's parse and the graph optimizer's leftovers
 
     @property
     def hidden_size(self) -> int:
@@ -115,10 +139,24 @@ class OnnxSessionInference:
             ) from exc
         finally:
             unregister()
+            self._shrinker.ran()
         return np.asarray(hidden)
+
+    def _shrink_arena(self) -> None:
+        """One run of one token with the shrink option, then a heap trim (see ``arena.py``)."""
+        session = self._session
+        if session is None:
+            return
+        run_options = ort.RunOptions()
+        run_options.log_severity_level = 4
+        run_options.add_run_config_entry(*SHRINK_RUN_OPTION)
+        one = np.ones((1, 1), dtype=np.int64)
+        session.run([_OUTPUT], self.feeds(one, one), run_options)
+        release_freed_heap()  # what the arena gave back to the C heap
 
     def close(self) -> None:
         """Drop the session; onnxruntime frees it once no run holds it."""
+        self._shrinker.close()
         self._session = None
 
 

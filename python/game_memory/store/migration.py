@@ -202,60 +202,81 @@ def migrate_legacy_layout(engine: StoreEngine) -> MigrationReport:
         CapacityExceededError: the migrated store would exceed ``maximum_entries``.
     """
     engine.layout.guard()
-    with engine.locked(), _no_cycle_collection():
+    with engine.locked():
         engine.layout.guard()
         engine.recover()
-        sources = _sources(engine.root)
-        if not sources:
-            return MigrationReport(migrated_entries=0, partitioned_entries=engine.ledger.count())
-        if len(sources) > engine.maximum_entries:
-            raise CapacityExceededError(
-                f"the legacy save holds {len(sources):,} documents, more than maximum_entries "
-                f"({engine.maximum_entries:,}); open the store with a larger maximum_entries",
-                bound="maximum_entries",
-            )
-        documents = _read_all(engine, sources)
+        with _no_cycle_collection():
+            # Everything the migration built is freed when _migrate returns, before the
+            # collector is back on: re-enabled over them, its first pass would walk them all.
+            return _migrate(engine)
 
-        unique: dict[tuple[str, str, str], GameMemory] = {}
-        for source, memory in documents:
-            seen = unique.setdefault(memory.key, memory)
-            if seen is not memory and seen != memory:
-                raise _conflict(memory, f"another legacy document, {source.name}")
-        groups: dict[tuple[str, str], list[GameMemory]] = {}
-        for memory in unique.values():
-            key = (partition_hash(memory.session_id), partition_hash(memory.owner_id))
-            groups.setdefault(key, []).append(memory)
-        new: dict[tuple[str, str], list[GameMemory]] = {}
-        existing_sessions = {
-            entry.name[2:] for entry in fs.list_directory(engine.data) if entry.name[:2] == "s-"
-        }
-        for (session_hash, owner_hash), memories in groups.items():
-            if session_hash not in existing_sessions:
-                new.setdefault((session_hash, owner_hash), []).extend(memories)
-                continue
-            state = engine.read_partition(session_hash, owner_hash)
-            for memory in memories:
-                existing = state.find(memory.memory_id)
-                if existing is None:
-                    new.setdefault((session_hash, owner_hash), []).append(memory)
-                elif existing != memory:
-                    raise _conflict(memory, "the migrated store")
-        before = engine.ledger.count()
-        added = sum(len(memories) for memories in new.values())
-        if before + added > engine.maximum_entries:
-            raise CapacityExceededError(
-                f"migrating {added:,} memories into a store holding {before:,} would exceed "
-                f"maximum_entries ({engine.maximum_entries:,})",
-                bound="maximum_entries",
-            )
 
-        if new:
-            _write_batch(engine, new, before)
-
-        _back_up(engine, sources)
-        return MigrationReport(
-            migrated_entries=len(sources), partitioned_entries=engine.ledger.count()
+def _migrate(engine: StoreEngine) -> MigrationReport:
+    """The migration's phases, under the lock, after recovery (see the module docstring)."""
+    sources = _sources(engine.root)
+    if not sources:
+        return MigrationReport(migrated_entries=0, partitioned_entries=engine.ledger.count())
+    if len(sources) > engine.maximum_entries:
+        raise CapacityExceededError(
+            f"the legacy save holds {len(sources):,} documents, more than maximum_entries "
+            f"({engine.maximum_entries:,}); open the store with a larger maximum_entries",
+            bound="maximum_entries",
         )
+    documents = _read_all(engine, sources)
+
+    new = _new_memories(engine, documents)
+    before = engine.ledger.count()
+    added = sum(len(memories) for memories in new.values())
+    if before + added > engine.maximum_entries:
+        raise CapacityExceededError(
+            f"migrating {added:,} memories into a store holding {before:,} would exceed "
+            f"maximum_entries ({engine.maximum_entries:,})",
+            bound="maximum_entries",
+        )
+
+    if new:
+        _write_batch(engine, new, before)
+
+    _back_up(engine, sources)
+    return MigrationReport(migrated_entries=len(sources), partitioned_entries=engine.ledger.count())
+
+
+def _new_memories(
+    engine: StoreEngine, documents: list[tuple[_Source, GameMemory]]
+) -> dict[tuple[str, str], list[GameMemory]]:
+    """Phase 2: the memories not migrated yet, by (session hash, owner hash).
+
+    Equal copies (a flat and a partitioned document, or a document already migrated) are
+    merged; different content under one identity is a conflict.
+
+    Raises:
+        MemoryConflictError: two documents, or a document and a stored memory, differ.
+    """
+    unique: dict[tuple[str, str, str], GameMemory] = {}
+    for source, memory in documents:
+        seen = unique.setdefault(memory.key, memory)
+        if seen is not memory and seen != memory:
+            raise _conflict(memory, f"another legacy document, {source.name}")
+    groups: dict[tuple[str, str], list[GameMemory]] = {}
+    for memory in unique.values():
+        key = (partition_hash(memory.session_id), partition_hash(memory.owner_id))
+        groups.setdefault(key, []).append(memory)
+    new: dict[tuple[str, str], list[GameMemory]] = {}
+    existing_sessions = {
+        entry.name[2:] for entry in fs.list_directory(engine.data) if entry.name[:2] == "s-"
+    }
+    for (session_hash, owner_hash), memories in groups.items():
+        if session_hash not in existing_sessions:
+            new.setdefault((session_hash, owner_hash), []).extend(memories)
+            continue
+        state = engine.read_partition(session_hash, owner_hash)
+        for memory in memories:
+            existing = state.find(memory.memory_id)
+            if existing is None:
+                new.setdefault((session_hash, owner_hash), []).append(memory)
+            elif existing != memory:
+                raise _conflict(memory, "the migrated store")
+    return new
 
 
 def _write_batch(
@@ -297,9 +318,21 @@ def _write_batch(
     for path, groups in plans:
         write_pack(path, groups)
     packs = [Path(path) for path, _ in plans]
-    folders = [engine.data, *(engine.session_directory(session) for session in sessions)]
+    # The backup folders are made here, so the barrier makes them durable with the batch
+    # (engine.data holds legacy/, legacy/ holds v1/) instead of two fsyncs in a row after
+    # the commit. Rolled back, the batch leaves them empty: the store never reads them.
+    backup = _backup_folders(engine, durable=False)
+    folders = [engine.data, backup, *(engine.session_directory(session) for session in sessions)]
     fs.sync_all([engine.ledger.path, *packs], folders)
     engine.commit_journal()
+
+
+def _backup_folders(engine: StoreEngine, *, durable: bool) -> Path:
+    """Create ``legacy/`` and ``legacy/v1/`` if needed (each durably if ``durable``)."""
+    backup = engine.data / LEGACY_BACKUP
+    fs.ensure_directory(backup, durable=durable)
+    fs.ensure_directory(backup / "v1", durable=durable)
+    return backup
 
 
 def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
@@ -315,12 +348,10 @@ def _back_up(engine: StoreEngine, sources: list[_Source]) -> None:
     flushed, so it never comes undone after a document has moved; the backup folders are
     created durably, so a move that persisted is always reachable.)
     """
-    backup = engine.data / LEGACY_BACKUP
-    # The folders are made durably: a document moved into a folder whose own entry a power
-    # loss then took would be in neither place.
-    fs.ensure_directory(backup)
+    # The folders are made durably (here, or by the batch's barrier): a document moved
+    # into a folder whose own entry a power loss then took would be in neither place.
+    backup = _backup_folders(engine, durable=True)
     flat = backup / "v1"
-    fs.ensure_directory(flat)
     names = [source.name for source in sources if not source.csharp]
     if names:
         fs.rename_all(engine.root, flat, names)

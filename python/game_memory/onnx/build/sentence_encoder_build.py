@@ -19,8 +19,6 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from game_memory.onnx.bert_config import BertConfig
-from game_memory.onnx.build.bert_graph import build_bert_graph
-from game_memory.onnx.build.quantize import quantize_int8
 from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError
 from game_memory.onnx.model_files import sha256_file
 from game_memory.onnx.prepared_manifest import (
@@ -118,6 +116,11 @@ def build_sentence_encoder_folder(
     files: dict[str, bytes] = {"config.json": config, **tokenizer_files, **(extra_files or {})}
     for name, data in files.items():
         (destination / name).write_bytes(data)
+
+    # Imported here: they bring the onnx library (~14 MB resident), which only preparing a
+    # model needs; the sidecar imports this package to open one (docs/performance.md).
+    from game_memory.onnx.build.bert_graph import build_bert_graph
+    from game_memory.onnx.build.quantize import quantize_int8
 
     layers = bert.num_hidden_layers
     _report(progress, "build", 0, layers)
