@@ -1,4 +1,4 @@
-"""Batches and group commits after a power loss or a kill: all or nothing, nothing acknowledged lost.
+"""Batches and group commits after a power loss or a kill: all or nothing, none acked lost.
 
 ``append_many`` writes one batch under the batch journal (``store/batches.py``); concurrent
 appends share one such batch (``store/group_commit.py``). Every crash state of a recorded
