@@ -13,7 +13,9 @@ policy, so what the save holds never depends on the index:
    stay saved and lexically recallable, pending in the index;
 3. every owner the batch added to is brought back within ``maximum_memories_per_owner``
    once (not once per memory), so a batch that takes an owner past the bound ends within
-   it, like the same memories appended one by one.
+   it (down to 90% of it), like the same memories appended one by one. The owner's last
+   new memory of the batch is never evicted (a single append's rule: the memory just
+   appended stays); other memories of the batch may be, by the same value order.
 """
 
 from __future__ import annotations
@@ -63,8 +65,8 @@ async def append_many(
     if options.maximum_memories_per_owner is not None:
         owners: dict[tuple[str, str], GameMemory] = {}
         for memory, new in zip(batch, created, strict=True):
-            if new:
-                owners.setdefault((memory.session_id, memory.owner_id), memory)
+            if new:  # the owner's last new memory of the batch is the one never evicted
+                owners[(memory.session_id, memory.owner_id)] = memory
         for memory in owners.values():
             await evict_over_bound(memory, store, index, options, run, report)
     return created
