@@ -73,6 +73,8 @@ async def main(kind, folder, number, seed_count, tasks):
         await asyncio.gather(*(worker(t) for t in range(tasks)))
         result["seconds"] = time.perf_counter() - started
     elif kind == "bulk":
+        if not hasattr(store, "append_many"):
+            number = tasks  # the loop of append over --loop-bulk memories only
         memories = [memory(n) for n in range(number)]
         started = time.perf_counter()
         if hasattr(store, "append_many"):
@@ -83,6 +85,7 @@ async def main(kind, folder, number, seed_count, tasks):
                 await store.append(item)
             result["api"] = "loop of append"
         result["seconds"] = time.perf_counter() - started
+        result["memories"] = number
     await store.aclose()
     print(json.dumps(result))
 
@@ -147,17 +150,9 @@ def measure(code: str, root: Path, args: argparse.Namespace) -> Json:
     figures["concurrent_appends_per_s"] = round(args.tasks * args.per_task / concurrent["seconds"])
     figures["concurrent_fsyncs_per_append"] = counted(code, "concurrent", root, 10, 100, args.tasks)
     for size in (10_000, 100_000):
-        bulk = run(code, "bulk", root / f"bulk-{size}", size, 0, 1)
-        if bulk["api"] != "append_many":
-            bulk = run(code, "bulk", root / f"loop-{size}", args.loop_bulk, 0, 1)
-            figures[f"bulk_{size}"] = {
-                "api": bulk["api"],
-                "memories": args.loop_bulk,
-                "per_s": round(args.loop_bulk / bulk["seconds"]),
-            }
-            continue
-        figures[f"bulk_{size}"] = {"api": bulk["api"], "memories": size,
-                                   "per_s": round(size / bulk["seconds"])}  # fmt: skip
+        bulk = run(code, "bulk", root / f"bulk-{size}", size, 0, args.loop_bulk)
+        figures[f"bulk_{size}"] = {"api": bulk["api"], "memories": bulk["memories"],
+                                   "per_s": round(bulk["memories"] / bulk["seconds"])}  # fmt: skip
     return figures
 
 
