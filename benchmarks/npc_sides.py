@@ -35,6 +35,7 @@ __all__ = [
     "FakeProvider",
     "FixedVectors",
     "Json",
+    "gm_ingest",
     "gm_memory",
     "gm_open",
     "log",
@@ -191,6 +192,18 @@ def gm_memory(record: Json) -> Any:
         importance=record["importance"],
         searchable_text=record["text"],
     )
+
+
+async def gm_ingest(store: Any, memories: list[Any], batch: int = 10_000) -> None:
+    """The bulk row's game-memory side: ``append_many`` in batches of ``batch`` memories.
+
+    Each batch is one atomic, durable batch of the save (a few fsyncs in all) and one
+    embedding call per 256 memories, the counterpart of the peer's one transaction.
+    """
+    for start in range(0, len(memories), batch):
+        await store.append_many(memories[start : start + batch])
+        if (start // batch) % 2 == 1:
+            log(f"  game-memory: {start + batch:,} appended")
 
 
 def peer_memory(record: Json, vectors: FixedVectors) -> peer_sqlite.PeerMemory:

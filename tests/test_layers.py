@@ -41,7 +41,9 @@ ALLOWED: dict[str, set[str]] = {
     "store": LOW | {"store"},
     "index": SEAMS | {"index"},
     "recall": SEAMS | {"index", "recall"},
-    "memory": SEAMS | {"index", "recall", "memory", "rebuild", "forgetting", "models", "lifecycle"},
+    "memory": SEAMS
+    | {"index", "recall", "memory", "rebuild", "forgetting", "ingest", "models", "lifecycle"},
+    "ingest": SEAMS | {"index", "recall", "forgetting", "ingest"},
     "rebuild": SEAMS | {"index", "recall", "rebuild"},
     "forgetting": SEAMS | {"index", "recall", "forgetting"},
     "models": SEAMS | {"index", "recall", "memory", "rebuild", "models", "onnx"},
@@ -54,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
 ALLOWED["opening"] |= {"postgres"}
 _FRONT = SEAMS | {
     *("index", "recall", "memory", "rebuild", "forgetting", "models", "lifecycle", "opening"),
+    "ingest",
     "onnx",
 }
 ALLOWED["bridge"] = _FRONT | {"bridge"}

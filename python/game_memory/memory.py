@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
@@ -40,6 +40,7 @@ from game_memory.errors import (
 )
 from game_memory.forgetting import MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
+from game_memory.ingest import append_many
 from game_memory.model import (
     DiagnosticSink,
     GameMemory,
@@ -222,6 +223,15 @@ class VectorMemoryStore(MemoryOverTime):
             await self._evict(memory)
         await self._index(memory, created)
         return created
+
+    async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
+        """Save a batch atomically and durably, then index it in batches (``ingest.py``).
+
+        Raises: what the store's ``append_many`` raises (nothing is saved then).
+        """
+        self._check_open()
+        parts = (self.authoritative, self.index, self._embedder, self.options)
+        return await append_many(memories, *parts, self._run, self._report)
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""

@@ -104,7 +104,15 @@ def test_every_public_member_of_the_addon_has_a_doc_comment(path: Path) -> None:
 
 def test_game_memory_has_the_documented_api() -> None:
     members = {(kind, name) for kind, name, _ in _public_members(ADDON_DIR / "game_memory.gd")}
-    for name in ("remember", "recall", "recall_many", "status", "rebuild", "migrate"):
+    for name in (
+        "remember",
+        "remember_many",
+        "recall",
+        "recall_many",
+        "status",
+        "rebuild",
+        "migrate",
+    ):
         assert ("func", name) in members
     for name in (
         "backend_ready",

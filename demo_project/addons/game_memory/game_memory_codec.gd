@@ -36,7 +36,10 @@ const RECALL_OPTIONS: Array[String] = [
 const DEFAULT_RECALL_LIMIT: int = 8
 ## The most queries one [method GameMemory.recall_many] call may carry.
 const MAX_BATCH_QUERIES: int = 64
+## Most memories in one [code]remember_many[/code] (the sidecar's bound).
+const MAX_BATCH_MEMORIES: int = 256
 const _QUERY_KEYS: Array[String] = ["owner_id", "text", "at_or_before"]
+const _MEMORY_KEYS: Array[String] = ["owner_id", "text", "moment"]
 const _STATUS_COUNTS: Array[String] = [
 	"total_entries",
 	"ready_entries",
@@ -123,6 +126,33 @@ static func recall_many_params(session_id: String, queries: Array) -> Dictionary
 			return built
 		wire.append(built["params"])
 	return {"ok": true, "params": {"queries": wire}}
+
+
+## Returns [code]{"ok": true, "params": {"memories": [...]}}[/code] for
+## [code]memory.remember_many[/code], or a failed result naming the first bad entry.
+static func remember_many_params(session_id: String, entries: Array) -> Dictionary:
+	if entries.is_empty() or entries.size() > MAX_BATCH_MEMORIES:
+		return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+				"remember_many takes 1 to %d memories, got %d; split the batch"
+				% [MAX_BATCH_MEMORIES, entries.size()])
+	var wire: Array = []
+	for index: int in entries.size():
+		var entry: Variant = entries[index]
+		if not entry is Dictionary:
+			return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+					"remember_many entry %d is not a Dictionary (got %s); give each entry "
+					% [index, type_string(typeof(entry))] + "owner_id, text and moment")
+		var options: Dictionary = entry.duplicate()
+		for key: String in _MEMORY_KEYS:
+			options.erase(key)
+		var moment: Variant = entry.get("moment", {})
+		var built: Dictionary = remember_params(session_id, str(entry.get("owner_id", "")),
+				str(entry.get("text", "")), moment if moment is Dictionary else {}, options)
+		if not built["ok"]:
+			built["error"]["message"] = "entry %d: %s" % [index, built["error"]["message"]]
+			return built
+		wire.append(built["params"])
+	return {"ok": true, "params": {"memories": wire}}
 
 
 ## Returns [param value] as a memory dictionary with int ticks and ranks (empty when it is not

@@ -47,6 +47,9 @@ signal backend_ready
 signal backend_failed(error: Dictionary)
 ## Emitted after [method remember] succeeded, with the stored memory.
 signal memory_remembered(memory: Dictionary)
+## Emitted after [method remember_many] succeeded, with its [param results] (one
+## [code]{"memory_id": String, "created": bool}[/code] per memory, in order).
+signal memories_remembered(results: Array)
 ## Emitted after a recall succeeded ([method recall], or each query of [method recall_many]),
 ## with the owner asked about and the memories found.
 signal memory_recalled(owner_id: String, memories: Array)
@@ -313,6 +316,36 @@ func remember(owner_id: String, text: String, moment: Dictionary,
 		result["memory"] = GameMemoryCodec.memory(result.get("memory"))
 		result["created"] = bool(result.get("created", false))
 		memory_remembered.emit(result["memory"])
+	return result
+
+
+## Stores many memories in one round trip, as one atomic batch: all of them are stored, or
+## (on an error, or if the sidecar dies first) none. Each entry is a Dictionary with
+## [code]owner_id[/code], [code]text[/code], [code]moment[/code] and any [method remember]
+## option; at most 256 entries. Much faster than one [method remember] per memory when a game
+## loads or imports many memories at once. Resolves with [code]results[/code]: one
+## [code]{"memory_id": String, "created": bool}[/code] per entry, in the same order
+## ([code]created[/code] is false for a memory already stored or given earlier in the batch).
+func remember_many(entries: Array) -> Dictionary:
+	var built: Dictionary = GameMemoryCodec.remember_many_params(session_id, entries)
+	if not built["ok"]:
+		return built
+	var result: Dictionary = await _call("memory.remember_many", built["params"])
+	if not result["ok"]:
+		return result
+	var raw: Variant = result.get("results")
+	if not raw is Array or raw.size() != entries.size():
+		return GameMemoryError.failure(GameMemoryError.INVALID_RESPONSE,
+				"the sidecar answered remember_many with no result per memory; are the addon "
+				+ "and the sidecar the same version?")
+	var items: Array = raw
+	var results: Array = []
+	for item: Variant in items:
+		var entry: Dictionary = item if item is Dictionary else {}
+		results.append({"memory_id": str(entry.get("memory_id", "")),
+				"created": bool(entry.get("created", false))})
+	result["results"] = results
+	memories_remembered.emit(results)
 	return result
 
 

@@ -27,6 +27,7 @@ from game_memory.bridge.params import (
     RebuildParams,
     RecallManyParams,
     RecallParams,
+    RememberManyParams,
     RememberParams,
     StatusParams,
 )
@@ -96,6 +97,17 @@ async def _remember(service: BridgeService, params: RememberParams, notify: Noti
     memory = build_memory(params)
     created = await service.append(memory)
     return {"memory_id": memory.memory_id, "created": created, "memory": memory_to_json(memory)}
+
+
+async def _remember_many(service: BridgeService, params: RememberManyParams, notify: Notify) -> Any:
+    # One atomic batch: all stored, or (an error) none of them.
+    memories = [build_memory(entry) for entry in params.memories]
+    created = await service.append_many(memories)
+    results = [
+        {"memory_id": memory.memory_id, "created": new}
+        for memory, new in zip(memories, created, strict=True)
+    ]
+    return {"results": results}
 
 
 async def _recall(service: BridgeService, params: RecallParams, notify: Notify) -> Any:
@@ -186,6 +198,7 @@ class Method:
 METHODS: dict[str, Method] = {
     "initialize": Method(InitializeParams, None),
     "memory.remember": Method(RememberParams, _remember),
+    "memory.remember_many": Method(RememberManyParams, _remember_many),
     "memory.recall": Method(RecallParams, _recall),
     "memory.recall_many": Method(RecallManyParams, _recall_many),
     "memory.status": Method(StatusParams, _status),

@@ -18,6 +18,7 @@ from game_memory.model import GameMemoryKind, GameMoment
 __all__ = [
     "MAXIMUM_RECALL_LIMIT",
     "MAXIMUM_RECALL_MANY_QUERIES",
+    "MAXIMUM_REMEMBER_MANY_MEMORIES",
     "ConsolidateParams",
     "EraseParams",
     "ForgetParams",
@@ -26,6 +27,7 @@ __all__ = [
     "RebuildParams",
     "RecallManyParams",
     "RecallParams",
+    "RememberManyParams",
     "RememberParams",
     "StatusParams",
 ]
@@ -34,6 +36,8 @@ __all__ = [
 MAXIMUM_RECALL_LIMIT = 100
 #: Most queries in one ``memory.recall_many``.
 MAXIMUM_RECALL_MANY_QUERIES = 64
+#: Most memories in one ``memory.remember_many`` (one atomic batch).
+MAXIMUM_REMEMBER_MANY_MEMORIES = 256
 
 _MAXIMUM_ID = 1_024
 _MAXIMUM_LIST = 256
@@ -125,6 +129,18 @@ class RecallParams(_Params):
     tags: IdList = Field(default_factory=list)
     minimum_importance: Unit = 0.0
     require_semantic: StrictBool = False
+
+
+class RememberManyParams(_Params):
+    """``memory.remember_many``: 1..256 remember params, stored as one atomic batch.
+
+    Every entry is validated before anything is stored: one invalid entry refuses the
+    whole call (``data.field`` names it, such as ``memories.3.text``).
+    """
+
+    memories: Annotated[
+        list[RememberParams], Field(min_length=1, max_length=MAXIMUM_REMEMBER_MANY_MEMORIES)
+    ]
 
 
 class RecallManyParams(_Params):

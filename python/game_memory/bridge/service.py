@@ -127,6 +127,10 @@ class BridgeService(Protocol):
         """Append ``memory``; return ``False`` when an identical memory was already there."""
         ...
 
+    async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
+        """Append a batch atomically (all or none); one result per memory, as ``append``."""
+        ...
+
     async def recall(
         self, query: GameMemoryQuery, *, require_semantic: bool = False
     ) -> RecallResultView:

@@ -110,7 +110,7 @@ async def copy_save(
         if found is None:
             break
         batch, retractions = found
-        added += await store.append_many(batch)
+        added += sum(await store.append_many(batch))
         for memory_id, at in retractions:
             await store.forget(batch[0].session_id, batch[0].owner_id, memory_id, at)
         done += len(batch)

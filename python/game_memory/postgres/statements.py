@@ -51,7 +51,8 @@ SELECT
 #: Add many memories of one partition in one statement (the bulk form of ``APPEND``, run in
 #: the caller's transaction, which rolls back on a conflict, a full partition or a race).
 #: ``incoming`` must hold distinct ids. Returns how many were new, whether the partition
-#: had room for them, how many were inserted, and the stored rows whose digest differs.
+#: had room for them, how many were inserted, the stored rows whose digest differs, and
+#: the ids already stored.
 APPEND_MANY = """
 WITH incoming AS (
     SELECT * FROM unnest(%(memories)s::text[], %(digests)s::bytea[], %(documents)s::bytea[])
@@ -87,7 +88,8 @@ SELECT
     (SELECT coalesce(array_agg(e.digest ORDER BY e.memory_id), '{}') FROM existing e
         JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest),
     (SELECT coalesce(array_agg(e.document ORDER BY e.memory_id), '{}') FROM existing e
-        JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest)
+        JOIN incoming i USING (memory_id) WHERE e.digest <> i.digest),
+    (SELECT coalesce(array_agg(e.memory_id), '{}') FROM existing e)
 """
 
 #: With a store-wide ``maximum_entries``: serialize every append of the schema (an advisory

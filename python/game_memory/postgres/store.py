@@ -233,20 +233,21 @@ class PostgresGameMemoryStore(PostgresLifecycle):
             )
         )
 
-    async def append_many(self, memories: Sequence[GameMemory]) -> int:
-        """Durably add many memories in one transaction; return how many were new.
+    async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
+        """Durably add a batch in one transaction, all or nothing; one result per memory.
 
-        The bulk form of :meth:`append` (for imports and tools; not part of the store
-        protocol): all or nothing. Equivalent memories already stored are skipped; one
-        statement per owner partition, one commit for the whole batch. Keep a batch to one
-        session (and a few thousand memories): on Citus a batch of one session is routed
-        to one shard.
+        Results follow :meth:`append`: ``True`` added, ``False`` an equivalent memory was
+        stored already or came earlier in the batch. One statement per owner partition,
+        one commit for the whole batch. Keep a batch to one session (and a few thousand
+        memories): on Citus a batch of one session is routed to one shard.
 
         Raises:
             MemoryConflictError: an id already holds (or the batch gives it) different
                 content; nothing of the batch is added.
-            CapacityExceededError: a partition would exceed ``maximum_partition_entries``;
-                nothing is added.
+            CapacityExceededError: a partition would exceed ``maximum_partition_entries``,
+                or the store ``maximum_entries``; nothing is added.
+            PersistenceError: the database is unreachable or refuses the write.
+            StoreBusyError: the batch kept racing concurrent appends of the same ids.
         """
         items = list(memories)
         if not all(isinstance(memory, GameMemory) for memory in items):
@@ -261,19 +262,34 @@ class PostgresGameMemoryStore(PostgresLifecycle):
                     f"{memory.owner_id!r} two different contents; an id cannot be reused"
                 )
         if not groups:
-            return 0
+            return []
         await self._ensure_ready()
 
-        def append(connection: psycopg.Connection[Any]) -> int:
+        def append(connection: psycopg.Connection[Any]) -> set[tuple[str, str, str]]:
             for _ in range(_RACE_ATTEMPTS):
-                added = append_batch(connection, groups, self.maximum_partition_entries, self.where)
+                stored: set[tuple[str, str, str]] = set()
+                added = append_batch(
+                    connection,
+                    groups,
+                    self.maximum_partition_entries,
+                    self.where,
+                    self.maximum_entries,
+                    stored,
+                )
                 if added is not None:
-                    return added
+                    return stored
             raise StoreBusyError(
                 f"a batch kept racing concurrent appends of the same ids in {self.where}; retry it"
             )
 
-        return await self._run(lambda: self._call("appending memories", append))
+        stored = await self._run(lambda: self._call("appending memories", append))
+        results: list[bool] = []
+        seen: set[tuple[str, str, str]] = set()
+        for memory in items:
+            key = (memory.session_id, memory.owner_id, memory.memory_id)
+            results.append(key not in stored and key not in seen)
+            seen.add(key)
+        return results
 
     # -- reads --------------------------------------------------------------------------
 

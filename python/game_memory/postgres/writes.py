@@ -129,8 +129,12 @@ def append_batch(
     capacity: int,
     where: str,
     maximum_entries: int | None = None,
+    stored_keys: set[tuple[str, str, str]] | None = None,
 ) -> int | None:
     """One attempt at a batch (distinct ids per partition) in one transaction.
+
+    ``stored_keys``, when given, receives ``(session, owner, memory id)`` of the memories
+    that were already stored (equivalent), so the caller can tell each result.
 
     Returns:
         How many memories were new, or ``None`` when a concurrent append of one of the
@@ -161,10 +165,12 @@ def append_batch(
                 },
             ).fetchone()
             assert row is not None
-            new, claimed, inserted, keys, digests, documents = row
+            new, claimed, inserted, keys, digests, documents, present = row
             by_key = {sql_key(memory_id): memory for memory_id, memory in batch.items()}
             for key, digest, document in zip(keys, digests, documents, strict=True):
                 check_equivalent(by_key[key], digest, document, where)
+            if stored_keys is not None:
+                stored_keys.update((session_id, owner_id, by_key[key].memory_id) for key in present)
             if new and not claimed:
                 raise _full(owner_id, session_id, capacity, f"cannot take {new:,} more memories")
             if inserted != new:  # a concurrent append of one of these ids won: retry

@@ -19,7 +19,7 @@ from game_memory.durable.names import segment_path
 from game_memory.errors import PersistenceError
 from game_memory.store.state import PartitionState
 
-__all__ = ["append_records", "cut_tail"]
+__all__ = ["append_records", "cut_tail", "plan_segments", "write_planned"]
 
 
 def append_records(
@@ -63,6 +63,52 @@ def append_records(
     if pending:
         flush()
     return touched
+
+
+def plan_segments(
+    directory: Path,
+    state: PartitionState,
+    records: list[bytes],
+    *,
+    maximum_file_bytes: int,
+) -> list[tuple[str, int, list[bytes]]]:
+    """Where ``records`` go in the partition's memory log: ``(path, size_before, records)``.
+
+    ``size_before`` is the segment's valid size before the write (a torn tail excluded, cut
+    first by :func:`write_planned`), ``-1`` for a segment the write creates. Follows the
+    rollover rule of :func:`append_records`, so a batch journal can name every segment it
+    is about to touch, and undo it exactly.
+    """
+    segments = state.segments
+    tail = segments[-1] if segments else None
+    index = len(segments) - 1 if tail is not None else 0
+    size = tail.end if tail is not None else 0
+    plan: list[tuple[str, int, list[bytes]]] = []
+    current: list[bytes] = []
+    before = size if tail is not None else -1
+    for record in records:
+        if size and size + len(record) > maximum_file_bytes:
+            plan.append((segment_path(directory, state.owner_hash, index), before, current))
+            index, size, before, current = index + 1, 0, -1, []
+        current.append(record)
+        size += len(record)
+    if current:
+        plan.append((segment_path(directory, state.owner_hash, index), before, current))
+    return plan
+
+
+def write_planned(state: PartitionState, plan: list[tuple[str, int, list[bytes]]]) -> None:
+    """Write a :func:`plan_segments` plan without fsync (a batch's barrier flushes it).
+
+    Cuts a torn tail off the last segment first (durably: it was never acknowledged).
+    """
+    tail = state.tail
+    if tail is not None and tail.torn_bytes:
+        cut_tail(tail.path, tail.end)
+    for name, _before, records in plan:
+        path = Path(name)
+        with fs.open_append(path, durable=False) as (fd, _):
+            fs.append_bytes(fd, b"".join(records), path, durable=False)
 
 
 def cut_tail(path: str, end: int) -> None:

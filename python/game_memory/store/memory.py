@@ -159,6 +159,26 @@ class InMemoryGameMemoryStore:
         self._check_open()
         return self._partitions.add(memory)
 
+    async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
+        """Add a batch in one critical section, all or nothing; one result per memory.
+
+        Results follow :meth:`append` (``False`` also for a repeat within the batch).
+        Other tasks see the whole batch or none of it.
+
+        Raises:
+            MemoryConflictError: an id holds, or is given in the batch, other content
+                (nothing changes).
+            CapacityExceededError: the new memories do not fit ``maximum_entries``
+                (nothing changes).
+            StoreClosedError: the store was closed.
+            InvalidArgumentError: an element is not a ``GameMemory``.
+        """
+        batch = list(memories)
+        if not all(isinstance(memory, GameMemory) for memory in batch):
+            raise InvalidArgumentError("append_many takes GameMemory objects")
+        self._check_open()
+        return self._partitions.add_many(batch)
+
     async def snapshot(
         self, query: GameMemoryQuery, *, maximum_entries: int | None = None
     ) -> StoreSnapshot:

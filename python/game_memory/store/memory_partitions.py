@@ -166,6 +166,48 @@ class MemoryPartitions:
         with self._lock:
             return self._add(memory)
 
+    def add_many(self, memories: Sequence[GameMemory]) -> list[bool]:
+        """Add a batch, all or nothing: every memory is checked before any is added.
+
+        Results follow :meth:`add` (``False`` also for a repeat within the batch).
+
+        Raises:
+            MemoryConflictError: an id holds, or is given in the batch, other content.
+            CapacityExceededError: the new memories do not fit ``maximum_entries``.
+        """
+        with self._lock:
+            seen: dict[tuple[str, str, str], GameMemory] = {}
+            results: list[bool] = []
+            for memory in memories:
+                key = (memory.session_id, memory.owner_id, memory.memory_id)
+                partition = self._sessions.get(memory.session_id, {}).get(memory.owner_id)
+                existing = seen.get(key)
+                if existing is None and partition is not None:
+                    position = partition.positions.get(memory.memory_id)
+                    if position is not None:
+                        existing = partition.memories[position]
+                if existing is not None:
+                    if existing != memory:
+                        raise MemoryConflictError(
+                            f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in "
+                            f"session {memory.session_id!r} already holds different content; "
+                            "an id cannot be reused. Use a new id (derive_memory_id gives "
+                            "stable ones)."
+                        )
+                    results.append(False)
+                    continue
+                seen[key] = memory
+                results.append(True)
+            if self._count + len(seen) > self.maximum_entries:
+                raise CapacityExceededError(
+                    f"the batch adds {len(seen):,} memories but the store has room for "
+                    f"{max(self.maximum_entries - self._count, 0):,}; " + self._full_message(),
+                    bound="maximum_entries",
+                )
+            for memory in seen.values():
+                self._add(memory)
+            return results
+
     def add_summary(
         self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
     ) -> bool:

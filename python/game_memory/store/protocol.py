@@ -106,6 +106,23 @@ class GameMemoryStore(Protocol):
         """
         ...
 
+    async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
+        """Add a batch durably and atomically; one result per memory, in order.
+
+        All or nothing: when it returns every new memory is durable; when it raises, or
+        the process dies before it returns, none of the batch is added (after a crash the
+        store recovers to before the batch). Each result follows :meth:`append`: ``True``
+        added, ``False`` an equivalent memory was already stored or came earlier in the
+        batch. An empty batch returns ``[]``.
+
+        Raises:
+            MemoryConflictError: an id holds, or is given in the batch, other content;
+                nothing is added.
+            CapacityExceededError: the new memories do not fit a bound (it names it);
+                nothing is added.
+        """
+        ...
+
     async def snapshot(
         self, query: GameMemoryQuery, *, maximum_entries: int | None = None
     ) -> StoreSnapshot:

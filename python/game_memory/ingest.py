@@ -1,0 +1,134 @@
+"""The front door's bulk append: one atomic batch into the save, then batched embedding.
+
+``VectorMemoryStore.append_many`` calls :func:`append_many` with its collaborators. The
+order is the single append's, per batch: the save first (``GameMemoryStore.append_many``:
+all or nothing, durable when it returns), then the derived index, then the retention
+policy, so what the save holds never depends on the index:
+
+1. the batch goes into the authoritative store as one atomic batch;
+2. (hybrid mode) the memories that need a vector (the new ones, and stored ones whose
+   vector is not ready) are embedded ``embedding_batch`` at a time, one provider call per
+   chunk, and written to the index; a chunk that fails is reported
+   (``memory_embedding_append_failed``, the chunk's first memory named) and its memories
+   stay saved and lexically recallable, pending in the index;
+3. every owner the batch added to is brought back within ``maximum_memories_per_owner``
+   once (not once per memory), so a batch that takes an owner past the bound ends within
+   it (down to 90% of it), like the same memories appended one by one. The owner's last
+   new memory of the batch is never evicted (a single append's rule: the memory just
+   appended stays); other memories of the batch may be, by the same value order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from game_memory.embedding.embedder import Embedder
+from game_memory.errors import EmbeddingUnavailableError, GameMemoryError
+from game_memory.forgetting import evict_over_bound
+from game_memory.index.protocol import VectorIndex
+from game_memory.model import DiagnosticSeverity, GameMemory, MemoryEmbeddingIdentity
+from game_memory.recall.options import VectorMemoryStoreOptions
+from game_memory.recall.pipeline import Report, Runner, report_failure
+from game_memory.store.protocol import GameMemoryStore
+
+__all__ = ["EMBEDDING_BATCH", "append_many"]
+
+#: Memories embedded per provider call by a bulk append.
+EMBEDDING_BATCH = 256
+
+
+async def append_many(
+    memories: Sequence[GameMemory],
+    store: GameMemoryStore,
+    index: VectorIndex | None,
+    embedder: Embedder | None,
+    options: VectorMemoryStoreOptions,
+    run: Runner,
+    report: Report,
+    embedding_batch: int = EMBEDDING_BATCH,
+) -> list[bool]:
+    """Save a batch atomically, index it in batches, apply the retention policy.
+
+    Returns:
+        One result per memory, as the store's ``append_many`` gives them.
+
+    Raises:
+        Everything the store's ``append_many`` raises (then nothing is saved or indexed);
+        ``EmbeddingUnavailableError`` only with ``fail_when_embedding_unavailable`` (the
+        batch is saved by then).
+    """
+    batch = list(memories)
+    created = await store.append_many(batch)
+    if embedder is not None and index is not None:
+        await _index_batch(batch, created, index, embedder, options, run, report, embedding_batch)
+    if options.maximum_memories_per_owner is not None:
+        owners: dict[tuple[str, str], GameMemory] = {}
+        for memory, new in zip(batch, created, strict=True):
+            if new:  # the owner's last new memory of the batch is the one never evicted
+                owners[(memory.session_id, memory.owner_id)] = memory
+        for memory in owners.values():
+            await evict_over_bound(memory, store, index, options, run, report)
+    return created
+
+
+async def _index_batch(
+    batch: list[GameMemory],
+    created: list[bool],
+    index: VectorIndex,
+    embedder: Embedder,
+    options: VectorMemoryStoreOptions,
+    run: Runner,
+    report: Report,
+    embedding_batch: int,
+) -> None:
+    identity = embedder.identity
+    wanted: dict[tuple[str, str, str], GameMemory] = {}
+    for memory, new in zip(batch, created, strict=True):
+        key = (memory.session_id, memory.owner_id, memory.memory_id)
+        if key not in wanted and (new or not await _ready(index, memory, identity, run)):
+            wanted[key] = memory
+    pending = list(wanted.values())
+    for start in range(0, len(pending), embedding_batch):
+        chunk = pending[start : start + embedding_batch]
+        await _index_chunk(chunk, index, embedder, options, run, report)
+
+
+async def _ready(
+    index: VectorIndex, memory: GameMemory, identity: MemoryEmbeddingIdentity, run: Runner
+) -> bool:
+    return await run(lambda: index.is_ready(memory, identity))
+
+
+async def _index_chunk(
+    chunk: list[GameMemory],
+    index: VectorIndex,
+    embedder: Embedder,
+    options: VectorMemoryStoreOptions,
+    run: Runner,
+    report: Report,
+) -> None:
+    first = chunk[0]
+    try:
+        vectors = await embedder.embed_documents(
+            chunk, f"{len(chunk)} memories from {first.memory_id!r}"
+        )
+        await run(lambda: index.write(chunk, vectors, embedder.identity))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        await report_failure(
+            report,
+            "memory_embedding_append_failed",
+            DiagnosticSeverity.WARNING,
+            f"{len(chunk)} memories were saved, but their derived vectors are unavailable. "
+            "Lexical recall remains available; a rebuild embeds them.",
+            session_id=first.session_id,
+            owner_id=first.owner_id,
+            memory_id=first.memory_id,
+            error=exc,
+        )
+        if options.fail_when_embedding_unavailable:
+            if isinstance(exc, GameMemoryError):
+                raise
+            raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc

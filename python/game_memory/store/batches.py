@@ -1,0 +1,211 @@
+"""Writing many memories as one durable batch: ``append_many`` and a group commit's group.
+
+A batch, under the writer lock: recover; read every partition it touches once and check it
+against the ledgers; decide each memory (new, already stored, conflict), within the batch
+too; check the capacity for what is new; then, for two or more new memories:
+
+1. the **batch journal** (``migration.json``, version 2: the ledger count before the batch
+   and every log segment it appends to with its size before it) is written durably;
+2. all intents in one write, then each partition's records in one write per segment, none
+   fsynced;
+3. **one barrier** fsyncs the ledger, every segment and every folder that got a new entry
+   from a small thread pool;
+4. the journal is removed durably: **the commit**, after which the batch is acknowledged.
+
+A crash (``kill -9`` or power loss) before the commit leaves the journal, and the next
+writer undoes the batch exactly (``journal.py``: segments cut back, new ones deleted, the
+ledger cut back): all or nothing. Readers meanwhile excuse the intents after the journal's
+mark, as they do for a migration batch. A batch of one new memory is an ordinary append
+(intent fsync, record fsync), which is atomic by itself and needs no journal.
+
+Two modes: **atomic** (``append_many``): any conflict, damaged partition or capacity
+shortfall raises and nothing is written; **independent** (a group commit of concurrent
+appends): each memory gets its own outcome, and only the accepted ones are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from game_memory.durable import fs
+from game_memory.errors import CapacityExceededError, MemoryConflictError
+from game_memory.model import GameMemory
+from game_memory.store.appends import plan_segments, write_planned
+from game_memory.store.capacity import full_message
+from game_memory.store.engine import StoreEngine
+from game_memory.store.ledger import LedgerEntry
+from game_memory.store.partitions import PartitionState, identity_hash, partition_hash
+
+__all__ = ["Outcome", "write_batch"]
+
+Outcome = bool | BaseException
+
+
+@dataclass(slots=True)
+class _Partition:
+    state: PartitionState | None
+    error: BaseException | None = None
+    pending: dict[str, GameMemory] = field(default_factory=dict)
+    records: list[bytes] = field(default_factory=list)
+    memories: list[GameMemory] = field(default_factory=list)
+
+
+def _conflict(memory: GameMemory) -> MemoryConflictError:
+    return MemoryConflictError(
+        f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in session "
+        f"{memory.session_id!r} already holds different content; an id cannot be "
+        "reused. Use a new id (derive_memory_id gives stable ones)."
+    )
+
+
+def write_batch(
+    engine: StoreEngine, memories: Sequence[GameMemory], *, atomic: bool
+) -> list[Outcome]:
+    """Durably add ``memories`` as one batch; one outcome per memory, in order.
+
+    An outcome is ``True`` (added), ``False`` (an equivalent memory is stored, or came
+    earlier in the batch) or, in independent mode only, the exception for that memory.
+    In atomic mode the first problem is raised and nothing is written.
+
+    Raises:
+        MemoryConflictError: (atomic) an id holds, or is given in the batch, other content.
+        CapacityExceededError: (atomic) the new memories do not fit, or a record is too large.
+        PersistenceError: (atomic) a partition is damaged; (both) the write itself failed.
+    """
+    outcomes: list[Outcome | None] = [None] * len(memories)
+    records: list[bytes | None] = []
+    for position, memory in enumerate(memories):
+        try:
+            records.append(engine.encode(memory))
+        except CapacityExceededError as exc:
+            if atomic:
+                raise
+            records.append(None)
+            outcomes[position] = exc
+    engine.layout.guard()  # before the lock, whose file is in the data folder
+    with engine.locked():
+        engine.layout.guard()
+        engine.recover()
+        marks = engine.refresh()
+        partitions: dict[tuple[str, str], _Partition] = {}
+        accepted: list[tuple[int, tuple[str, str]]] = []
+        for position, memory in enumerate(memories):
+            record = records[position]
+            if record is None:
+                continue
+            key = (partition_hash(memory.session_id), partition_hash(memory.owner_id))
+            partition = partitions.get(key)
+            if partition is None:
+                partition = _Partition(None)
+                try:
+                    state = engine.read_partition(*key)
+                    engine.verify_partition(
+                        state,
+                        marks,
+                        locked=True,
+                        session_id=memory.session_id,
+                        owner_id=memory.owner_id,
+                    )
+                    partition.state = state
+                except Exception as exc:
+                    if atomic:
+                        raise
+                    partition.error = exc
+                partitions[key] = partition
+            if partition.error is not None:
+                outcomes[position] = partition.error
+                continue
+            assert partition.state is not None
+            existing = partition.state.find(memory.memory_id)
+            if existing is None:
+                existing = partition.pending.get(memory.memory_id)
+            if existing is not None:
+                if existing == memory:
+                    outcomes[position] = False
+                    continue
+                if atomic:
+                    raise _conflict(memory)
+                outcomes[position] = _conflict(memory)
+                continue
+            partition.pending[memory.memory_id] = memory
+            accepted.append((position, key))
+        count = engine.ledger.count()
+        room = engine.maximum_entries - count
+        if len(accepted) > room:
+            error = CapacityExceededError(
+                full_message(engine.intents, engine.read_partition, count)
+                if room <= 0
+                else f"the batch adds {len(accepted):,} memories but the store has room for "
+                f"{room:,} (maximum_entries {engine.maximum_entries:,}); split the batch, "
+                "erase memories, or raise the bound",
+                bound="maximum_entries",
+            )
+            if atomic:
+                raise error
+            for position, _key in accepted[max(room, 0) :]:
+                outcomes[position] = error
+            accepted = accepted[: max(room, 0)]
+        if any(memories[position].consolidates for position, _ in accepted):
+            engine.layout.require_format(3)
+        elif any(memories[position].belief_key is not None for position, _ in accepted):
+            engine.layout.require_format(2)
+        if len(accepted) == 1:
+            position, key = accepted[0]
+            only = partitions[key].state
+            record = records[position]
+            assert only is not None and record is not None
+            outcomes[position] = engine.add_locked(memories[position], record, only)
+        elif accepted:
+            _commit(engine, memories, records, accepted, partitions, count)
+            for position, _key in accepted:
+                outcomes[position] = True
+    return [False if outcome is None else outcome for outcome in outcomes]
+
+
+def _commit(
+    engine: StoreEngine,
+    memories: Sequence[GameMemory],
+    records: list[bytes | None],
+    accepted: list[tuple[int, tuple[str, str]]],
+    partitions: dict[tuple[str, str], _Partition],
+    count: int,
+) -> None:
+    """Journal, intents, records, one barrier, commit (see the module docstring)."""
+    entries: list[LedgerEntry] = []
+    for position, key in accepted:
+        partition = partitions[key]
+        record = records[position]
+        assert record is not None
+        partition.records.append(record)
+        entries.append(LedgerEntry(key[0], key[1], identity_hash(memories[position].memory_id)))
+    plans: list[tuple[PartitionState, list[tuple[str, int, list[bytes]]]]] = []
+    journaled: list[tuple[str, int]] = []
+    for (session_hash, _owner_hash), partition in partitions.items():
+        if not partition.records or partition.state is None:
+            continue
+        plan = plan_segments(
+            engine.session_directory(session_hash),
+            partition.state,
+            partition.records,
+            maximum_file_bytes=engine.maximum_file_bytes,
+        )
+        plans.append((partition.state, plan))
+        journaled.extend((path, before) for path, before, _ in plan)
+    folders: set[Path] = set()
+    if engine.ledger.stat() is None:
+        folders.add(engine.data)  # the ledger file is new: its name must last too
+    engine.journal.write(count, [], journaled)
+    engine.ledger.append(entries, first_index=count, durable=False)
+    for state, plan in plans:
+        directory = engine.session_directory(state.session_hash)
+        if fs.ensure_directory(directory, durable=False):
+            folders.add(directory.parent)
+        if any(before < 0 for _, before, _ in plan):
+            folders.add(directory)
+        write_planned(state, plan)
+    files = [engine.ledger.path] + [Path(path) for _, plan in plans for path, _, _ in plan]
+    fs.sync_all(files, sorted(folders))
+    engine.journal.commit()
+    engine.note_verified(engine.ledger)
