@@ -56,6 +56,7 @@ from npc_sides import (
     LIMIT,
     FakeProvider,
     Json,
+    gm_ingest,
     gm_memory,
     gm_open,
     log,
@@ -142,10 +143,7 @@ async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json
     (root / "game_memory").mkdir(parents=True)
     store = gm_open(root / "game_memory", len(records) + 10_000, vectors)
     started = time.perf_counter()
-    for index, memory in enumerate(memories):
-        await store.append(memory)
-        if index % 20_000 == 19_999:
-            log(f"  game-memory: {index + 1:,} appended")
+    await gm_ingest(store, memories)
     await store.aclose()
     ours = time.perf_counter() - started
     (root / "peer").mkdir()
