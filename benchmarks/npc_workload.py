@@ -13,8 +13,8 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
 
 * **bulk ingest** on a RAM file system (``/dev/shm``; fsync costs nothing there, so this is
   the software cost): game-memory's ``append_many`` in batches of 10,000 (each one atomic,
-  durable batch); the peer in one transaction. The same on the disk for ``--disk-ingest`` memories into an empty save (the
-  table's last row).
+  durable batch); the peer in one transaction. The same on the disk for ``--disk-ingest``
+  memories into an empty save (the table's last row).
 * The saves are then copied to the disk (``--directory``, default the temporary folder) and
   every other figure is measured there, each in a **fresh process** per side:
 * **open + first recall**, with the save's files evicted from the OS page cache

@@ -1,8 +1,8 @@
-"""Batches and group commits after a power loss or a kill: all or nothing, none acked lost.
+"""Batches and concurrent appends after a power loss or a kill: all or nothing, none lost.
 
 ``append_many`` writes one batch under the batch journal (``store/batches.py``); concurrent
-appends share one such batch (``store/group_commit.py``). Every crash state of a recorded
-batch and of a recorded group (the strict POSIX model of ``states.py``: only fsynced data and
+appends are written one after the other. Every crash state of a recorded batch and of
+twelve concurrent appends (the strict POSIX model of ``states.py``: only fsynced data and
 names are sure to survive, unsynced appends may persist in part or as zeros) must reopen,
 check consistent after ``check(fix=True)``, hold the whole batch or none of it, and hold every
 acknowledged memory. A SIGKILL campaign does the same with real kills at random instants.
@@ -85,7 +85,7 @@ def test_every_power_loss_state_of_a_batch_holds_all_of_it_or_none(tmp_path: Pat
     assert _states_hold(tmp_path, recorder, [set(BATCH)]) > 20
 
 
-def test_every_power_loss_state_of_a_group_commit_keeps_what_it_acknowledged(
+def test_every_power_loss_state_of_concurrent_appends_keeps_what_it_acknowledged(
     tmp_path: Path,
 ) -> None:
     base = tmp_path / "run"

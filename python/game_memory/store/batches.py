@@ -1,4 +1,4 @@
-"""Writing many memories as one durable batch: ``append_many`` and a group commit's group.
+"""Writing many memories as one durable batch: ``append_many``.
 
 A batch, under the writer lock: recover; read every partition it touches once and check it
 against the ledgers; decide each memory (new, already stored, conflict), within the batch
@@ -19,8 +19,9 @@ mark, as they do for a migration batch. A batch of one new memory is an ordinary
 (intent fsync, record fsync), which is atomic by itself and needs no journal.
 
 Two modes: **atomic** (``append_many``): any conflict, damaged partition or capacity
-shortfall raises and nothing is written; **independent** (a group commit of concurrent
-appends): each memory gets its own outcome, and only the accepted ones are written.
+shortfall raises and nothing is written; **independent**: each memory gets its own outcome,
+and only the accepted ones are written (kept for a future group commit; unused since the
+group commit of concurrent appends was taken out, see docs/storage-format.md).
 """
 
 from __future__ import annotations

@@ -50,7 +50,6 @@ from game_memory.store.batches import write_batch
 from game_memory.store.check import check_store
 from game_memory.store.engine import StoreEngine
 from game_memory.store.erasing import compact, erase
-from game_memory.store.group_commit import GroupCommitter
 from game_memory.store.lexical import lexical_search
 from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
 from game_memory.store.protocol import StoreSnapshot
@@ -61,7 +60,6 @@ __all__ = ["FileGameMemoryStore"]
 _T = TypeVar("_T")
 MAXIMUM_ENTRIES_LIMIT = 1_000_000
 MAXIMUM_SNAPSHOT_LIMIT = 1_000_000
-_SMALLEST_BATCH = 3  # the smallest group of concurrent appends written as one batch
 
 
 def _settle(
@@ -148,7 +146,6 @@ class FileGameMemoryStore:
             lock_timeout=lock_timeout,
             cache_entries=cache_entries,
         )
-        self._group = GroupCommitter(self._write_group)
         fs.check_no_symlinks(self.directory)
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="game-memory-store")
         self._state = _State.OPEN
@@ -251,23 +248,7 @@ class FileGameMemoryStore:
         if not isinstance(memory, GameMemory):
             raise InvalidArgumentError("append takes a GameMemory")
         await self._ensure_ready()
-        return await self._run(lambda: self._group.append(memory))
-
-    def _write_group(self, memories: Sequence[GameMemory]) -> list[bool | BaseException]:
-        """One group of concurrent appends (``group_commit.py``).
-
-        A batch costs about four fsync rounds whatever its size, a plain append two: below
-        three memories the group is written as plain appends, one after the other.
-        """
-        if len(memories) >= _SMALLEST_BATCH:
-            return write_batch(self._engine, memories, atomic=False)
-        outcomes: list[bool | BaseException] = []
-        for memory in memories:
-            try:
-                outcomes.append(self._engine.append(memory))
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
+        return await self._run(lambda: self._engine.append(memory))
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
         """Durably add ``memories`` as one atomic batch; one result per memory, in order.

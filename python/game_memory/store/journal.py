@@ -3,8 +3,8 @@
 ``migration.json`` (``{"format_version": 1, "ledger_records_before": N, "packs": [...]}``)
 is written durably before a batch writes anything else and removed to commit it. While it
 exists the batch can be undone: delete its packs, cut the ledger back to ``N``, delete the
-journal. Two kinds of batch use it: a legacy migration (packs) and an ``append_many`` or a
-group commit (records appended to owner logs). The latter writes format version 2, which
+journal. Two kinds of batch use it: a legacy migration (packs) and an ``append_many``
+(records appended to owner logs). The latter writes format version 2, which
 adds ``"segments": [[path, size_before], ...]``: every log segment the batch appends to,
 with its valid size before the batch (``-1`` for a segment the batch creates). Undoing it
 cuts each segment back to that size (deleting the ones it created) before the ledger is
