@@ -45,7 +45,13 @@ from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.lifecycle import eviction_order, eviction_target
 from game_memory.store.protocol import GameMemoryStore
 
-__all__ = ["MemoryOverTime", "erase_memories", "evict_over_bound", "index_memory"]
+__all__ = [
+    "MemoryOverTime",
+    "erase_memories",
+    "evict_over_bound",
+    "index_memory",
+    "report_index_failure",
+]
 
 _T = TypeVar("_T")
 
@@ -197,21 +203,44 @@ async def index_memory(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        await report_failure(
+        await report_index_failure(
             report,
-            "memory_embedding_append_failed",
-            DiagnosticSeverity.WARNING,
+            options,
+            memory,
             "The memory was saved, but its derived vector is unavailable. Lexical recall "
             "remains available.",
-            session_id=memory.session_id,
-            owner_id=memory.owner_id,
-            memory_id=memory.memory_id,
-            error=exc,
+            exc,
         )
-        if options.fail_when_embedding_unavailable:
-            if isinstance(exc, GameMemoryError):
-                raise
-            raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
+
+
+async def report_index_failure(
+    report: Report,
+    options: VectorMemoryStoreOptions,
+    memory: GameMemory,
+    message: str,
+    exc: Exception,
+) -> None:
+    """Report that saved memories (the first is ``memory``) got no vectors, as
+    ``memory_embedding_append_failed``; the memories stay saved and lexically recallable.
+
+    Raises:
+        EmbeddingUnavailableError (or the index's own error, re-raised from the caller's
+            ``except``): only with ``fail_when_embedding_unavailable``.
+    """
+    await report_failure(
+        report,
+        "memory_embedding_append_failed",
+        DiagnosticSeverity.WARNING,
+        message,
+        session_id=memory.session_id,
+        owner_id=memory.owner_id,
+        memory_id=memory.memory_id,
+        error=exc,
+    )
+    if options.fail_when_embedding_unavailable:
+        if isinstance(exc, GameMemoryError):
+            raise exc
+        raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
 
 
 async def evict_over_bound(

@@ -24,12 +24,11 @@ import asyncio
 from collections.abc import Sequence
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import EmbeddingUnavailableError, GameMemoryError
-from game_memory.forgetting import evict_over_bound
+from game_memory.forgetting import evict_over_bound, report_index_failure
 from game_memory.index.protocol import VectorIndex
-from game_memory.model import DiagnosticSeverity, GameMemory, MemoryEmbeddingIdentity
+from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.recall.options import VectorMemoryStoreOptions
-from game_memory.recall.pipeline import Report, Runner, report_failure
+from game_memory.recall.pipeline import Report, Runner
 from game_memory.store.protocol import GameMemoryStore
 
 __all__ = ["EMBEDDING_BATCH", "append_many"]
@@ -117,18 +116,11 @@ async def _index_chunk(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        await report_failure(
+        await report_index_failure(
             report,
-            "memory_embedding_append_failed",
-            DiagnosticSeverity.WARNING,
+            options,
+            first,
             f"{len(chunk)} memories were saved, but their derived vectors are unavailable. "
             "Lexical recall remains available; a rebuild embeds them.",
-            session_id=first.session_id,
-            owner_id=first.owner_id,
-            memory_id=first.memory_id,
-            error=exc,
+            exc,
         )
-        if options.fail_when_embedding_unavailable:
-            if isinstance(exc, GameMemoryError):
-                raise
-            raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
