@@ -64,12 +64,26 @@ FUSION_FAMILIES: dict[str, Family] = {
         "vector_weight": (0.6, 0.75, 0.9),
         "lexical_scale": (8.0, 16.0),
     },
-    "convex_confidence": {
+    # The confidence fusion with the vector channel's confidence measured in standard
+    # deviations (the previous default, as it was: no floor shrink for few candidates).
+    "convex_standing": {
         "mode": ("convex",),
         "normalization": ("confidence",),
+        "vector_confidence_by": ("standing",),
+        "vector_weight": (0.4, 0.5),
+        "lexical_confidence": (16.0,),
+        "vector_confidence": (4.0,),
+        "floor_candidates": (1,),
+    },
+    # ... and by the best cosine's contrast over the candidates' mean.
+    "convex_contrast": {
+        "mode": ("convex",),
+        "normalization": ("confidence",),
+        "vector_confidence_by": ("contrast",),
         "vector_weight": (0.4, 0.5, 0.6),
-        "lexical_confidence": (8.0, 16.0),
-        "vector_minimum_gap": (0.1, 0.2),
+        "lexical_confidence": (24.0, 32.0, 48.0),
+        "vector_confidence": (0.8, 1.0),
+        "floor_candidates": (1, 16),
     },
 }
 
@@ -80,31 +94,27 @@ RERANKER_FAMILIES: dict[str, Family | None] = {"rerank": {}}
 #: score-level families whose scales the reranker reads; a smaller cross keeps the run
 #: short).
 TUNED_FUSION_FAMILIES: dict[str, Family] = {
-    "convex_floor": {
-        "mode": ("convex",),
-        "normalization": ("floor",),
-        "vector_weight": (0.75,),
-        "lexical_minimum_spread": (8.0,),
-        "vector_minimum_spread": (1.0,),
-    },
-    "convex_confidence": {
+    "convex_contrast": {
         "mode": ("convex",),
         "normalization": ("confidence",),
-        "vector_weight": (0.4, 0.5),
-        "lexical_confidence": (8.0, 16.0),
-        "vector_minimum_gap": (0.2,),
+        "vector_confidence_by": ("contrast",),
+        "vector_weight": (0.5,),
+        "lexical_confidence": (48.0,),
+        "vector_confidence": (1.0,),
+        "floor_candidates": (16,),
     },
 }
 
-#: Reranker settings crossed with ``TUNED_FUSION_FAMILIES``: the supersession of similar
-#: older memories (belief updates without a key, ``belief_updates.py``) and the earlier
-#: relative relevance.
+#: Reranker settings crossed with ``TUNED_FUSION_FAMILIES``: without the supersession of
+#: older versions (belief updates without a key, ``belief_updates.py``), with a looser one,
+#: and the absolute relevance.
 RERANKER_TUNING: dict[str, Family | None] = {
-    "rerank_supersede": {
-        "supersession_penalty": (0.3, 0.5),
-        "supersession_similarity": (0.5,),
+    "rerank_no_supersession": {"supersession_penalty": (0.0,), "supersession_inherits": (False,)},
+    "rerank_supersede_loose": {
+        "supersession_similarity": (0.35,),
+        "supersession_standing": (2.0,),
     },
-    "rerank_relative": {"relevance": ("relative",)},
+    "rerank_absolute": {"relevance": ("absolute",)},
 }
 
 #: The grid: the union of these products (fusion families × reranker families).
@@ -131,6 +141,10 @@ _SHORT = {
     "vector_minimum_gap": "vg",
     "lexical_confidence": "lc",
     "vector_confidence": "vc",
+    "vector_confidence_by": "by",
+    "floor_candidates": "fc",
+    "supersession_standing": "z",
+    "supersession_inherits": "inh",
 }
 
 

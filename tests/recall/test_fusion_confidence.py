@@ -9,9 +9,20 @@ from game_memory import FusionOptions
 from game_memory.recall.fusion import fuse
 from support.vectors import MemoryFactory
 
-#: Round weights for readable arithmetic (the defaults are 0.4/0.6 and 16: see
-#: test_fusion_defaults); every other field is the default.
-DEFAULT = FusionOptions(lexical_weight=0.5, vector_weight=0.5, lexical_confidence=8.0)
+#: The library's defaults.
+OPTIONS = FusionOptions()
+
+#: The gap floor and the vector confidence in standard deviations, with round numbers for
+#: readable arithmetic and no floor shrink (the defaults are in test_fusion_defaults; the
+#: contrast and the shrink are tested below with the defaults themselves).
+DEFAULT = FusionOptions(
+    lexical_weight=0.5,
+    vector_weight=0.5,
+    lexical_confidence=8.0,
+    vector_confidence_by="standing",
+    vector_confidence=4.0,
+    floor_candidates=1,
+)
 
 
 def _scores(fused: list) -> dict[str, float]:  # type: ignore[type-arg]
@@ -110,3 +121,46 @@ def test_a_clear_answer_among_three_memories_counts_fully(make_memory: MemoryFac
     fused = fuse([], [(answer, 0.773), (other, 0.1), (fresh, 0.1)], DEFAULT, 10)
     assert fused[0].memory.memory_id == "answer"
     assert fused[0].relevance == pytest.approx(1.0)
+
+
+def test_few_candidates_move_the_floor_toward_zero(make_memory: MemoryFactory) -> None:
+    # The library's defaults: with fewer than floor_candidates (16) candidates the lowest
+    # says little about where irrelevance lies. Of two, the floor (0.875 − 0.2) shrinks by
+    # (2 − 1) / (16 − 1): the weaker keeps a score near its own similarity.
+    old, new = make_memory("old"), make_memory("new")
+    fused = {c.memory.memory_id: c for c in fuse([], [(old, 0.875), (new, 0.823)], OPTIONS, 10)}
+    floor = 0.675 / 15
+    assert fused["old"].score == pytest.approx(0.5)
+    assert fused["new"].score == pytest.approx(0.5 * (0.823 - floor) / (0.875 - floor))
+    # The last of an NPC's five memories, far below the best, still reflects its cosine.
+    memories = [make_memory(f"m{i}") for i in range(5)]
+    cosines = [0.9, 0.35, 0.3, 0.3, 0.3]
+    last = fuse([], list(zip(memories, cosines, strict=True)), OPTIONS, 10)[-1]
+    assert last.score > 0.0
+    # With 16 candidates or more the lowest is the floor (min–max), as before.
+    many = [make_memory(f"n{i}") for i in range(16)]
+    spread = [0.9, *([0.3] * 15)]
+    assert fuse([], list(zip(many, spread, strict=True)), OPTIONS, 20)[-1].score == 0.0
+
+
+def test_the_vector_confidence_is_the_contrast_of_the_best_over_the_mean(
+    make_memory: MemoryFactory,
+) -> None:
+    # A model that finds every text alike (MiniLM on Portuguese or CJK): mean 0.7, best 0.8,
+    # contrast 0.14, so the vector channel counts 0.14 / vector_confidence (1.0) of its
+    # weight; on text it knows (mean 0.25, best 0.55) the contrast is 1.2: full weight.
+    memories = [make_memory(f"m{i}") for i in range(5)]
+    alike = [0.80, 0.675, 0.675, 0.675, 0.675]  # mean 0.7
+    known = [0.55, 0.175, 0.175, 0.175, 0.175]  # mean 0.25
+    (top_alike, *_) = fuse([], list(zip(memories, alike, strict=True)), OPTIONS, 10)
+    (top_known, *_) = fuse([], list(zip(memories, known, strict=True)), OPTIONS, 10)
+    assert top_alike.score == pytest.approx(0.5 * (0.1 / 0.7))
+    assert top_known.score == pytest.approx(0.5)
+    # So a clear lexical winner outvotes the alike list, and not the known one.
+    lexical = [(memories[3], 30.0)]
+    assert (
+        fuse(lexical, list(zip(memories, alike, strict=True)), OPTIONS, 10)[0].memory is memories[3]
+    )
+    assert (
+        fuse(lexical, list(zip(memories, known, strict=True)), OPTIONS, 10)[0].memory is memories[0]
+    )

@@ -25,8 +25,8 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
     defaults = FusionOptions()
     assert defaults.model_dump() == {
         "mode": FusionMode.CONVEX,
-        "lexical_weight": 0.6,
-        "vector_weight": 0.4,
+        "lexical_weight": 0.5,
+        "vector_weight": 0.5,
         "rrf_k": 60,
         "normalization": "confidence",
         "lexical_minimum_spread": 8.0,
@@ -34,8 +34,10 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
         "lexical_scale": 8.0,
         "lexical_minimum_gap": 4.0,
         "vector_minimum_gap": 0.2,
-        "lexical_confidence": 16.0,
-        "vector_confidence": 4.0,
+        "lexical_confidence": 48.0,
+        "vector_confidence": 1.0,
+        "vector_confidence_by": "contrast",
+        "floor_candidates": 16,
     }
 
 
@@ -52,9 +54,11 @@ def test_reranker_defaults_are_the_measured_weights() -> None:
         "diversity_penalty": 0.05,
         "maximum_greedy_selections": 512,
         "relevance": "relative",
-        "supersession_penalty": 0.0,
-        "supersession_similarity": 0.75,
+        "supersession_penalty": 0.1,
+        "supersession_similarity": 0.45,
         "supersession_candidates": 32,
+        "supersession_standing": 3.0,
+        "supersession_inherits": True,
     }
 
 

@@ -24,6 +24,9 @@ from game_memory.recall.fusion import FusedCandidate, fuse
 from support.vectors import MemoryFactory
 
 ABSOLUTE = FusionOptions(normalization="absolute", lexical_weight=0.25, vector_weight=0.75)
+#: The default reranker without the supersession of versions (the candidates below carry
+#: the factory's one text, so every pair of them would be versions of one belief).
+NO_VERSIONS = GameAwareMemoryRerankerOptions(supersession_penalty=0.0, supersession_inherits=False)
 
 
 def at(tick: int) -> GameMemoryQuery:
@@ -90,7 +93,7 @@ def test_a_fresh_memory_overtakes_a_slightly_more_relevant_old_one(
 ) -> None:
     old = make_memory("old", tick=0, importance=0.5)
     fresh = make_memory("fresh", tick=1_440, importance=0.5)
-    reranker = GameAwareMemoryReranker()
+    reranker = GameAwareMemoryReranker(NO_VERSIONS)
     ranked = reranker.rank(at(1_440), [_candidate(old, 0.70), _candidate(fresh, 0.65)])
     assert [c.memory.memory_id for c in ranked] == ["fresh", "old"]
     # ... but not a clearly more relevant one: recency is worth at most 0.2.
@@ -101,7 +104,7 @@ def test_a_fresh_memory_overtakes_a_slightly_more_relevant_old_one(
 def test_importance_breaks_a_near_tie(make_memory: MemoryFactory) -> None:
     plain = make_memory("plain", tick=10, importance=0.1)
     vital = make_memory("vital", tick=10, importance=1.0)
-    ranked = GameAwareMemoryReranker().rank(
+    ranked = GameAwareMemoryReranker(NO_VERSIONS).rank(
         at(10), [_candidate(plain, 0.70), _candidate(vital, 0.66)]
     )
     assert [c.memory.memory_id for c in ranked] == ["vital", "plain"]
@@ -113,7 +116,7 @@ def test_the_scale_does_not_depend_on_how_many_candidates_there_are(
     old = make_memory("old", tick=0)
     fresh = make_memory("fresh", tick=1_440)
     fillers = [make_memory(f"f{i}", tick=5, scope=f"s{i}", kind="goal") for i in range(8)]
-    reranker = GameAwareMemoryReranker()
+    reranker = GameAwareMemoryReranker(NO_VERSIONS)
     two = reranker.rank(at(1_440), [_candidate(old, 0.70), _candidate(fresh, 0.65)])
     many = reranker.rank(
         at(1_440),
@@ -137,8 +140,10 @@ def test_a_newer_version_of_a_belief_supersedes_the_older(make_memory: MemoryFac
         c.memory.memory_id for c in GameAwareMemoryReranker(options).rank(at(900), candidates)
     ]
     assert ranked[0] == "new" and ranked.index("old") > 0
-    # Off by default in the options, and never across owners or timelines.
-    plain = GameAwareMemoryReranker(options.model_copy(update={"supersession_penalty": 0.0}))
+    # Off with no penalty and no inheritance, and never across owners or timelines.
+    plain = GameAwareMemoryReranker(
+        options.model_copy(update={"supersession_penalty": 0.0, "supersession_inherits": False})
+    )
     assert plain.rank(at(900), candidates)[0].memory.memory_id == "old"
     elsewhere = new.model_copy(update={"owner_id": "someone-else"})
     moved = [candidates[0], _candidate(elsewhere, 0.60, same), candidates[2]]
@@ -212,3 +217,53 @@ async def test_the_bridge_reopened_with_the_default_model_comes_first(
             )
         )
     assert [hit.memory.memory_id for hit in result.hits] == ["new", "old"]
+
+
+def test_the_newer_version_inherits_what_the_older_answered(make_memory: MemoryFactory) -> None:
+    # "Who owns the inn?" finds "Mira owns the inn" by its words; its newer version, "Mira
+    # sold her tavern to Bertram", shares few words with the question (relevance 0.1, below
+    # an unrelated memory at 0.3) but answers it: it takes the older one's relevance.
+    old = make_memory("old", tick=0, text="Mira owns the Rusty Flagon inn.")
+    new = make_memory("new", tick=43_200, text="Mira sold her tavern to Bertram.")
+    other = make_memory("other", tick=30_000, text="The chapel bell cracked.")
+    candidates = [
+        _candidate(old, 1.0, unit(1.0, 0.6, 0.0)),
+        _candidate(other, 0.3, unit(0.0, 0.2, 1.0)),
+        _candidate(new, 0.1, unit(1.0, 0.9, 0.1)),
+    ]
+    ranked = [c.memory.memory_id for c in GameAwareMemoryReranker().rank(at(45_000), candidates)]
+    assert ranked == ["new", "old", "other"]
+    # Without the inheritance the penalty alone demotes the old version, and the unrelated
+    # memory comes first: the update is lost.
+    penalty_only = GameAwareMemoryRerankerOptions(supersession_inherits=False)
+    ranked = [
+        c.memory.memory_id
+        for c in GameAwareMemoryReranker(penalty_only).rank(at(45_000), candidates)
+    ]
+    assert ranked[0] == "old"
+
+
+def test_a_model_that_finds_everything_alike_makes_no_versions(make_memory: MemoryFactory) -> None:
+    # Twelve memories whose vectors are all alike (pairwise cosines 0.5-0.86, mean 0.69, as
+    # MiniLM gives CJK text): many pairs pass the absolute 0.45, none stands 3 deviations
+    # above the others, so no memory is taken for a version of another.
+    rng = np.random.default_rng(7)
+    base = unit(*([1.0] * 32))
+    vectors = [unit(*(base + rng.normal(0.0, 0.12, 32))) for _ in range(12)]
+    memories = [make_memory(f"m{i}", tick=10 * i, text=f"text {i}") for i in range(12)]
+    relevance = [1.0 - 0.05 * i for i in range(12)]
+    candidates = [_candidate(m, r, v) for m, r, v in zip(memories, relevance, vectors, strict=True)]
+    gram = np.stack(vectors) @ np.stack(vectors).T
+    assert gram[np.triu_indices(12, 1)].min() > 0.45  # every pair passes the absolute bar
+    ranked = GameAwareMemoryReranker().rank(at(1_000), candidates)
+    plain = GameAwareMemoryReranker(NO_VERSIONS).rank(at(1_000), candidates)
+    assert [c.memory.memory_id for c in ranked] == [c.memory.memory_id for c in plain]
+    # A pair that does stand out among them (z ~4) is still a pair of versions.
+    vectors[5] = unit(*(np.asarray(vectors[1]) + rng.normal(0.0, 0.005, 32)))
+    candidates[5] = _candidate(memories[5], relevance[5], vectors[5])
+    order = [c.memory.memory_id for c in GameAwareMemoryReranker().rank(at(1_000), candidates)]
+    plain_order = [
+        c.memory.memory_id for c in GameAwareMemoryReranker(NO_VERSIONS).rank(at(1_000), candidates)
+    ]
+    assert plain_order.index("m1") < plain_order.index("m5")
+    assert order.index("m5") < order.index("m1")  # m5 (tick 50) is m1's newer version

@@ -30,15 +30,18 @@ def candidate(
 
 
 def only(**weights: float) -> GameAwareMemoryReranker:
-    """A reranker with every weight 0 except those given."""
+    """A reranker with every weight 0 (and no supersession) except those given."""
     values: dict[str, float] = {
         "relevance_weight": 0.0,
         "importance_weight": 0.0,
         "recency_weight": 0.0,
         "diversity_penalty": 0.0,
+        "supersession_penalty": 0.0,
     }
     values.update(weights)
-    return GameAwareMemoryReranker(GameAwareMemoryRerankerOptions(**values))
+    return GameAwareMemoryReranker(
+        GameAwareMemoryRerankerOptions(**values, supersession_inherits=False)
+    )
 
 
 def at(tick: int, timeline: str = "world") -> GameMoment:

@@ -28,19 +28,31 @@ Three modes:
   score depends on how many candidates there are: a lone or last candidate keeps a score
   that reflects its own similarity (an NPC with five memories is the common case), and a
   weak lexical match is not stretched to full weight.
-* ``"confidence"``: min–max within each channel, weighted by how sure the channel is of its
-  answer in this recall. A channel's floor is its lowest candidate's score, lowered (never
-  below the natural zero: cosine 0, BM25 0) until it lies at least ``lexical_minimum_gap``
-  or ``vector_minimum_gap`` below the channel's best, so a candidate scores 0 only when it
-  is that far below the best: two nearly equal candidates stay nearly equal, whatever the
-  number of candidates, and a lone candidate is scored as under ``"absolute"``. The channel's
-  weight is then scaled by its confidence: lexical ``best / (best + lexical_confidence)``
-  (a query whose words match weakly says little), vector ``min(1, z / vector_confidence)``
-  where ``z`` is how many standard deviations the best cosine stands above the candidates'
-  mean, and ``vector_confidence`` is capped at ``sqrt(n − 1)``, the most ``z`` can be among
-  ``n`` candidates (a flat cosine list, as a model gives for text it does not know, says
-  little; a clear answer among three memories counts fully; with fewer than three
-  candidates there is no spread to measure and the confidence is 1).
+* ``"confidence"`` (the default): min–max within each channel, weighted by how sure the
+  channel is of its answer in this recall.
+
+  - *The floor.* A channel's floor is its lowest candidate's score, lowered (never below
+    the natural zero: cosine 0, BM25 0) until it lies at least ``lexical_minimum_gap`` or
+    ``vector_minimum_gap`` below the channel's best, so a candidate scores 0 only when it is
+    that far below the best: two nearly equal candidates stay nearly equal. With fewer than
+    ``floor_candidates`` candidates the lowest says little about where irrelevance lies, so
+    the floor moves toward the natural zero in proportion (``(n − 1)/(floor_candidates −
+    1)`` of it): the last of an NPC's five memories keeps a score that reflects its own
+    similarity. A lone candidate is scored as under ``"absolute"``.
+  - *The confidence.* The channel's weight is scaled by its confidence: lexical
+    ``best / (best + lexical_confidence)`` (a query whose words match weakly, as short chat
+    questions match other questions' common words, says little); vector, by default
+    (``vector_confidence_by="contrast"``), ``min(1, contrast / vector_confidence)`` where
+    the contrast ``(best − mean) / mean`` is how far the best cosine stands above the
+    candidates' mean cosine, relative to it. A model that finds every text of a language
+    alike (MiniLM on Portuguese or CJK: mean 0.6–0.7, best ~0.1 above) has a contrast near
+    0.2 and counts a fifth of its weight; on text it knows (mean 0.2–0.3) the best answer
+    stands out by as much again, and the channel counts fully. ``"standing"`` (the
+    previous default) measures the best in standard deviations above the mean instead,
+    ``min(1, z / min(vector_confidence, sqrt(n − 1)))``; it cannot tell a flat list from a
+    clear one when the flat list is evenly spread, and that cost the chat set 2 points.
+    With fewer than three candidates there is no spread to measure and the confidence is 1.
+
   Min–max keeps what works across data sets (a model whose cosines all lie in 0.7–0.9
   still separates its candidates); the confidence keeps a channel that knows nothing from
   outvoting one that does, which is what the fixed minimum spreads of ``"floor"`` did only
@@ -52,10 +64,10 @@ of their weights for ``CONVEX``, ``Σ w/(k + 1)`` for the RRF modes). The rerank
 that relevance against recency and importance on one scale, whatever the mode and however
 many candidates there are.
 
-The default (``CONVEX``, ``"confidence"``, vector weight 0.4, lexical 0.6, lexical
-confidence 16, minimum gaps 4.0 and 0.2) was chosen by leave-one-set-out cross-validation
-over eight development sets (``benchmarks/crossval.py``); ``docs/retrieval.md`` reports every
-rotation's held-out figure, including the sets where it stays below the better channel.
+The default (``CONVEX``, ``"confidence"`` with the vector contrast, weights 0.5 and 0.5,
+lexical confidence 48, vector confidence 1.0, minimum gaps 4.0 and 0.2, floor candidates
+16) was chosen by leave-one-set-out cross-validation over eight development sets
+(``benchmarks/crossval.py``); ``docs/retrieval.md`` reports every rotation's held-out figure.
 """
 
 from __future__ import annotations
@@ -114,16 +126,21 @@ class FusionOptions(BaseModel):
         vector_minimum_gap: ``"confidence"``: the same for cosine similarity, 0..1.
         lexical_confidence: ``"confidence"``: the best BM25 score at which the lexical
             channel counts half its weight, above 0.
-        vector_confidence: ``"confidence"``: the standard deviations the best cosine must
-            stand above the candidates' mean for the vector channel to count fully (at most
-            sqrt(n − 1) among n candidates), above 0.
+        vector_confidence: ``"confidence"``: what the vector channel needs to count
+            fully, above 0: the contrast ``(best − mean) / mean`` of its cosines under
+            ``vector_confidence_by="contrast"``, the standard deviations the best stands
+            above the mean (at most sqrt(n − 1) among n candidates) under ``"standing"``.
+        vector_confidence_by: ``"contrast"`` (default) or ``"standing"``: how the vector
+            channel's confidence is measured (see the module docstring).
+        floor_candidates: ``"confidence"``: with fewer candidates than this (1..4,096) a
+            channel's floor moves toward the natural zero; 1 turns that off.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: FusionMode = FusionMode.CONVEX
-    lexical_weight: _Weight = 0.6
-    vector_weight: _Weight = 0.4
+    lexical_weight: _Weight = 0.5
+    vector_weight: _Weight = 0.5
     rrf_k: Annotated[int, Field(ge=0, le=10_000)] = 60
     normalization: FusionNormalization = "confidence"
     lexical_minimum_spread: _LexicalSpread = 8.0
@@ -131,8 +148,10 @@ class FusionOptions(BaseModel):
     lexical_scale: Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)] = 8.0
     lexical_minimum_gap: _LexicalSpread = 4.0
     vector_minimum_gap: _CosineSpread = 0.2
-    lexical_confidence: _Confidence = 16.0
-    vector_confidence: _Confidence = 4.0
+    lexical_confidence: _Confidence = 48.0
+    vector_confidence: _Confidence = 1.0
+    vector_confidence_by: Literal["contrast", "standing"] = "contrast"
+    floor_candidates: Annotated[int, Field(ge=1, le=4_096)] = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +299,11 @@ def _confident_scale(
         low, divisor = 0.0, (max(high, options.lexical_scale) if channel == 0 else 1.0)
     else:
         low = max(0.0, min(low, high - gap))
+        if len(scores) < options.floor_candidates:
+            # Few candidates say little about where irrelevance lies: the floor moves toward
+            # the natural zero, so the last of an NPC's five memories keeps a score that
+            # reflects its own similarity instead of 0.
+            low *= (len(scores) - 1) / (options.floor_candidates - 1)
         divisor = high - low
     if channel == 0:
         confidence = high / (high + options.lexical_confidence) if high > 0.0 else 0.0
@@ -289,12 +313,21 @@ def _confident_scale(
         # Exact sums (math.fsum): the confidence must not depend on the order in which a
         # backend returns tied candidates (files and PostgreSQL recall identically).
         mean = math.fsum(scores) / len(scores)
-        deviation = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
-        standing = (high - mean) / deviation if deviation > 0.0 else 0.0
-        # Among n candidates the best can stand at most sqrt(n − 1) deviations out: a clear
-        # answer among three memories must count fully, as among three hundred.
-        needed = min(options.vector_confidence, math.sqrt(len(scores) - 1))
-        confidence = min(1.0, max(0.0, standing / needed))
+        if options.vector_confidence_by == "contrast":
+            # How far the best cosine stands above the candidates' mean, relative to that
+            # mean: a model that finds every text of a language alike (MiniLM on
+            # Portuguese or CJK: mean ~0.6-0.7, best ~0.1 above) has a small contrast
+            # however its deviations are spread; on text it knows (mean ~0.2-0.3) the
+            # best answer stands out by as much again.
+            contrast = (high - mean) / mean if mean > 0.0 else math.inf
+            confidence = min(1.0, max(0.0, contrast / options.vector_confidence))
+        else:
+            deviation = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
+            standing = (high - mean) / deviation if deviation > 0.0 else 0.0
+            # Among n candidates the best can stand at most sqrt(n − 1) deviations out: a
+            # clear answer among three memories must count fully, as among three hundred.
+            needed = min(options.vector_confidence, math.sqrt(len(scores) - 1))
+            confidence = min(1.0, max(0.0, standing / needed))
     return (low, divisor, confidence)
 
 
