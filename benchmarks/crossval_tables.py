@@ -62,17 +62,24 @@ def markdown(report: dict[str, Any], top: int = 15) -> str:
         )
     lines.append("")
     lines.append(f"Every held-out set meets the target: **{cv['every_held_out_meets_target']}**.")
-    for title, block in (
+    blocks = [
         (
             f"Chosen on all sets: `{cv['all_sets']['chosen']}` (in-sample; chosen in "
             f"{cv['all_sets']['rotations_choosing_it']} of {len(cv['rotations'])} rotations)",
             cv["all_sets"]["per_set"],
-        ),
-        (
-            f"The library's current default `{cv['reference']['candidate']}` (not chosen here)",
-            cv["reference"]["per_set"],
-        ),
-    ):
+        )
+    ]
+    if cv["reference"]["candidate"] != cv["all_sets"]["chosen"]:
+        blocks.append(
+            (
+                f"The library's current default `{cv['reference']['candidate']}` "
+                "(not chosen here)",
+                cv["reference"]["per_set"],
+            )
+        )
+    else:
+        lines += ["", "The all-sets choice is the library's current default."]
+    for title, block in blocks:
         lines += [
             "",
             f"### {title}",

@@ -91,10 +91,12 @@ def test_search_refuses_a_tick_without_a_timeline(
 def test_search_reports_invalid_input_in_one_line(
     save: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["search", "--save-dir", str(save), "--model", "lexical", "--session", " "])
+    # A blank id is a usage error of its option (exit 2), before the save is opened.
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "--save-dir", str(save), "--model", "lexical", "--session", " "])
     err = capsys.readouterr().err
-    assert code == 1
-    assert "session_id" in err and "errors.pydantic.dev" not in err
+    assert exit_.value.code == 2
+    assert "argument --session: id must not be blank" in err and "errors.pydantic.dev" not in err
 
 
 def test_rebuild_then_status_is_ready_with_the_hashing_model(

@@ -60,6 +60,17 @@ _EXIT_CODES = """exit codes:
 """
 
 
+def _identifier(value: str) -> str:
+    """An id argument (``--session``, ``--owner``, ``--timeline``), checked as the model checks
+    ids, so a blank or overlong one is a usage error naming the option, not a traceback."""
+    from game_memory.model.fields import check_bounded_id  # when parsed, not for --help
+
+    try:
+        return check_bounded_id(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--save-dir", help="the authoritative save folder of memories")
@@ -128,11 +139,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = commands.add_parser("status", help="show a session's vector index status")
     _add_store_arguments(status)
-    status.add_argument("--session", required=True, help="the session (save slot) id")
+    status.add_argument(
+        "--session", type=_identifier, required=True, help="the session (save slot) id"
+    )
 
     rebuild = commands.add_parser("rebuild", help="re-embed a session's memories")
     _add_store_arguments(rebuild)
-    rebuild.add_argument("--session", required=True, help="the session (save slot) id")
+    rebuild.add_argument(
+        "--session", type=_identifier, required=True, help="the session (save slot) id"
+    )
     rebuild.add_argument("--force", action="store_true", help="re-embed ready entries too")
 
     migrate = commands.add_parser(
@@ -151,10 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     search = commands.add_parser("search", help="recall memories as of a game moment")
     _add_store_arguments(search)
     add_recall_arguments(search)
-    search.add_argument("--session", required=True, help="the session (save slot) id")
-    search.add_argument("--owner", help="only this NPC's memories")
+    search.add_argument(
+        "--session", type=_identifier, required=True, help="the session (save slot) id"
+    )
+    search.add_argument("--owner", type=_identifier, help="only this NPC's memories")
     search.add_argument("--text", help="what to recall")
-    search.add_argument("--timeline", help="timeline of --tick")
+    search.add_argument("--timeline", type=_identifier, help="timeline of --tick")
     search.add_argument("--tick", type=int, help="recall as of this tick (needs --timeline)")
     search.add_argument("--limit", type=int, default=8, help="how many memories (default 8)")
     search.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -251,10 +268,12 @@ def _add_lifecycle_commands(commands: argparse._SubParsersAction[argparse.Argume
         help="forget one memory of an NPC as of a game moment (earlier moments still recall it)",
     )
     _add_store_arguments(forget, index=False)
-    forget.add_argument("--session", required=True, help="the session (save slot) id")
-    forget.add_argument("--owner", required=True, help="the NPC who forgets")
+    forget.add_argument(
+        "--session", type=_identifier, required=True, help="the session (save slot) id"
+    )
+    forget.add_argument("--owner", type=_identifier, required=True, help="the NPC who forgets")
     forget.add_argument("--memory", required=True, help="the id of the memory to forget")
-    forget.add_argument("--timeline", required=True, help="timeline of --tick")
+    forget.add_argument("--timeline", type=_identifier, required=True, help="timeline of --tick")
     forget.add_argument("--tick", type=int, required=True, help="forgotten from this tick on")
     forget.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -267,8 +286,10 @@ def _add_lifecycle_commands(commands: argparse._SubParsersAction[argparse.Argume
     erase.add_argument(
         "--index-dir", help="the derived vector index folder (default: found as for search)"
     )
-    erase.add_argument("--session", required=True, help="the session (save slot) id")
-    erase.add_argument("--owner", help="only this NPC's memories")
+    erase.add_argument(
+        "--session", type=_identifier, required=True, help="the session (save slot) id"
+    )
+    erase.add_argument("--owner", type=_identifier, help="only this NPC's memories")
     erase.add_argument(
         "--memory", action="append", metavar="ID", help="only this memory (repeat; needs --owner)"
     )
