@@ -172,7 +172,7 @@ def big_corpus(size: int) -> list[GameMemory]:
 
 
 def test_a_large_snapshot_is_ranked_like_the_reference_including_the_partial_sort() -> None:
-    memories = big_corpus(3_000)  # more than 2,048 candidates: the threshold cut applies
+    memories = big_corpus(3_000)  # more candidates than the limit: the threshold cut applies
     for text, limit in (("sword dragon", 10), ("ale", 2_500), (None, 5), ("...", 7)):
         query = GameMemoryQuery(session_id="s", limit=limit, text=text)
         hits, visible = lexical_search(views_of(memories), query, limit)

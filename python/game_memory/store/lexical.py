@@ -38,7 +38,9 @@ __all__ = ["BM25_B", "BM25_K1", "LexicalHit", "lexical_search"]
 BM25_K1 = 1.2
 BM25_B = 0.75
 TAG_BONUS = 0.1
-_FULL_SORT_LIMIT = 2_048
+#: Up to this many candidates more than the limit are ordered without the threshold cut
+#: (below it, numpy's partition costs more than ordering the few extra rows).
+_CUT_MARGIN = 16
 SMALL_SNAPSHOT = 64
 
 
@@ -192,10 +194,11 @@ def _top(
     total = sum(indices.size for indices in candidates)
     if total == 0:
         return []
-    if total > _FULL_SORT_LIMIT and total > limit:
+    if total > limit + _CUT_MARGIN:
         # Keep only candidates scoring at least the limit-th best (ties included), then
-        # order those exactly; O(n) instead of a full sort of every candidate.
-        threshold = np.partition(np.concatenate(scores), total - limit)[total - limit]
+        # order those exactly: the tie-break keys (Python tuples) are built for those only.
+        everything = scores[0] if len(scores) == 1 else np.concatenate(scores)
+        threshold = np.partition(everything, total - limit)[total - limit]
         kept = [score >= threshold for score in scores]
         candidates = [indices[keep] for indices, keep in zip(candidates, kept, strict=True)]
         scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]
