@@ -53,7 +53,7 @@ from game_memory.model import GameMemory, GameMemoryQuery
 from game_memory.recall.fusion import FusedCandidate
 from game_memory.store.tokenizer import tokenize
 
-__all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions"]
+__all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions", "greedy_order"]
 
 _Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
 _Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -136,25 +136,71 @@ class GameAwareMemoryReranker:
         if options.supersession_penalty > 0:
             for index in _superseded(candidates, options):
                 base[index] -= options.supersession_penalty
-        remaining = list(range(len(candidates)))
-        overlap = [0] * len(candidates)
-        chosen: list[int] = []
-        for _ in range(min(len(candidates), options.maximum_greedy_selections)):
-            winner = max(
-                remaining,
-                key=lambda i: (base[i] - options.diversity_penalty * overlap[i], -i),
-            )
-            remaining.remove(winner)
-            chosen.append(winner)
-            picked = candidates[winner].memory
-            picked_tags = set(picked.tags)
-            for i in remaining:
-                memory = candidates[i].memory
-                shared = len(picked_tags.intersection(memory.tags))
-                shared += (memory.scope == picked.scope) + (memory.kind == picked.kind)
-                overlap[i] = max(overlap[i], shared)
-        chosen.extend(remaining)
+        traits = [(c.memory.scope, c.memory.kind, frozenset(c.memory.tags)) for c in candidates]
+        rounds = min(len(candidates), options.maximum_greedy_selections)
+        chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
+
+
+Traits = tuple[str, object, frozenset[str]]
+
+
+def greedy_order(
+    traits: Sequence[Traits], base: Sequence[float], penalty: float, rounds: int
+) -> list[int]:
+    """The diversity pass: indexes in pick order (``rounds`` greedy picks, then the rest).
+
+    Each round picks the index maximizing ``(base[i] − penalty · overlap[i], −i)``, where
+    ``overlap[i]`` is the most traits (shared tags, same scope, same kind) that ``i``
+    shares with an index already picked; the unpicked follow in index order.
+
+    Candidates with equal traits always have equal overlaps, so they are kept in groups
+    ordered by ``(−base, index)`` and a round compares only each group's best, instead of
+    every candidate against every pick: the same picks (ties included: within a group the
+    best is the lowest index among those whose ``base − penalty · overlap`` equals the
+    top one, as float subtraction may merge values) in O(rounds × groups).
+    """
+    grouped: dict[Traits, list[int]] = {}
+    for index, trait in enumerate(traits):
+        grouped.setdefault(trait, []).append(index)
+    kinds = list(grouped)
+    members = [sorted(grouped[trait], key=lambda i: (-base[i], i)) for trait in kinds]
+    overlap = [0] * len(kinds)
+    shared: dict[tuple[int, int], int] = {}
+    chosen: list[int] = []
+    for _ in range(rounds):
+        best: tuple[float, int] | None = None
+        best_group = best_at = 0
+        for group, indexes in enumerate(members):
+            if not indexes:
+                continue
+            lowered = penalty * overlap[group]
+            top = base[indexes[0]] - lowered
+            pick, at = indexes[0], 0
+            for position in range(1, len(indexes)):
+                if base[indexes[position]] - lowered != top:
+                    break
+                if indexes[position] < pick:
+                    pick, at = indexes[position], position
+            if best is None or (top, -pick) > best:
+                best, best_group, best_at = (top, -pick), group, at
+        if best is None:
+            break
+        chosen.append(members[best_group].pop(best_at))
+        picked = kinds[best_group]
+        for group, trait in enumerate(kinds):
+            if not members[group]:
+                continue
+            pair = (best_group, group)
+            count = shared.get(pair)
+            if count is None:
+                count = (
+                    len(picked[2] & trait[2]) + (trait[0] == picked[0]) + (trait[1] == picked[1])
+                )
+                shared[pair] = count
+            overlap[group] = max(overlap[group], count)
+    chosen.extend(sorted(index for indexes in members for index in indexes))
+    return chosen
 
 
 def _words(memory: GameMemory) -> frozenset[str]:
