@@ -155,25 +155,28 @@ def _search_columns(
     else:
         total_length = 0.0
         frequencies = dict.fromkeys(terms, 0)
-        for view, mask in zip(views, masks, strict=True):
+        # Each term's postings are read once per view (a restored index copies them out).
+        postings = [[view.lexical.postings(term) for term in terms] for view in views]
+        for view, mask, found in zip(views, masks, postings, strict=True):
             total_length += float(np.maximum(view.lexical.lengths[mask], 1).sum())
-            for term in terms:
-                documents, _ = view.lexical.postings(term)
+            for term, (documents, _) in zip(terms, found, strict=True):
                 frequencies[term] += int(mask[documents].sum())
         average_length = total_length / visible
         idf = {
             term: math.log(1.0 + (visible - df + 0.5) / (df + 0.5))
             for term, df in frequencies.items()
         }
-        for view, mask in zip(views, masks, strict=True):
+        for view, mask, found in zip(views, masks, postings, strict=True):
             partial = np.zeros(len(view), dtype=np.float64)
             matched = np.zeros(len(view), dtype=np.bool_)
-            norms = BM25_K1 * (1.0 - BM25_B + BM25_B * view.lexical.lengths / average_length)
-            for term in terms:
-                documents, tf = view.lexical.postings(term)
+            lengths = view.lexical.lengths
+            for term, (documents, tf) in zip(terms, found, strict=True):
                 if documents.size == 0:
                     continue
-                partial[documents] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms[documents])
+                # The length norm of the documents holding the term only (elementwise, so
+                # the same value as over the whole column).
+                norms = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[documents] / average_length)
+                partial[documents] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms)
                 matched[documents] = True
             indices = np.flatnonzero(matched & mask)
             candidates.append(indices)
