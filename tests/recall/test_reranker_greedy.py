@@ -1,6 +1,6 @@
-"""The reranker's greedy diversity pass, grouped by traits, picks exactly what the plain loop
-picks: the loop it replaced is kept here as the reference, and both run on random data with
-exact ties, ties made by float rounding, shared tags, scopes and kinds."""
+"""The reranker's greedy diversity pass (grouped by traits, or lazy over a heap) picks exactly
+what the plain loop picks: the loop it replaced is kept here as the reference, and all run
+on random data with exact ties, ties made by float rounding, shared tags, scopes and kinds."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from game_memory.recall import reranker
 from game_memory.recall.reranker import Traits, greedy_order
 
 
@@ -60,13 +61,17 @@ def random_case(rng: random.Random) -> tuple[list[Traits], list[float], float, i
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_the_grouped_greedy_pass_equals_the_plain_loop(seed: int) -> None:
+def test_both_greedy_passes_equal_the_plain_loop(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(50):
         traits, base, penalty, rounds = random_case(rng)
-        assert greedy_order(traits, base, penalty, rounds) == reference_order(
-            traits, base, penalty, rounds
-        )
+        expected = reference_order(traits, base, penalty, rounds)
+        assert greedy_order(traits, base, penalty, rounds) == expected
+        assert reranker._lazy_order(traits, base, penalty, rounds) == expected
+        grouped: dict[Traits, list[int]] = {}
+        for index, trait in enumerate(traits):
+            grouped.setdefault(trait, []).append(index)
+        assert reranker._grouped_order(grouped, base, penalty, rounds) == expected
 
 
 def test_a_tie_merged_by_rounding_goes_to_the_lower_index() -> None:
@@ -76,5 +81,6 @@ def test_a_tie_merged_by_rounding_goes_to_the_lower_index() -> None:
     traits: list[Traits] = [("personal", "event", frozenset())] * 3
     base = [5.0, 1.0, 1.0 + 2**-52]
     assert 1.0 + 2**-52 - 4.0 == 1.0 - 4.0
-    assert greedy_order(traits, base, 2.0, 3) == [0, 1, 2] == reference_order(traits, base, 2.0, 3)
-    assert greedy_order(traits, base, 0.0, 3) == [0, 2, 1] == reference_order(traits, base, 0.0, 3)
+    for order in (greedy_order, reranker._lazy_order):
+        assert order(traits, base, 2.0, 3) == [0, 1, 2] == reference_order(traits, base, 2.0, 3)
+        assert order(traits, base, 0.0, 3) == [0, 2, 1] == reference_order(traits, base, 0.0, 3)
