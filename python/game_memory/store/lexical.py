@@ -41,6 +41,10 @@ TAG_BONUS = 0.1
 #: Up to this many candidates more than the limit are ordered without the threshold cut
 #: (below it, numpy's partition costs more than ordering the few extra rows).
 _CUT_MARGIN = 16
+#: A view whose postings for the query's terms are under 1/8 of its memories is scored
+#: over those documents only (else over the whole column, cheaper when most match).
+_SPARSE_FACTOR = 8
+_NO_DOCUMENTS: npt.NDArray[np.int64] = np.empty(0, np.int64)
 SMALL_SNAPSHOT = 64
 
 
@@ -167,8 +171,13 @@ def _search_columns(
             for term, df in frequencies.items()
         }
         for view, mask, found in zip(views, masks, postings, strict=True):
-            partial = np.zeros(len(view), dtype=np.float64)
-            matched = np.zeros(len(view), dtype=np.bool_)
+            holding = [documents for documents, _ in found if documents.size]
+            if sum(documents.size for documents in holding) * _SPARSE_FACTOR < len(view):
+                # Few documents hold a term: accumulate over those only (sorted, unique).
+                slots = np.unique(np.concatenate(holding)) if holding else _NO_DOCUMENTS
+            else:
+                slots = None  # accumulate over the whole column
+            partial = np.zeros(len(view) if slots is None else slots.size, dtype=np.float64)
             lengths = view.lexical.lengths
             for term, (documents, tf) in zip(terms, found, strict=True):
                 if documents.size == 0:
@@ -176,11 +185,20 @@ def _search_columns(
                 # The length norm of the documents holding the term only (elementwise, so
                 # the same value as over the whole column).
                 norms = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[documents] / average_length)
-                partial[documents] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms)
-                matched[documents] = True
-            indices = np.flatnonzero(matched & mask)
+                at = documents if slots is None else np.searchsorted(slots, documents)
+                partial[at] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms)
+            if slots is None:
+                matched = np.zeros(len(view), dtype=np.bool_)
+                for documents in holding:
+                    matched[documents] = True
+                indices = np.flatnonzero(matched & mask)
+                partial = partial[indices]
+            else:
+                kept = mask[slots]
+                indices, partial = slots[kept], partial[kept]
             candidates.append(indices)
-            scores.append(view.columns.importance[indices] + base_bonus + partial[indices])
+            # Per document the same additions in the same (term) order on either path.
+            scores.append(view.columns.importance[indices] + base_bonus + partial)
     return _top(views, candidates, scores, limit), visible
 
 
