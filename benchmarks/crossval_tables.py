@@ -72,8 +72,7 @@ def markdown(report: dict[str, Any], top: int = 15) -> str:
     if cv["reference"]["candidate"] != cv["all_sets"]["chosen"]:
         blocks.append(
             (
-                f"The library's current default `{cv['reference']['candidate']}` "
-                "(not chosen here)",
+                f"The library's current default `{cv['reference']['candidate']}` (not chosen here)",
                 cv["reference"]["per_set"],
             )
         )

@@ -21,7 +21,9 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
   (``posix_fadvise(DONTNEED)`` after ``sync``, checked with ``fincore``; only these files,
   so nobody else's cache is dropped) and with them cached; the process's imports are done
   before the clock starts;
-* **warm hybrid recall** median and p99; **peak RSS** (``ru_maxrss``) after those recalls;
+* **warm hybrid recall** median and p99 (wall), and its median **CPU time** (the process's,
+  all threads: what a recall costs whatever else the machine runs, since a shared machine's
+  wall times vary severalfold); **peak RSS** (``ru_maxrss``) after those recalls;
 * **durable single append** median and p99, and the **first recall right after** each
   append against the same query once more (warm); the **fsyncs per append** counted by
   ``strace -f -c -e trace=fsync,fdatasync`` (appends minus a run without appends);
@@ -229,6 +231,7 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
     specs = [
         ("hybrid recall warm, median", of("warm_median_ms"), "ms", True),
         ("hybrid recall warm, p99", of("warm_p99_ms"), "ms", True),
+        ("hybrid recall warm, CPU time median", of("warm_cpu_median_ms"), "ms", True),
         ("open + first recall, page cache evicted", opened("evicted"), "ms", True),
         ("open + first recall, page cache warm", opened("cached"), "ms", True),
         ("durable append, median", lambda side: appended[side]["append_median_ms"], "ms", True),

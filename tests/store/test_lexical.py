@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -172,7 +174,7 @@ def big_corpus(size: int) -> list[GameMemory]:
 
 
 def test_a_large_snapshot_is_ranked_like_the_reference_including_the_partial_sort() -> None:
-    memories = big_corpus(3_000)  # more than 2,048 candidates: the threshold cut applies
+    memories = big_corpus(3_000)  # more candidates than the limit: the threshold cut applies
     for text, limit in (("sword dragon", 10), ("ale", 2_500), (None, 5), ("...", 7)):
         query = GameMemoryQuery(session_id="s", limit=limit, text=text)
         hits, visible = lexical_search(views_of(memories), query, limit)
@@ -259,3 +261,51 @@ async def test_a_session_wide_search_equals_the_ranking_of_one_collection(
     assert [m.key for m in owner_results] == [
         m.key for m, _ in reference_search(owned, owner_query)
     ]
+
+
+def test_the_sparse_and_dense_accumulations_give_bit_identical_scores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Rare terms (a few dozen postings among thousands): the sparse path accumulates over
+    # the documents holding a term; forced dense, over the whole column. Same floats.
+    rng = random.Random(7)
+    filler = [f"w{i}" for i in range(300)]
+    rare = ["sword", "river", "tavern", "dragon"]
+    memories = [
+        GameMemory(
+            memory_id=f"m{index:05d}",
+            session_id="s",
+            owner_id=f"npc-{index % 2}",
+            scope="x",
+            kind="event",
+            payload_json="{}",
+            moment=GameMoment(timeline_id="world", tick=index),
+            importance=rng.choice([0.0, 0.3, 0.7]),
+            searchable_text=" ".join(
+                rng.choice(rare) if rng.random() < 0.01 else rng.choice(filler)
+                for _ in range(rng.randint(0, 12))
+            ),
+        )
+        for index in range(4_000)
+    ]
+    views = views_of(memories)
+    queries = [
+        GameMemoryQuery(
+            session_id="s",
+            limit=limit,
+            text=text,
+            at_or_before=None if tick is None else GameMoment(timeline_id="world", tick=tick),
+        )
+        for text in ("sword river w3", "dragon", "tavern w1 w2 w5", "zzz sword")
+        for limit in (1, 32, 500)
+        for tick in (None, 1_999)
+    ]
+    sparse = [lexical._search_columns(views, query, query.limit) for query in queries]
+    monkeypatch.setattr(lexical, "_SPARSE_FACTOR", 10**9)  # every view: the dense path
+    dense = [lexical._search_columns(views, query, query.limit) for query in queries]
+    for query, (hits, visible), (expected, seen) in zip(queries, sparse, dense, strict=True):
+        assert visible == seen
+        assert [(h.memory.key, h.score) for h in hits] == [
+            (h.memory.key, h.score) for h in expected
+        ]
+        assert_same_ranking(hits, reference_search(memories, query))

@@ -51,13 +51,17 @@ class GameMemorySearchStage(BaseModel):
         candidates: int = 0,
         reused: bool = False,
     ) -> GameMemorySearchStage:
-        """Build a stage from a duration in seconds, clamping every value into its bounds."""
+        """Build a stage from a duration in seconds, clamping every value into its bounds.
+
+        Every field is clamped into its bounds here, so the model is built without a second
+        validation (a recall builds several stages).
+        """
         milliseconds = seconds * 1000.0
         if not math.isfinite(milliseconds):
             milliseconds = MAXIMUM_STAGE_MILLISECONDS if milliseconds > 0 else 0.0
-        return cls(
+        return cls.model_construct(
             stage=GameMemorySearchStageKind(stage),
-            duration_ms=min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS),
+            duration_ms=float(min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS)),
             scanned_count=min(max(int(scanned), 0), MAXIMUM_STAGE_COUNT),
             candidate_count=min(max(int(candidates), 0), MAXIMUM_STAGE_COUNT),
             reused=bool(reused),

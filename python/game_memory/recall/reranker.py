@@ -50,18 +50,20 @@ reranker returns the fusion's order exactly; the benchmark confirms it.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from game_memory.model import GameMemory, GameMemoryQuery
 from game_memory.recall.fusion import FusedCandidate
 from game_memory.store.tokenizer import tokenize
 
-__all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions"]
+__all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions", "greedy_order"]
 
 _Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
 _Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
@@ -165,25 +167,124 @@ class GameAwareMemoryReranker:
             - (options.supersession_penalty if i in superseded else 0.0)
             for i, c in enumerate(candidates)
         ]
-        remaining = list(range(len(candidates)))
-        overlap = [0] * len(candidates)
-        chosen: list[int] = []
-        for _ in range(min(len(candidates), options.maximum_greedy_selections)):
-            winner = max(
-                remaining,
-                key=lambda i: (base[i] - options.diversity_penalty * overlap[i], -i),
-            )
-            remaining.remove(winner)
-            chosen.append(winner)
-            picked = candidates[winner].memory
-            picked_tags = set(picked.tags)
-            for i in remaining:
-                memory = candidates[i].memory
-                shared = len(picked_tags.intersection(memory.tags))
-                shared += (memory.scope == picked.scope) + (memory.kind == picked.kind)
-                overlap[i] = max(overlap[i], shared)
-        chosen.extend(remaining)
+        traits = [(c.memory.scope, c.memory.kind, frozenset(c.memory.tags)) for c in candidates]
+        rounds = min(len(candidates), options.maximum_greedy_selections)
+        chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
+
+
+Traits = tuple[str, object, frozenset[str]]
+
+
+#: At most this many distinct trait sets: the grouped pass; more: the lazy one.
+_FEW_GROUPS = 8
+
+
+def greedy_order(
+    traits: Sequence[Traits], base: Sequence[float], penalty: float, rounds: int
+) -> list[int]:
+    """The diversity pass: indexes in pick order (``rounds`` greedy picks, then the rest).
+
+    Each round picks the index maximizing ``(base[i] − penalty · overlap[i], −i)``, where
+    ``overlap[i]`` is the most traits (shared tags, same scope, same kind) that ``i``
+    shares with an index already picked; the unpicked follow in index order. ``base``
+    holds finite values (bounded weights times terms in [0, 1]) and ``penalty ≥ 0``.
+
+    Two exact ways, by how many distinct trait sets the candidates have: few (the common
+    case: one scope and kind, no or few tags), :func:`_grouped_order`; more,
+    :func:`_lazy_order`.
+    """
+    grouped: dict[Traits, list[int]] = {}
+    for index, trait in enumerate(traits):
+        grouped.setdefault(trait, []).append(index)
+    if len(grouped) <= _FEW_GROUPS:
+        return _grouped_order(grouped, base, penalty, rounds)
+    return _lazy_order(traits, base, penalty, rounds)
+
+
+def _grouped_order(
+    grouped: dict[Traits, list[int]], base: Sequence[float], penalty: float, rounds: int
+) -> list[int]:
+    """Candidates with equal traits always have equal overlaps, so they are kept in groups
+    ordered by ``(−base, index)`` and a round compares only each group's best: the same
+    picks (ties included: within a group the best is the lowest index among those whose
+    ``base − penalty · overlap`` equals the top one, as float subtraction may merge
+    values) in O(rounds × groups)."""
+    kinds = list(grouped)
+    members = [sorted(grouped[trait], key=lambda i: (-base[i], i)) for trait in kinds]
+    overlap = [0] * len(kinds)
+    shared = [[len(a[2] & b[2]) + (a[0] == b[0]) + (a[1] == b[1]) for b in kinds] for a in kinds]
+    chosen: list[int] = []
+    for _ in range(rounds):
+        best: tuple[float, int] | None = None
+        best_group = best_at = 0
+        for group, indexes in enumerate(members):
+            if not indexes:
+                continue
+            lowered = penalty * overlap[group]
+            top = base[indexes[0]] - lowered
+            pick, at = indexes[0], 0
+            for position in range(1, len(indexes)):
+                if base[indexes[position]] - lowered != top:
+                    break
+                if indexes[position] < pick:
+                    pick, at = indexes[position], position
+            if best is None or (top, -pick) > best:
+                best, best_group, best_at = (top, -pick), group, at
+        if best is None:
+            break
+        chosen.append(members[best_group].pop(best_at))
+        overlap = [
+            max(known, count) for known, count in zip(overlap, shared[best_group], strict=True)
+        ]
+    chosen.extend(sorted(index for indexes in members for index in indexes))
+    return chosen
+
+
+def _lazy_order(
+    traits: Sequence[Traits], base: Sequence[float], penalty: float, rounds: int
+) -> list[int]:
+    """Lazily, instead of every candidate against every pick: overlaps only grow, so a
+    candidate's value only falls, and the value it had when it was last computed is an
+    upper bound. A heap holds ``(−value, index)`` as last computed; the top is recomputed
+    and taken if it still ranks first, else pushed back with its current value: the picks
+    of the plain loop (the same float operations on the same values, the same tie rule),
+    mostly in O(log n) per round."""
+    count = len(traits)
+    shared = _shared_traits(traits)
+    overlap = np.zeros(count, np.int64)
+    heap = [(-value, index) for index, value in enumerate(base)]
+    heapq.heapify(heap)
+    chosen: list[int] = []
+    while len(chosen) < rounds and heap:
+        _, index = heapq.heappop(heap)
+        current = (-(base[index] - penalty * int(overlap[index])), index)
+        if heap and current > heap[0]:
+            heapq.heappush(heap, current)  # fell behind since it was last computed
+            continue
+        chosen.append(index)
+        np.maximum(overlap, shared[index], out=overlap)
+    chosen.extend(sorted(index for _, index in heap))
+    return chosen
+
+
+def _shared_traits(traits: Sequence[Traits]) -> npt.NDArray[np.int64]:
+    """For every pair: shared tags (as sets) + same scope + same kind, in one numpy pass."""
+    count = len(traits)
+    scopes: dict[str, int] = {}
+    kinds: dict[object, int] = {}
+    tags: dict[str, int] = {}
+    scope_codes = np.array([scopes.setdefault(t[0], len(scopes)) for t in traits], np.int64)
+    kind_codes = np.array([kinds.setdefault(t[1], len(kinds)) for t in traits], np.int64)
+    shared: npt.NDArray[np.int64] = (scope_codes[:, None] == scope_codes[None, :]).astype(np.int64)
+    shared += kind_codes[:, None] == kind_codes[None, :]
+    holders = [(i, tags.setdefault(tag, len(tags))) for i, t in enumerate(traits) for tag in t[2]]
+    if holders:
+        incidence = np.zeros((count, len(tags)), np.int64)
+        for index, tag in holders:
+            incidence[index, tag] = 1
+        shared += incidence @ incidence.T
+    return shared
 
 
 def _words(memory: GameMemory) -> frozenset[str]:
@@ -225,7 +326,7 @@ def _versions(
     alike = np.zeros((n, n), dtype=np.bool_)
     compared = np.zeros((n, n), dtype=np.bool_)
     if len(rows) > 1:
-        stacked = np.stack([np.asarray(first[i].vector, np.float32) for i in rows])
+        stacked = np.stack([np.asarray(first[int(i)].vector, np.float32) for i in rows])
         gram = (stacked @ stacked.T).astype(np.float64)
         needed = options.supersession_similarity
         # Among p pairs the most alike stands at most sqrt(p − 1) deviations out: with too
@@ -242,8 +343,8 @@ def _versions(
             compared[block] = True
     words: dict[int, frozenset[str]] = {}
     for older, newer in zip(*np.nonzero(ordered & ~compared), strict=True):
-        left = words.setdefault(int(older), _words(first[older].memory))
-        right = words.setdefault(int(newer), _words(first[newer].memory))
+        left = words.setdefault(int(older), _words(first[int(older)].memory))
+        right = words.setdefault(int(newer), _words(first[int(newer)].memory))
         union = len(left | right)
         overlap = len(left & right) / union if union else 0.0
         alike[older, newer] = overlap >= options.supersession_similarity

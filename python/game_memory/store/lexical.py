@@ -38,7 +38,13 @@ __all__ = ["BM25_B", "BM25_K1", "LexicalHit", "lexical_search"]
 BM25_K1 = 1.2
 BM25_B = 0.75
 TAG_BONUS = 0.1
-_FULL_SORT_LIMIT = 2_048
+#: Up to this many candidates more than the limit are ordered without the threshold cut
+#: (below it, numpy's partition costs more than ordering the few extra rows).
+_CUT_MARGIN = 16
+#: A view whose postings for the query's terms are under 1/8 of its memories is scored
+#: over those documents only (else over the whole column, cheaper when most match).
+_SPARSE_FACTOR = 8
+_NO_DOCUMENTS: npt.NDArray[np.int64] = np.empty(0, np.int64)
 SMALL_SNAPSHOT = 64
 
 
@@ -153,29 +159,46 @@ def _search_columns(
     else:
         total_length = 0.0
         frequencies = dict.fromkeys(terms, 0)
-        for view, mask in zip(views, masks, strict=True):
+        # Each term's postings are read once per view (a restored index copies them out).
+        postings = [[view.lexical.postings(term) for term in terms] for view in views]
+        for view, mask, found in zip(views, masks, postings, strict=True):
             total_length += float(np.maximum(view.lexical.lengths[mask], 1).sum())
-            for term in terms:
-                documents, _ = view.lexical.postings(term)
+            for term, (documents, _) in zip(terms, found, strict=True):
                 frequencies[term] += int(mask[documents].sum())
         average_length = total_length / visible
         idf = {
             term: math.log(1.0 + (visible - df + 0.5) / (df + 0.5))
             for term, df in frequencies.items()
         }
-        for view, mask in zip(views, masks, strict=True):
-            partial = np.zeros(len(view), dtype=np.float64)
-            matched = np.zeros(len(view), dtype=np.bool_)
-            norms = BM25_K1 * (1.0 - BM25_B + BM25_B * view.lexical.lengths / average_length)
-            for term in terms:
-                documents, tf = view.lexical.postings(term)
+        for view, mask, found in zip(views, masks, postings, strict=True):
+            holding = [documents for documents, _ in found if documents.size]
+            if sum(documents.size for documents in holding) * _SPARSE_FACTOR < len(view):
+                # Few documents hold a term: accumulate over those only (sorted, unique).
+                slots = np.unique(np.concatenate(holding)) if holding else _NO_DOCUMENTS
+            else:
+                slots = None  # accumulate over the whole column
+            partial = np.zeros(len(view) if slots is None else slots.size, dtype=np.float64)
+            lengths = view.lexical.lengths
+            for term, (documents, tf) in zip(terms, found, strict=True):
                 if documents.size == 0:
                     continue
-                partial[documents] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms[documents])
-                matched[documents] = True
-            indices = np.flatnonzero(matched & mask)
+                # The length norm of the documents holding the term only (elementwise, so
+                # the same value as over the whole column).
+                norms = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[documents] / average_length)
+                at = documents if slots is None else np.searchsorted(slots, documents)
+                partial[at] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms)
+            if slots is None:
+                matched = np.zeros(len(view), dtype=np.bool_)
+                for documents in holding:
+                    matched[documents] = True
+                indices = np.flatnonzero(matched & mask)
+                partial = partial[indices]
+            else:
+                kept = mask[slots]
+                indices, partial = slots[kept], partial[kept]
             candidates.append(indices)
-            scores.append(view.columns.importance[indices] + base_bonus + partial[indices])
+            # Per document the same additions in the same (term) order on either path.
+            scores.append(view.columns.importance[indices] + base_bonus + partial)
     return _top(views, candidates, scores, limit), visible
 
 
@@ -192,10 +215,11 @@ def _top(
     total = sum(indices.size for indices in candidates)
     if total == 0:
         return []
-    if total > _FULL_SORT_LIMIT and total > limit:
+    if total > limit + _CUT_MARGIN:
         # Keep only candidates scoring at least the limit-th best (ties included), then
-        # order those exactly; O(n) instead of a full sort of every candidate.
-        threshold = np.partition(np.concatenate(scores), total - limit)[total - limit]
+        # order those exactly: the tie-break keys (Python tuples) are built for those only.
+        everything = scores[0] if len(scores) == 1 else np.concatenate(scores)
+        threshold = np.partition(everything, total - limit)[total - limit]
         kept = [score >= threshold for score in scores]
         candidates = [indices[keep] for indices, keep in zip(candidates, kept, strict=True)]
         scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]

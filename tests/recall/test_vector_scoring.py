@@ -1,0 +1,185 @@
+"""Vector scoring skips the blocks of rows a query cannot see, and changes no result.
+
+:func:`score_rows` multiplies only the aligned blocks of rows that hold a visible row; these
+tests pin that every score is bit for bit the one of the product over the whole matrix
+(the implementation before the block skip), and that :func:`top_vector_candidates` returns
+what a plain reference returns (same memories, order, scores and vectors), on random data
+with prefixes (a query as of an earlier moment), scattered rows and ties.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from game_memory import GameMemory
+from game_memory.durable.names import identity_hash
+from game_memory.index.entries import (
+    EntryRecord,
+    EntryState,
+    MemoryDigests,
+    content_digest,
+    decode_entries,
+    encode_entry,
+    memory_hash,
+)
+from game_memory.index.join import JoinCache, PartitionJoin
+from game_memory.index.partition import extend_partition
+from game_memory.model import ordinal_key
+from game_memory.recall.vectors import SCORING_BLOCK_ROWS, score_rows, top_vector_candidates
+from game_memory.store.view import PartitionView
+from support.vectors import MemoryFactory
+
+ACTIVE = 0
+Part = tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]
+
+# Bit-identity with the whole-matrix product holds for a single-threaded BLAS (a threaded
+# one splits a product by its size); BLAS reads its thread count when numpy loads, so the
+# check runs in a fresh interpreter.
+_BIT_IDENTITY = """
+import numpy as np
+from game_memory.recall.vectors import SCORING_BLOCK_ROWS as B, score_rows
+rng = np.random.default_rng(20261202)
+checked = 0
+for dimensions in (1, 3, 64, 384, 385):
+    for count in (1, 2, B - 1, B, B + 1, 2 * B + 1, 3 * B - 1, 2_000, 4_097):
+        matrix = rng.standard_normal((count, dimensions)).astype(np.float32)
+        query = rng.standard_normal(dimensions).astype(np.float32)
+        whole = matrix @ query
+        cuts = [0, 1, count // 2, count - 1, count, int(rng.integers(0, count + 1))]
+        wanted = [np.arange(cut) for cut in cuts]  # prefixes: ticks at or before a moment
+        wanted += [np.arange(cut, count) for cut in cuts]  # suffixes
+        wanted.append(np.flatnonzero(rng.random(count) < 0.01))  # scattered
+        wanted.append(np.array([count - 1]))  # the last row alone
+        wanted.append(rng.permutation(count)[: count // 3])  # unordered
+        for rows in wanted:
+            scores = score_rows(matrix, query, rows.astype(np.int64))
+            assert scores.dtype == np.float32 and scores.shape == rows.shape
+            assert np.array_equal(scores.view(np.int32), whole[rows].view(np.int32)), (
+                dimensions, count, rows[:5], rows.size)
+            checked += 1
+print(checked)
+"""
+
+
+def test_scores_are_bit_identical_to_the_product_over_the_whole_matrix() -> None:
+    root = Path(__file__).resolve().parents[2]
+    threads = dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+    done = subprocess.run(
+        [sys.executable, "-c", _BIT_IDENTITY],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **threads, "PYTHONPATH": str(root / "python")},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert int(done.stdout.strip()) == 5 * 9 * 15
+
+
+def test_only_the_blocks_holding_a_wanted_row_are_multiplied() -> None:
+    block = SCORING_BLOCK_ROWS
+    matrix = np.ones((4 * block, 2), dtype=np.float32)
+    matrix[block : 3 * block] = np.nan  # never multiplied: no wanted row in these blocks
+    rows = np.array([0, block - 1, 3 * block + 5], dtype=np.int64)
+    scores = score_rows(matrix, np.ones(2, dtype=np.float32), rows)
+    assert scores.tolist() == [2.0, 2.0, 2.0]
+    assert score_rows(matrix, np.ones(2, np.float32), np.empty(0, np.int64)).size == 0
+
+
+def _view(memories: list[GameMemory]) -> PartitionView:
+    positions = {memory.memory_id: index for index, memory in enumerate(memories)}
+    return PartitionView("session", memories[0].owner_id, tuple(memories), positions)
+
+
+def _part(memories: list[GameMemory], rows: list[int], matrix: np.ndarray) -> PartitionJoin:
+    records = [
+        EntryRecord(
+            state=EntryState.READY,
+            identity=ACTIVE,
+            row=row,
+            memory_hash=memory_hash(memory.memory_id),
+            digest=content_digest(memory),
+            code="",
+        )
+        for memory, row in zip(memories, rows, strict=True)
+    ]
+    decoded, _ = decode_entries(b"".join(encode_entry(record, 7) for record in records))
+    partition = extend_partition(
+        None,
+        decoded,
+        identity_hash("session"),
+        identity_hash(memories[0].owner_id),
+        os.stat(__file__),
+    )
+    return JoinCache(MemoryDigests()).join(_view(memories), partition, ACTIVE)
+
+
+def _reference(
+    parts: list[Part], query: npt.NDArray[np.float32], limit: int
+) -> list[tuple[str, float, list[float]]]:
+    """The vector top-k written plainly: every visible row scored by one whole product."""
+    rows: list[tuple[tuple[float, float, int, str, str], str, float, list[float]]] = []
+    for joined, matrix, visible in parts:
+        assert joined.view is not None
+        whole = np.clip(matrix @ query, -1.0, 1.0)
+        for position, row in zip(joined.positions.tolist(), joined.rows.tolist(), strict=True):
+            if not visible[position]:
+                continue
+            memory = joined.view.memories[position]
+            score = float(whole[row])
+            key = (
+                -score,
+                -memory.importance,
+                -memory.moment.tick,
+                ordinal_key(memory.owner_id),
+                ordinal_key(memory.memory_id),
+            )
+            rows.append((key, memory.memory_id, score, matrix[row].tolist()))
+    rows.sort(key=lambda entry: entry[0])
+    return [(memory_id, score, vector) for _, memory_id, score, vector in rows[:limit]]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_top_candidates_equal_a_plain_reference_on_random_partitions(
+    make_memory: MemoryFactory, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    dimensions = 4  # rows x dimensions stays below BLAS's threading threshold
+    parts: list[Part] = []
+    for owner in ("npc-a", "npc-b"):
+        count = int(rng.integers(1, 5 * SCORING_BLOCK_ROWS))
+        memories = [
+            make_memory(
+                f"{owner}-{index:05d}",
+                owner_id=owner,
+                tick=index if seed % 2 else int(rng.integers(0, count)),
+                importance=float(rng.choice([0.0, 0.5, 1.0])),
+            )
+            for index in range(count)
+        ]
+        # Few distinct vectors, so many cosines tie and the tie-breaks decide.
+        palette = rng.standard_normal((5, dimensions))
+        palette /= np.linalg.norm(palette, axis=1, keepdims=True)
+        matrix = palette[rng.integers(0, 5, count)].astype(np.float32)
+        order = np.arange(count) if seed % 3 else rng.permutation(count)
+        joined = _part(memories, order.tolist(), matrix)
+        ticks = np.array([memory.moment.tick for memory in memories])
+        visible = ticks <= int(rng.integers(0, count + 1))  # as of an earlier moment
+        if seed == 5:
+            visible = rng.random(count) < 0.02  # a few scattered visible memories
+        parts.append((joined, matrix, visible))
+    query = rng.standard_normal(dimensions).astype(np.float32)
+    query /= np.linalg.norm(query)
+    for limit in (1, 8, 32, 10_000):
+        hits, vectors = top_vector_candidates(parts, query, limit)
+        found = [
+            (memory.memory_id, score, vector.tolist())
+            for (memory, score), vector in zip(hits, vectors, strict=True)
+        ]
+        assert found == _reference(parts, query, limit)
