@@ -14,8 +14,10 @@ instead, for the partition's first ``count`` memories (in append order):
 It is **derived, disposable and never trusted over the save**. It names every file it was
 derived from (the owner's pack ranges and log segments) with its device, inode, the byte
 range covered and the CRC-32 of those bytes; :func:`load_read_file` uses it only if every
-such file still holds exactly those bytes (the CRC is computed again from the file), the
-segments after the first are unchanged in size, and the read file's own checksums hold.
+such file still holds exactly those bytes (the CRC is computed again from the file, unless
+the file is the very file it was computed from and was not written to since: same device,
+inode, size, modification and change time), the segments after the first are unchanged
+in size, and the read file's own checksums hold.
 Anything else (a file replaced by an erase or a compaction, damage, another format, a cut
 or foreign read file) makes it ignored: the partition is read from its records as before,
 and a new read file replaces it. Records appended since it was written are read from the
@@ -53,6 +55,7 @@ __all__ = [
     "READ_FOLDER",
     "Covered",
     "ReadFile",
+    "file_times",
     "load_read_file",
     "read_file_path",
     "remove_read_files",
@@ -60,7 +63,7 @@ __all__ = [
 ]
 
 READ_FOLDER = "read"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAGIC = b"GMREAD01"
 _HEAD = struct.Struct("<8sII")
 _MAXIMUM_BYTES = 1 << 31
@@ -71,7 +74,8 @@ _LOG = logging.getLogger("game_memory.store")
 @dataclass(frozen=True, slots=True)
 class Covered:
     """One file a read file was derived from: its name in the session folder, identity, the
-    byte range covered (a pack's owner range, or a log segment from byte 0) and its CRC-32."""
+    byte range covered (a pack's owner range, or a log segment from byte 0) and its CRC-32,
+    and the file's size, modification and change times (ns) when that CRC was computed."""
 
     name: str
     device: int
@@ -79,6 +83,34 @@ class Covered:
     start: int
     end: int
     crc: int
+    size: int = -1
+    modified: int = 0
+    changed: int = 0
+
+    def unchanged(self, path: str) -> bool:
+        """Whether ``path`` is this very file, not written to since its CRC was computed
+        (same device, inode, size and both times: every write moves the change time)."""
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        return self.size >= 0 and (
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        ) == (self.device, self.inode, self.size, self.modified, self.changed)
+
+
+def file_times(path: str) -> tuple[int, int, int]:
+    """``(size, mtime_ns, ctime_ns)`` of ``path`` (``(-1, 0, 0)`` if it cannot be seen):
+    taken *before* its CRC is computed, so a write during the CRC is never vouched for."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return (-1, 0, 0)
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,8 +265,11 @@ def write_read_file(
     return True
 
 
-def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int]:
-    return covered.name, covered.device, covered.inode, covered.start, covered.end, covered.crc
+def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int, int, int, int]:
+    return (
+        covered.name, covered.device, covered.inode, covered.start, covered.end, covered.crc,
+        covered.size, covered.modified, covered.changed,
+    )  # fmt: skip
 
 
 def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile | None:
@@ -294,6 +329,8 @@ def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
     )
     ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
     files = tuple(Covered(*entry) for entry in header["files"])
+    if any(len(entry) != 9 for entry in header["files"]):
+        raise ValueError("a covered file is not described in full")
     location_files = arrays["location_files"]
     if len(ids) != count or location_files.size != count:
         raise ValueError("its ids or locations do not match its count")

@@ -34,6 +34,7 @@ from game_memory.store.packs import PackIndex
 from game_memory.store.read_files import (
     Covered,
     file_crc,
+    file_times,
     load_read_file,
     read_file_path,
     write_read_file,
@@ -120,7 +121,9 @@ def seeded_state(
                 or (not last and info.st_size != covered.end)
             ):
                 return _stale(path, f"{covered.name} was replaced, cut or moved")
-        if file_crc(full, covered.start, covered.end) != covered.crc:
+        if not covered.unchanged(full) and (
+            file_crc(full, covered.start, covered.end) != covered.crc
+        ):
             return _stale(path, f"the bytes of {covered.name} it covers changed")
         try:
             fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -246,25 +249,25 @@ def persist(session_directory: str, state: PartitionState, digests: Digests) -> 
     locations: list[tuple[int, int, int]] = []
     for part in state.packs:
         start, length, _ = part.index.owners[state.owner_hash]
+        times = file_times(part.index.path)
         crc = file_crc(part.index.path, start, start + length)
         if crc is None:
             return False
         name = os.path.basename(part.index.path)
-        files.append(Covered(name, part.index.device, part.index.inode, start, start + length, crc))
+        index = part.index
+        files.append(Covered(name, index.device, index.inode, start, start + length, crc, *times))
         # A pack range holds its records back to back; their lengths come from the data.
         position = start
         for memory_record in _record_lengths(part.index.path, start, start + length):
             locations.append((len(files) - 1, position, memory_record))
             position += memory_record
     for segment in state.segments:
+        times = file_times(segment.path)
         crc = file_crc(segment.path, 0, segment.end)
         if crc is None or segment.starts.size != len(segment.items):
             return False
-        files.append(
-            Covered(
-                os.path.basename(segment.path), segment.device, segment.inode, 0, segment.end, crc
-            )
-        )
+        name = os.path.basename(segment.path)
+        files.append(Covered(name, segment.device, segment.inode, 0, segment.end, crc, *times))
         bounds = [*segment.starts.tolist(), segment.end]
         for start, stop in itertools.pairwise(bounds):
             locations.append((len(files) - 1, start, stop - start))
