@@ -202,6 +202,7 @@ async def test_a_reader_killed_while_writing_the_intent_file_leaves_nothing_wron
     expected = await counts(store)
     await store.aclose()
     os.unlink(intent_file(save))
+    ledger = save / DATA / "ledger.log"
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_KILLED_WRITER), str(save / DATA / "ledger.log")],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
@@ -211,6 +212,6 @@ async def test_a_reader_killed_while_writing_the_intent_file_leaves_nothing_wron
     assert done.returncode == -signal.SIGKILL, done.stderr.decode()
     assert not intent_file(save).exists()
     assert list(intent_file(save).parent.glob("ledger.intents.*.tmp"))
-    assert intent_files.load_intents(save / DATA / "ledger.log", 0, 0) is None
+    assert intent_files.load_intents(save / DATA / "ledger.log", os.lstat(ledger)) is None
     assert await counts(make_store()) == expected
     assert intent_file(save).exists()

@@ -224,3 +224,19 @@ async def test_small_partitions_get_no_read_file(
     await fill(store, make_memory, count=5)
     await store.snapshot(query())
     assert read_files(tmp_path / "save") == []
+
+
+@pytest.mark.parametrize("odd", ["nul\0inside", "ünïcode ✓"])
+async def test_ids_of_any_text_come_back_from_the_read_file(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, odd: str
+) -> None:
+    first = make_store()
+    await fill(first, make_memory)
+    await first.append(make_memory(odd, owner_id="npc", text="dragon odd"))
+    expected = await answers(first)
+    ids = [m.memory_id for m in await first.enumerate("session", "npc")]
+    await first.aclose()
+    assert read_files(tmp_path / "save")
+    second = make_store()
+    assert await answers(second) == expected
+    assert [m.memory_id for m in await second.enumerate("session", "npc")] == ids

@@ -113,10 +113,10 @@ class LedgerIndex:
             ):
                 self._reset(info.st_ino)
             if self._parsed == 0 and whole >= PERSIST_MINIMUM:
-                self._restore(info.st_ino, info.st_size)
+                self._restore(info)
             if whole > self._parsed:
                 self._parse(whole)
-                self._persist(info.st_ino)
+                self._persist(info)
             self._seen = seen
             return LedgerMark(self._parsed, info.st_ino)
 
@@ -166,9 +166,9 @@ class LedgerIndex:
                 return
             start = stop
 
-    def _restore(self, inode: int, size: int) -> None:
+    def _restore(self, info: os.stat_result) -> None:
         """Start from the ledger's intent file when it matches the ledger (read side only)."""
-        intents = load_intents(self._ledger.path, inode, size)
+        intents = load_intents(self._ledger.path, info)
         if intents is None or intents.count == 0:
             return
         self._positions = intents.positions
@@ -181,13 +181,13 @@ class LedgerIndex:
         self._last = intents.last
         self._crc = intents.crc
 
-    def _persist(self, inode: int) -> None:
+    def _persist(self, info: os.stat_result) -> None:
         """Write the intent file when enough records were read since it was (read side)."""
         parsed, persisted = self._parsed, self._persisted
-        if parsed < PERSIST_MINIMUM or parsed - persisted < max(PERSIST_MINIMUM, persisted // 8):
+        if parsed - persisted < PERSIST_MINIMUM:
             return
         intents = Intents(parsed, self._crc, self._last, self._positions, self._damaged)
-        if write_intents(self._ledger.path, inode, intents):
+        if write_intents(self._ledger.path, info, intents):
             self._persisted = parsed
 
     def _index(self, data: bytes, start: int, stop: int) -> None:

@@ -36,9 +36,12 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import mmap
 import os
+import stat
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,7 +52,7 @@ import numpy.typing as npt
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 from game_memory.store.columns import PredicateColumns
-from game_memory.store.postings import LexicalIndex
+from game_memory.store.postings import LexicalIndex, TermTable
 
 __all__ = [
     "READ_FOLDER",
@@ -180,7 +183,7 @@ def _array(array: npt.NDArray[Any]) -> tuple[str, bytes]:
     return contiguous.dtype.str, contiguous.tobytes()
 
 
-def _strings(values: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+def _strings(values: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     encoded = [value.encode("utf-8") for value in values]
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum([len(item) for item in encoded], out=offsets[1:])
@@ -225,7 +228,11 @@ def write_read_file(
         posting_offsets=offsets, posting_documents=documents, posting_frequencies=frequencies
     )
     arrays["lengths"] = lengths
-    arrays["id_blob"], arrays["id_offsets"] = _strings(ids)
+    # Ids end with a NUL each when none holds one: restoring them is then one split.
+    separated = not any("\0" in memory_id for memory_id in ids)
+    arrays["id_blob"], arrays["id_offsets"] = _strings(
+        [memory_id + "\0" for memory_id in ids] if separated else ids
+    )
     located = np.asarray(locations, np.int64).reshape(-1, 3)
     arrays["location_files"] = located[:, 0].astype(np.uint32)
     arrays["location_offsets"] = located[:, 1]
@@ -250,6 +257,7 @@ def write_read_file(
         "count": count,
         "files": [list(vars_of(covered)) for covered in files],
         "tables": tables,
+        "ids_separated": separated,
         "scan": scan,
         "arrays": described,
     }
@@ -276,24 +284,50 @@ def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile |
     """Load and check a read file on its own (not yet against the save: see
     :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable."""
     try:
-        read = fs.read_file(path, _MAXIMUM_BYTES)
+        data = map_file(path, _MAXIMUM_BYTES)
     except PersistenceError as exc:
         _LOG.info("the read file %s is unusable (%s); the partition is read whole", path, exc)
         return None
-    if read is None:
+    if data is None:
         return None
     try:
-        return _decode(read[0], session_hash, owner_hash)
+        return _decode(data, session_hash, owner_hash)
     except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
         _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
         return None
 
 
-def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
+def map_file(path: Path, maximum_bytes: int) -> memoryview | None:
+    """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
+
+    Raises:
+        PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
+            unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PersistenceError(f"could not open {path}: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > maximum_bytes:
+            raise PersistenceError(f"{path} is not a file this store wrote")
+        if info.st_size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
+    except OSError as exc:
+        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _decode(data: memoryview, session_hash: str, owner_hash: str) -> ReadFile:
     magic, length, crc = _HEAD.unpack_from(data)
     if magic != _MAGIC:
         raise ValueError("not a read file")
-    encoded = data[_HEAD.size : _HEAD.size + length]
+    encoded = bytes(data[_HEAD.size : _HEAD.size + length])
     if len(encoded) != length or zlib.crc32(encoded) != crc:
         raise ValueError("its header fails its checksum")
     header = json.loads(encoded)
@@ -316,7 +350,7 @@ def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
         name[len("column_") :]: array for name, array in arrays.items() if name[:7] == "column_"
     }
     columns = PredicateColumns.restore((column_arrays, header["tables"]), count)
-    terms = _unstrings(arrays["term_blob"], arrays["term_offsets"])
+    terms = TermTable(arrays["term_blob"].tobytes(), arrays["term_offsets"])
     lexical = LexicalIndex.restore(
         (
             terms,
@@ -327,7 +361,12 @@ def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
         ),
         count,
     )
-    ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
+    if header["ids_separated"] is True:
+        ids = arrays["id_blob"].tobytes().decode("utf-8").split("\0")
+        if ids.pop() != "":
+            raise ValueError("its ids do not end with a separator")
+    else:
+        ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
     files = tuple(Covered(*entry) for entry in header["files"])
     if any(len(entry) != 9 for entry in header["files"]):
         raise ValueError("a covered file is not described in full")

@@ -10,7 +10,9 @@ read returns never depends on whether a read file was used.
 
 :func:`persist` writes a partition's read file when a read decoded many of its memories
 (at least :data:`LAZY_MINIMUM`, and more than an eighth of those a read file already
-covers), so a large partition is decoded in full once, not on every start.
+covers), so a large partition is decoded in full once, not on every start; closing the
+store writes it for whatever the read file does not cover yet, so the next start decodes
+nothing.
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ def seeded_state(
     prefix = ReadPrefix(
         read.count, read.columns, read.lexical, _scan_of(read.scan), read.hashes, read.digests
     )
-    positions = {memory_id: at for at, memory_id in enumerate(ids)}
+    positions = dict(zip(ids, range(len(ids)), strict=True))
     if len(positions) != len(ids):
         return _stale(path, "it names one id twice")
     if not ids:
@@ -228,8 +230,14 @@ def content_digests(memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes]]
     ]
 
 
-def persist(session_directory: str, state: PartitionState, digests: Digests) -> bool:
+def persist(
+    session_directory: str, state: PartitionState, digests: Digests, *, closing: bool = False
+) -> bool:
     """Write ``state``'s read file if the read decoded enough memories (see the module).
+
+    With ``closing`` (the store is being closed), any memory the read file does not cover
+    is enough: the next open then decodes nothing (a read file rewritten while reading
+    costs the partition's size, so reads wait for :data:`LAZY_MINIMUM` and an eighth).
 
     Returns whether a read file was written. Not while an erase or compaction is under way
     (``rewrite.json``), and a file written while one began is removed again: a read file
@@ -240,7 +248,7 @@ def persist(session_directory: str, state: PartitionState, digests: Digests) -> 
         return False
     memories = view.memories
     covered = state.read_file_count
-    if len(view) - covered < max(LAZY_MINIMUM, covered // 8):
+    if len(view) - covered < (1 if closing else max(LAZY_MINIMUM, covered // 8)):
         return False
     journal = os.path.join(os.path.dirname(session_directory), REWRITE_JOURNAL)
     if os.path.lexists(journal):
