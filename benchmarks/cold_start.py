@@ -6,15 +6,16 @@ to the read-side figures, so a change to the read path can be measured in minute
 
 * **open + first recall** (page cache warm), in a fresh process per side, ``--cold-repeats``
   times: the median; game-memory's first recall stages alongside;
-* a **second open** of the same save after the first one wrote its derived read files
-  (``.game-memory/read/``): what every later start of the game costs;
+* a **second open** of the same save after the first one wrote its derived files (read and
+  intent files in ``.game-memory/read/``, the index's verified stamps): what every later
+  start of the game costs;
 * **warm hybrid recall** median, **peak RSS** after the recalls, and the **first recall
   right after an append** over the same query again (``after_append_over_warm``);
 * with ``--baseline DIR``, the same game-memory figures of another checkout (``DIR`` is its
   ``python/`` folder, put on ``PYTHONPATH``), e.g. main's, on the same save in the same run.
 
 The saves are seeded once (RAM file system, then copied under ``--directory``) and kept
-there between runs unless ``--fresh``; derived read files are deleted before each run so the
+there between runs unless ``--fresh``; derived files are deleted before each run so the
 first open pays the full cost. Prints JSON: a ``table`` with ``game_memory_over_peer``.
 Usage: ``python benchmarks/cold_start.py [--sizes 10000,100000] [--directory DIR]``.
 
@@ -112,13 +113,20 @@ def derived_files(save: Path) -> Path:
     return save / ".game-memory" / "read"
 
 
+def remove_derived(folder: Path) -> None:
+    """Delete what makes an open fast and is rebuilt when missing: the save's read and intent
+    files (``.game-memory/read``) and the vector index's verified stamps (``*.verified``)."""
+    shutil.rmtree(derived_files(folder / "save"), ignore_errors=True)
+    for stamp in (folder / "index").glob(".game-memory-index/s-*/*.verified"):
+        stamp.unlink()
+
+
 def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     sides = {"game_memory": root / "game_memory", "peer": root / "peer"}
-    save = sides["game_memory"] / "save"
-    shutil.rmtree(derived_files(save), ignore_errors=True)
+    remove_derived(sides["game_memory"])
     opens: Json = {side: [] for side in sides}
     for _ in range(args.cold_repeats):
-        shutil.rmtree(derived_files(save), ignore_errors=True)
+        remove_derived(sides["game_memory"])
         for side, folder in sides.items():
             opens[side].append(spawn("open", side, folder, size, 1, 0))
     # The derived read files are now written: every later start of the game pays this.
@@ -128,6 +136,10 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
                for side, folder in sides.items()}  # fmt: skip
     for figures in session.values():
         figures.pop("answers", None)
+    # The session appended (and closed the store): the derived files are partly stale, as
+    # at the start after a play session.
+    after_session = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0)
+                     for _ in range(args.cold_repeats)]  # fmt: skip
 
     def median_open(results: list[Json]) -> float:
         return round(statistics.median(r["open_first_recall_ms"] for r in results), 1)
@@ -143,6 +155,8 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
 
     row("open + first recall (no derived read files)", ours_first, peer_first, "ms")
     row("open + first recall (derived read files present)", ours_again, peer_first, "ms")
+    row("open + first recall after a session that appended", median_open(after_session),
+        peer_first, "ms")  # fmt: skip
     g, p = session["game_memory"], session["peer"]
     row("hybrid recall warm, median", g["warm_median_ms"], p["warm_median_ms"], "ms")
     row("first recall after an append, median", g["after_append_median_ms"],
@@ -181,6 +195,7 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     details = {
         "first_open_stages_ms": [r["first_recall_stages_ms"] for r in opens["game_memory"]],
         "second_open_stages_ms": [r["first_recall_stages_ms"] for r in again],
+        "open_after_session_stages_ms": [r["first_recall_stages_ms"] for r in after_session],
         "session": session,
     }
     return {"table": table, "details": details}
