@@ -187,5 +187,6 @@ def write_stamp(path: str, session_hash: str, owner_hash: str, stamp: Stamp) -> 
 
 def remove_stamp(path: str) -> None:
     """Delete a partition's stamp (its files were reset). Idempotent."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+    if os.path.lexists(path):  # most partitions have none: no failing unlink for them
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
