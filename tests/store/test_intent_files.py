@@ -58,6 +58,15 @@ def summary(index: LedgerIndex) -> tuple[object, ...]:
     )
 
 
+async def saved(make_store: StoreFactory, make_memory: MemoryFactory) -> list[int]:
+    """Fill a store, close it (which writes the intent file); return what it counted."""
+    store = make_store()
+    await fill(store, make_memory)
+    found = await counts(store)
+    await store.aclose()
+    return found
+
+
 async def counts(store: FileGameMemoryStore) -> list[int]:
     found = []
     for owner in OWNERS:
@@ -70,10 +79,7 @@ async def test_an_index_restored_from_the_intent_file_equals_one_read_from_the_l
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     save = tmp_path / "save"
-    store = make_store()
-    await fill(store, make_memory)
-    expected = await counts(store)
-    await store.aclose()
+    expected = await saved(make_store, make_memory)
     assert intent_file(save).exists()
     restored = index_of(save)
     assert restored._persisted == COUNT  # started from the file, not from the ledger
@@ -87,9 +93,7 @@ async def test_appends_after_the_intent_file_are_read_from_the_ledger(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     save = tmp_path / "save"
-    store = make_store()
-    await fill(store, make_memory)
-    await store.aclose()
+    await saved(make_store, make_memory)
     store = make_store()
     await store.append(make_memory("late", owner_id="npc", text="word late"))
     assert await counts(store) == [15, 13, 13]
@@ -105,10 +109,7 @@ async def test_a_damaged_intent_file_is_ignored_and_rewritten(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, damage: str
 ) -> None:
     save = tmp_path / "save"
-    store = make_store()
-    await fill(store, make_memory)
-    expected = await counts(store)
-    await store.aclose()
+    expected = await saved(make_store, make_memory)
     path = intent_file(save)
     data = bytearray(path.read_bytes())
     if damage == "flip":
@@ -132,9 +133,7 @@ async def test_a_ledger_changed_under_its_intent_file_is_read_from_the_ledger(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     save = tmp_path / "save"
-    store = make_store()
-    await fill(store, make_memory)
-    await store.aclose()
+    await saved(make_store, make_memory)
     ledger = save / DATA / "ledger.log"
     data = bytearray(ledger.read_bytes())
     data[5 * 128 + 90] ^= 0x01  # the memory hash of record 5: its CRC no longer holds
@@ -164,9 +163,7 @@ async def test_a_lost_log_still_fails_closed_with_an_intent_file(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     save = tmp_path / "save"
-    store = make_store()
-    await fill(store, make_memory)
-    await store.aclose()
+    await saved(make_store, make_memory)
     assert intent_file(save).exists()
     log_path(save, "session", "guard").unlink()
     query = GameMemoryQuery(session_id="session", owner_id="guard", text="word", limit=5)
@@ -197,10 +194,7 @@ async def test_a_reader_killed_while_writing_the_intent_file_leaves_nothing_wron
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     save = tmp_path / "save"
-    store = make_store()
-    await fill(store, make_memory)
-    expected = await counts(store)
-    await store.aclose()
+    expected = await saved(make_store, make_memory)
     os.unlink(intent_file(save))
     ledger = save / DATA / "ledger.log"
     done = subprocess.run(

@@ -44,6 +44,7 @@ import numpy as np
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
+from game_memory.store.read_files import file_crc
 
 __all__ = ["PERSIST_MINIMUM", "Intents", "intent_file_path", "load_intents", "write_intents"]
 
@@ -54,7 +55,6 @@ _MAGIC = b"GMINTS01"
 _HEAD = struct.Struct("<8sII")
 _RECORD = 128
 _MAXIMUM_BYTES = 1 << 31
-_CHUNK = 1 << 24
 _LOG = logging.getLogger("game_memory.store")
 
 
@@ -78,25 +78,15 @@ def intent_file_path(ledger: Path) -> Path:
 
 
 def _ledger_crc(ledger: Path, end: int) -> tuple[int, bytes] | None:
-    """CRC-32 of the ledger's first ``end`` bytes and its last record, or ``None``."""
-    try:
-        fd = os.open(ledger, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
-    except OSError:
+    """CRC-32 of the ledger's first ``end`` bytes and its last record there, or ``None``."""
+    crc = file_crc(os.fspath(ledger), 0, end)
+    if crc is None:
         return None
     try:
-        crc, position, last = 0, 0, b""
-        while position < end:
-            chunk = os.pread(fd, min(_CHUNK, end - position), position)
-            if not chunk:
-                return None
-            crc = zlib.crc32(chunk, crc)
-            position += len(chunk)
-            last = chunk[-_RECORD:] if len(chunk) >= _RECORD else (last + chunk)[-_RECORD:]
-        return crc, last
-    except OSError:
+        last = fs.read_range(ledger, end - _RECORD, _RECORD) if end else b""
+    except PersistenceError:
         return None
-    finally:
-        os.close(fd)
+    return crc, last
 
 
 def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
