@@ -20,8 +20,8 @@ records they were checked for are trusted. Anything else (a stamp of another par
 format or generation, a stamp failing its own CRC-32, a file appended to or replaced) is
 a full check, as without a stamp, followed by a new stamp. What a stamp cannot see is
 damage that leaves a row file's size and times unchanged (a disk returning other bytes):
-the rows of such a file are not checked again; ``verify`` and a rebuild always check
-everything, ignoring stamps.
+the rows of such a file are not checked again; ``verify`` (which a rebuild runs) reads
+and checks every row again, ignoring stamps.
 
 A stamp is derived data about derived data: written atomically (temporary file, fsync,
 rename), never required, safe to delete; a write that fails is skipped. Compaction makes a
