@@ -6,37 +6,35 @@ to the read-side figures, so a change to the read path can be measured in minute
 
 * **open + first recall** (page cache warm), in a fresh process per side, ``--cold-repeats``
   times: the median; game-memory's first recall stages alongside;
-* a **second open** of the same save after the first one wrote its derived read files
-  (``.game-memory/read/``): what every later start of the game costs;
+* a **second open** of the same save after the first one wrote its derived files (read and
+  intent files in ``.game-memory/read/``, the index's verified stamps): what every later
+  start of the game costs;
 * **warm hybrid recall** median, **peak RSS** after the recalls, and the **first recall
   right after an append** over the same query again (``after_append_over_warm``);
 * with ``--baseline DIR``, the same game-memory figures of another checkout (``DIR`` is its
   ``python/`` folder, put on ``PYTHONPATH``), e.g. main's, on the same save in the same run.
 
 The saves are seeded once (RAM file system, then copied under ``--directory``) and kept
-there between runs unless ``--fresh``; derived read files are deleted before each run so the
+there between runs unless ``--fresh``; derived files are deleted before each run so the
 first open pays the full cost. Prints JSON: a ``table`` with ``game_memory_over_peer``.
 Usage: ``python benchmarks/cold_start.py [--sizes 10000,100000] [--directory DIR]``.
 
-Measured 2026-12-02 on the 2-core machine under load (load average 7-9), one run with
-``--cold-repeats 2 --baseline /work/main/python`` (main at 9acc948; peer = SQLite +
-sqlite-vec + FTS5):
+Measured 2026-12-02 on the 2-core machine under load (load average about 5), with
+``--cold-repeats 3`` (10k) and ``2`` (100k) and ``--baseline`` main at 7a1a927 (peer =
+SQLite + sqlite-vec + FTS5); see docs/performance.md, "Cold start":
 
 =============================================  ==========  ==========  ========  =========
 figure                                          10k ours    10k peer    100k ours 100k peer
 =============================================  ==========  ==========  ========  =========
-open + first recall, no read files yet          3,145 ms    34.5 ms     24,508 ms 160 ms
-open + first recall, read files present         451 ms      34.5 ms     2,300 ms  160 ms
-  the same, main (no read files exist there)    2,315 ms                24,098 ms
-warm hybrid recall, median                      4.3 ms      14.3 ms     31.1 ms   115 ms
-first recall after an append / warm             1.09        0.78        1.34      1.25
-  the same, main                                1.45                    3.11
-peak RSS after recalls                          99.7 MB     47.5 MB     365 MB    48 MB
-  the same, main                                130 MB                  680 MB
+open + first recall, derived files present      25.6 ms     21.9 ms     402 ms    384 ms
+  the same, main                                306 ms                  8,962 ms
+open + first recall after a session             51.3 ms                 271 ms
+open + first recall, no derived files yet       2,133 ms                27,809 ms
+first recall after an append / warm             1.36        0.94        1.48      1.06
+  the same, main                                1.27                    1.72
+peak RSS after recalls                          83.2 MB     47.8 MB     295 MB    48.5 MB
+  the same, main                                99.6 MB                 365 MB
 =============================================  ==========  ==========  ========  =========
-
-Warm recall of this branch and main alternated in one process each, same save, same
-machine minutes later: 10k 3.6 / 2.8 ms, 100k 17.0 / 21.6 ms (noise either way).
 """
 
 from __future__ import annotations
@@ -112,22 +110,57 @@ def derived_files(save: Path) -> Path:
     return save / ".game-memory" / "read"
 
 
+def remove_derived(folder: Path) -> None:
+    """Delete what makes an open fast and is rebuilt when missing: the save's read and intent
+    files (``.game-memory/read``) and the vector index's verified stamps (``*.verified``)."""
+    shutil.rmtree(derived_files(folder / "save"), ignore_errors=True)
+    for stamp in (folder / "index").glob(".game-memory-index/s-*/*.verified"):
+        stamp.unlink()
+
+
+def evict(folder: Path) -> None:
+    """Drop ``folder``'s files from the page cache (``POSIX_FADV_DONTNEED``; other files and
+    other processes keep theirs), so the next open reads them from the disk."""
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # dirty pages are not dropped
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def evicted_opens(sides: dict[str, Path], size: int, repeats: int) -> Json:
+    """Open + first recall of each side right after its files left the page cache."""
+    found: Json = {side: [] for side in sides}
+    for _ in range(repeats):
+        for side, folder in sides.items():
+            evict(folder)
+            found[side].append(spawn("open", side, folder, size, 1, 0))
+    return found
+
+
 def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     sides = {"game_memory": root / "game_memory", "peer": root / "peer"}
-    save = sides["game_memory"] / "save"
-    shutil.rmtree(derived_files(save), ignore_errors=True)
+    remove_derived(sides["game_memory"])
     opens: Json = {side: [] for side in sides}
     for _ in range(args.cold_repeats):
-        shutil.rmtree(derived_files(save), ignore_errors=True)
+        remove_derived(sides["game_memory"])
         for side, folder in sides.items():
             opens[side].append(spawn("open", side, folder, size, 1, 0))
     # The derived read files are now written: every later start of the game pays this.
     again = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0)
              for _ in range(args.cold_repeats)]  # fmt: skip
+    cold = evicted_opens(sides, size, args.cold_repeats) if args.evict else None
     session = {side: spawn("session", side, folder, size, args.repeats, args.appends)
                for side, folder in sides.items()}  # fmt: skip
     for figures in session.values():
         figures.pop("answers", None)
+    # The session appended (and closed the store): the derived files are partly stale, as
+    # at the start after a play session.
+    after_session = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0)
+                     for _ in range(args.cold_repeats)]  # fmt: skip
 
     def median_open(results: list[Json]) -> float:
         return round(statistics.median(r["open_first_recall_ms"] for r in results), 1)
@@ -143,6 +176,11 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
 
     row("open + first recall (no derived read files)", ours_first, peer_first, "ms")
     row("open + first recall (derived read files present)", ours_again, peer_first, "ms")
+    row("open + first recall after a session that appended", median_open(after_session),
+        peer_first, "ms")  # fmt: skip
+    if cold is not None:
+        row("open + first recall, page cache evicted (derived files present)",
+            median_open(cold["game_memory"]), median_open(cold["peer"]), "ms")  # fmt: skip
     g, p = session["game_memory"], session["peer"]
     row("hybrid recall warm, median", g["warm_median_ms"], p["warm_median_ms"], "ms")
     row("first recall after an append, median", g["after_append_median_ms"],
@@ -181,6 +219,7 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     details = {
         "first_open_stages_ms": [r["first_recall_stages_ms"] for r in opens["game_memory"]],
         "second_open_stages_ms": [r["first_recall_stages_ms"] for r in again],
+        "open_after_session_stages_ms": [r["first_recall_stages_ms"] for r in after_session],
         "session": session,
     }
     return {"table": table, "details": details}
@@ -196,6 +235,9 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true", help="seed the saves again")
     parser.add_argument("--seed-only", action="store_true")
     parser.add_argument("--baseline", default="", help="PYTHONPATH of a baseline checkout")
+    parser.add_argument(
+        "--evict", action="store_true", help="also open with the saves' files out of the page cache"
+    )
     args = parser.parse_args()
     directory = Path(args.directory)
     report: Json = {"benchmark": "cold_start", "command": " ".join(sys.argv), "table": []}

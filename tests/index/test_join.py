@@ -241,3 +241,73 @@ def test_a_join_extended_across_appends_equals_a_join_computed_from_scratch(
         fresh = JoinCache(MemoryDigests()).join(snapshot, current, 0)
         assert join_summary(joined) == join_summary(fresh), f"step {step}"
     assert len(extensions) == 39  # every step after the first extended the previous join
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_an_aligned_join_extended_then_broken_equals_joins_from_scratch(
+    make_memory: MemoryFactory, tmp_path: Path, seed: int
+) -> None:
+    """Entries appended in the memories' order join without dictionaries (aligned) until a
+    record breaks the order (re-embedded, deleted, edited, ahead of the snapshot): every
+    step, the extended join equals one computed from scratch."""
+    rng = random.Random(seed)
+    engine = FileVectorMemoryIndex(tmp_path).engine
+    with engine.locked():
+        engine.identity_code(FaultyProvider(2).identity, create=True)
+    session, owner = identity_hash("session"), identity_hash("owner")
+    memories: list[GameMemory] = []
+    cache = JoinCache(MemoryDigests())
+    broken_at = rng.randint(5, 25)
+    for step in range(40):
+        records: list[EntryRecord] = []
+        rows = 0  # rows of this batch (the engine places them after the file's)
+        for _ in range(rng.randint(0, 3)):
+            memories.append(make_memory(f"m{len(memories)}", tick=len(memories)))
+            pending = rng.random() < 0.1
+            state = EntryState.PENDING if pending else EntryState.READY
+            records.append(
+                entry(
+                    memories[-1],
+                    state,
+                    row=NO_VALUE if pending else rows,
+                    identity=NO_VALUE if pending else ACTIVE,
+                )
+            )
+            rows += 0 if pending else 1
+        if step == broken_at and memories:
+            kind = rng.choice(["again", "deleted", "edited", "ahead"])
+            target = rng.choice(memories)
+            if kind == "again":
+                records.append(entry(target, row=rows))
+                rows += 1
+            elif kind == "deleted":
+                records.append(
+                    EntryRecord(
+                        EntryState.DELETED,
+                        NO_VALUE,
+                        NO_VALUE,
+                        memory_hash(target.memory_id),
+                        bytes(32),
+                        "",
+                    )
+                )
+            elif kind == "edited":
+                other = make_memory(target.memory_id, text="other content")
+                records.append(entry(target, row=rows, digest=content_digest(other)))
+                rows += 1
+            else:
+                records.append(entry(make_memory("not-yet"), row=rows))
+                rows += 1
+        ready = sum(1 for r in records if r.state is EntryState.READY)
+        if records:
+            with engine.locked():
+                vectors = {ACTIVE: np.ones((ready, 2), np.float32)} if ready else None
+                engine.append(session, owner, records, vectors)
+        current = engine.partition(session, owner)
+        snapshot = view(list(memories))
+        joined = cache.join(snapshot, current, ACTIVE)
+        fresh = JoinCache(MemoryDigests()).join(snapshot, current, ACTIVE)
+        assert join_summary(joined) == join_summary(fresh), f"step {step}"
+        assert joined.entries == fresh.entries
+        if step < broken_at and current is not None and current.records:
+            assert joined.state.aligned == current.records  # no dictionary was built

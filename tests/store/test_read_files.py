@@ -9,6 +9,7 @@ foreign read file) is ignored, never trusted.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -147,6 +148,25 @@ async def test_a_read_file_is_ignored_when_the_bytes_it_covers_changed(
         await second.snapshot(query())
 
 
+async def test_a_covered_file_changed_in_place_is_checked_again_whatever_its_mtime(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    first = make_store()
+    await fill(first, make_memory)
+    await first.aclose()
+    second = make_store()
+    assert await answers(second)  # opened from the read file, nothing hashed (unchanged)
+    await second.aclose()
+    log = log_path(tmp_path / "save", "session", "npc")
+    before = os.stat(log)
+    data = bytearray(log.read_bytes())
+    data[40] ^= 0x01
+    log.write_bytes(bytes(data))
+    os.utime(log, ns=(before.st_atime_ns, before.st_mtime_ns))  # the change time still moves
+    with pytest.raises(PersistenceError, match="corrupt"):
+        await make_store().snapshot(query())
+
+
 @pytest.mark.parametrize("damage", ["flip", "cut", "foreign"])
 async def test_a_damaged_or_foreign_read_file_is_ignored_and_rebuilt(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, damage: str
@@ -204,3 +224,19 @@ async def test_small_partitions_get_no_read_file(
     await fill(store, make_memory, count=5)
     await store.snapshot(query())
     assert read_files(tmp_path / "save") == []
+
+
+@pytest.mark.parametrize("odd", ["nul\0inside", "ünïcode ✓"])
+async def test_ids_of_any_text_come_back_from_the_read_file(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, odd: str
+) -> None:
+    first = make_store()
+    await fill(first, make_memory)
+    await first.append(make_memory(odd, owner_id="npc", text="dragon odd"))
+    expected = await answers(first)
+    ids = [m.memory_id for m in await first.enumerate("session", "npc")]
+    await first.aclose()
+    assert read_files(tmp_path / "save")
+    second = make_store()
+    assert await answers(second) == expected
+    assert [m.memory_id for m in await second.enumerate("session", "npc")] == ids

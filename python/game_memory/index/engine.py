@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from collections import OrderedDict
 from pathlib import Path
 
@@ -41,6 +42,18 @@ from game_memory.index.partition import (
     RowBuffer,
     derived_error,
     extend_partition,
+)
+from game_memory.index.stamps import (
+    STAMP_MINIMUM,
+    EntriesStamp,
+    RowsStamp,
+    Stamp,
+    file_identity,
+    read_stamp,
+    remove_stamp,
+    stamp_path,
+    trusted_records,
+    write_stamp,
 )
 from game_memory.index.writer import append_files, check_capacity, compact_files, remove_files
 
@@ -104,12 +117,37 @@ class IndexEngine(IndexLayout):
         data, opened = read
         if base is not None and opened.st_ino != base.inode:
             return self._reload(session_hash, owner_hash, path)
+        partition = self._decode(base, data, opened, session_hash, owner_hash, path)
+        self._remember(key, partition)
+        return partition
+
+    def _decode(
+        self,
+        base: IndexPartition | None,
+        data: bytes,
+        opened: os.stat_result,
+        session_hash: str,
+        owner_hash: str,
+        path: str,
+    ) -> IndexPartition:
+        """The partition of ``base`` and the records of ``data`` (the file from ``base``'s end,
+        or the whole file): a whole file's leading records a verified stamp vouches for
+        (``stamps.py``) are not checked one by one."""
+        stamp = read_stamp(stamp_path(path), session_hash, owner_hash) if base is None else None
+        trusted = trusted_records(stamp, data, opened) if stamp is not None else 0
         try:
-            records, _ = decode_entries(data)
+            records, torn = decode_entries(data, trusted)
             partition = extend_partition(base, records, session_hash, owner_hash, opened)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
-        self._remember(key, partition)
+        whole = memoryview(data)[: len(data) - torn]
+        if stamp is not None and trusted and trusted == stamp.entries.records:
+            partition.crc = zlib.crc32(whole[trusted * ENTRY_BYTES :], stamp.entries.crc)
+        else:
+            partition.crc = zlib.crc32(whole, base.crc if base is not None else 0)
+        partition.file = file_identity(opened)
+        partition.trusted = trusted if base is None else base.trusted
+        partition.stamp = stamp if base is None else base.stamp
         return partition
 
     def _reload(self, session_hash: str, owner_hash: str, path: str) -> IndexPartition | None:
@@ -122,11 +160,7 @@ class IndexEngine(IndexLayout):
         if read is None:
             return None
         data, opened = read
-        try:
-            records, _ = decode_entries(data)
-            partition = extend_partition(None, records, session_hash, owner_hash, opened)
-        except ValueError as exc:
-            raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
+        partition = self._decode(None, data, opened, session_hash, owner_hash, path)
         self._remember((session_hash, owner_hash), partition)
         return partition
 
@@ -168,7 +202,9 @@ class IndexEngine(IndexLayout):
         try:
             with buffer.lock:
                 matrix = buffer.load(path, needed).view()
-                buffer.verify(partition, code, path)
+                _trust_stamp(buffer, partition, code)
+                if buffer.verify(partition, code, path) >= STAMP_MINIMUM:
+                    self._stamp(partition, code, buffer)
                 matrix.flags.writeable = False  # shared by every reader: read-only
                 return matrix
         except FileNotFoundError:
@@ -187,6 +223,25 @@ class IndexEngine(IndexLayout):
                     "the partition was compacted while it was read; read it again"
                 ) from None
             raise
+
+    def _stamp(self, partition: IndexPartition, code: int, buffer: RowBuffer) -> None:
+        """Record that ``partition``'s records and ``code``'s rows were checked in full."""
+        if partition.file is None or buffer.file is None or buffer.checked != partition.records:
+            return
+        rows = {code: RowsStamp(partition.tag, buffer.file, buffer.checked)}
+        with self._cache_lock:
+            others = [
+                (key[2], other)
+                for key, other in self._row_buffers.items()
+                if key[:2] == (partition.session_hash, partition.owner_hash) and key[2] != code
+            ]
+        for other_code, other in others:
+            if other.file is not None and other.tag == partition.tag:
+                checked = min(other.checked, partition.records)
+                rows[other_code] = RowsStamp(other.tag, other.file, checked)
+        entries = EntriesStamp(partition.file, partition.records, partition.crc)
+        path = stamp_path(self.entries_path(partition.session_hash, partition.owner_hash))
+        write_stamp(path, partition.session_hash, partition.owner_hash, Stamp(entries, rows))
 
     def _first_tag(self, path: str) -> int | None:
         """The vector-file tag of an entries file's first record (``None`` if it has none)."""
@@ -294,6 +349,7 @@ class IndexEngine(IndexLayout):
         Derived data only; the rebuild uses it to recover from a damaged partition.
         """
         remove_files(self, session_hash, owner_hash)
+        remove_stamp(stamp_path(self.entries_path(session_hash, owner_hash)))
         self._forget(session_hash, owner_hash)
 
     def _forget(self, session_hash: str, owner_hash: str) -> None:
@@ -302,3 +358,16 @@ class IndexEngine(IndexLayout):
             self._partitions.pop((session_hash, owner_hash), None)
             for key in [k for k in self._row_buffers if k[:2] == (session_hash, owner_hash)]:
                 del self._row_buffers[key]
+
+
+def _trust_stamp(buffer: RowBuffer, partition: IndexPartition, code: int) -> None:
+    """Take the rows a verified stamp vouches for as checked (see ``stamps.py``): only for
+    the very row file that was checked, and records the stamp also vouched for."""
+    stamp = partition.stamp
+    if stamp is None or buffer.file is None:
+        return
+    rows = stamp.rows.get(code)
+    if rows is None or rows.tag != partition.tag or rows.file != buffer.file:
+        return
+    if rows.checked <= partition.trusted and rows.checked > buffer.checked:
+        buffer.checked = rows.checked

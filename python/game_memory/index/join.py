@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from game_memory.durable.names import identity_hash
 from game_memory.index.entries import EntryState, MemoryDigests
-from game_memory.index.partition import IndexPartition
+from game_memory.index.partition import IndexPartition, Positions
 from game_memory.store.lazy import same_prefix
 from game_memory.store.view import PartitionView
 
@@ -41,13 +41,23 @@ class _JoinState:
     state into the new join, so an extension costs what changed, not the partition's size.
     A join whose state moved on keeps its arrays and counts, which stay valid for searches
     that still hold it; it just cannot be extended again (``owner`` is then another join).
+
+    An **aligned** join (``aligned`` records, the usual case: every entry was appended for
+    the memory appended at the same position) keeps the view's hashes and digests as byte
+    strings and each slot's class in an array, and no object per memory; it becomes a
+    general one (the dictionaries, built then) the first time an extension breaks the
+    alignment.
     """
 
-    slots: dict[bytes, int]  # sha256(memory_id) -> view position
-    expected: list[bytes]  # content digest per view position
-    classes: dict[bytes, tuple[int, int, int]]  # entry -> (class, row, view position)
+    slots: dict[bytes, int] | None  # sha256(memory_id) -> view position
+    expected: list[bytes] | None  # content digest per view position
+    classes: dict[bytes, tuple[int, int, int]] | None  # entry -> (class, row, view position)
     counts: list[int]  # entries per class
     owner: object = None
+    aligned: int = -1  # records of an aligned join (slot i is view position i); -1: general
+    hashes: bytearray = field(default_factory=bytearray)  # aligned: the view's memory hashes
+    contents: bytearray = field(default_factory=bytearray)  # aligned: their content digests
+    kinds: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,12 +157,135 @@ def view_digests(
     return hashes, contents
 
 
+def _view_blobs(view: PartitionView, digests: MemoryDigests, start: int = 0) -> tuple[bytes, bytes]:
+    """:func:`view_digests` as two byte strings (32 bytes per memory), without a list."""
+    prefix = view.prefix
+    known = min(prefix.count, len(view)) if prefix is not None else 0
+    hashes, contents = b"", b""
+    if prefix is not None and start < known:
+        hashes = prefix.hashes[start * 32 : known * 32]
+        contents = prefix.digests[start * 32 : known * 32]
+    rest = view.memories[max(start, known) :]
+    if rest:
+        pairs = digests.get_many(rest)
+        hashes += b"".join(hashed for hashed, _ in pairs)
+        contents += b"".join(digest for _, digest in pairs)
+    return hashes, contents
+
+
+def _kinds(
+    partition: IndexPartition, start: int, stop: int, contents: bytes, active: int | None
+) -> npt.NDArray[np.int64]:
+    """The class of slots ``start..stop``, each the entry of the view's memory at its slot
+    (``contents``: those memories' digests)."""
+    stored = np.frombuffer(partition.digests, "<u8", (stop - start) * 4, start * 32)
+    wanted = np.frombuffer(contents, "<u8", (stop - start) * 4)
+    same = (stored.reshape(-1, 4) == wanted.reshape(-1, 4)).all(axis=1)
+    ready = partition.states[start:stop] == EntryState.READY
+    current = partition.identities[start:stop].astype(np.int64) == (
+        -1 if active is None else active
+    )
+    return np.where(
+        ~same, _MISMATCHED, np.where(~ready, _UNREADY, np.where(~current, _STALE, _READY))
+    ).astype(np.int64)
+
+
+def _aligned_join(
+    view: PartitionView, partition: IndexPartition, active: int | None, digests: MemoryDigests
+) -> PartitionJoin | None:
+    """The join of entries that line up with the view (slot i names memory i), or ``None``.
+
+    No dictionary is built: the hashes are compared as one byte string, which also proves
+    that every record names another memory (the view's ids are unique) and, with no
+    tombstone among them, that each record is its memory's latest.
+    """
+    records = partition.records
+    if records == 0 or records > len(view):
+        return None
+    if bool((partition.states == EntryState.DELETED).any()):
+        return None
+    hashes, contents = _view_blobs(view, digests)
+    if partition.hashes != hashes[: records * 32]:
+        return None
+    if isinstance(partition.position, Positions):
+        partition.position.unique = True
+    kind = _kinds(partition, 0, records, contents, active)
+    chosen = kind == _READY
+    positions = np.flatnonzero(chosen).astype(np.int64)
+    rows = partition.rows[:records][chosen].astype(np.int64)
+    counts = np.bincount(kind, minlength=5).tolist()
+    state = _JoinState(
+        None, None, None, counts, None, records, bytearray(hashes), bytearray(contents), kind
+    )
+    return _finish(view, partition, active, state, rows, positions)
+
+
+def _extend_aligned(
+    old: PartitionJoin, view: PartitionView, partition: IndexPartition, digests: MemoryDigests
+) -> PartitionJoin | None:
+    """Extend an aligned join whose new records still line up, or ``None`` (nothing moved)."""
+    assert old.view is not None
+    state = old.state
+    start, stop, known = state.aligned, partition.records, len(old.view)
+    if stop > len(view) or bool((partition.states[start:] == EntryState.DELETED).any()):
+        return None
+    more_hashes, more_contents = _view_blobs(view, digests, known)
+    end = known * 32
+    if stop > start:
+        wanted = (bytes(state.hashes[start * 32 : end]) + more_hashes)[: (stop - start) * 32]
+        if partition.hashes[start * 32 : stop * 32] != wanted:
+            return None
+    state.hashes += more_hashes
+    state.contents += more_contents
+    if isinstance(partition.position, Positions):
+        partition.position.unique = True
+    rows, positions = old.rows, old.positions
+    if stop > start:
+        kind = _kinds(partition, start, stop, bytes(state.contents[start * 32 : stop * 32]),
+                      old.active)  # fmt: skip
+        chosen = kind == _READY
+        positions = np.concatenate((positions, np.flatnonzero(chosen) + start))
+        rows = np.concatenate((rows, partition.rows[start:stop][chosen].astype(np.int64)))
+        for number, count in enumerate(np.bincount(kind, minlength=5).tolist()):
+            state.counts[number] += count
+        state.kinds = np.concatenate((state.kinds, kind))
+    state.aligned = stop
+    return _finish(view, partition, old.active, state, rows, positions)
+
+
+def _generalize(old: PartitionJoin) -> None:
+    """Give an aligned join's state the dictionaries of a general one (same content)."""
+    state = old.state
+    assert old.view is not None and old.partition is not None
+    if state.aligned < 0:
+        return
+    blob, more = bytes(state.hashes), bytes(state.contents)
+    hashes = [blob[at : at + 32] for at in range(0, len(blob), 32)]
+    state.slots = dict(zip(hashes, range(len(hashes)), strict=True))
+    state.expected = [more[at : at + 32] for at in range(0, len(more), 32)]
+    records = state.aligned
+    rows = np.where(state.kinds == _READY, old.partition.rows[:records].astype(np.int64), 0)
+    state.classes = dict(
+        zip(
+            hashes[:records],
+            zip(state.kinds.tolist(), rows.tolist(), range(records), strict=True),
+            strict=True,
+        )
+    )
+    state.aligned = -1
+    state.hashes, state.contents = bytearray(), bytearray()
+
+
 def _join(
     view: PartitionView | None,
     partition: IndexPartition | None,
     active: int | None,
     digests: MemoryDigests,
 ) -> PartitionJoin:
+    if view is not None and partition is not None:
+        aligned = _aligned_join(view, partition, active, digests)
+        if aligned is not None:
+            return aligned
     hashes, expected = view_digests(view, digests) if view is not None else ([], [])
     slots = dict(zip(hashes, range(len(hashes)), strict=True))
     classes: dict[bytes, tuple[int, int, int]] = {}
@@ -211,8 +344,14 @@ def _extend_join(
     Call with ``old`` owning its state (see :class:`_JoinState`); the state moves on.
     """
     assert old.view is not None and old.partition is not None
+    if old.state.aligned >= 0:
+        extended = _extend_aligned(old, view, partition, digests)
+        if extended is not None:
+            return extended
+        _generalize(old)
     state = old.state
     slots, expected, classes, counts = state.slots, state.expected, state.classes, state.counts
+    assert slots is not None and expected is not None and classes is not None
     touched: set[bytes] = set()
     hashes, contents = view_digests(view, digests, len(old.view.memories))
     for hashed, digest in zip(hashes, contents, strict=True):

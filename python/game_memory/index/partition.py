@@ -2,15 +2,21 @@
 
 An :class:`IndexPartition` is an immutable version of a partition's entry records (every
 record, and the latest per memory); a newer version extends an older one when the file
-only grew. A :class:`RowBuffer` loads (and checksums once per row) the float32 rows of
-one identity and generation, growing as rows are appended.
+only grew. Its ``position`` (memory hash to latest slot) is a :class:`Positions` mapping
+built on first use: a recall whose entries line up with the snapshot (``join.py``) never
+needs it, so opening a large partition creates no object per entry. A
+:class:`RowBuffer` holds the float32 rows of one identity and generation, memory-mapped
+from the row file (read-only; the page cache is shared, nothing is copied), and checksums
+each row once (or trusts a verified stamp, ``stamps.py``).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 import threading
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,11 +29,13 @@ from game_memory.index.entries import (
     EntryState,
     row_checksums,
 )
+from game_memory.index.stamps import Stamp
 
 __all__ = [
     "FloatMatrix",
     "IndexPartition",
     "PartitionReplacedError",
+    "Positions",
     "RowBuffer",
     "derived_error",
     "extend_partition",
@@ -47,6 +55,77 @@ def derived_error(exc: PersistenceError) -> DerivedIndexError:
         f"{exc} (this is the derived vector index, not the save: delete the index folder or "
         "run a rebuild)"
     )
+
+
+class Positions(Mapping[bytes, int]):
+    """``sha256(memory_id)`` -> slot of its latest record, for live memories; built on first use.
+
+    Built from the partition's own arrays (every record's hash and whether it is a
+    tombstone), starting from an older version's dictionary when that one was built.
+    ``unique`` is set by whoever proves that every record names another memory and none is
+    a tombstone (the join, when the entries line up with the snapshot): the length is then
+    the record count, without building anything.
+    """
+
+    __slots__ = ("_base", "_built", "_deleted", "_hashes", "_lock", "_start", "unique")
+
+    _deleted: npt.NDArray[np.bool_]
+    _built: dict[bytes, int] | None
+
+    def __init__(
+        self, base: Positions | None, hashes: bytes, deleted: npt.NDArray[np.bool_]
+    ) -> None:
+        built = base._built if isinstance(base, Positions) else None
+        self._base = built  # only a built dictionary (never a chain of unbuilt versions)
+        self._start = int(base._deleted.size) if isinstance(base, Positions) and built else 0
+        self._hashes = hashes  # every record's memory hash, 32 bytes each
+        self._deleted = deleted  # every record: whether it is a tombstone
+        self._built = None
+        self._lock = threading.Lock()
+        self.unique = False
+
+    def _dictionary(self) -> dict[bytes, int]:
+        built = self._built
+        if built is not None:
+            return built
+        with self._lock:
+            if self._built is None:
+                position = dict(self._base) if self._base is not None else {}
+                hashes, start = self._hashes, self._start
+                for index, deleted in enumerate(self._deleted[start:].tolist(), start):
+                    memory = hashes[index * 32 : index * 32 + 32]
+                    if deleted:
+                        position.pop(memory, None)
+                    else:
+                        position[memory] = index
+                self._built = position
+                self._base = None
+            return self._built
+
+    @property
+    def is_built(self) -> bool:
+        """Whether the dictionary exists (for tests and bounds)."""
+        return self._built is not None
+
+    def __getitem__(self, key: bytes) -> int:
+        return self._dictionary()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._dictionary()
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._dictionary())
+
+    def __len__(self) -> int:
+        if self._built is None and self.unique:
+            return int(self._deleted.size)
+        return len(self._dictionary())
+
+    def values(self) -> ValuesView[int]:
+        return self._dictionary().values()
+
+    def items(self) -> ItemsView[bytes, int]:
+        return self._dictionary().items()
 
 
 def new_tag(previous: int) -> int:
@@ -72,7 +151,7 @@ class IndexPartition:
     changed: int
     size: int
     tag: int
-    position: dict[bytes, int]
+    position: Mapping[bytes, int]
     states: npt.NDArray[np.uint8]
     identities: npt.NDArray[np.uint32]
     rows: npt.NDArray[np.uint32]
@@ -82,6 +161,12 @@ class IndexPartition:
     codes: npt.NDArray[np.bytes_]
     needed: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The entries file as read (``stamps.file_identity``), the CRC-32 of its whole
+    #: records, how many leading records a verified stamp vouched for, and that stamp.
+    file: tuple[int, int, int, int, int] | None = None
+    crc: int = 0
+    trusted: int = 0
+    stamp: Stamp | None = None
 
     @property
     def records(self) -> int:
@@ -146,15 +231,7 @@ def extend_partition(
     tag = base.tag if base is not None and start else (int(tags[0]) if count else 0)
     if count and (tags != tag).any():
         raise ValueError("its records name different vector-file generations")
-    position = dict(base.position) if base is not None else {}
     hashes = records["memory"].tobytes()
-    deleted = (records["state"] == EntryState.DELETED).tolist()
-    for index in range(count):
-        memory = hashes[index * 32 : index * 32 + 32]
-        if deleted[index]:
-            position.pop(memory, None)
-        else:
-            position[memory] = start + index
     if base is not None and start:
         states = np.concatenate((base.states, records["state"]))
         identities = np.concatenate((base.identities, records["identity"]))
@@ -171,6 +248,12 @@ def extend_partition(
         all_hashes = hashes
         digests = records["digest"].tobytes()
         codes = records["code"].copy()
+    previous = base.position if base is not None and start else None
+    position = Positions(
+        previous if isinstance(previous, Positions) else None,
+        all_hashes,
+        states == EntryState.DELETED,
+    )
     return IndexPartition(
         session_hash,
         owner_hash,
@@ -190,12 +273,15 @@ def extend_partition(
 
 
 class RowBuffer:
-    """The rows of one row file read so far, in a buffer with room to grow.
+    """The rows of one row file read so far: a read-only memory map of its whole rows.
 
-    Rows of a file generation never change once whole, so a reload reads only the rows
-    appended since, and ``checked`` records (a prefix, the same in every version of the
-    generation's entries file) have had their rows' checksums verified. Slices handed out
-    stay valid when the buffer is replaced by a larger one. Use under ``lock``.
+    Rows of a file generation never change once whole, so a reload maps the grown file
+    again (the page cache is shared: nothing is copied or read twice from disk), and
+    ``checked`` records (a prefix, the same in every version of the generation's entries
+    file) have had their rows' checksums verified. Arrays handed out keep their map alive
+    and stay valid when the buffer maps a grown file. Use under ``lock``.
+
+    A buffer filled in memory (the in-memory index) sets ``array`` and ``rows`` itself.
     """
 
     def __init__(self, tag: int, dimensions: int) -> None:
@@ -204,10 +290,11 @@ class RowBuffer:
         self.array: FloatMatrix = np.empty((0, dimensions), dtype=np.float32)
         self.rows = 0
         self.checked = 0
+        self.file: tuple[int, int, int, int, int] | None = None  # what was mapped (stamps.py)
         self.lock = threading.Lock()
 
     def load(self, path: str, needed: int) -> FloatMatrix:
-        """Return the first ``needed`` rows, reading the file's new whole rows if short.
+        """Return the first ``needed`` rows, mapping the file again if it holds too few.
 
         Raises:
             FileNotFoundError: the file does not exist.
@@ -222,30 +309,39 @@ class RowBuffer:
             )
         return self.array[:needed]
 
-    def verify(self, partition: IndexPartition, code: int, path: str) -> None:
+    def verify(self, partition: IndexPartition, code: int, path: str) -> int:
         """Check the rows that records after ``checked`` refer to against their checksums.
+
+        Returns how many rows were checked now. Rows in file order (the usual case: each
+        record has the next row) are summed in place, without a gathered copy.
 
         Raises:
             DerivedIndexError: a row differs from what was written.
         """
         start = self.checked
         if start >= partition.records:
-            return
+            return 0
         chosen = (partition.states[start:] == EntryState.READY) & (
             partition.identities[start:] == code
         )
         rows = partition.rows[start:][chosen].astype(np.int64)
         expected = partition.checksums[start:][chosen]
-        for first in range(0, rows.size, 8_192):
-            block = rows[first : first + 8_192]
-            actual = row_checksums(self.array[block])
-            bad = np.flatnonzero(actual != expected[first : first + 8_192])
+        step = 8_192
+        sequential = bool(rows.size) and bool(np.all(np.diff(rows) == 1))
+        for first in range(0, rows.size, step):
+            block = rows[first : first + step]
+            if sequential:
+                actual = row_checksums(self.array[int(block[0]) : int(block[-1]) + 1])
+            else:
+                actual = row_checksums(self.array[block])
+            bad = np.flatnonzero(actual != expected[first : first + step])
             if bad.size:
                 raise DerivedIndexError(
                     f"vector {int(block[bad[0]])} of {path} fails its checksum; the derived "
                     "index is damaged, rebuild it"
                 )
         self.checked = partition.records
+        return int(rows.size)
 
     def _read(self, path: str) -> None:
         row_bytes = self.dimensions * 4
@@ -265,20 +361,15 @@ class RowBuffer:
             total = info.st_size // row_bytes
             if total <= self.rows:
                 return
-            array = self.array
-            if total > array.shape[0]:
-                # Room for growth, so appends after a load do not copy the matrix each time.
-                grown = np.empty((total + total // 8 + 64, self.dimensions), dtype=np.float32)
-                grown[: self.rows] = array[: self.rows]
-                array = grown
-            target = array[self.rows : total].data.cast("B")
-            offset, done = self.rows * row_bytes, 0
-            while done < len(target):
-                read = os.preadv(fd, [target[done:]], offset + done)
-                if read == 0:
-                    break
-                done += read
-            self.array, self.rows = array, self.rows + done // row_bytes
+            # Whole rows only: a torn tail (a row being written) is not mapped. The map
+            # outlives the descriptor; a compaction unlinks the file, never cuts its rows.
+            mapped = mmap.mmap(fd, total * row_bytes, access=mmap.ACCESS_READ)
+            array = np.frombuffer(mapped, dtype="<f4", count=total * self.dimensions)
+            self.array = array.reshape(total, self.dimensions)
+            self.rows = total
+            self.file = (
+                info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+            )  # fmt: skip
         except OSError as exc:
             if isinstance(exc, FileNotFoundError):
                 raise

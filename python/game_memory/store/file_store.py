@@ -477,3 +477,5 @@ class FileGameMemoryStore:
             return
         self._state = _State.CLOSED
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        if self._ready:  # the next open decodes nothing the read files do not cover
+            await asyncio.get_running_loop().run_in_executor(None, self._engine.cache.persist_all)

@@ -14,6 +14,10 @@ recoveries); a shorter ledger, another inode or a changed last record (cut, then
 back) makes it read the ledger again from the start. Trailing all-zero records are an
 append that never reached the disk (a power loss can leave the size without the data)
 and are not counted; a damaged record elsewhere is skipped here and reported by ``check``.
+
+A large ledger's index is restored from its intent file (``intent_files.py``: derived,
+checked against the ledger's bytes first) instead of being rebuilt record by record, and
+the records after it are read as always.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from game_memory.errors import PersistenceError
+from game_memory.store.intent_files import (
+    PERSIST_MINIMUM,
+    Intents,
+    load_intents,
+    write_intents,
+)
 from game_memory.store.ledger import RECORD_BYTES, Ledger
 
 __all__ = ["LedgerIndex", "LedgerMark"]
@@ -70,6 +80,8 @@ class LedgerIndex:
         self._positions: dict[bytes, list[int]] = {}
         self._owners: dict[bytes, set[bytes]] = {}
         self._damaged: list[int] = []
+        self._crc = 0  # CRC-32 of the records parsed (for the intent file)
+        self._persisted = 0  # records the intent file covers (read or written)
 
     # -- refresh ------------------------------------------------------------------------
 
@@ -100,8 +112,11 @@ class LedgerIndex:
                 or (self._parsed and self._read(self._parsed - 1, self._parsed) != self._last)
             ):
                 self._reset(info.st_ino)
+            if self._parsed == 0 and whole >= PERSIST_MINIMUM:
+                self._restore(info)
             if whole > self._parsed:
                 self._parse(whole)
+                self._persist(info)
             self._seen = seen
             return LedgerMark(self._parsed, info.st_ino)
 
@@ -144,11 +159,36 @@ class LedgerIndex:
             if available == 0:
                 return
             self._index(data, start, start + available)
+            self._crc = zlib.crc32(memoryview(data)[: available * RECORD_BYTES], self._crc)
             self._last = _record(data, available - 1)
             self._parsed = start + available
             if start + available < stop:
                 return
             start = stop
+
+    def _restore(self, info: os.stat_result) -> None:
+        """Start from the ledger's intent file when it matches the ledger (read side only)."""
+        intents = load_intents(self._ledger.path, info)
+        if intents is None or intents.count == 0:
+            return
+        self._positions = intents.positions
+        owners: dict[bytes, set[bytes]] = {}
+        for key in intents.positions:
+            owners.setdefault(key[:32], set()).add(key[32:])
+        self._owners = owners
+        self._damaged = list(intents.damaged)
+        self._parsed = self._persisted = intents.count
+        self._last = intents.last
+        self._crc = intents.crc
+
+    def _persist(self, info: os.stat_result) -> None:
+        """Write the intent file when enough records were read since it was (read side)."""
+        parsed, persisted = self._parsed, self._persisted
+        if parsed - persisted < PERSIST_MINIMUM:
+            return
+        intents = Intents(parsed, self._crc, self._last, self._positions, self._damaged)
+        if write_intents(self._ledger.path, info, intents):
+            self._persisted = parsed
 
     def _index(self, data: bytes, start: int, stop: int) -> None:
         view = memoryview(data)

@@ -19,6 +19,7 @@ the new bytes; a file replaced by a rewrite (erase, compaction) is read again wh
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import threading
@@ -59,6 +60,7 @@ from game_memory.store.view import PartitionView
 # layers import them from here.
 __all__ = ["PartitionCache", "PartitionState", "identity_hash", "partition_hash", "segment_path"]
 
+_LOG = logging.getLogger("game_memory.store")
 _SEGMENT = re.compile(r"^[or]-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
 _Item = TypeVar("_Item")
@@ -213,6 +215,24 @@ class PartitionCache:
             state = dataclasses.replace(state, read_file_count=state.memory_count)
             self._remember(key, state)
         return state
+
+    def persist_all(self) -> int:
+        """Write the read file of every cached partition it does not cover in full (at close).
+
+        Never raises: a read file is an optimisation (``read_path.py``). Returns how many
+        were written.
+        """
+        with self._lock:
+            states = list(self._states.values())
+        written = 0
+        for state in states:
+            if state.folder is None or state.read_file_count >= state.memory_count:
+                continue
+            try:
+                written += persist(state.folder[0], state, content_digests, closing=True)
+            except (PersistenceError, OSError) as exc:
+                _LOG.info("a read file was not written at close (%s)", exc)
+        return written
 
     def _read_series(
         self,

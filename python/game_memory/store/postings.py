@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +20,7 @@ import numpy.typing as npt
 from game_memory.model import GameMemory
 from game_memory.store.tokenizer import tokenize
 
-__all__ = ["LexicalIndex", "PostingArrays", "document_text"]
+__all__ = ["LexicalIndex", "PostingArrays", "TermTable", "document_text"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -28,7 +29,9 @@ _EMPTY_FREQUENCIES: FloatArray = np.empty(0, np.float64)
 
 #: Exported postings: terms, offsets (int64, one more than terms), documents (int32),
 #: frequencies (int32), lengths (int64).
-PostingArrays = tuple[list[str], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32], IntArray]
+PostingArrays = tuple[
+    Sequence[str], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32], IntArray
+]
 
 
 def document_text(memory: GameMemory) -> str:
@@ -36,18 +39,68 @@ def document_text(memory: GameMemory) -> str:
     return (memory.searchable_text or "") + "\n" + memory.payload_json
 
 
+class TermTable(Sequence[str]):
+    """Sorted terms as one UTF-8 blob and offsets: found by binary search, decoded on demand.
+
+    Restoring a read file then creates no string per term (a partition of 100k memories
+    has tens of thousands); UTF-8 byte order is code point order, the order they were
+    sorted in (:meth:`LexicalIndex.export`).
+    """
+
+    def __init__(self, blob: bytes, offsets: IntArray) -> None:
+        if offsets.ndim != 1 or offsets.size == 0 or int(offsets[0]) != 0:
+            raise ValueError("the term offsets do not start at 0")
+        if int(offsets[-1]) != len(blob) or bool(np.any(np.diff(offsets) < 0)):
+            raise ValueError("the term offsets do not match the terms")
+        self._blob = blob
+        self._offsets = offsets
+
+    def __len__(self) -> int:
+        return int(self._offsets.size) - 1
+
+    def _bytes(self, index: int) -> bytes:
+        return self._blob[int(self._offsets[index]) : int(self._offsets[index + 1])]
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if not 0 <= index < len(self):
+            raise IndexError("term index out of range")
+        return self._bytes(index).decode("utf-8")
+
+    def find(self, term: str) -> int | None:
+        """The index of ``term``, or ``None``."""
+        wanted = term.encode("utf-8")
+        low, high = 0, len(self)
+        while low < high:
+            middle = (low + high) // 2
+            if self._bytes(middle) < wanted:
+                low = middle + 1
+            else:
+                high = middle
+        return low if low < len(self) and self._bytes(low) == wanted else None
+
+
 class _Rows:
     """Restored postings in compressed rows, shared (read-only) by every later version."""
 
     def __init__(self, exported: PostingArrays) -> None:
         terms, offsets, documents, frequencies, _ = exported
-        self.terms = {term: index for index, term in enumerate(terms)}
+        self.terms: Sequence[str] = terms
+        self._find = terms.find if isinstance(terms, TermTable) else None
+        self._index = None if self._find else {term: at for at, term in enumerate(terms)}
         self.offsets = offsets
         self.documents = documents
         self.frequencies = frequencies
 
     def postings(self, term: str) -> tuple[IntArray, FloatArray] | None:
-        index = self.terms.get(term)
+        index = self._find(term) if self._find is not None else self._index.get(term)  # type: ignore[union-attr]
         if index is None:
             return None
         start, stop = int(self.offsets[index]), int(self.offsets[index + 1])

@@ -14,8 +14,10 @@ instead, for the partition's first ``count`` memories (in append order):
 It is **derived, disposable and never trusted over the save**. It names every file it was
 derived from (the owner's pack ranges and log segments) with its device, inode, the byte
 range covered and the CRC-32 of those bytes; :func:`load_read_file` uses it only if every
-such file still holds exactly those bytes (the CRC is computed again from the file), the
-segments after the first are unchanged in size, and the read file's own checksums hold.
+such file still holds exactly those bytes (the CRC is computed again from the file, unless
+the file is the very file it was computed from and was not written to since: same device,
+inode, size, modification and change time), the segments after the first are unchanged
+in size, and the read file's own checksums hold.
 Anything else (a file replaced by an erase or a compaction, damage, another format, a cut
 or foreign read file) makes it ignored: the partition is read from its records as before,
 and a new read file replaces it. Records appended since it was written are read from the
@@ -34,9 +36,12 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import mmap
 import os
+import stat
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,12 +52,13 @@ import numpy.typing as npt
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 from game_memory.store.columns import PredicateColumns
-from game_memory.store.postings import LexicalIndex
+from game_memory.store.postings import LexicalIndex, TermTable
 
 __all__ = [
     "READ_FOLDER",
     "Covered",
     "ReadFile",
+    "file_times",
     "load_read_file",
     "read_file_path",
     "remove_read_files",
@@ -60,7 +66,7 @@ __all__ = [
 ]
 
 READ_FOLDER = "read"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAGIC = b"GMREAD01"
 _HEAD = struct.Struct("<8sII")
 _MAXIMUM_BYTES = 1 << 31
@@ -71,7 +77,8 @@ _LOG = logging.getLogger("game_memory.store")
 @dataclass(frozen=True, slots=True)
 class Covered:
     """One file a read file was derived from: its name in the session folder, identity, the
-    byte range covered (a pack's owner range, or a log segment from byte 0) and its CRC-32."""
+    byte range covered (a pack's owner range, or a log segment from byte 0) and its CRC-32,
+    and the file's size, modification and change times (ns) when that CRC was computed."""
 
     name: str
     device: int
@@ -79,6 +86,34 @@ class Covered:
     start: int
     end: int
     crc: int
+    size: int = -1
+    modified: int = 0
+    changed: int = 0
+
+    def unchanged(self, path: str) -> bool:
+        """Whether ``path`` is this very file, not written to since its CRC was computed
+        (same device, inode, size and both times: every write moves the change time)."""
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return False
+        return self.size >= 0 and (
+            info.st_dev,
+            info.st_ino,
+            info.st_size,
+            info.st_mtime_ns,
+            info.st_ctime_ns,
+        ) == (self.device, self.inode, self.size, self.modified, self.changed)
+
+
+def file_times(path: str) -> tuple[int, int, int]:
+    """``(size, mtime_ns, ctime_ns)`` of ``path`` (``(-1, 0, 0)`` if it cannot be seen):
+    taken *before* its CRC is computed, so a write during the CRC is never vouched for."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return (-1, 0, 0)
+    return (info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +183,7 @@ def _array(array: npt.NDArray[Any]) -> tuple[str, bytes]:
     return contiguous.dtype.str, contiguous.tobytes()
 
 
-def _strings(values: list[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+def _strings(values: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
     encoded = [value.encode("utf-8") for value in values]
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum([len(item) for item in encoded], out=offsets[1:])
@@ -193,7 +228,11 @@ def write_read_file(
         posting_offsets=offsets, posting_documents=documents, posting_frequencies=frequencies
     )
     arrays["lengths"] = lengths
-    arrays["id_blob"], arrays["id_offsets"] = _strings(ids)
+    # Ids end with a NUL each when none holds one: restoring them is then one split.
+    separated = not any("\0" in memory_id for memory_id in ids)
+    arrays["id_blob"], arrays["id_offsets"] = _strings(
+        [memory_id + "\0" for memory_id in ids] if separated else ids
+    )
     located = np.asarray(locations, np.int64).reshape(-1, 3)
     arrays["location_files"] = located[:, 0].astype(np.uint32)
     arrays["location_offsets"] = located[:, 1]
@@ -218,6 +257,7 @@ def write_read_file(
         "count": count,
         "files": [list(vars_of(covered)) for covered in files],
         "tables": tables,
+        "ids_separated": separated,
         "scan": scan,
         "arrays": described,
     }
@@ -233,32 +273,61 @@ def write_read_file(
     return True
 
 
-def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int]:
-    return covered.name, covered.device, covered.inode, covered.start, covered.end, covered.crc
+def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int, int, int, int]:
+    return (
+        covered.name, covered.device, covered.inode, covered.start, covered.end, covered.crc,
+        covered.size, covered.modified, covered.changed,
+    )  # fmt: skip
 
 
 def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile | None:
     """Load and check a read file on its own (not yet against the save: see
     :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable."""
     try:
-        read = fs.read_file(path, _MAXIMUM_BYTES)
+        data = map_file(path, _MAXIMUM_BYTES)
     except PersistenceError as exc:
         _LOG.info("the read file %s is unusable (%s); the partition is read whole", path, exc)
         return None
-    if read is None:
+    if data is None:
         return None
     try:
-        return _decode(read[0], session_hash, owner_hash)
+        return _decode(data, session_hash, owner_hash)
     except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
         _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
         return None
 
 
-def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
+def map_file(path: Path, maximum_bytes: int) -> memoryview | None:
+    """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
+
+    Raises:
+        PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
+            unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PersistenceError(f"could not open {path}: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > maximum_bytes:
+            raise PersistenceError(f"{path} is not a file this store wrote")
+        if info.st_size == 0:
+            return memoryview(b"")
+        return memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
+    except OSError as exc:
+        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+
+
+def _decode(data: memoryview, session_hash: str, owner_hash: str) -> ReadFile:
     magic, length, crc = _HEAD.unpack_from(data)
     if magic != _MAGIC:
         raise ValueError("not a read file")
-    encoded = data[_HEAD.size : _HEAD.size + length]
+    encoded = bytes(data[_HEAD.size : _HEAD.size + length])
     if len(encoded) != length or zlib.crc32(encoded) != crc:
         raise ValueError("its header fails its checksum")
     header = json.loads(encoded)
@@ -281,7 +350,7 @@ def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
         name[len("column_") :]: array for name, array in arrays.items() if name[:7] == "column_"
     }
     columns = PredicateColumns.restore((column_arrays, header["tables"]), count)
-    terms = _unstrings(arrays["term_blob"], arrays["term_offsets"])
+    terms = TermTable(arrays["term_blob"].tobytes(), arrays["term_offsets"])
     lexical = LexicalIndex.restore(
         (
             terms,
@@ -292,8 +361,15 @@ def _decode(data: bytes, session_hash: str, owner_hash: str) -> ReadFile:
         ),
         count,
     )
-    ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
+    if header["ids_separated"] is True:
+        ids = arrays["id_blob"].tobytes().decode("utf-8").split("\0")
+        if ids.pop() != "":
+            raise ValueError("its ids do not end with a separator")
+    else:
+        ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
     files = tuple(Covered(*entry) for entry in header["files"])
+    if any(len(entry) != 9 for entry in header["files"]):
+        raise ValueError("a covered file is not described in full")
     location_files = arrays["location_files"]
     if len(ids) != count or location_files.size != count:
         raise ValueError("its ids or locations do not match its count")

@@ -10,7 +10,9 @@ read returns never depends on whether a read file was used.
 
 :func:`persist` writes a partition's read file when a read decoded many of its memories
 (at least :data:`LAZY_MINIMUM`, and more than an eighth of those a read file already
-covers), so a large partition is decoded in full once, not on every start.
+covers), so a large partition is decoded in full once, not on every start; closing the
+store writes it for whatever the read file does not cover yet, so the next start decodes
+nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from game_memory.store.packs import PackIndex
 from game_memory.store.read_files import (
     Covered,
     file_crc,
+    file_times,
     load_read_file,
     read_file_path,
     write_read_file,
@@ -120,7 +123,9 @@ def seeded_state(
                 or (not last and info.st_size != covered.end)
             ):
                 return _stale(path, f"{covered.name} was replaced, cut or moved")
-        if file_crc(full, covered.start, covered.end) != covered.crc:
+        if not covered.unchanged(full) and (
+            file_crc(full, covered.start, covered.end) != covered.crc
+        ):
             return _stale(path, f"the bytes of {covered.name} it covers changed")
         try:
             fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -162,7 +167,7 @@ def seeded_state(
     prefix = ReadPrefix(
         read.count, read.columns, read.lexical, _scan_of(read.scan), read.hashes, read.digests
     )
-    positions = {memory_id: at for at, memory_id in enumerate(ids)}
+    positions = dict(zip(ids, range(len(ids)), strict=True))
     if len(positions) != len(ids):
         return _stale(path, "it names one id twice")
     if not ids:
@@ -225,8 +230,14 @@ def content_digests(memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes]]
     ]
 
 
-def persist(session_directory: str, state: PartitionState, digests: Digests) -> bool:
+def persist(
+    session_directory: str, state: PartitionState, digests: Digests, *, closing: bool = False
+) -> bool:
     """Write ``state``'s read file if the read decoded enough memories (see the module).
+
+    With ``closing`` (the store is being closed), any memory the read file does not cover
+    is enough: the next open then decodes nothing (a read file rewritten while reading
+    costs the partition's size, so reads wait for :data:`LAZY_MINIMUM` and an eighth).
 
     Returns whether a read file was written. Not while an erase or compaction is under way
     (``rewrite.json``), and a file written while one began is removed again: a read file
@@ -237,7 +248,7 @@ def persist(session_directory: str, state: PartitionState, digests: Digests) -> 
         return False
     memories = view.memories
     covered = state.read_file_count
-    if len(view) - covered < max(LAZY_MINIMUM, covered // 8):
+    if len(view) - covered < (1 if closing else max(LAZY_MINIMUM, covered // 8)):
         return False
     journal = os.path.join(os.path.dirname(session_directory), REWRITE_JOURNAL)
     if os.path.lexists(journal):
@@ -246,25 +257,25 @@ def persist(session_directory: str, state: PartitionState, digests: Digests) -> 
     locations: list[tuple[int, int, int]] = []
     for part in state.packs:
         start, length, _ = part.index.owners[state.owner_hash]
+        times = file_times(part.index.path)
         crc = file_crc(part.index.path, start, start + length)
         if crc is None:
             return False
         name = os.path.basename(part.index.path)
-        files.append(Covered(name, part.index.device, part.index.inode, start, start + length, crc))
+        index = part.index
+        files.append(Covered(name, index.device, index.inode, start, start + length, crc, *times))
         # A pack range holds its records back to back; their lengths come from the data.
         position = start
         for memory_record in _record_lengths(part.index.path, start, start + length):
             locations.append((len(files) - 1, position, memory_record))
             position += memory_record
     for segment in state.segments:
+        times = file_times(segment.path)
         crc = file_crc(segment.path, 0, segment.end)
         if crc is None or segment.starts.size != len(segment.items):
             return False
-        files.append(
-            Covered(
-                os.path.basename(segment.path), segment.device, segment.inode, 0, segment.end, crc
-            )
-        )
+        name = os.path.basename(segment.path)
+        files.append(Covered(name, segment.device, segment.inode, 0, segment.end, crc, *times))
         bounds = [*segment.starts.tolist(), segment.end]
         for start, stop in itertools.pairwise(bounds):
             locations.append((len(files) - 1, start, stop - start))

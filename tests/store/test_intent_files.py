@@ -1,0 +1,211 @@
+"""Intent files: a ledger index restored from one checks exactly what one built from the
+ledger checks, and is never trusted over a ledger that changed (``store/intent_files.py``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from game_memory import FileGameMemoryStore, GameMemoryQuery, PersistenceError
+from game_memory.durable.names import identity_hash
+from game_memory.store import intent_files
+from game_memory.store import intents as intents_module
+from game_memory.store.intents import LedgerIndex
+from game_memory.store.ledger import Ledger
+
+from .helpers import DATA, MemoryFactory, StoreFactory, log_path
+
+COUNT = 40
+OWNERS = ("npc", "guard", "smith")
+
+
+@pytest.fixture(autouse=True)
+def small_ledgers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Persist the index of ledgers of a few dozen records (the default is 1,024)."""
+    monkeypatch.setattr(intents_module, "PERSIST_MINIMUM", 8)
+
+
+def intent_file(save: Path) -> Path:
+    return save / DATA / "read" / "ledger.intents"
+
+
+async def fill(store: FileGameMemoryStore, make_memory: MemoryFactory, start: int = 0) -> None:
+    for number in range(start, start + COUNT):
+        owner = OWNERS[number % len(OWNERS)]
+        await store.append(make_memory(f"m{number:03d}", owner_id=owner, text=f"word {number}"))
+
+
+def index_of(save: Path) -> LedgerIndex:
+    index = LedgerIndex(Ledger(save / DATA / "ledger.log", 10_000))
+    index.refresh()
+    return index
+
+
+def summary(index: LedgerIndex) -> tuple[object, ...]:
+    mark = index.refresh()
+    session = identity_hash("session")
+    return (
+        mark.count,
+        index.owner_hashes(session),
+        [index.positions(session, owner, mark) for owner in index.owner_hashes(session)],
+        index.damaged(),
+    )
+
+
+async def saved(make_store: StoreFactory, make_memory: MemoryFactory) -> list[int]:
+    """Fill a store, close it (which writes the intent file); return what it counted."""
+    store = make_store()
+    await fill(store, make_memory)
+    found = await counts(store)
+    await store.aclose()
+    return found
+
+
+async def counts(store: FileGameMemoryStore) -> list[int]:
+    found = []
+    for owner in OWNERS:
+        query = GameMemoryQuery(session_id="session", owner_id=owner, text="word", limit=100)
+        found.append(len((await store.snapshot(query)).lexical))
+    return found
+
+
+async def test_an_index_restored_from_the_intent_file_equals_one_read_from_the_ledger(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    expected = await saved(make_store, make_memory)
+    assert intent_file(save).exists()
+    restored = index_of(save)
+    assert restored._persisted == COUNT  # started from the file, not from the ledger
+    os.unlink(intent_file(save))
+    built = index_of(save)
+    assert summary(restored) == summary(built)
+    assert await counts(make_store()) == expected
+
+
+async def test_appends_after_the_intent_file_are_read_from_the_ledger(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    await saved(make_store, make_memory)
+    store = make_store()
+    await store.append(make_memory("late", owner_id="npc", text="word late"))
+    assert await counts(store) == [15, 13, 13]
+    await store.aclose()
+    restored = index_of(save)
+    assert 0 < restored._persisted <= COUNT + 1
+    os.unlink(intent_file(save))
+    assert summary(restored) == summary(index_of(save))
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut", "foreign", "empty"])
+async def test_a_damaged_intent_file_is_ignored_and_rewritten(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, damage: str
+) -> None:
+    save = tmp_path / "save"
+    expected = await saved(make_store, make_memory)
+    path = intent_file(save)
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[len(data) - 5] ^= 0x01  # inside the positions
+    elif damage == "cut":
+        data = data[: len(data) // 2]
+    elif damage == "foreign":
+        data = bytearray(b"GMINTS01 and nothing else")
+    else:
+        data = bytearray()
+    path.write_bytes(bytes(data))
+    restored = index_of(save)
+    assert restored._persisted == COUNT  # read from the ledger, then written again
+    assert path.read_bytes() != bytes(data)
+    os.unlink(path)
+    assert summary(restored) == summary(index_of(save))
+    assert await counts(make_store()) == expected
+
+
+async def test_a_ledger_changed_under_its_intent_file_is_read_from_the_ledger(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    await saved(make_store, make_memory)
+    ledger = save / DATA / "ledger.log"
+    data = bytearray(ledger.read_bytes())
+    data[5 * 128 + 90] ^= 0x01  # the memory hash of record 5: its CRC no longer holds
+    ledger.write_bytes(bytes(data))  # in place: the same inode
+    restored = index_of(save)
+    assert restored.damaged() == [5]  # the damage is seen, as without an intent file
+    os.unlink(intent_file(save))
+    assert summary(restored) == summary(index_of(save))
+
+
+async def test_an_erase_rewrites_the_ledger_and_its_old_intent_file_is_not_used(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    store = make_store()
+    await fill(store, make_memory)
+    await store.erase("session", "npc")
+    await store.aclose()
+    restored = index_of(save)
+    assert identity_hash("npc") not in restored.owner_hashes(identity_hash("session"))
+    os.unlink(intent_file(save))
+    assert summary(restored) == summary(index_of(save))
+    assert await counts(make_store()) == [0, 13, 13]
+
+
+async def test_a_lost_log_still_fails_closed_with_an_intent_file(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    await saved(make_store, make_memory)
+    assert intent_file(save).exists()
+    log_path(save, "session", "guard").unlink()
+    query = GameMemoryQuery(session_id="session", owner_id="guard", text="word", limit=5)
+    with pytest.raises(PersistenceError, match="lost"):
+        await make_store().snapshot(query)
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from game_memory.store import intent_files
+from game_memory.store import intents
+from game_memory.store.intents import LedgerIndex
+from game_memory.store.ledger import Ledger
+
+def dying(path, data):
+    temporary = path.with_name(path.name + ".0123.tmp")
+    temporary.write_bytes(data[: len(data) // 2])  # half written, then killed
+    os.kill(os.getpid(), signal.SIGKILL)
+
+intents.PERSIST_MINIMUM = 8
+intent_files.fs.atomic_write = dying
+LedgerIndex(Ledger(Path(sys.argv[1]), 10_000)).refresh()
+"""
+
+
+async def test_a_reader_killed_while_writing_the_intent_file_leaves_nothing_wrong(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    expected = await saved(make_store, make_memory)
+    os.unlink(intent_file(save))
+    ledger = save / DATA / "ledger.log"
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_KILLED_WRITER), str(save / DATA / "ledger.log")],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    assert not intent_file(save).exists()
+    assert list(intent_file(save).parent.glob("ledger.intents.*.tmp"))
+    assert intent_files.load_intents(save / DATA / "ledger.log", os.lstat(ledger)) is None
+    assert await counts(make_store()) == expected
+    assert intent_file(save).exists()
