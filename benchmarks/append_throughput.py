@@ -10,7 +10,8 @@ disk (``--directory``, default the temporary folder), the builds alternating:
   (a run with the appends minus one without, divided by their number);
 * **concurrent appenders**: ``--tasks`` coroutines through one store, each appending
   ``--per-task`` memories of its own NPC at once (``asyncio.gather``): appends/s, and fsyncs
-  per append under strace (each append is written on its own: no group commit);
+  per append under strace (with group commit, concurrent appends share a group's fsyncs:
+  one per log the group touches; before it, each append was written on its own);
 * **bulk ingest**: ``append_many`` of 10,000 and 100,000 memories (one NPC, the store alone,
   no embedding: the lexical mode's cost), memories/s; a build without ``append_many`` runs
   the loop of ``append`` over ``--loop-bulk`` memories instead (and says so).
