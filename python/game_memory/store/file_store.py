@@ -471,11 +471,12 @@ class FileGameMemoryStore:
             return
         self._state = _State.CLOSED
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        if self._ready:
+        if self._ready and self._engine.grouped:
 
             def checkpoint() -> None:
                 # Every intent durable and the unsynced marker emptied: a save closed
-                # cleanly needs no reconciling when it is opened next.
+                # cleanly needs no reconciling when it is opened next. Only a store
+                # object that appended does it: one that only read changes nothing.
                 with contextlib.suppress(GameMemoryError):
                     self._engine.settle(checkpoint=True)
 

@@ -281,9 +281,10 @@ class Ledger:
         records of zeros.
 
         A power loss can keep the size an append gave the file without its data (file
-        systems that write metadata before data), which reads as zeros. Such an append was
-        never acknowledged: the intent is fsynced before its record is written, and the
-        acknowledgement comes after both. Zeros are never a valid intent (the magic).
+        systems that write metadata before data), which reads as zeros. Zeros are never a
+        valid intent (the magic), so they are cut; an acknowledged memory whose intent was
+        lost this way (a group commit does not fsync its intents) has it written again by
+        recovery from its durable record (``unsynced.py``, ``reconcile.py``).
         """
         info = self.stat()
         if info is None:
