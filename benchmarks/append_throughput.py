@@ -10,13 +10,19 @@ disk (``--directory``, default the temporary folder), the builds alternating:
   (a run with the appends minus one without, divided by their number);
 * **concurrent appenders**: ``--tasks`` coroutines through one store, each appending
   ``--per-task`` memories of its own NPC at once (``asyncio.gather``): appends/s, and fsyncs
-  per append under strace (each append is written on its own: no group commit);
+  per append under strace (with group commit, concurrent appends share a group's fsyncs:
+  one per log the group touches; before it, each append was written on its own);
+* **concurrent appenders into one NPC**: the same, every task appending to one NPC (a
+  group then touches one log: one fsync for the whole group);
 * **bulk ingest**: ``append_many`` of 10,000 and 100,000 memories (one NPC, the store alone,
   no embedding: the lexical mode's cost), memories/s; a build without ``append_many`` runs
   the loop of ``append`` over ``--loop-bulk`` memories instead (and says so).
 
-Prints one JSON object: per build, the figures, plus the machine's bare fsync latency at the
-start and the end. ``python benchmarks/append_throughput.py --code /path/to/old/python``.
+With ``--rounds N`` the builds alternate N times and each figure is also given as the
+median of its rounds (the machine is shared: compare the builds round by round);
+``--no-bulk`` skips the bulk rows. Prints one JSON object: per build, the figures, plus the
+machine's bare fsync latency at the start and the end.
+``python benchmarks/append_throughput.py --code /path/to/old/python --rounds 3``.
 """
 
 from __future__ import annotations
@@ -64,11 +70,12 @@ async def main(kind, folder, number, seed_count, tasks):
             await store.append(memory(seed_count + n, prefix="a"))
             times.append(time.perf_counter() - started)
         result["times"] = times
-    elif kind == "concurrent":
+    elif kind in ("concurrent", "together"):
         await seed(store, seed_count)
         async def worker(t):
+            owner = f"npc-{t + 1:03d}" if kind == "concurrent" else "npc-000"
             for n in range(number):
-                await store.append(memory(n, owner=f"npc-{t + 1:03d}", prefix=f"t{t}"))
+                await store.append(memory(n, owner=owner, prefix=f"t{t}"))
         started = time.perf_counter()
         await asyncio.gather(*(worker(t) for t in range(tasks)))
         result["seconds"] = time.perf_counter() - started
@@ -121,7 +128,7 @@ def counted(code: str, kind: str, root: Path, number: int, seed: int, tasks: int
         trace = folder.with_suffix(".strace")
         run(code, kind, folder, appends, seed, tasks, trace)
         calls.append(fsync_calls(trace))
-    total = number * (tasks if kind == "concurrent" else 1)
+    total = number * (tasks if kind in ("concurrent", "together") else 1)
     return round((calls[0] - calls[1]) / total, 2)
 
 
@@ -149,7 +156,14 @@ def measure(code: str, root: Path, args: argparse.Namespace) -> Json:
     concurrent = run(code, "concurrent", root / "concurrent", args.per_task, args.seed, args.tasks)
     figures["concurrent_appends_per_s"] = round(args.tasks * args.per_task / concurrent["seconds"])
     figures["concurrent_fsyncs_per_append"] = counted(code, "concurrent", root, 10, 100, args.tasks)
-    for size in (10_000, 100_000):
+    together = run(code, "together", root / "together", args.per_task, args.seed, args.tasks)
+    figures["one_npc_concurrent_appends_per_s"] = round(
+        args.tasks * args.per_task / together["seconds"]
+    )
+    figures["one_npc_concurrent_fsyncs_per_append"] = counted(
+        code, "together", root, 10, 100, args.tasks
+    )
+    for size in () if args.no_bulk else (10_000, 100_000):
         bulk = run(code, "bulk", root / f"bulk-{size}", size, 0, args.loop_bulk)
         figures[f"bulk_{size}"] = {"api": bulk["api"], "memories": bulk["memories"],
                                    "per_s": round(bulk["memories"] / bulk["seconds"])}  # fmt: skip
@@ -166,13 +180,24 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--per-task", type=int, default=40)
     parser.add_argument("--loop-bulk", type=int, default=2_000)
+    parser.add_argument("--rounds", type=int, default=1, help="builds alternate, per round")
+    parser.add_argument("--no-bulk", action="store_true", help="skip the bulk ingest rows")
     args = parser.parse_args()
-    builds = [here, *(args.code or [])]
+    builds = [here, *(code for code in args.code or [] if os.path.abspath(code) != here)]
     base = Path(tempfile.mkdtemp(prefix="append-throughput-", dir=args.directory))
     report: Json = {"machine": {"bare_fsync_ms_at_start": bare_fsync_ms(base)}, "builds": {}}
-    for number, code in enumerate(builds):
-        print(f"[append_throughput] measuring {code}", file=sys.stderr, flush=True)
-        report["builds"][code] = measure(code, base / f"build-{number}", args)
+    rounds: dict[str, list[Json]] = {code: [] for code in builds}
+    for round_number in range(args.rounds):
+        for number, code in enumerate(builds):
+            print(f"[append_throughput] round {round_number + 1}: {code}", file=sys.stderr)
+            folder = base / f"build-{number}-round-{round_number}"
+            rounds[code].append(measure(code, folder, args))
+    for code, measured in rounds.items():
+        medians: Json = {}
+        for key, value in measured[0].items():
+            if isinstance(value, (int, float)):
+                medians[key] = statistics.median(figures[key] for figures in measured)
+        report["builds"][code] = {"median_of_rounds": medians, "rounds": measured}
     report["machine"]["bare_fsync_ms_at_end"] = bare_fsync_ms(base)
     print(json.dumps(report, indent=1))
 

@@ -6,6 +6,8 @@ with SIGKILL, and checks the save: it opens; every acknowledged memory is there,
 ``check(fix=True)`` leaves it consistent. The rounds are
 
 * ``append``: appends, each acknowledged when ``append`` returned;
+* ``concurrent``: the same from eight concurrent tasks of one process, so the kill lands
+  in the middle of group commits;
 * ``migrate``: a migration of new legacy documents (durable before it starts, so they are
   promised from then on, migrated or not);
 * ``rebuild``: forced rebuilds of the vector index (the save must be untouched, and the
@@ -50,7 +52,16 @@ from .harness import CampaignResult, Harness
 __all__ = ["KINDS", "LIFECYCLE_KINDS", "CampaignResult", "run_campaign"]
 
 LIFECYCLE_KINDS = ("forget", "consolidate", "erase", "compact", "sidecar_lifecycle")
-KINDS = ("append", "migrate", "rebuild", "check", "salvage", "sidecar", *LIFECYCLE_KINDS)
+KINDS = (
+    "append",
+    "concurrent",
+    "migrate",
+    "rebuild",
+    "check",
+    "salvage",
+    "sidecar",
+    *LIFECYCLE_KINDS,
+)
 
 
 class _Campaign(Harness):
@@ -60,6 +71,14 @@ class _Campaign(Harness):
 
     def append(self) -> bool:
         output = self.kill_later(self.start("append", str(self.save), f"a{self.round}", "300"), 0.3)
+        for line in output.splitlines():
+            if line.startswith("ack "):
+                self.ledger.appended(memory(line.split(" ", 1)[1]))
+        return True
+
+    def concurrent(self) -> bool:
+        process = self.start("appends", str(self.save), f"c{self.round}", "400")
+        output = self.kill_later(process, 0.3)
         for line in output.splitlines():
             if line.startswith("ack "):
                 self.ledger.appended(memory(line.split(" ", 1)[1]))

@@ -5,6 +5,8 @@ acknowledged before it killed the process):
 
 * ``append SAVE PREFIX COUNT``: append ``PREFIX-0`` ... (``campaign_memories.memory``);
   ``ack <id>``.
+* ``appends SAVE PREFIX COUNT``: the same appends from eight concurrent tasks through one
+  store, so they share group commits (a kill lands mid-group); ``ack <id>``.
 * ``migrate SAVE``: run the legacy migration; ``migrated <n>``.
 * ``rebuild SAVE INDEX``: rebuild every session's vectors with the hashing model, forced,
   over and over; ``rebuilt <session>``.
@@ -56,6 +58,16 @@ async def erase(save: str, index: str, plan: list[list[Any]]) -> None:
             say(f"erased {number}")
 
 
+async def concurrent_appends(store: FileGameMemoryStore, prefix: str, count: int) -> None:
+    async def appender(task: int) -> None:
+        for number in range(task, count, 8):
+            item = memory(f"{prefix}-{number}")
+            await store.append(item)
+            say(f"ack {item.memory_id}")
+
+    await asyncio.gather(*(appender(task) for task in range(8)))
+
+
 async def churn(store: FileGameMemoryStore, prefix: str, count: int) -> None:
     for number in range(count):
         item = memory(f"{prefix}-{number}")
@@ -89,6 +101,8 @@ async def main(mode: str, save: str, rest: list[str]) -> None:
                 item = memory(f"{prefix}-{number}")
                 await store.append(item)
                 say(f"ack {item.memory_id}")
+        elif mode == "appends":
+            await concurrent_appends(store, rest[0], int(rest[1]))
         elif mode == "migrate":
             report = await store.migrate_legacy_layout()
             say(f"migrated {report.migrated_entries}")

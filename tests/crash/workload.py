@@ -3,8 +3,9 @@
 :func:`prepare` writes a legacy save (flat documents and a C# ``.memory-v2`` folder).
 :func:`run_workload` then, recorded: migrates it (lazily, on first use), appends memories
 to one owner across several log segments (``maximum_file_bytes`` is the minimum, 1,024,
-so a segment holds two records) and to other owners, rebuilds the session's vectors with
-the hashing model, appends through the front door (memory and vector), then the lifecycle
+so a segment holds two records) and, three at once (a group commit), to other owners,
+rebuilds the session's vectors with the hashing model, appends through the front door
+(memory and vector), then the lifecycle
 calls through the front door: two retractions of one memory (the second earlier, so the
 first becomes redundant), a consolidation of two of ``mira``'s memories into a summary, an
 erase of listed memories (one in a log segment, one migrated into a pack, with its legacy
@@ -28,6 +29,7 @@ derived index, whatever state it is in, is repaired by ``rebuild(force=True)`` a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
@@ -149,10 +151,13 @@ async def run_workload(base: Path, recorder: Recorder) -> None:
             memory = expected(f"seg-{number}")
             await store.append(memory)
             recorder.mark("ack", memory.memory_id)
-        for number in range(3):
-            memory = expected(f"other-{number}")
+
+        async def concurrently(memory: GameMemory) -> None:
             await store.append(memory)
             recorder.mark("ack", memory.memory_id)
+
+        # Three at once share group commits (store/group_commit.py).
+        await asyncio.gather(*(concurrently(expected(f"other-{n}")) for n in range(3)))
     recorder.mark("phase", "rebuild")
     memory_store = await open_memory(save, index=base / "index", model="hashing")
     async with memory_store:

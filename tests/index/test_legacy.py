@@ -277,6 +277,11 @@ BROKEN = {
 }
 
 
+def _authoritative(save: Path) -> dict[str, str]:
+    """The save's files, less ``unsynced.log``, which closing the store empties."""
+    return {name: digest for name, digest in file_hashes(save).items() if "unsynced" not in name}
+
+
 @pytest.mark.parametrize("damage", list(BROKEN.values()), ids=list(BROKEN))
 async def test_an_invalid_reference_record_stops_the_migration_before_anything_moves(
     make_vector_store: VectorStoreFactory,
@@ -286,7 +291,7 @@ async def test_an_invalid_reference_record_stops_the_migration_before_anything_m
     damage: Any,
 ) -> None:
     store, provider, memories = await saved(make_vector_store, make_memory)
-    save = file_hashes(tmp_path / "save")
+    save = _authoritative(tmp_path / "save")
     records = [
         (m, reference_record(m, provider.identity, reference_vector(provider, m))) for m in memories
     ]
@@ -303,7 +308,7 @@ async def test_an_invalid_reference_record_stops_the_migration_before_anything_m
     after = file_hashes(tmp_path / "index")
     assert all(after[name] == digest for name, digest in legacy.items())
     await store.aclose()
-    assert file_hashes(tmp_path / "save") == save
+    assert _authoritative(tmp_path / "save") == save
 
 
 async def test_a_non_finite_number_in_a_reference_vector_is_refused(

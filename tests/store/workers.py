@@ -28,7 +28,7 @@ from typing import Any
 from game_memory import FileGameMemoryStore, GameMemory, GameMemoryQuery, GameMoment
 from game_memory.durable import fs
 from game_memory.store import engine as engine_module
-from game_memory.store import migration
+from game_memory.store import group_writes, migration
 from game_memory.store.ledger import Ledger
 
 CRASH_AT = 3
@@ -62,21 +62,20 @@ def arm_append_crash(point: str) -> None:
     def armed() -> bool:
         return calls["n"] == CRASH_AT
 
-    original_append = Ledger.append
-    original_write = engine_module.StoreEngine.write_records
+    original_append = Ledger.append_encoded
+    original_write = group_writes.write_planned
     original_bytes = fs.append_bytes
 
-    def ledger_append(self: Ledger, entries: Any, **options: Any) -> None:
+    def ledger_append(self: Ledger, records: bytes, **options: Any) -> None:
         calls["n"] += 1
-        original_append(self, entries, **options)
+        original_append(self, records, **options)
         if point == "intent" and armed():
             die()
 
-    def write_records(self: Any, state: Any, records: Any, *, durable: bool) -> list[str]:
-        touched = original_write(self, state, records, durable=durable)
+    def write_records(state: Any, plan: Any) -> None:
+        original_write(state, plan)
         if point == "record" and armed():
             die()
-        return touched
 
     def append_bytes(fd: int, data: bytes, path: Path, **options: Any) -> None:
         if point == "torn" and armed() and path.name.startswith("o-"):
@@ -85,8 +84,8 @@ def arm_append_crash(point: str) -> None:
             die()
         original_bytes(fd, data, path, **options)
 
-    Ledger.append = ledger_append  # type: ignore[method-assign]
-    engine_module.StoreEngine.write_records = write_records  # type: ignore[method-assign]
+    Ledger.append_encoded = ledger_append  # type: ignore[method-assign]
+    group_writes.write_planned = write_records
     fs.append_bytes = append_bytes
 
 

@@ -418,6 +418,9 @@ def sync_all(files: list[Path], folders: list[Path]) -> None:
     jobs = [(flush_file, path) for path in files] + [(fsync_directory, path) for path in folders]
     if not jobs:
         return
+    if len(jobs) == 1:  # one fsync: no pool (a single append's commit)
+        jobs[0][0](jobs[0][1])
+        return
     with ThreadPoolExecutor(min(_BARRIER_THREADS, len(jobs))) as pool:
         for future in [pool.submit(job, path) for job, path in jobs]:
             future.result()

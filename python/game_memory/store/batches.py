@@ -15,13 +15,16 @@ too; check the capacity for what is new; then, for two or more new memories:
 A crash (``kill -9`` or power loss) before the commit leaves the journal, and the next
 writer undoes the batch exactly (``journal.py``: segments cut back, new ones deleted, the
 ledger cut back): all or nothing. Readers meanwhile excuse the intents after the journal's
-mark, as they do for a migration batch. A batch of one new memory is an ordinary append
-(intent fsync, record fsync), which is atomic by itself and needs no journal.
+mark, as they do for a migration batch. The journal's batch checkpoints first (every intent
+durable, the unsynced marker emptied: ``unsynced.py``), since its intents are of partitions
+the marker does not name.
 
 Two modes: **atomic** (``append_many``): any conflict, damaged partition or capacity
-shortfall raises and nothing is written; **independent**: each memory gets its own outcome,
-and only the accepted ones are written (kept for a future group commit; unused since the
-group commit of concurrent appends was taken out, see docs/storage-format.md).
+shortfall raises and nothing is written; **independent** (the group commit of concurrent
+appends, ``group_commit.py``): each memory gets its own outcome, and the accepted ones are
+written as one group commit (``group_writes.py``: no journal; one fsync per log touched),
+which fails every accepted memory if it fails. A batch of one new memory is a group commit
+of one in either mode.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from game_memory.model import GameMemory
 from game_memory.store.appends import plan_segments, write_planned
 from game_memory.store.capacity import full_message
 from game_memory.store.engine import StoreEngine
-from game_memory.store.ledger import LedgerEntry
+from game_memory.store.ledger import MAXIMUM_GROUP, LedgerEntry
 from game_memory.store.partitions import PartitionState, identity_hash, partition_hash
 
 __all__ = ["Outcome", "write_batch"]
@@ -88,7 +91,7 @@ def write_batch(
     engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()
-        engine.recover()
+        engine.recover(checkpoint=False)
         marks = engine.refresh()
         partitions: dict[tuple[str, str], _Partition] = {}
         accepted: list[tuple[int, tuple[str, str]]] = []
@@ -152,17 +155,74 @@ def write_batch(
             engine.layout.require_format(3)
         elif any(memories[position].belief_key is not None for position, _ in accepted):
             engine.layout.require_format(2)
-        if len(accepted) == 1:
-            position, key = accepted[0]
-            only = partitions[key].state
-            record = records[position]
-            assert only is not None and record is not None
-            outcomes[position] = engine.add_locked(memories[position], record, only)
+        if accepted and (len(accepted) == 1 or not atomic):
+            _group(engine, memories, records, accepted, partitions, outcomes, atomic=atomic)
         elif accepted:
+            engine.checkpoint()  # the journal's batch writes intents the marker does not name
             _commit(engine, memories, records, accepted, partitions, count)
             for position, _key in accepted:
                 outcomes[position] = True
     return [False if outcome is None else outcome for outcome in outcomes]
+
+
+def _group(
+    engine: StoreEngine,
+    memories: Sequence[GameMemory],
+    records: list[bytes | None],
+    accepted: list[tuple[int, tuple[str, str]]],
+    partitions: dict[tuple[str, str], _Partition],
+    outcomes: list[Outcome | None],
+    *,
+    atomic: bool,
+) -> None:
+    """Group-commit the accepted memories (``group_writes.py``), in as few groups as the
+    rule allows that a group writes one log segment per partition.
+
+    A group never appends to a segment *and* starts the next one of the same partition:
+    after a power loss the new segment could then survive while the old one's unsynced
+    end did not (a damaged segment before the last). A memory that would roll a
+    partition over after the group already wrote to it starts the next group, written
+    after this one's commit on the partition as it is then. A failed group fails its own
+    memories (in independent mode, as their outcomes) and every later one.
+    """
+    states = {key: partitions[key].state for _, key in accepted}
+    ends: dict[tuple[str, str], int] = {}  # each partition's last segment, as planned so far
+    chunks: list[list[tuple[int, tuple[str, str]]]] = [[]]
+    written: set[tuple[str, str]] = set()  # the partitions the last chunk writes to
+    for position, key in accepted:
+        record = records[position]
+        assert record is not None
+        if key not in ends:
+            state = states[key]
+            tail = state.tail if state is not None else None
+            ends[key] = tail.end if tail is not None else 0
+        rolls = ends[key] > 0 and ends[key] + len(record) > engine.maximum_file_bytes
+        if len(chunks[-1]) >= MAXIMUM_GROUP or (rolls and key in written):
+            chunks.append([])
+            written = set()
+        chunks[-1].append((position, key))
+        written.add(key)
+        ends[key] = len(record) if rolls else ends[key] + len(record)
+    for number, part in enumerate(chunks):
+        items = []
+        for position, key in part:
+            state, record = states[key], records[position]
+            if number:
+                state = engine.read_partition(*key)  # as the previous group left it
+            assert state is not None and record is not None
+            entry = LedgerEntry(key[0], key[1], identity_hash(memories[position].memory_id))
+            items.append((entry, record, state))
+        try:
+            engine.write_new(items)
+        except Exception as exc:
+            if atomic:
+                raise
+            for later in chunks[number:]:
+                for position, _key in later:
+                    outcomes[position] = exc
+            return
+        for position, _key in part:
+            outcomes[position] = True
 
 
 def _commit(

@@ -282,7 +282,9 @@ def _recover(engine: StoreEngine) -> list[str]:
     rewrite = engine.rewrites.read()
     before = engine.ledger.count() - unwritten // RECORD_BYTES
     retractions = engine.retraction_ledger.count() - retraction_unwritten // RECORD_BYTES
+    engine.reconciled = (0, 0)
     engine.recover(force=True)
+    reconciled_adds = engine.reconciled[1]
     for ledger, cut in (
         (engine.ledger, unwritten),
         (engine.retraction_ledger, retraction_unwritten),
@@ -293,9 +295,12 @@ def _recover(engine: StoreEngine) -> list[str]:
         repairs.append("rolled back an uncommitted migration batch (the next open migrates again)")
     if rewrite is not None:
         repairs.append(f"finished {describe_rewrite(rewrite)}")
-    dropped = before - engine.ledger.count()
+    dropped = before - engine.ledger.count() + reconciled_adds
     if dropped > 0 and not uncommitted and rewrite is None:
         repairs.append(f"dropped {dropped} pending ledger intent (an append never acknowledged)")
+    if reconciled_adds:
+        plural = "s" if reconciled_adds > 1 else ""
+        repairs.append(f"added {reconciled_adds} missing ledger intent{plural}")
     dropped = retractions - engine.retraction_ledger.count()
     if dropped > 0 and rewrite is None:
         repairs.append(f"dropped {dropped} pending retraction intent (a forget never acknowledged)")

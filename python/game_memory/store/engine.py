@@ -7,6 +7,7 @@ in full in ``docs/storage-format.md``)::
     format.json          {"format": "game-memory-store", "format_version": 3}  (1, 2: read too)
     lock                 the cross-process writer lock (flock)
     ledger.log           one 128-byte intent per memory (see ledger.py)
+    unsynced.log         partitions whose records may outlive unsynced intents (unsynced.py)
     retraction-ledger.log  one 128-byte intent per retraction (forget)
     migration.json       present only while a legacy migration batch is uncommitted
     rewrite.json         present only while an erase or a compaction is unfinished
@@ -18,28 +19,36 @@ in full in ``docs/storage-format.md``)::
 
 An append, under the lock: recover; read the partition and check it against the ledgers;
 return if an equivalent memory is there (or raise on a conflict); check capacity with the
-ledger count; append+fsync the intent; append+fsync the record (fsyncing new files'
-folders). Acknowledged appends are durable; a crash leaves at most one pending intent,
-which the next writer resolves. A retraction (``forget``) is written the same way, its
-intent in the retraction ledger and its record in the retraction log.
+ledger count; then a group commit of one (``group_writes.py``: the partition named in the
+unsynced marker, the intent written, the record written and fsynced: the commit). Concurrent
+appends of one store object share a group (``group_commit.py``). Acknowledged appends are
+durable; a kill leaves at most the newest group's intents pending and a power loss may take
+intents of durable records, which the next writer (or the next open) reconciles
+(``reconcile.py``). A retraction (``forget``) is written with its intent fsynced first, in
+the retraction ledger, and its record in the retraction log.
 
 The read path, checked against the ledgers, is :class:`~game_memory.store.reader.StoreReader`'s.
 """
 
 from __future__ import annotations
 
-from game_memory.durable import fs
+from collections.abc import Sequence
+from pathlib import Path
+
 from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.appends import append_records, cut_tail
 from game_memory.store.capacity import full_message
 from game_memory.store.documents import encode_document
+from game_memory.store.group_writes import write_group
 from game_memory.store.layout import DATA_FOLDER, STORE_FORMAT_VERSION
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.packs import plan_packs
 from game_memory.store.partitions import PartitionState, identity_hash, partition_hash
 from game_memory.store.reader import Marks, StoreReader, damage_advice, validated_id
+from game_memory.store.reconcile import reconcile
 from game_memory.store.records import encode_record
+from game_memory.store.unsynced import Unsynced, UnsyncedMarker
 
 __all__ = [
     "DATA_FOLDER",
@@ -54,12 +63,35 @@ __all__ = [
 class StoreEngine(StoreReader):
     """Blocking operations on one store folder; thread-safe; shared by one store object."""
 
+    def __init__(
+        self,
+        root: Path,
+        *,
+        maximum_entries: int,
+        maximum_file_bytes: int,
+        lock_timeout: float,
+        cache_entries: int,
+    ) -> None:
+        super().__init__(
+            root,
+            maximum_entries=maximum_entries,
+            maximum_file_bytes=maximum_file_bytes,
+            lock_timeout=lock_timeout,
+            cache_entries=cache_entries,
+        )
+        #: The unsynced-intents marker (``unsynced.py``).
+        self.unsynced = UnsyncedMarker(self.data / "unsynced.log")
+        #: Intents dropped and added by reconciling so far (``check`` reports them).
+        self.reconciled = (0, 0)
+        #: Whether this engine wrote a group commit (closing the store then checkpoints).
+        self.grouped = False
+
     def prepare(
         self, session_hash: str, owner_hash: str, memory: GameMemory | None = None
     ) -> tuple[PartitionState, Marks]:
         """Under the lock: recover, then read a partition checked against the ledgers."""
         self.layout.guard()
-        self.recover()
+        self.recover(checkpoint=False)
         marks = self.refresh()
         state = self.read_partition(session_hash, owner_hash)
         session_id = owner_id = None
@@ -118,11 +150,73 @@ class StoreEngine(StoreReader):
                 full_message(self.intents, self.read_partition, count), bound="maximum_entries"
             )
         entry = LedgerEntry(state.session_hash, state.owner_hash, identity_hash(memory.memory_id))
-        self.ledger.append([entry], first_index=count)
-        fs.ensure_directory(self.session_directory(state.session_hash))
-        self.write_records(state, [record], durable=True)
-        self.note_verified(self.ledger)
+        self.write_new([(entry, record, state)])
         return True
+
+    def write_new(self, items: Sequence[tuple[LedgerEntry, bytes, PartitionState]]) -> None:
+        """Group-commit new memories, decided and counted (``group_writes.py``); under the lock.
+
+        Raises:
+            PersistenceError: a write or fsync failed: none of ``items`` was acknowledged.
+        """
+        try:
+            write_group(
+                self.ledger,
+                self.unsynced,
+                items,
+                directory=self.session_directory,
+                maximum_file_bytes=self.maximum_file_bytes,
+                checkpoint=self.checkpoint,
+            )
+        except BaseException:
+            self._verified.pop(self.ledger.kind, None)  # the next recovery reconciles
+            raise
+        finally:
+            self.grouped = True
+        self.note_verified(self.ledger)
+
+    def checkpoint(self) -> None:
+        """Make every intent durable and end the unsynced marker's generation (under the
+        lock, in a consistent state: after recovery)."""
+        if self.unsynced.read() is None:
+            return
+        self.ledger.sync()
+        self.unsynced.clear()
+
+    def settle(self, *, checkpoint: bool) -> None:
+        """Reconcile what a group commit may have left (only while the unsynced marker is
+        not empty; nothing else of the recovery): at open, so ``count()`` agrees with
+        ``enumerate`` from the first read after a crash; with ``checkpoint``, also end the
+        marker's generation (at close)."""
+        if self.unsynced.read() is None:
+            return
+        self.layout.guard()
+        with self.locked():
+            self.layout.guard()
+            unsynced = self.unsynced.read()
+            if unsynced is None:
+                return
+            unwritten = self.ledger.unwritten_tail()
+            info = self.ledger.stat()
+            if unwritten and info is not None:
+                self.ledger.truncate((info.st_size - unwritten) // RECORD_BYTES)
+            self._reconcile(unsynced, force=False)
+            if checkpoint:
+                self.checkpoint()
+
+    def _reconcile(self, unsynced: Unsynced, *, force: bool) -> None:
+        """Reconcile the add ledger with the marker's partitions, if it changed since this
+        process last verified it (``reconcile.py``)."""
+        info = self.ledger.stat()
+        if (
+            not force
+            and info is not None
+            and ((info.st_ino, info.st_size) == self._verified.get(self.ledger.kind))
+        ):
+            return
+        dropped, added = reconcile(self.ledger, self.intents, self.read_partition, unsynced)
+        self.reconciled = (self.reconciled[0] + dropped, self.reconciled[1] + added)
+        self.note_verified(self.ledger)
 
     def write_records(
         self, state: PartitionState, records: list[bytes], *, durable: bool, series: str = "o"
@@ -143,16 +237,21 @@ class StoreEngine(StoreReader):
 
     # -- recovery -----------------------------------------------------------------------
 
-    def recover(self, *, force: bool = False) -> None:
+    def recover(self, *, force: bool = False, checkpoint: bool = True) -> None:
         """Resolve what a crashed writer left behind. Call under the lock.
 
         Cuts a torn record (or zeros a power loss left for one) off either ledger; rolls
         back an uncommitted migration batch; finishes an unfinished erase or compaction;
-        drops the newest intent of either ledger if its record never landed. The newest
-        intents are re-checked only when a ledger changed since this process last
-        verified it (or with ``force``). When the newest intent's partition cannot be
-        read (it is damaged) the intent is kept: it may have been acknowledged, and
-        ``check`` names it with the damage.
+        while the unsynced marker names partitions, reconciles the intents after its
+        watermark with their records (``reconcile.py``: the newest group's intents
+        without records dropped, intents a power loss took written again); otherwise
+        drops the newest intent of the add ledger if its record never landed; the same
+        for the retraction ledger. This is re-checked only when a ledger changed since
+        this process last verified it (or with ``force``). When a partition cannot be
+        read (it is damaged) its intents are kept: they may have been acknowledged, and
+        ``check`` names them with the damage. With ``checkpoint`` (every writer but an
+        append, which keeps the marker's generation going) it then makes every intent
+        durable and empties the marker.
 
         Raises:
             PersistenceError: the newest intent itself, or a journal, is corrupt.
@@ -169,9 +268,14 @@ class StoreEngine(StoreReader):
             self._verified.clear()
         if self.finish_rewrite():
             self._verified.clear()
+        unsynced = self.unsynced.read()
         for ledger in (self.ledger, self.retraction_ledger):
             info = ledger.stat()
-            if info is None or (info.st_ino, info.st_size) == self._verified.get(ledger.kind):
+            verified = self._verified.get(ledger.kind)
+            if ledger is self.ledger and unsynced is not None:
+                self._reconcile(unsynced, force=info is None)
+                continue
+            if info is None or (info.st_ino, info.st_size) == verified:
                 continue
             count = info.st_size // RECORD_BYTES
             if count:
@@ -183,6 +287,8 @@ class StoreEngine(StoreReader):
                 if not present:
                     ledger.truncate(count - 1)
             self.note_verified(ledger)
+        if checkpoint and unsynced is not None:
+            self.checkpoint()
 
     def is_present(self, entry: LedgerEntry, ledger: Ledger, *, newest: bool = False) -> bool:
         """Whether the record an intent of ``ledger`` promises is in its partition."""

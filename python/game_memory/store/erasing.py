@@ -62,7 +62,7 @@ def erase(
     engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()
-        engine.recover()
+        engine.recover(checkpoint=False)  # an erase that finds nothing changes nothing
         marks = engine.refresh()
         owners = [owner_hash] if owner_hash is not None else _owners(engine, session_hash)
         erased = 0
@@ -84,6 +84,7 @@ def erase(
         rewrite = Rewrite(
             "erase", session_hash, owner_hash, None if wanted is None else frozenset(hashes)
         )
+        engine.checkpoint()  # the rewrite renumbers the ledger: every intent durable first
         engine.rewrites.write(rewrite)  # the commit: from here on it is finished, never undone
         finish_rewrite(engine.rewrite_context, rewrite)
         return erased

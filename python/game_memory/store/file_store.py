@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from game_memory.durable import fs
-from game_memory.errors import InvalidArgumentError, StoreClosedError
+from game_memory.errors import GameMemoryError, InvalidArgumentError, StoreClosedError
 from game_memory.model import (
     CompactionReport,
     GameMemory,
@@ -50,6 +50,7 @@ from game_memory.store.batches import write_batch
 from game_memory.store.check import check_store
 from game_memory.store.engine import StoreEngine
 from game_memory.store.erasing import compact, erase
+from game_memory.store.group_commit import GroupCommitter, settle
 from game_memory.store.lexical import lexical_search
 from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
 from game_memory.store.protocol import StoreSnapshot
@@ -60,26 +61,6 @@ __all__ = ["FileGameMemoryStore"]
 _T = TypeVar("_T")
 MAXIMUM_ENTRIES_LIMIT = 1_000_000
 MAXIMUM_SNAPSHOT_LIMIT = 1_000_000
-
-
-def _settle(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[_T],
-    result: _T | None,
-    error: BaseException | None,
-) -> None:
-    """From a worker thread: complete ``future`` on its loop (unless it was cancelled)."""
-
-    def complete() -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
-        loop.call_soon_threadsafe(complete)
 
 
 class _State(enum.Enum):
@@ -148,6 +129,11 @@ class FileGameMemoryStore:
         )
         fs.check_no_symlinks(self.directory)
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="game-memory-store")
+        self._appends = GroupCommitter(
+            lambda group: write_batch(self._engine, group, atomic=False),
+            self._executor.submit,
+            self._closed,
+        )
         self._state = _State.OPEN
         self._create = create
         self._ready = False
@@ -191,9 +177,9 @@ class FileGameMemoryStore:
             try:
                 result = function()
             except BaseException as exc:  # handed to the awaiting task, never lost
-                _settle(loop, future, None, exc)
+                settle(loop, future, None, exc)
             else:
-                _settle(loop, future, result, None)
+                settle(loop, future, result, None)
 
         try:
             self._executor.submit(job)
@@ -217,6 +203,9 @@ class FileGameMemoryStore:
 
             def prepare() -> MigrationReport:
                 self.created = self._engine.open_layout(create=self._create)
+                # What a crashed group commit left is reconciled before the first read,
+                # so count() and enumerate agree from the start (store/reconcile.py).
+                self._engine.settle(checkpoint=False)
                 if has_legacy_layout(self.directory):
                     return migrate_legacy_layout(self._engine)
                 return MigrationReport(
@@ -233,7 +222,10 @@ class FileGameMemoryStore:
         """Durably add ``memory`` to its owner's partition.
 
         Idempotent: appending an equivalent memory again returns ``False`` and writes
-        nothing. Atomic and durable (see the class docstring).
+        nothing. Atomic and durable (see the class docstring). Concurrent appends of this
+        store object share a group commit (``store/group_commit.py``): one fsync per log
+        the group touches; each returns only after the fsync covering it, and a failed
+        write fails every append of its group.
 
         Returns:
             ``True`` if the memory was added, ``False`` if it was already there.
@@ -248,7 +240,9 @@ class FileGameMemoryStore:
         if not isinstance(memory, GameMemory):
             raise InvalidArgumentError("append takes a GameMemory")
         await self._ensure_ready()
-        return await self._run(lambda: self._engine.append(memory))
+        if self._state is _State.CLOSED:
+            raise self._closed()
+        return await self._appends.append(memory)
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
         """Durably add ``memories`` as one atomic batch; one result per memory, in order.
@@ -477,5 +471,14 @@ class FileGameMemoryStore:
             return
         self._state = _State.CLOSED
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        if self._ready:  # the next open decodes nothing the read files do not cover
-            await asyncio.get_running_loop().run_in_executor(None, self._engine.cache.persist_all)
+        if self._ready:
+
+            def close_out() -> None:
+                # Every intent durable and the unsynced marker emptied: a save closed
+                # cleanly needs no reconciling when it is opened next.
+                with contextlib.suppress(GameMemoryError):
+                    self._engine.settle(checkpoint=True)
+                # The next open decodes nothing the read files do not cover.
+                self._engine.cache.persist_all()
+
+            await asyncio.get_running_loop().run_in_executor(None, close_out)

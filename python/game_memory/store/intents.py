@@ -38,7 +38,7 @@ from game_memory.store.intent_files import (
     load_intents,
     write_intents,
 )
-from game_memory.store.ledger import RECORD_BYTES, Ledger
+from game_memory.store.ledger import RECORD_BYTES, Ledger, group_start
 
 __all__ = ["LedgerIndex", "LedgerMark"]
 
@@ -54,10 +54,15 @@ def _record(data: bytes, index: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class LedgerMark:
-    """The ledger as one refresh saw it: ``count`` readable positions (zero tail excluded)."""
+    """The ledger as one refresh saw it: ``count`` readable positions (zero tail excluded).
+
+    ``pending_from`` is where the newest group of intents starts (``ledger.group_start``):
+    the intents that may still lack their records (``count - 1`` for a single append).
+    """
 
     count: int
     inode: int
+    pending_from: int = -1
 
 
 class LedgerIndex:
@@ -99,7 +104,7 @@ class LedgerIndex:
                 return LedgerMark(0, 0)
             seen = (info.st_ino, info.st_size, info.st_ctime_ns)
             if seen == self._seen:
-                return LedgerMark(self._parsed, info.st_ino)  # nothing was written since
+                return self._mark(info.st_ino)  # nothing was written since
             if info.st_size > self._ledger.maximum_bytes:
                 raise PersistenceError(
                     f"{self._ledger.path} is {info.st_size:,} bytes, more than a store of this "
@@ -118,7 +123,12 @@ class LedgerIndex:
                 self._parse(whole)
                 self._persist(info)
             self._seen = seen
-            return LedgerMark(self._parsed, info.st_ino)
+            return self._mark(info.st_ino)
+
+    def _mark(self, inode: int) -> LedgerMark:
+        newest = self._parsed - 1
+        pending = group_start(self._last, newest) if newest >= 0 else 0
+        return LedgerMark(self._parsed, inode, pending)
 
     def _read(self, start: int, stop: int) -> bytes:
         """Records ``start`` to ``stop`` of the ledger file (fewer if it is shorter)."""

@@ -1,15 +1,25 @@
 """The commit ledger: one fixed-size intent record per memory ever added to the store.
 
 The ledger is how the store knows its size without rescanning (``count = file size / 128``)
-and how it recovers from a crash. A writer, holding the store lock, appends and fsyncs the
-*intent* (session, owner and memory hashes) **before** it appends the memory record to its
-partition. So at any instant every partition record has an intent, and at most the newest
-intent (or, during a migration batch, the intents after the journal's mark) can lack its
-record. Recovery checks exactly those and drops the ones whose record never landed.
+and how it recovers from a crash. A writer, holding the store lock, appends the *intent*
+(session, owner and memory hashes) **before** it appends the memory record to its
+partition. So after a kill at any instant every partition record has an intent, and at
+most the newest group of intents (or, during a migration batch, the intents after the
+journal's mark) can lack its records. Recovery checks exactly those and drops the ones
+whose record never landed. A group commit does not fsync its intents (the record is the
+commit point; after a power loss ``unsynced.py`` names the partitions whose records may
+have outlived their intents, and recovery writes those intents again).
 
 Record layout (128 bytes, little-endian): magic ``GML\\x01`` | kind u32 | sequence u64 (the
 record's own index) | sha256(session) | sha256(owner) | sha256(memory_id) | CRC-32 of the
-preceding 112 bytes | 12 zero bytes.
+preceding 112 bytes | *group start* u64 | CRC-32 of the preceding 124 bytes.
+
+The last 12 bytes name the **group** an intent was written in: the position of the first
+intent of the group commit (``group_writes.py``) that wrote it, checksummed on its own.
+Releases before group commit wrote 12 zero bytes there and never read them; an intent
+whose group field is zero or fails its checksum is a group of its own. Only the newest
+group's intents can lack their records (a group commit in flight, or one whose writer
+died before acknowledging it), so recovery and readers excuse exactly those.
 
 Two ledgers use this format: ``ledger.log`` (kind 1, *add*: one intent per memory) and
 ``retraction-ledger.log`` (kind 2, *retract*: one intent per retraction a ``forget``
@@ -30,14 +40,42 @@ from typing import NamedTuple
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 
-__all__ = ["KIND_ADD", "KIND_RETRACT", "RECORD_BYTES", "Ledger", "LedgerEntry"]
+__all__ = [
+    "KIND_ADD",
+    "KIND_RETRACT",
+    "MAXIMUM_GROUP",
+    "RECORD_BYTES",
+    "Ledger",
+    "LedgerEntry",
+    "group_start",
+]
 
 RECORD_BYTES = 128
 _MAGIC = b"GML\x01"
 _BODY = struct.Struct("<4sIQ32s32s32s")
 KIND_ADD = 1
 KIND_RETRACT = 2
-_TRAILER = struct.Struct("<I12x")  # the CRC-32, then 12 zero bytes
+_TRAILER = struct.Struct("<I12x")  # the CRC-32, then 12 zero bytes (no group)
+_GROUP = struct.Struct("<QI")  # group start, CRC-32 of bytes 0-123
+#: The most intents one group commit writes: the bound on what can be in flight at once.
+MAXIMUM_GROUP = 64
+
+
+def group_start(record: bytes, index: int) -> int:
+    """The first position of the group the intent ``record`` at ``index`` was written in.
+
+    ``index`` itself when the record names no group (written by an older release, or by a
+    writer that is not a group commit), or when the group field fails its checksum or
+    names a position after ``index`` or more than :data:`MAXIMUM_GROUP` before it.
+    """
+    if len(record) < RECORD_BYTES:
+        return index
+    start, checksum = _GROUP.unpack_from(record, 116)
+    if checksum == 0 or zlib.crc32(record[:124]) != checksum:
+        return index
+    if start > index or index - start >= MAXIMUM_GROUP:
+        return index
+    return int(start)
 
 
 class LedgerEntry(NamedTuple):
@@ -153,6 +191,54 @@ class Ledger:
             chunks.append(body + _TRAILER.pack(zlib.crc32(body)))
         return b"".join(chunks)
 
+    def encode_group(self, entries: list[LedgerEntry], first_index: int) -> bytes:
+        """Frame ``entries`` as one group: each record names ``first_index`` as its group.
+
+        Raises:
+            ValueError: more than :data:`MAXIMUM_GROUP` entries.
+        """
+        if len(entries) > MAXIMUM_GROUP:
+            raise ValueError(f"a group holds at most {MAXIMUM_GROUP} intents")
+        chunks: list[bytes] = []
+        for index, entry in enumerate(entries, first_index):
+            body = _BODY.pack(
+                _MAGIC,
+                self.kind,
+                index,
+                bytes.fromhex(entry.session_hash),
+                bytes.fromhex(entry.owner_hash),
+                bytes.fromhex(entry.memory_hash),
+            )
+            head = body + struct.pack("<IQ", zlib.crc32(body), first_index)
+            chunks.append(head + struct.pack("<I", zlib.crc32(head)))
+        return b"".join(chunks)
+
+    def read_from(self, start: int) -> list[tuple[int, LedgerEntry | None, int]]:
+        """Every intent from ``start`` on: ``(position, entry or None if damaged, group start)``.
+
+        Tolerant like :meth:`read_tolerant` (an incomplete final record is left out), but
+        reads only the tail (recovery after a group commit reads what followed its mark).
+        """
+        read = fs.read_file(self.path, self._maximum_bytes, offset=start * RECORD_BYTES)
+        if read is None:
+            return []
+        data = read[0]
+        found: list[tuple[int, LedgerEntry | None, int]] = []
+        for number in range(len(data) // RECORD_BYTES):
+            record = data[number * RECORD_BYTES : (number + 1) * RECORD_BYTES]
+            index = start + number
+            try:
+                entry: LedgerEntry | None = self._decode(record, index)
+            except PersistenceError:
+                entry = None
+            found.append((index, entry, group_start(record, index)))
+        return found
+
+    def sync(self) -> None:
+        """Make every intent written so far durable (``fsync``), if the ledger exists."""
+        if self.stat() is not None:
+            fs.sync_all([self.path], [])
+
     def append(self, entries: list[LedgerEntry], *, first_index: int, durable: bool = True) -> None:
         """Append intents in one write; with ``durable`` (the default) also fsync them."""
         self.append_encoded(self.encode(entries, first_index), durable=durable)
@@ -195,9 +281,10 @@ class Ledger:
         records of zeros.
 
         A power loss can keep the size an append gave the file without its data (file
-        systems that write metadata before data), which reads as zeros. Such an append was
-        never acknowledged: the intent is fsynced before its record is written, and the
-        acknowledgement comes after both. Zeros are never a valid intent (the magic).
+        systems that write metadata before data), which reads as zeros. Zeros are never a
+        valid intent (the magic), so they are cut; an acknowledged memory whose intent was
+        lost this way (a group commit does not fsync its intents) has it written again by
+        recovery from its durable record (``unsynced.py``, ``reconcile.py``).
         """
         info = self.stat()
         if info is None:

@@ -204,7 +204,7 @@ def migrate_legacy_layout(engine: StoreEngine) -> MigrationReport:
     engine.layout.guard()
     with engine.locked():
         engine.layout.guard()
-        engine.recover()
+        engine.recover(checkpoint=False)  # a migration that fails closed changes nothing
         with _no_cycle_collection():
             # Everything the migration built is freed when _migrate returns, before the
             # collector is back on: re-enabled over them, its first pass would walk them all.
@@ -312,6 +312,7 @@ def _write_batch(
     for session_hash, groups in sessions.items():
         fs.ensure_directory(engine.session_directory(session_hash), durable=False)
         plans.extend(engine.plan_packs(session_hash, groups))
+    engine.checkpoint()  # its intents are of partitions unsynced.log does not name
     engine.write_journal(before, [path for path, _ in plans])
     intents = engine.ledger.encode_digests(digests, before)
     engine.ledger.append_encoded(intents, durable=False)  # the barrier makes it durable

@@ -4,9 +4,10 @@ The add ledger has one intent per memory, the retraction ledger one per retracti
 (``ledger.py``); :class:`~game_memory.store.intents.LedgerIndex` counts them per partition.
 A partition read must hold every memory and every retraction its intents promise, except
 what may still be in flight: the newest intent of each ledger (an append or a ``forget``
-running now, or one whose writer died before it acknowledged), and the intents of an
-uncommitted migration batch. These functions say what is missing beyond that; the engine
-checks again under the writer lock before it fails closed.
+running now, or one whose writer died before it acknowledged), or the newest group of add
+intents (a group commit, ``group_writes.py``), and the intents of an uncommitted batch.
+These functions say what is missing beyond that; the engine checks again under the writer
+lock before it fails closed.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def missing_memories(
     intents: LedgerIndex, state: PartitionState, mark: LedgerMark, batch: int | None
 ) -> list[int]:
     """Positions of the partition's add intents before ``mark`` whose memory is not there,
-    less the newest intent and those of an uncommitted batch (from ``batch`` on)."""
+    less the newest group of intents and those of an uncommitted batch (from ``batch`` on)."""
     positions = intents.positions(state.session_hash, state.owner_hash, mark)
     if len(positions) <= state.memory_count:
         return []
@@ -32,7 +33,8 @@ def missing_memories(
         if state.view is not None
         else set()
     )
-    missing = [p for p in positions if named.get(p) not in present and p != mark.count - 1]
+    pending = mark.pending_from if mark.pending_from >= 0 else mark.count - 1
+    missing = [p for p in positions if named.get(p) not in present and p < pending]
     if batch is not None:
         missing = [p for p in missing if p < batch]
     return missing

@@ -1,0 +1,197 @@
+"""Group commit: concurrent appends share fsyncs, a failed fsync fails its whole group, and
+recovery reconciles what a kill or a power loss left (``store/group_writes.py``,
+``store/reconcile.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from game_memory import FileGameMemoryStore, PersistenceError
+from game_memory.durable import fs
+from game_memory.durable.names import identity_hash, partition_hash
+from game_memory.store.batches import write_batch
+from game_memory.store.engine import StoreEngine
+from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry, group_start
+
+from .helpers import DATA, MemoryFactory, StoreFactory
+
+
+def _fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counted(fd: Any) -> None:
+        calls.append(1)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counted)
+    return calls
+
+
+def _engine(folder: Path) -> StoreEngine:
+    engine = StoreEngine(
+        folder,
+        maximum_entries=1_000,
+        maximum_file_bytes=4_000_000,
+        lock_timeout=5.0,
+        cache_entries=1_000,
+    )
+    engine.open_layout()
+    return engine
+
+
+async def test_concurrent_appends_share_fsyncs_and_all_land(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    for owner in range(8):  # every partition exists and is named by the marker already
+        assert await store.append(make_memory(f"first-{owner}", owner_id=f"npc-{owner}"))
+    calls = _fsyncs(monkeypatch)
+    memories = [
+        make_memory(f"m-{owner}-{n}", owner_id=f"npc-{owner}")
+        for n in range(4)
+        for owner in range(8)
+    ]
+    assert all(await asyncio.gather(*(store.append(memory) for memory in memories)))
+    assert len(calls) < len(memories)  # one per log a group touches, not two per append
+    found = await store.enumerate("session")
+    assert await store.count() == len(found) == 40
+    assert (await store.check()).ok
+
+
+async def test_a_single_append_to_a_named_partition_costs_one_fsync(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    assert await store.append(make_memory("m0"))
+    calls = _fsyncs(monkeypatch)
+    for number in range(1, 6):
+        assert await store.append(make_memory(f"m{number}"))
+    assert len(calls) == 5
+
+
+async def test_a_failed_fsync_fails_every_append_of_its_group_and_leaves_none(
+    tmp_path: Path, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = _engine(tmp_path / "save")
+    memories = [make_memory(f"m{n}", owner_id=f"npc-{n % 3}") for n in range(6)]
+
+    def failing(files: list[Path], folders: list[Path]) -> None:
+        raise PersistenceError("could not flush: EIO")
+
+    monkeypatch.setattr(fs, "sync_all", failing)
+    outcomes = write_batch(engine, memories, atomic=False)
+    assert all(isinstance(outcome, PersistenceError) for outcome in outcomes)
+    monkeypatch.undo()
+    async with FileGameMemoryStore(tmp_path / "save") as store:
+        assert await store.count() == 0
+        assert await store.enumerate("session") == []
+        assert all(await store.append_many(memories))  # nothing half there: all new
+        assert (await store.check()).ok
+
+
+async def test_a_failed_fsync_fails_concurrent_appends_through_the_store(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    assert await store.append(make_memory("m0"))
+
+    def failing(files: list[Path], folders: list[Path]) -> None:
+        raise PersistenceError("could not flush: EIO")
+
+    monkeypatch.setattr(fs, "sync_all", failing)
+    results = await asyncio.gather(
+        *(store.append(make_memory(f"m{n}", owner_id=f"npc-{n}")) for n in range(1, 5)),
+        return_exceptions=True,
+    )
+    assert all(isinstance(result, PersistenceError) for result in results)
+    monkeypatch.undo()
+    assert await store.count() == len(await store.enumerate("session")) == 1
+    assert await store.append(make_memory("m1", owner_id="npc-1")) is True
+
+
+async def test_intents_a_power_loss_took_are_written_again_when_the_save_opens(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    for number in range(4):
+        assert await store.append(make_memory(f"m{number}"))
+    ledger = tmp_path / "save" / DATA / "ledger.log"
+    # A power loss: the records were fsynced, the intents after the first were not.
+    with ledger.open("r+b") as handle:
+        handle.truncate(RECORD_BYTES)
+    with ledger.open("ab") as handle:
+        handle.write(bytes(RECORD_BYTES))  # ... one of them persisted as zeros
+    reopened = make_store()
+    assert await reopened.count() == len(await reopened.enumerate("session")) == 4
+    assert (await reopened.check()).ok
+
+
+async def test_the_newest_groups_intents_without_records_are_pending_not_lost(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    for number in range(3):
+        assert await store.append(make_memory(f"m{number}", owner_id=f"npc-{number}"))
+    # A writer killed after writing a group's intents, before any of its records.
+    engine = _engine(tmp_path / "save")
+    count = engine.ledger.count()
+    entries = [
+        LedgerEntry(partition_hash("session"), partition_hash(f"npc-{n}"), identity_hash(f"x{n}"))
+        for n in range(3)
+    ]
+    engine.ledger.append_encoded(engine.ledger.encode_group(entries, count), durable=False)
+    # A reader meanwhile excuses the newest group: it does not fail closed.
+    views = engine.views("session", None, 100)
+    assert sum(len(view) for view in views) == 3
+    reopened = make_store()
+    assert await reopened.count() == len(await reopened.enumerate("session")) == 3
+    assert (await reopened.check()).ok
+
+
+async def test_a_record_lost_before_the_newest_group_fails_closed_and_keeps_its_intent(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_store()
+    for number in range(3):
+        assert await store.append(make_memory(f"m{number}"))
+    assert await store.append(make_memory("other", owner_id="npc-2"))
+    log = next((tmp_path / "save" / DATA).glob(f"s-*/o-{partition_hash('owner')}.log"))
+    data = log.read_bytes()
+    log.write_bytes(data[: len(data) // 3])  # damage: acknowledged records cut off
+    reopened = make_store()
+    with pytest.raises(PersistenceError, match="lost"):
+        await reopened.enumerate("session", "owner")
+    assert await reopened.count() == 4  # nothing acknowledged was dropped silently
+
+
+def test_a_group_names_its_first_position_and_older_intents_name_none(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.log", 100)
+    entry = LedgerEntry("a" * 64, "b" * 64, "c" * 64)
+    group = ledger.encode_group([entry, entry, entry], 10)
+    assert [group_start(group[n * 128 : (n + 1) * 128], 10 + n) for n in range(3)] == [10] * 3
+    single = ledger.encode([entry], 12)
+    assert group_start(single, 12) == 12  # zero bytes: a group of its own
+    damaged = group[:120] + bytes(8)
+    assert group_start(damaged, 10) == 10
+
+
+async def test_closing_the_store_checkpoints_so_the_save_needs_no_reconciling(
+    make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    async with FileGameMemoryStore(save) as store:
+        for number in range(3):
+            assert await store.append(make_memory(f"m{number}", owner_id=f"npc-{number}"))
+        assert (save / DATA / "unsynced.log").stat().st_size > 0
+    assert (save / DATA / "unsynced.log").stat().st_size == 0
+    ledger = Ledger(save / DATA / "ledger.log", 100)
+    # What a release before group commit reads of each intent is unchanged.
+    assert [entry.memory_hash for entry in ledger.read()] == [
+        identity_hash(f"m{number}") for number in range(3)
+    ]
