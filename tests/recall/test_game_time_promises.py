@@ -267,3 +267,24 @@ def test_a_model_that_finds_everything_alike_makes_no_versions(make_memory: Memo
     ]
     assert plain_order.index("m1") < plain_order.index("m5")
     assert order.index("m5") < order.index("m1")  # m5 (tick 50) is m1's newer version
+
+
+def test_a_memory_with_a_belief_key_is_never_an_implicit_version(
+    make_memory: MemoryFactory,
+) -> None:
+    # The demo's ford: "carts cross the Willow ford" (belief ford.willow) and, half an hour
+    # later, "Elda gathered willow bark by the river", alike enough by their cosine. The
+    # game named the ford's versions with its key, so the bark is not taken for one.
+    ford = make_memory("ford", tick=450, text="The ford over the Willow river is knee-deep.")
+    ford = ford.model_copy(update={"belief_key": "ford.willow"})
+    bark = make_memory("bark", tick=480, text="Elda gathered willow bark by the river.")
+    candidates = [
+        _candidate(ford, 1.0, unit(1.0, 0.5, 0.0)),
+        _candidate(bark, 0.4, unit(1.0, 0.6, 0.1)),
+    ]
+    ranked = GameAwareMemoryReranker().rank(at(900), candidates)
+    assert [c.memory.memory_id for c in ranked] == ["ford", "bark"]
+    # Without the key the two are versions, and the newer takes the older one's place.
+    plain = [_candidate(ford.model_copy(update={"belief_key": None}), 1.0, unit(1.0, 0.5, 0.0))]
+    ranked = GameAwareMemoryReranker().rank(at(900), [*plain, candidates[1]])
+    assert ranked[0].memory.memory_id == "bark"

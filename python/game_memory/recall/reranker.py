@@ -296,8 +296,9 @@ def _versions(
 ) -> list[tuple[int, int]]:
     """``(older, newer)`` index pairs among the first candidates that are versions of one belief.
 
-    Two memories are versions when they share owner and timeline, the newer has a later
-    tick, and they are alike: their cosine is at least ``supersession_similarity`` and
+    Two memories are versions when neither carries a ``belief_key`` (the game names those
+    versions itself), they share owner and timeline, the newer has a later tick, and they
+    are alike: their cosine is at least ``supersession_similarity`` and
     stands ``supersession_standing`` deviations above the mean cosine of the candidates'
     pairs (when there are pairs enough to stand that far), or, when either has no vector,
     the overlap of their words is at least ``supersession_similarity``. Sorted by the older
@@ -317,6 +318,11 @@ def _versions(
     )
     # [older, newer]: same owner and timeline, the newer strictly later.
     ordered = (ticks[None, :] > ticks[:, None]) & (group[None, :] == group[:, None])
+    # A memory the game gave a belief_key has its versions named by the game (the store
+    # recalls only the newest): it is never taken for a version of anything else, nor
+    # anything else for a version of it.
+    keyed = np.fromiter((c.memory.belief_key is not None for c in first), np.bool_, n)
+    ordered &= ~(keyed[:, None] | keyed[None, :])
     if not ordered.any():
         return []
     # Cosines between the candidates that carry a vector (a candidate only the lexical
