@@ -83,8 +83,6 @@ class StoreEngine(StoreReader):
         self.unsynced = UnsyncedMarker(self.data / "unsynced.log")
         #: Intents dropped and added by reconciling so far (``check`` reports them).
         self.reconciled = (0, 0)
-        #: Whether this engine wrote a group commit (closing the store then checkpoints).
-        self.grouped = False
 
     def prepare(
         self, session_hash: str, owner_hash: str, memory: GameMemory | None = None
@@ -171,8 +169,6 @@ class StoreEngine(StoreReader):
         except BaseException:
             self._verified.pop(self.ledger.kind, None)  # the next recovery reconciles
             raise
-        finally:
-            self.grouped = True
         self.note_verified(self.ledger)
 
     def checkpoint(self) -> None:
