@@ -50,6 +50,7 @@ reranker returns the fusion's order exactly; the benchmark confirms it.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Sequence
@@ -287,8 +288,34 @@ def _shared_traits(traits: Sequence[Traits]) -> npt.NDArray[np.int64]:
     return shared
 
 
-def _words(memory: GameMemory) -> frozenset[str]:
-    return frozenset(tokenize(memory.searchable_text or memory.payload_json))
+#: Word sets of recently compared texts (see :func:`_text_words`).
+WORD_CACHE_ENTRIES = 4_096
+
+
+def _words(memory: GameMemory) -> npt.NDArray[np.int64]:
+    return _text_words(memory.searchable_text or memory.payload_json)
+
+
+@functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
+def _text_words(text: str) -> npt.NDArray[np.int64]:
+    """The distinct tokens of ``text`` as a sorted array of their 64-bit string hashes.
+
+    Cached: the same memories are compared recall after recall (an NPC's recent
+    candidates), and tokenizing 32 of them per recall cost more than the rest of the
+    reranker. Bounded by :data:`WORD_CACHE_ENTRIES` texts (each at most 4,096 tokens);
+    keyed by the text itself, so a memory is never given another's words. Two distinct
+    words share a hash with a probability of about 2⁻⁶⁴ per pair (it would count them as
+    one shared word in one overlap); the arrays let one call compare all pairs' words.
+    """
+    words = np.array(sorted({hash(token) for token in tokenize(text)}), np.int64)
+    words.flags.writeable = False
+    return words
+
+
+@functools.lru_cache(maxsize=512)
+def _upper_indices(size: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """``np.triu_indices(size, 1)``, cached: at most 512 sizes (the candidates compared)."""
+    return np.triu_indices(size, 1)
 
 
 def _versions(
@@ -306,54 +333,71 @@ def _versions(
     """
     first = candidates[: options.supersession_candidates]
     n = len(first)
-    ticks = np.fromiter((c.memory.moment.tick for c in first), np.int64, n)
+    # One pass over the candidates (a handful of numpy calls follow: at 32 candidates their
+    # fixed costs, not the arithmetic, are what a recall pays). A memory the game gave a
+    # belief_key has its versions named by the game (the store recalls only the newest): it
+    # is never taken for a version of anything else, nor anything else for a version of it,
+    # so it gets a group of its own.
     codes: dict[tuple[str, str], int] = {}
-    group = np.fromiter(
-        (
-            codes.setdefault((c.memory.owner_id, c.memory.moment.timeline_id), len(codes))
-            for c in first
-        ),
-        np.int64,
-        n,
-    )
+    ticks_of: list[int] = []
+    group_of: list[int] = []
+    rows_of: list[int] = []
+    vectors: list[npt.NDArray[np.float32]] = []
+    for index, candidate in enumerate(first):
+        memory = candidate.memory
+        ticks_of.append(memory.moment.tick)
+        if memory.belief_key is None:
+            key = (memory.owner_id, memory.moment.timeline_id)
+            group_of.append(codes.setdefault(key, len(codes)))
+        else:
+            group_of.append(-1 - index)
+        if candidate.vector is not None:
+            rows_of.append(index)
+            vectors.append(np.asarray(candidate.vector, np.float32))
+    ticks = np.array(ticks_of, np.int64)
+    group = np.array(group_of, np.int64)
     # [older, newer]: same owner and timeline, the newer strictly later.
     ordered = (ticks[None, :] > ticks[:, None]) & (group[None, :] == group[:, None])
-    # A memory the game gave a belief_key has its versions named by the game (the store
-    # recalls only the newest): it is never taken for a version of anything else, nor
-    # anything else for a version of it.
-    keyed = np.fromiter((c.memory.belief_key is not None for c in first), np.bool_, n)
-    ordered &= ~(keyed[:, None] | keyed[None, :])
     if not ordered.any():
         return []
     # Cosines between the candidates that carry a vector (a candidate only the lexical
     # channel returned has none: its pairs fall back to the overlap of words).
-    with_vector = np.fromiter((c.vector is not None for c in first), np.bool_, n)
-    rows = np.flatnonzero(with_vector)
     alike = np.zeros((n, n), dtype=np.bool_)
-    compared = np.zeros((n, n), dtype=np.bool_)
-    if len(rows) > 1:
-        stacked = np.stack([np.asarray(first[int(i)].vector, np.float32) for i in rows])
+    pending = ordered
+    if len(rows_of) > 1:
+        stacked = np.array(vectors, np.float32)
         gram = (stacked @ stacked.T).astype(np.float64)
         needed = options.supersession_similarity
         # Among p pairs the most alike stands at most sqrt(p − 1) deviations out: with too
         # few pairs to reach the standing asked for, the absolute similarity alone decides.
-        count = len(rows) * (len(rows) - 1) // 2
+        count = len(rows_of) * (len(rows_of) - 1) // 2
         if 0.0 < options.supersession_standing <= math.sqrt(count - 1):
-            upper = gram[np.triu_indices(len(rows), 1)]
+            upper = gram[_upper_indices(len(rows_of))]
             needed = max(needed, float(upper.mean() + options.supersession_standing * upper.std()))
-        if len(rows) == n:
-            alike, compared = gram >= needed, np.ones((n, n), dtype=np.bool_)
+        if len(rows_of) == n:
+            alike = gram >= needed
+            pending = None
         else:
+            rows = np.array(rows_of, np.int64)
             block = np.ix_(rows, rows)
             alike[block] = gram >= needed
-            compared[block] = True
-    words: dict[int, frozenset[str]] = {}
-    for older, newer in zip(*np.nonzero(ordered & ~compared), strict=True):
-        left = words.setdefault(int(older), _words(first[int(older)].memory))
-        right = words.setdefault(int(newer), _words(first[int(newer)].memory))
-        union = len(left | right)
-        overlap = len(left & right) / union if union else 0.0
-        alike[older, newer] = overlap >= options.supersession_similarity
+            pending = ordered.copy()
+            pending[block] = False
+    # Pairs without two vectors compare their words: each such candidate is tokenized once,
+    # and the overlaps of all its pairs come from one product of a word-incidence matrix.
+    if pending is not None and pending.any():
+        involved = np.flatnonzero(pending.any(axis=0) | pending.any(axis=1))
+        held = [_words(first[int(i)].memory) for i in involved]
+        lengths = np.array([len(words) for words in held], np.int64)
+        distinct, column = np.unique(np.concatenate(held), return_inverse=True)
+        incidence = np.zeros((len(involved), max(len(distinct), 1)), np.float64)
+        incidence[np.repeat(np.arange(len(involved)), lengths), column] = 1.0
+        shared = incidence @ incidence.T
+        sizes = incidence.sum(axis=1)
+        union = sizes[:, None] + sizes[None, :] - shared
+        overlap = np.divide(shared, union, out=np.zeros_like(shared), where=union > 0)
+        block = np.ix_(involved, involved)
+        alike[block] |= pending[block] & (overlap >= options.supersession_similarity)
     older, newer = np.nonzero(ordered & alike)
     order = np.lexsort((newer, older, ticks[older]))
     return [(int(older[i]), int(newer[i])) for i in order]
