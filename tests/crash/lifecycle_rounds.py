@@ -131,6 +131,10 @@ def erase(harness: Harness) -> bool:
 def compact(harness: Harness) -> bool:
     """``game-memory compact`` killed (or not) while a child appends, forgets and compacts."""
     ledger, chooser = harness.ledger, harness.chooser
+    if not ledger.expected:
+        # No save yet (the first round): ``game-memory compact`` refuses a folder that does
+        # not exist, and the churning child may not have created it by then.
+        return False
     churn = harness.start("churn", str(harness.save), f"c{harness.round}", "300")
     for _ in range(chooser.randint(1, 3)):
         cli = harness.start_cli("compact", "--save-dir", str(harness.save), "--json")

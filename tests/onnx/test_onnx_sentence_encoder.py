@@ -153,6 +153,26 @@ async def test_int8_agrees_with_fp32(tiny_prepared: Path) -> None:
     assert cosines.min() > 0.95, cosines
 
 
+def test_int8_weights_fit_in_seven_bits(tiny_prepared: Path) -> None:
+    """Every int8 weight a MatMulInteger multiplies lies in -64..64, so onnxruntime's AVX2
+    kernel (int16 sums of two uint8 × int8 products) cannot saturate on a CPU without
+    VNNI and the vectors do not depend on the player's CPU (see ``quantize_int8``)."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(tiny_prepared / "onnx" / "model_int8.onnx")).graph
+    weights = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    multiplied = [
+        weights[node.input[1]]
+        for node in graph.node
+        if node.op_type == "MatMulInteger" and node.input[1] in weights
+    ]
+    assert multiplied and all(w.dtype == np.int8 for w in multiplied)
+    assert min(int(w.min()) for w in multiplied) >= -64
+    assert max(int(w.max()) for w in multiplied) <= 64
+    assert max(int(np.abs(w).max()) for w in multiplied) > 32  # the range is used
+
+
 async def test_a_text_embeds_the_same_alone_and_beside_longer_texts(tiny_prepared: Path) -> None:
     async with await create(tiny_prepared, precision="fp32") as provider:
         alone = await provider.embed_query("wolves")
