@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_serializer,
+)
 
 from game_memory.model.fields import (
     MAXIMUM_SNAPSHOT_MEMORIES,
@@ -82,6 +88,12 @@ class GameMemorySearchSnapshot(BaseModel):
         tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)
     ]
     stages: Annotated[tuple[GameMemorySearchStage, ...], Field(max_length=MAXIMUM_STAGES)]
+
+    @field_serializer("memories", "authoritative_memories", mode="wrap")
+    def _serialize_memories(self, value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+        # The store hands out lazy sequences (``store/lazy.py``: decoded or sorted only when
+        # read) through ``model_construct``; serialized, they are the tuples they equal.
+        return handler(tuple(value))
 
     def stage(self, kind: GameMemorySearchStageKind) -> GameMemorySearchStage | None:
         """Return the first stage of ``kind``, or ``None`` when the search had none."""

@@ -88,6 +88,7 @@ class PartitionView:
     _base_lexical: LexicalIndex | None
     _base_sorted: tuple[list[str], list[int]] | None
     _base_order_keys: tuple[tuple[int, str, str], ...] | None
+    _base_ids: list[str] | None
     _base_scan: tuple[int, _Scan] | None
     prefix: ReadPrefix | None
 
@@ -115,6 +116,7 @@ class PartitionView:
             self._base_lexical = built.get("lexical", base._base_lexical)
             self._base_sorted = built.get("_sorted", base._base_sorted)
             self._base_order_keys = built.get("order_keys", base._base_order_keys)
+            self._base_ids = built.get("memory_ids", base._base_ids)
             # What the base found in its memories (a prefix of these): extended.
             self._base_scan = (
                 (len(base), built["_memory_scan"]) if "_memory_scan" in built else base._base_scan
@@ -122,10 +124,12 @@ class PartitionView:
         elif prefix is not None:
             self._base_columns, self._base_lexical = prefix.columns, prefix.lexical
             self._base_sorted, self._base_order_keys = None, None
+            self._base_ids = None
             self._base_scan = (prefix.count, prefix.scan)
         else:
             self._base_columns, self._base_lexical = None, None
             self._base_sorted, self._base_order_keys = None, None
+            self._base_ids = None
             self._base_scan = None
         #: Restored facts of the first ``prefix.count`` memories (their digests for joins).
         self.prefix = prefix
@@ -252,10 +256,17 @@ class PartitionView:
 
     @cached_property
     def memory_ids(self) -> list[str]:
-        """The memory ids in append order (of a lazy view: its positions, nothing decoded)."""
+        """The memory ids in append order (of a lazy view: its positions, nothing decoded).
+
+        A grown view extends its base view's list (a copy, then only the new memories'
+        ids): every append makes a new view, and the first recall after it reads the ids.
+        """
         if isinstance(self.memories, LazyMemories):
             return list(self.positions)  # built in append order (partitions.py)
-        return [memory.memory_id for memory in self.memories]
+        with self._lock:
+            base, self._base_ids = self._base_ids, None
+        base = base or []
+        return [*base, *(memory.memory_id for memory in self.memories[len(base) :])]
 
     def order_key(self, position: int) -> tuple[int, str, str]:
         """:attr:`order_keys` of one memory, computed without building all of them."""
@@ -285,10 +296,11 @@ class PartitionView:
     def ordered(self) -> Sequence[GameMemory]:
         """The memories sorted by ``memory_id`` (ordinal), the order snapshots report.
 
-        A tuple, or for a view read from its read file a lazy sequence that decodes a
-        memory when it is read (it compares equal to the tuple of the same memories).
+        A lazy sequence (it compares equal to the tuple of the same memories): every recall
+        hands out its snapshot's memories, and few callers read them, so nothing is sorted
+        or copied until one does. A view read from its read file decodes a memory only when
+        it is read; a grown view's order extends its base view's (:attr:`_sorted`), so the
+        first recall after an append no longer copies the whole partition into a tuple
+        (0.5 ms at 10k memories).
         """
-        if isinstance(self.memories, LazyMemories):
-            return Reordered(self.memories, lambda: self._sorted[1])
-        memories = self.memories
-        return tuple(memories[at] for at in self._sorted[1])
+        return Reordered(self.memories, lambda: self._sorted[1])
