@@ -68,3 +68,27 @@ def test_a_folder_that_is_not_a_bundle_is_never_replaced(tmp_path: Path) -> None
     with pytest.raises(BundleError, match="is not a game-memory bundle"):
         build_bundle(tmp_path, "lexical")
     assert (tmp_path / "game-memory" / "my-notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("4", "4")])
+def test_the_entry_point_keeps_blas_on_one_thread_unless_the_game_says_otherwise(
+    given: str | None, expected: str
+) -> None:
+    """The frozen entry point sets OPENBLAS_NUM_THREADS before numpy can load (it reads it
+    once, when it loads), and leaves a value the game's environment gives alone."""
+    import os
+    import subprocess
+    import sys
+
+    from game_memory.bundle.freeze import _ENTRY_SCRIPT
+
+    head, call = _ENTRY_SCRIPT.split("from game_memory.cli.frozen_sidecar import main")
+    assert call.strip() == "sys.exit(main())"
+    probe = head + "print(os.environ['OPENBLAS_NUM_THREADS'], 'numpy' in sys.modules)\n"
+    environment = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if given is not None:
+        environment["OPENBLAS_NUM_THREADS"] = given
+    printed = subprocess.run(
+        [sys.executable, "-c", probe], env=environment, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert printed == [expected, "False"]

@@ -88,8 +88,15 @@ EMBEDDING_RUNTIME_MODULES = (
 
 #: The script PyInstaller freezes: the bundle's own entry point (see
 #: ``game_memory.cli.frozen_sidecar``), so the frozen program finds its bundled model.
+#: It keeps numpy's OpenBLAS on one thread unless the game's environment says otherwise:
+#: set before numpy loads (docs/performance.md, "Warm hybrid recall": a recall's products
+#: are small, and a second BLAS thread spinning beside them doubled a warm recall's CPU time
+#: at 10k memories, a core taken from the game, for no gain in wall time).
 _ENTRY_SCRIPT = """\
+import os
 import sys
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from game_memory.cli.frozen_sidecar import main
 
