@@ -221,6 +221,27 @@ async def test_an_owner_partition_holds_at_most_capacity_entries(
         await store.aclose()
 
 
+def test_an_append_below_capacity_builds_no_memory_to_slot_dictionary(
+    tmp_path: Path, make_memory: MemoryFactory
+) -> None:
+    # Live memories never outnumber records, so an append that fits by its record count is
+    # checked without the dictionary (building it costs the partition's size per append);
+    # near the capacity the dictionary decides, and a rewritten memory still fits.
+    index = FileVectorMemoryIndex(tmp_path / "index", capacity=3)
+    identity = FaultyProvider(DIMENSIONS).identity
+    row = np.ones((1, DIMENSIONS), dtype=np.float32) / 2
+    for name in ("m0", "m1"):
+        index.write([make_memory(name)], row, identity)
+    partition = index.engine.partition(identity_hash("session"), identity_hash("owner"))
+    assert partition is not None and partition.records == 2
+    index.write([make_memory("m1")], row, identity)  # checked against ``partition``
+    assert not partition.position.is_built  # type: ignore[attr-defined]
+    index.write([make_memory("m1")], row, identity)  # 4 records > capacity, still 2 live
+    index.write([make_memory("m2")], row, identity)
+    with pytest.raises(CapacityExceededError):
+        index.write([make_memory("m3")], row, identity)
+
+
 @pytest.mark.parametrize("capacity", [0, 1_000_001, True])
 def test_capacity_must_be_from_1_to_1000000(tmp_path: Path, capacity: int) -> None:
     with pytest.raises(InvalidArgumentError, match="capacity"):

@@ -245,6 +245,10 @@ class FileVectorMemoryIndex:
         self, session_hash: str, owner_hash: str, records: list[EntryRecord]
     ) -> None:
         partition = self.engine.partition(session_hash, owner_hash)
+        if partition is not None and partition.records + len(records) <= self._capacity:
+            # Live memories never outnumber the records read, so this fits without the
+            # memory-to-slot dictionary (an append would otherwise build it: O(partition)).
+            return
         new = sum(
             1 for r in records if partition is None or r.memory_hash not in partition.position
         )
