@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
 from game_memory.store.lexical import lexical_search
-from game_memory.store.view import PartitionView
+from game_memory.store.view import IdPositions, PartitionView
 
 _IDS = st.lists(
     st.text(alphabet="ab\u00e9\U0001f600\uff00z", min_size=1, max_size=4),
@@ -86,3 +87,29 @@ def test_an_extended_view_retracts_and_keys_like_a_fresh_one(
         at = None if tick is None else GameMoment(timeline_id="world", tick=tick)
         query = GameMemoryQuery(session_id="session", limit=10, at_or_before=at)
         assert extended.mask(query).tolist() == fresh.mask(query).tolist()
+
+
+def test_a_grown_view_shares_its_base_id_map_and_older_views_keep_theirs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An append no longer copies the partition's id map (100k ids at 100k memories): the
+    # new view's map shares the base's dictionary and merges only every MERGE appends.
+    from game_memory.store.partitions import _build_view
+
+    monkeypatch.setattr(IdPositions, "MERGE", 4)
+    memories = [_memory(f"m{index:02d}", index) for index in range(11)]
+    views = [_build_view(None, memories[:1], "folder")]
+    for memory in memories[1:]:
+        views.append(_build_view(views[-1], [memory], "folder"))
+    views.append(_build_view(views[-1], [memories[3], memories[10]], "folder"))  # copies
+    shared = [view.positions._shared for view in views if view is not None]  # type: ignore[attr-defined]
+    assert shared[1] is shared[0] and shared[4] is shared[0]  # no copy until the merge
+    assert shared[5] is not shared[0] and len(shared[5]) == 6
+    for count, view in enumerate(views[:11], 1):
+        assert view is not None
+        assert dict(view.positions) == {m.memory_id: i for i, m in enumerate(memories[:count])}
+        assert list(view.positions) == [m.memory_id for m in memories[:count]]
+        assert len(view.positions) == count
+        assert ("m10" in view.positions) == (count == 11)
+        assert view.positions.get("m10") == (10 if count == 11 else None)
+    assert views[-1] is not None and len(views[-1]) == 11

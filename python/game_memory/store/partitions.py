@@ -54,7 +54,7 @@ from game_memory.store.state import (
     is_current,
     session_folder,
 )
-from game_memory.store.view import PartitionView
+from game_memory.store.view import IdPositions, PartitionView
 
 # identity_hash, partition_hash, segment_path and PartitionState are re-exported: other
 # layers import them from here.
@@ -426,11 +426,14 @@ def _build_view(
     An equal second copy of a memory is skipped (a rewrite interrupted part-way leaves
     copies of the records it moved; see ``rewriting.py``); a different one is corruption.
     """
-    positions = dict(base.positions) if base is not None else {}
+    # The base's id map is shared, not copied (``IdPositions``): an append costs its ids.
+    shared, fresh = IdPositions.extending(base.positions if base is not None else None)
     known: Sequence[GameMemory] = base.memories if base is not None else ()
     added: list[GameMemory] = []
     for memory in memories:
-        position = positions.get(memory.memory_id)
+        position = fresh.get(memory.memory_id)
+        if position is None and fresh is not shared:
+            position = shared.get(memory.memory_id)
         if position is not None:
             held = known[position] if position < len(known) else added[position - len(known)]
             if held != memory:
@@ -439,10 +442,11 @@ def _build_view(
                     f"{memory.memory_id!r}; the save is corrupt"
                 )
             continue
-        positions[memory.memory_id] = len(known) + len(added)
+        fresh[memory.memory_id] = len(known) + len(added)
         added.append(memory)
     ordered = concatenated(known, added)
     if not ordered:
         return None
     first = ordered[0]
+    positions = IdPositions.of(shared, fresh)
     return PartitionView(first.session_id, first.owner_id, ordered, positions, base, retractions)

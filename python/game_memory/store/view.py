@@ -32,9 +32,10 @@ recall path (lexical, vector, both lexical code paths) sees the same memories.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -47,13 +48,75 @@ from game_memory.store.lazy import LazyMemories, Reordered
 from game_memory.store.postings import LexicalIndex, document_text
 from game_memory.store.tokenizer import tokenize
 
-__all__ = ["LexicalIndex", "PartitionView", "PredicateColumns", "ReadPrefix", "document_text"]
+__all__ = [
+    "IdPositions",
+    "LexicalIndex",
+    "PartitionView",
+    "PredicateColumns",
+    "ReadPrefix",
+    "document_text",
+]
 
 #: A view's scan of its memories: any ``belief_key``; the summaries' retraction rows
 #: ``(position, timeline, tick)``; the sources named but not (yet) held, with their moments.
 _Scan = tuple[bool, tuple[tuple[int, str, int], ...], dict[str, tuple[tuple[str, int], ...]]]
 
 IntArray = npt.NDArray[np.int64]
+
+
+class IdPositions(Mapping[str, int]):
+    """``memory_id`` -> position in a view, in append order; immutable.
+
+    A grown view's map shares its base view's dictionary and holds only the ids added
+    since in a small one of its own (copied from the base's, then extended), so an append
+    costs the ids added since the last merge, not the partition's size. Once the small
+    dictionary reaches :attr:`MERGE` ids the two are merged into a new one (never into the
+    shared one, which older views still read): amortized, a few ids copied per append.
+    """
+
+    __slots__ = ("_added", "_shared")
+
+    #: How many ids a map keeps beside the shared dictionary before merging them.
+    MERGE = 1_024
+
+    def __init__(self, shared: dict[str, int], added: dict[str, int] | None = None) -> None:
+        self._shared = shared
+        self._added = added if added is not None else {}
+
+    @classmethod
+    def extending(cls, base: Mapping[str, int] | None) -> tuple[dict[str, int], dict[str, int]]:
+        """``(shared, added)`` to extend ``base`` with: new ids go into ``added`` (the
+        caller's own), looked up there first; ``added is shared`` when nothing is shared
+        (a first build, or a merge): wrap them with :meth:`of` once extended."""
+        if isinstance(base, IdPositions):
+            if len(base._added) < cls.MERGE:
+                return base._shared, dict(base._added)
+            merged = {**base._shared, **base._added}
+            return merged, merged
+        built = dict(base) if base is not None else {}
+        return built, built
+
+    @classmethod
+    def of(cls, shared: dict[str, int], added: dict[str, int]) -> IdPositions:
+        """The map of :meth:`extending`'s pair, once extended."""
+        return cls(shared, None if added is shared else added)
+
+    def get(self, key: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        found = self._added.get(key)
+        return found if found is not None else self._shared.get(key, default)
+
+    def __getitem__(self, key: str) -> int:
+        found = self._added.get(key)
+        return found if found is not None else self._shared[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._added or key in self._shared
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain(self._shared, self._added)
+
+    def __len__(self) -> int:
+        return len(self._shared) + len(self._added)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +160,7 @@ class PartitionView:
         session_id: str,
         owner_id: str,
         memories: Sequence[GameMemory],
-        positions: dict[str, int],
+        positions: Mapping[str, int],
         base: PartitionView | None = None,
         retractions: tuple[tuple[str, GameMoment], ...] = (),
         prefix: ReadPrefix | None = None,
