@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
 from game_memory.store.lexical import lexical_search
-from game_memory.store.view import IdPositions, PartitionView
+from game_memory.store.view import IdPositions, LexicalIndex, PartitionView
 
 _IDS = st.lists(
     st.text(alphabet="ab\u00e9\U0001f600\uff00z", min_size=1, max_size=4),
@@ -113,3 +114,38 @@ def test_a_grown_view_shares_its_base_id_map_and_older_views_keep_theirs(
         assert ("m10" in view.positions) == (count == 11)
         assert view.positions.get("m10") == (10 if count == 11 else None)
     assert views[-1] is not None and len(views[-1]) == 11
+
+
+def test_a_grown_lexical_index_shares_its_base_postings_and_ranks_like_a_fresh_one() -> None:
+    # Copying every posting per append cost the vocabulary; a grown index keeps the terms
+    # it changed beside its base's shared postings and merges them now and then.
+    memories = [_memory(f"t{index:04d}", index) for index in range(1_300)]
+    indexes = [LexicalIndex(memories[:1])]
+    for count in range(2, len(memories) + 1):
+        indexes.append(LexicalIndex(memories[:count], indexes[-1]))
+    assert indexes[1]._shared is indexes[0]._shared  # no copy below the merge threshold
+    assert indexes[-1]._shared is not indexes[0]._shared  # merged once the terms piled up
+    fresh = LexicalIndex(memories)
+    for term in ("t0000", "t0700", "t1299", "fire", "well", "absent"):
+        for grown, built in zip(indexes[-1].postings(term), fresh.postings(term), strict=True):
+            assert np.array_equal(grown, built)
+    for part, whole in zip(indexes[-1].export(), fresh.export(), strict=True):
+        assert np.array_equal(np.asarray(part), np.asarray(whole))
+    assert indexes[5].postings("t0700")[0].size == 0  # older versions keep their postings
+
+
+def test_a_grown_view_extends_its_base_ids_in_place_and_a_second_branch_copies() -> None:
+    memories = [_memory(f"m{index:02d}", index) for index in range(4)]
+    first = _view(memories[:2])
+    assert first.memory_ids == ["m00", "m01"]
+    second = _view(memories[:3], first)
+    third = _view(memories, second)
+    assert third.memory_ids == ["m00", "m01", "m02", "m03"]
+    assert third.memory_ids._items is first.memory_ids._items  # extended, not copied
+    assert first.memory_ids == ["m00", "m01"] and list(second.memory_ids) == ["m00", "m01", "m02"]
+    assert second.memory_ids[-1] == "m02" and second.memory_ids[1:] == ["m01", "m02"]
+    with pytest.raises(IndexError):
+        second.memory_ids[3]
+    other = _view([*memories[:3], _memory("x", 9)], second)  # second's list was extended
+    assert other.memory_ids == ["m00", "m01", "m02", "x"]
+    assert third.memory_ids == ["m00", "m01", "m02", "m03"]

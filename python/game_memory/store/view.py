@@ -38,6 +38,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -49,6 +50,7 @@ from game_memory.store.postings import LexicalIndex, document_text
 from game_memory.store.tokenizer import tokenize
 
 __all__ = [
+    "IdList",
     "IdPositions",
     "LexicalIndex",
     "PartitionView",
@@ -119,6 +121,65 @@ class IdPositions(Mapping[str, int]):
         return len(self._shared) + len(self._added)
 
 
+class IdList(Sequence[str]):
+    """The first ``length`` ids of a list shared by the versions of a view; immutable.
+
+    A grown view's ids extend its base's list in place when the base is its newest version
+    (nobody extended that list past it yet), so the first recall after an append no longer
+    copies every id (0.3-1.5 ms at 100k); otherwise the prefix is copied. Items before
+    ``length`` are never written again, so every version reads its own ids only.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    _extending = threading.Lock()
+
+    def __init__(self, items: list[str], length: int | None = None) -> None:
+        self._items = items
+        self._length = len(items) if length is None else length
+
+    def extended(self, more: Sequence[str]) -> IdList:
+        """These ids followed by ``more``."""
+        with IdList._extending:
+            if len(self._items) == self._length:
+                self._items.extend(more)
+                return IdList(self._items, len(self._items))
+        return IdList([*self._items[: self._length], *more])
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        if isinstance(index, slice):
+            return self._items[slice(*index.indices(self._length))]
+        if index < 0:
+            index += self._length
+        if not 0 <= index < self._length:
+            raise IndexError("memory id index out of range")
+        return self._items[index]
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IdList | list | tuple):
+            return len(other) == self._length and all(
+                a == b for a, b in zip(self, other, strict=False)
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"IdList({list(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class ReadPrefix:
     """What a view's first ``count`` memories give visibility, BM25 and joins, restored from
@@ -151,7 +212,7 @@ class PartitionView:
     _base_lexical: LexicalIndex | None
     _base_sorted: tuple[list[str], list[int]] | None
     _base_order_keys: tuple[tuple[int, str, str], ...] | None
-    _base_ids: list[str] | None
+    _base_ids: IdList | None
     _base_scan: tuple[int, _Scan] | None
     prefix: ReadPrefix | None
 
@@ -313,23 +374,25 @@ class PartitionView:
             for tick, memory_id in zip(ticks, ids, strict=True)
         )
 
-    def _ids(self) -> list[str]:
+    def _ids(self) -> IdList:
         """The memory ids in append order (of a lazy view: its positions, nothing decoded)."""
         return self.memory_ids
 
     @cached_property
-    def memory_ids(self) -> list[str]:
+    def memory_ids(self) -> IdList:
         """The memory ids in append order (of a lazy view: its positions, nothing decoded).
 
-        A grown view extends its base view's list (a copy, then only the new memories'
-        ids): every append makes a new view, and the first recall after it reads the ids.
+        A grown view extends its base view's ids (:class:`IdList`: in place, only the new
+        memories' ids): every append makes a new view, and the first recall after it reads
+        the ids.
         """
-        if isinstance(self.memories, LazyMemories):
-            return list(self.positions)  # built in append order (partitions.py)
         with self._lock:
             base, self._base_ids = self._base_ids, None
-        base = base or []
-        return [*base, *(memory.memory_id for memory in self.memories[len(base) :])]
+        if base is not None:
+            return base.extended([memory.memory_id for memory in self.memories[len(base) :]])
+        if isinstance(self.memories, LazyMemories):
+            return IdList(list(self.positions))  # built in append order (partitions.py)
+        return IdList([memory.memory_id for memory in self.memories])
 
     def order_key(self, position: int) -> tuple[int, str, str]:
         """:attr:`order_keys` of one memory, computed without building all of them."""
