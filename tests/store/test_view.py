@@ -149,3 +149,18 @@ def test_a_grown_view_extends_its_base_ids_in_place_and_a_second_branch_copies()
     other = _view([*memories[:3], _memory("x", 9)], second)  # second's list was extended
     assert other.memory_ids == ["m00", "m01", "m02", "x"]
     assert third.memory_ids == ["m00", "m01", "m02", "m03"]
+
+
+def test_a_view_knows_it_extends_the_views_of_its_chain_but_not_a_branch() -> None:
+    # Joins and caches are extended when a view grew from another; proving it by comparing
+    # the memories cost the partition's size after every append.
+    memories = [_memory(f"m{index}", index) for index in range(4)]
+    first = _view(memories[:2])
+    grown = _view(memories[:3], first)
+    again = _view(memories, grown)
+    assert again.extends(grown) and again.extends(first) and grown.extends(first)
+    assert not first.extends(grown)  # shorter
+    branch = _view([*memories[:2], _memory("other", 9)], first)  # first is no longer newest
+    assert not branch.extends(grown) and not grown.extends(branch)
+    assert not again.extends(branch)
+    assert not _view(memories[:3]).extends(first)  # unknown (another read): compare instead

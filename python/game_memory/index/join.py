@@ -330,7 +330,7 @@ def _extends(old: PartitionJoin, view: PartitionView | None, partition: IndexPar
     if before.records > partition.records:
         return False
     # Views of a partition share their memory objects (or, read lazily, their records).
-    return same_prefix(view.memories, old.view.memories)
+    return view.extends(old.view) or same_prefix(view.memories, old.view.memories)
 
 
 def _extend_join(

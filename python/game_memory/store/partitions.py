@@ -260,11 +260,15 @@ class PartitionCache:
                 break
             probes.append((path, info.st_ino, info.st_size, info.st_ctime_ns))
             before = previous[index] if index < len(previous) else None
-            segment = self._refresh(path, info, before, decode)
+            segment, grown = self._refresh(path, info, before, decode)
             if segment is not before:
                 changed = True
                 known = len(before.items) if before is not None else 0
-                if before is not None and not same_prefix(segment.items, before.items):
+                if (
+                    before is not None
+                    and not grown
+                    and not same_prefix(segment.items, before.items)
+                ):
                     appended = None  # the file was replaced or cut: rebuild the view
                 if appended is not None:
                     appended.extend(segment.items[known:])
@@ -334,7 +338,9 @@ class PartitionCache:
         info: os.stat_result,
         previous: Segment[_Item] | None,
         decode: Callable[[bytes, str], _Item],
-    ) -> Segment[_Item]:
+    ) -> tuple[Segment[_Item], bool]:
+        """The segment as it is now, and whether it is ``previous`` grown (its items a
+        prefix by construction: only the bytes after its end were read)."""
         same_file = (
             previous is not None
             and previous.inode == info.st_ino
@@ -342,14 +348,14 @@ class PartitionCache:
             and info.st_size >= previous.end
         )
         if same_file and previous is not None and info.st_size == previous.size:
-            return previous
+            return previous, True
         offset = previous.end if same_file and previous is not None else 0
         read = fs.read_file(path, self._maximum_file_bytes, offset=offset)
         if read is None:
             raise PersistenceError(f"{path} vanished while it was being read")
         data, opened = read
         if opened.st_ino != info.st_ino:
-            return self._refresh(path, opened, None, decode)
+            return self._refresh(path, opened, None, decode)[0], False
         try:
             scan = scan_records(
                 data, base_offset=offset, maximum_payload=self._maximum_file_bytes - HEADER_BYTES
@@ -370,7 +376,7 @@ class PartitionCache:
             starts = np.concatenate((previous.starts, starts))
         else:
             items = tuple(new)
-        return Segment(
+        segment = Segment(
             path,
             opened.st_dev,
             opened.st_ino,
@@ -380,6 +386,7 @@ class PartitionCache:
             items,
             starts,
         )
+        return segment, same_file
 
     def _remember(self, key: tuple[str, str], state: PartitionState) -> None:
         with self._lock:

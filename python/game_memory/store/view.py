@@ -197,6 +197,18 @@ class ReadPrefix:
     digests: bytes
 
 
+class _Lineage:
+    """Views that each extend the one before (see :meth:`PartitionView.extends`): ``tip``
+    is the length of the newest; a view joins only when its base is that newest one."""
+
+    __slots__ = ("tip",)
+
+    joining = threading.Lock()
+
+    def __init__(self, tip: int) -> None:
+        self.tip = tip
+
+
 class PartitionView:
     """One owner's memories at one version of the partition, in append order.
 
@@ -232,7 +244,12 @@ class PartitionView:
         self.positions = positions
         self.retractions = retractions
         self._lock = threading.Lock()
+        self._lineage = _Lineage(len(memories))
         if base is not None:
+            with _Lineage.joining:
+                if base._lineage.tip == len(base) <= len(memories):
+                    self._lineage = base._lineage
+                    self._lineage.tip = len(memories)
             # The base's built structures, or those it had not used yet (never the base).
             built = base.__dict__
             prefix = base.prefix
@@ -260,6 +277,14 @@ class PartitionView:
 
     def __len__(self) -> int:
         return len(self.memories)
+
+    def extends(self, other: PartitionView) -> bool:
+        """Whether ``other``'s memories are known to be a prefix of these, without comparing
+        them (``False`` means unknown): both were built in one chain of views, each
+        extending the newest before it, so a join or cache can be extended instead of
+        recomputed. Comparing the memories cost the partition's size after each append.
+        """
+        return other._lineage is self._lineage and len(other) <= len(self)
 
     def __repr__(self) -> str:
         return f"PartitionView(owner={self.owner_id!r}, memories={len(self.memories)})"
