@@ -195,3 +195,44 @@ async def test_closing_the_store_checkpoints_so_the_save_needs_no_reconciling(
     assert [entry.memory_hash for entry in ledger.read()] == [
         identity_hash(f"m{number}") for number in range(3)
     ]
+
+
+async def test_an_appended_partition_is_cached_as_written_and_equals_a_fresh_read(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a group commits, its partitions are cached grown (PartitionCache.install), so
+    # the next append or snapshot reads and decodes nothing back; the state is the one a
+    # read of the files builds.
+    from game_memory.store import partitions
+
+    store = make_store()
+    assert await store.append(make_memory("m0"))
+    assert await store.append(make_memory("m1"))
+    engine = store._engine
+    key = (partition_hash("session"), partition_hash("owner"))
+    engine.read_partition(*key)  # current after the appends above
+    reads: list[str] = []
+    original = partitions.fs.read_file
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.path.basename(os.fspath(path)).startswith("o-"):
+            reads.append(os.fspath(path))  # a memory log segment
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(partitions.fs, "read_file", counted)
+    for number in range(2, 5):
+        assert await store.append(make_memory(f"m{number}", text=f"word{number}"))
+    state = engine.read_partition(*key)
+    assert reads == []  # nothing was read back from the log
+    fresh = partitions.PartitionCache(4_000_000, 1_000).read(engine.session_folder(key[0]), *key)
+    assert state.view is not None and fresh.view is not None
+    assert list(state.view.memories) == list(fresh.view.memories)
+    assert dict(state.view.positions) == dict(fresh.view.positions)
+    assert state.probes == fresh.probes and state.absent == fresh.absent
+    for mine, theirs in zip(state.segments, fresh.segments, strict=True):
+        assert (mine.path, mine.inode, mine.size, mine.end, mine.torn_bytes) == (
+            theirs.path, theirs.inode, theirs.size, theirs.end, theirs.torn_bytes
+        )  # fmt: skip
+        assert mine.starts.tolist() == theirs.starts.tolist()
+    snapshot = await store.enumerate("session", "owner")
+    assert [memory.memory_id for memory in snapshot] == [f"m{number}" for number in range(5)]

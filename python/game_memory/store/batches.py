@@ -223,6 +223,13 @@ def _group(
             return
         for position, _key in part:
             outcomes[position] = True
+        grown_by: dict[tuple[str, str], tuple[PartitionState, list[bytes], list[GameMemory]]] = {}
+        for (_entry, record, state), (position, key) in zip(items, part, strict=True):
+            grown = grown_by.setdefault(key, (state, [], []))
+            grown[1].append(record)
+            grown[2].append(memories[position])
+        for state, written_records, written_memories in grown_by.values():
+            engine.install_written(state, written_records, written_memories)
 
 
 def _commit(

@@ -171,6 +171,19 @@ class StoreEngine(StoreReader):
             raise
         self.note_verified(self.ledger)
 
+    def install_written(
+        self, state: PartitionState, records: Sequence[bytes], memories: Sequence[GameMemory]
+    ) -> None:
+        """Cache the partition grown by a group just committed (``PartitionCache.install``),
+        so the next append or snapshot reads nothing back. Never raises: the memories are
+        durable already, and a partition not installed is read as before."""
+        if any(type(memory) is not GameMemory for memory in memories):
+            return  # the cache holds what a read decodes: plain memories only
+        try:
+            self.cache.install(self.session_folder(state.session_hash), state, records, memories)
+        except Exception:  # an optimisation: forget the partition, the next read rebuilds it
+            self.cache.forget(state.session_hash, state.owner_hash)
+
     def checkpoint(self) -> None:
         """Make every intent durable and end the unsynced marker's generation (under the
         lock, in a consistent state: after recovery)."""

@@ -207,6 +207,57 @@ class PartitionCache:
         self._remember(key, state)
         return self._persisted(session_directory, key, state)
 
+    def install(
+        self,
+        session_directory: str | Path,
+        state: PartitionState,
+        records: Sequence[bytes],
+        memories: Sequence[GameMemory],
+    ) -> bool:
+        """After a writer appended ``records`` (framed, holding ``memories``) to the tail
+        segment of ``state``, cache the grown state a read would build, without reading or
+        decoding the bytes back (the next append or snapshot then finds it current).
+
+        Only when ``state`` is still the cached version and the tail segment is exactly as
+        it was plus the records (same inode, that size); otherwise nothing is installed and
+        the next read reads as before. Returns whether it installed. Call under the writer
+        lock, after the write is durable.
+        """
+        key = (state.session_hash, state.owner_hash)
+        tail = state.tail
+        with self._lock:
+            if self._states.get(key) is not state:
+                return False
+        if state.view is None or tail is None or tail.torn_bytes or tail.size != tail.end:
+            return False
+        info = lstat_regular(tail.path)
+        written = sum(len(record) for record in records)
+        if info is None or (info.st_ino, info.st_dev) != (tail.inode, tail.device):
+            return False
+        if info.st_size != tail.end + written:
+            return False
+        lengths = np.fromiter((len(record) for record in records), np.int64, len(records))
+        starts = tail.end + np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+        segment = Segment(
+            tail.path,
+            tail.device,
+            tail.inode,
+            info.st_size,
+            info.st_size,
+            0,
+            concatenated(tail.items, memories),
+            np.concatenate((tail.starts, starts)),
+        )
+        probe = (tail.path, info.st_ino, info.st_size, info.st_ctime_ns)
+        probes = tuple(probe if old[0] == tail.path else old for old in state.probes)
+        view = _build_view(state.view, list(memories), session_directory, state.view.retractions)
+        grown = dataclasses.replace(
+            state, segments=(*state.segments[:-1], segment), view=view, probes=probes
+        )
+        self._remember(key, grown)
+        self._persisted(session_directory, key, grown)
+        return True
+
     def _persisted(
         self, session_directory: str | Path, key: tuple[str, str], state: PartitionState
     ) -> PartitionState:
