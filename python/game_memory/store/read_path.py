@@ -39,6 +39,7 @@ from game_memory.store.read_files import (
     file_times,
     load_read_file,
     read_file_path,
+    stamp_path,
     write_read_file,
 )
 from game_memory.store.records import HEADER_BYTES
@@ -308,8 +309,9 @@ def persist(
         _same_file(os.path.join(session_directory, covered.name), covered) for covered in files
     )
     if not unchanged:
-        with contextlib.suppress(OSError):
-            os.unlink(target)
+        for stale in (target, stamp_path(target)):
+            with contextlib.suppress(OSError):
+                os.unlink(stale)
         return False
     return True
 
