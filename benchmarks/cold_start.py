@@ -47,6 +47,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -55,17 +56,22 @@ import peer_sqlite
 from npc_sides import (
     DIMENSIONS,
     FakeProvider,
+    Side,
     gm_memory,
     gm_open,
     log,
     memory_records,
     peer_memory,
     projected,
+    queries,
 )
 
 Json = dict[str, Any]
 WORKLOAD = Path(__file__).resolve().parent / "npc_workload.py"
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+#: ``read_files.SETTLED_NS`` (with a margin), in seconds: a read file younger than this is
+#: checked in full at every open and not stamped.
+SETTLED_S = 2.2
 
 
 async def seed(root: Path, size: int) -> None:
@@ -88,6 +94,58 @@ async def seed(root: Path, size: int) -> None:
     peer.close()
 
 
+def ram_folder() -> str | None:
+    """A RAM file system to seed in (``/dev/shm``), or the default temporary folder."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+async def open_worker(side_name: str, root: Path, size: int) -> Json:
+    """Open + first recall in this fresh process: wall and CPU time (all threads).
+
+    As ``npc_sides.worker``'s ``open``, with the process CPU time (``time.process_time``)
+    measured over the same span: on a shared 2-core machine the wall time also holds
+    the waits for a core.
+    """
+    import numpy  # noqa: F401  (imported before the clock, like the store's modules)
+
+    if side_name == "game_memory":
+        import game_memory  # noqa: F401
+    else:
+        peer_sqlite.versions()  # loads sqlite-vec once, before the clock
+    side = Side(side_name, root, size + 10_000)
+    work = queries(size)
+    started, cpu = time.perf_counter(), time.process_time()
+    await side.open()
+    first, _ = await side.recall(work[0])
+    figures: Json = {
+        "open_first_recall_ms": round((time.perf_counter() - started) * 1000, 3),
+        "open_first_recall_cpu_ms": round((time.process_time() - cpu) * 1000, 3),
+        "first_recall_ms": round(first * 1000, 3),
+        "first_recall_stages_ms": side.stages[:1],
+    }
+    await side.close()
+    return figures
+
+
+def open_once(side: str, root: Path, size: int, path: str = "") -> Json:
+    """:func:`open_worker` in a fresh interpreter (single-threaded BLAS); ``path`` (a
+    ``PYTHONPATH``) runs another checkout of game-memory, such as main's."""
+    command = [sys.executable, __file__, "--worker", side, "--root", str(root)]
+    command += ["--size", str(size)]
+    return run(command, path, f"open/{side}")
+
+
+def run(command: list[str], path: str, what: str) -> Json:
+    environment = dict(os.environ, **dict.fromkeys(BLAS_VARIABLES, "1"))
+    if path:
+        environment["PYTHONPATH"] = path
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {what} failed:\n{done.stderr[-4000:]}")
+    result: Json = json.loads(done.stdout)
+    return result
+
+
 def spawn(
     kind: str, side: str, root: Path, size: int, repeats: int, appends: int, path: str = ""
 ) -> Json:
@@ -96,14 +154,7 @@ def spawn(
     command = [sys.executable, str(WORKLOAD), "--worker", kind, "--side", side]
     command += ["--root", str(root), "--size", str(size), "--repeats", str(repeats)]
     command += ["--appends", str(appends)]
-    environment = dict(os.environ, **dict.fromkeys(BLAS_VARIABLES, "1"))
-    if path:
-        environment["PYTHONPATH"] = path
-    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {kind}/{side} failed:\n{done.stderr[-4000:]}")
-    result: Json = json.loads(done.stdout)
-    return result
+    return run(command, path, f"{kind}/{side}")
 
 
 def derived_files(save: Path) -> Path:
@@ -137,67 +188,131 @@ def evicted_opens(sides: dict[str, Path], size: int, repeats: int) -> Json:
     for _ in range(repeats):
         for side, folder in sides.items():
             evict(folder)
-            found[side].append(spawn("open", side, folder, size, 1, 0))
+            found[side].append(open_once(side, folder, size))
     return found
+
+
+def settle(save: Path) -> float:
+    """Wait until the save's read files are :data:`SETTLED_S` old (a load stamps a read file
+    only then, see ``read_files.py``); the seconds waited."""
+    newest = max(
+        (path.stat().st_ctime for path in derived_files(save).rglob("*.read")), default=0.0
+    )
+    wait = max(0.0, newest + SETTLED_S - time.time())
+    time.sleep(wait)
+    return round(wait, 2)
+
+
+def summary(results: list[Json]) -> Json:
+    """Median and best of the wall and CPU times of some opens."""
+    wall = [r["open_first_recall_ms"] for r in results]
+    cpu = [r["open_first_recall_cpu_ms"] for r in results]
+    return {
+        "median_ms": round(statistics.median(wall), 1),
+        "best_ms": round(min(wall), 1),
+        "cpu_median_ms": round(statistics.median(cpu), 1),
+        "cpu_best_ms": round(min(cpu), 1),
+        "runs": len(results),
+    }
+
+
+def open_rows(
+    size: int,
+    opens: Json,
+    stamping: list[Json],
+    again: Json,
+    after_session: list[Json],
+    cold: Json | None,
+) -> list[Json]:
+    """The table rows of the opens (median wall time; best and CPU times beside it)."""
+    table: list[Json] = []
+
+    def row(figure: str, ours: list[Json], theirs: list[Json]) -> None:
+        mine, other = summary(ours), summary(theirs)
+        ratio = round(mine["median_ms"] / other["median_ms"], 2)
+        table.append({"figure": figure, "memories": size, "game_memory": mine["median_ms"],
+                      "peer": other["median_ms"], "unit": "ms", "game_memory_over_peer": ratio,
+                      "game_memory_times": mine, "peer_times": other})  # fmt: skip
+
+    row("open + first recall (no derived read files)", opens["game_memory"], opens["peer"])
+    row("open + first recall (read files present, first open: checks and stamps them)",
+        stamping, opens["peer"])  # fmt: skip
+    row("open + first recall (derived read files present)", again["game_memory"],
+        again["peer"])  # fmt: skip
+    if again["baseline"]:
+        mine, base = summary(again["game_memory"]), summary(again["baseline"])
+        table.append({"figure": "baseline open + first recall (derived read files present)",
+                      "memories": size, "game_memory": mine["median_ms"],
+                      "baseline": base["median_ms"], "unit": "ms", "game_memory_over_baseline":
+                      round(mine["median_ms"] / base["median_ms"], 2),
+                      "game_memory_times": mine, "baseline_times": base})  # fmt: skip
+    if after_session:
+        row("open + first recall after a session that appended", after_session, again["peer"])
+    if cold is not None:
+        row("open + first recall, page cache evicted (derived files present)",
+            cold["game_memory"], cold["peer"])  # fmt: skip
+    return table
 
 
 def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     sides = {"game_memory": root / "game_memory", "peer": root / "peer"}
-    remove_derived(sides["game_memory"])
+    save = sides["game_memory"] / "save"
     opens: Json = {side: [] for side in sides}
     for _ in range(args.cold_repeats):
         remove_derived(sides["game_memory"])
         for side, folder in sides.items():
-            opens[side].append(spawn("open", side, folder, size, 1, 0))
-    # The derived read files are now written: every later start of the game pays this.
-    again = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0)
-             for _ in range(args.cold_repeats)]  # fmt: skip
+            opens[side].append(open_once(side, folder, size))
+    # The derived read files are now written. The first open after they settled checks
+    # every array and stamps them (read_files.py); every later start of the game pays the
+    # second figure. Ours, the baseline's (if any) and the peer's opens take turns.
+    waited = settle(save)
+    stamping = [open_once("game_memory", sides["game_memory"], size)]
+    again: Json = {"game_memory": [], "baseline": [], "peer": []}
+    for _ in range(args.cold_repeats):
+        again["game_memory"].append(open_once("game_memory", sides["game_memory"], size))
+        if args.baseline:
+            again["baseline"].append(
+                open_once("game_memory", sides["game_memory"], size, args.baseline)
+            )
+        again["peer"].append(open_once("peer", sides["peer"], size))
     cold = evicted_opens(sides, size, args.cold_repeats) if args.evict else None
+    if args.only_opens:
+        return {"table": open_rows(size, opens, stamping, again, [], cold), "details": {
+            "seconds_waited_for_read_files_to_settle": waited,
+            "stamping_open_stages_ms": [r["first_recall_stages_ms"] for r in stamping],
+            "second_open_stages_ms": [r["first_recall_stages_ms"] for r in again["game_memory"]],
+        }}  # fmt: skip
     session = {side: spawn("session", side, folder, size, args.repeats, args.appends)
                for side, folder in sides.items()}  # fmt: skip
     for figures in session.values():
         figures.pop("answers", None)
     # The session appended (and closed the store): the derived files are partly stale, as
-    # at the start after a play session.
-    after_session = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0)
+    # at the start after a play session (read files rewritten moments ago: not stamped).
+    after_session = [open_once("game_memory", sides["game_memory"], size)
                      for _ in range(args.cold_repeats)]  # fmt: skip
 
-    def median_open(results: list[Json]) -> float:
-        return round(statistics.median(r["open_first_recall_ms"] for r in results), 1)
+    table = open_rows(size, opens, stamping, again, after_session, cold)
 
-    ours_first, peer_first = median_open(opens["game_memory"]), median_open(opens["peer"])
-    ours_again = median_open(again)
-    table = []
-
-    def row(figure: str, ours: float, theirs: float | None, unit: str) -> None:
+    def value_row(figure: str, ours: float, theirs: float | None, unit: str) -> None:
         ratio = round(ours / theirs, 2) if theirs else None
         table.append({"figure": figure, "memories": size, "game_memory": ours, "peer": theirs,
                       "unit": unit, "game_memory_over_peer": ratio})  # fmt: skip
 
-    row("open + first recall (no derived read files)", ours_first, peer_first, "ms")
-    row("open + first recall (derived read files present)", ours_again, peer_first, "ms")
-    row("open + first recall after a session that appended", median_open(after_session),
-        peer_first, "ms")  # fmt: skip
-    if cold is not None:
-        row("open + first recall, page cache evicted (derived files present)",
-            median_open(cold["game_memory"]), median_open(cold["peer"]), "ms")  # fmt: skip
     g, p = session["game_memory"], session["peer"]
-    row("hybrid recall warm, median", g["warm_median_ms"], p["warm_median_ms"], "ms")
-    row("first recall after an append, median", g["after_append_median_ms"],
-        p["after_append_median_ms"], "ms")  # fmt: skip
+    value_row("hybrid recall warm, median", g["warm_median_ms"], p["warm_median_ms"], "ms")
+    value_row("first recall after an append, median", g["after_append_median_ms"],
+              p["after_append_median_ms"], "ms")  # fmt: skip
     for figures in (g, p):
         figures["after_append_over_warm"] = round(
             figures["after_append_median_ms"] / figures["same_query_again_median_ms"], 2
         )
-    row("after an append over warm (same query)", g["after_append_over_warm"],
-        p["after_append_over_warm"], "ratio")  # fmt: skip
-    row("peak RSS after recalls", g["peak_rss_after_recalls_mb"],
-        p["peak_rss_after_recalls_mb"], "MB")  # fmt: skip
+    value_row("after an append over warm (same query)", g["after_append_over_warm"],
+              p["after_append_over_warm"], "ratio")  # fmt: skip
+    value_row("peak RSS after recalls", g["peak_rss_after_recalls_mb"],
+              p["peak_rss_after_recalls_mb"], "MB")  # fmt: skip
     if args.baseline:
-        # The same save, read by the baseline checkout (it ignores read files), in turns
-        # with this one, so both see the same machine.
-        base = [spawn("open", "game_memory", sides["game_memory"], size, 1, 0, args.baseline)
-                for _ in range(args.cold_repeats)]  # fmt: skip
+        # The same save, read by the baseline checkout (it ignores stamps), its opens in
+        # turns with ours above, so both see the same machine.
         base_session = spawn("session", "game_memory", sides["game_memory"], size,
                              args.repeats, args.appends, args.baseline)  # fmt: skip
         base_session.pop("answers", None)
@@ -205,7 +320,6 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
             base_session["after_append_median_ms"] / base_session["same_query_again_median_ms"], 2
         )
         for figure, ours, theirs in (
-            ("baseline open + first recall", ours_again, median_open(base)),
             ("baseline hybrid recall warm, median", g["warm_median_ms"],
              base_session["warm_median_ms"]),
             ("baseline after an append over warm", g["after_append_over_warm"],
@@ -217,8 +331,10 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
                           "baseline": theirs, "game_memory_over_baseline":
                           round(ours / theirs, 2) if theirs else None})  # fmt: skip
     details = {
+        "seconds_waited_for_read_files_to_settle": waited,
         "first_open_stages_ms": [r["first_recall_stages_ms"] for r in opens["game_memory"]],
-        "second_open_stages_ms": [r["first_recall_stages_ms"] for r in again],
+        "stamping_open_stages_ms": [r["first_recall_stages_ms"] for r in stamping],
+        "second_open_stages_ms": [r["first_recall_stages_ms"] for r in again["game_memory"]],
         "open_after_session_stages_ms": [r["first_recall_stages_ms"] for r in after_session],
         "session": session,
     }
@@ -238,7 +354,15 @@ def main() -> int:
     parser.add_argument(
         "--evict", action="store_true", help="also open with the saves' files out of the page cache"
     )
+    parser.add_argument("--only-opens", action="store_true", help="skip the session rows")
+    for hidden in ("--worker", "--root"):
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        json.dump(asyncio.run(open_worker(args.worker, Path(args.root), args.size)), sys.stdout)
+        print()
+        return 0
     directory = Path(args.directory)
     report: Json = {"benchmark": "cold_start", "command": " ".join(sys.argv), "table": []}
     report["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
@@ -249,11 +373,16 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
         if not (root / "peer" / "npc.db").exists():
             shutil.rmtree(root, ignore_errors=True)
-            ram = Path("/dev/shm") / f"gm-cold-start-{size}"
-            shutil.rmtree(ram, ignore_errors=True)
-            asyncio.run(seed(ram, size))
-            shutil.copytree(ram, root)
-            shutil.rmtree(ram)
+            # A RAM folder of this process's own: two runs seeding at once (the same size,
+            # other directories) must not write into one save.
+            ram = Path(tempfile.mkdtemp(prefix=f"gm-cold-start-{size}-", dir=ram_folder()))
+            try:
+                asyncio.run(seed(ram / "workload", size))
+                partial = root.with_name(f"{root.name}.{os.getpid()}.partial")
+                shutil.copytree(ram / "workload", partial)
+                partial.rename(root)  # a cut copy is never taken for a seeded save
+            finally:
+                shutil.rmtree(ram, ignore_errors=True)
         if args.seed_only:
             continue
         log(f"cold start {size:,}")
