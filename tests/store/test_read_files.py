@@ -15,15 +15,22 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from crash.recorder import Recorder
-from game_memory import FileGameMemoryStore, GameMemoryQuery, GameMoment, PersistenceError
+from game_memory import (
+    FileGameMemoryStore,
+    GameMemoryQuery,
+    GameMoment,
+    MemoryConflictError,
+    PersistenceError,
+)
 from game_memory.index.entries import content_digest, memory_hash
 from game_memory.store import read_files as read_file_module
 from game_memory.store import read_path
-from game_memory.store.lazy import LazyMemories
+from game_memory.store.lazy import LazyMemories, LazyPositions
 from game_memory.store.read_path import content_digests
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path
@@ -414,3 +421,45 @@ async def test_the_read_file_is_fsynced_before_its_stamp_is_written(
     renamed = next(i for i, (kind, _, _) in enumerate(kinds) if kind == "rename")
     stamp_inode = recorder.ops[created].inode
     assert ("fsync", stamp_inode, "") in kinds[created:renamed]
+
+
+# -- id positions (lazy.py: the dict is built on the first lookup, not at open) -------------
+
+
+async def test_recalls_from_a_read_file_build_no_id_dict_and_an_append_builds_it(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    first = make_store()
+    await fill(first, make_memory)
+    expected = await answers(first)
+    await first.aclose()
+    second = make_store()
+    assert await answers(second) == expected
+    view = (await second.snapshot(query())).views[0]
+    assert isinstance(view.positions, LazyPositions) and not view.positions.built
+    assert list(view.positions) == [f"m{n:03d}" for n in range(SIZE)]  # from the list
+    with pytest.raises(MemoryConflictError):  # the id is found: the dict is built
+        await second.append(make_memory("m005", owner_id="npc", text="another text"))
+    assert view.positions.built and view.positions["m005"] == 5
+    await second.append(make_memory("late", owner_id="npc", text="dragon river late"))
+    assert "late" in {m.memory_id for m in await second.enumerate("session", "npc")}
+
+
+async def test_a_read_file_naming_an_id_twice_is_refused_at_the_first_lookup(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written = read_path.write_read_file
+
+    def duplicated(*args: object, **fields: Any) -> bool:
+        fields["ids"] = [fields["ids"][0], *fields["ids"][:-1]]  # ids[1] repeats ids[0]
+        return written(*args, **fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(read_path, "write_read_file", duplicated)
+    first = make_store()
+    await fill(first, make_memory)
+    await first.aclose()
+    second = make_store()
+    with pytest.raises(PersistenceError, match="twice"):
+        await second.append(make_memory("late", owner_id="npc", text="dragon late"))
