@@ -203,6 +203,18 @@ def settle(save: Path) -> float:
     return round(wait, 2)
 
 
+def alternated(folder: Path, size: int, runs: int, baseline: str) -> tuple[list[Json], list[Json]]:
+    """``runs`` opens of this checkout and of the baseline's in turns (which goes first
+    alternates), the derived files present: the two see the same machine."""
+    ours: list[Json] = []
+    theirs: list[Json] = []
+    for run in range(runs):
+        turns = [(ours, ""), (theirs, baseline)]
+        for found, path in turns if run % 2 == 0 else turns[::-1]:
+            found.append(open_once("game_memory", folder, size, path))
+    return ours, theirs
+
+
 def summary(results: list[Json]) -> Json:
     """Median and best of the wall and CPU times of some opens."""
     wall = [r["open_first_recall_ms"] for r in results]
@@ -276,6 +288,10 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
             )
         again["peer"].append(open_once("peer", sides["peer"], size))
     cold = evicted_opens(sides, size, args.cold_repeats) if args.evict else None
+    if args.alternate:
+        again["game_memory"], again["baseline"] = alternated(
+            sides["game_memory"], size, args.alternate, args.baseline
+        )
     if args.only_opens:
         return {"table": open_rows(size, opens, stamping, again, [], cold), "details": {
             "seconds_waited_for_read_files_to_settle": waited,
@@ -355,10 +371,18 @@ def main() -> int:
         "--evict", action="store_true", help="also open with the saves' files out of the page cache"
     )
     parser.add_argument("--only-opens", action="store_true", help="skip the session rows")
+    parser.add_argument(
+        "--alternate",
+        type=int,
+        default=0,
+        help="with --baseline: the derived-files rows from this many opens of each, in turns",
+    )
     for hidden in ("--worker", "--root"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.alternate and not args.baseline:
+        parser.error("--alternate needs --baseline")
     if args.worker:
         json.dump(asyncio.run(open_worker(args.worker, Path(args.root), args.size)), sys.stdout)
         print()
