@@ -4,37 +4,38 @@ The NPC workload of ``npc_workload.py`` (the same memories, queries, fake provid
 same fresh-process workers: this script spawns ``npc_workload.py --worker ...``), reduced
 to the read-side figures, so a change to the read path can be measured in minutes:
 
-* **open + first recall** (page cache warm), in a fresh process per side, ``--cold-repeats``
-  times: the median; game-memory's first recall stages alongside;
-* a **second open** of the same save after the first one wrote its derived files (read and
-  intent files in ``.game-memory/read/``, the index's verified stamps): what every later
-  start of the game costs;
+* **open + first recall** (page cache warm), in a fresh process per side (this script's
+  ``--worker``), ``--cold-repeats`` times: median and best of the wall and of the CPU
+  time (all threads; the machine is shared, the wall time holds waits for a core);
+* the **first open after the read files were written** and settled (2 s: a read file is
+  stamped only then, see ``store/read_files.py``), which checks every array and stamps
+  them, and the **later opens** with the derived files present (read and intent files in
+  ``.game-memory/read/``, the stamps): what every later start of the game costs;
 * **warm hybrid recall** median, **peak RSS** after the recalls, and the **first recall
-  right after an append** over the same query again (``after_append_over_warm``);
+  right after an append** over the same query again (``after_append_over_warm``), from
+  ``npc_workload.py --worker session`` (skipped with ``--only-opens``);
 * with ``--baseline DIR``, the same game-memory figures of another checkout (``DIR`` is its
-  ``python/`` folder, put on ``PYTHONPATH``), e.g. main's, on the same save in the same run.
+  ``python/`` folder, put on ``PYTHONPATH``), e.g. main's, on the same save in the same run,
+  its opens in turns with ours (``--alternate N``: N opens of each, in turns).
 
-The saves are seeded once (RAM file system, then copied under ``--directory``) and kept
-there between runs unless ``--fresh``; derived files are deleted before each run so the
-first open pays the full cost. Prints JSON: a ``table`` with ``game_memory_over_peer``.
-Usage: ``python benchmarks/cold_start.py [--sizes 10000,100000] [--directory DIR]``.
+The saves are seeded once (in a RAM folder of this process's own, then copied under
+``--directory``) and kept there between runs unless ``--fresh``; derived files are deleted
+before each first open so it pays the full cost. Prints JSON: a ``table`` with
+``game_memory_over_peer``. Usage: ``python benchmarks/cold_start.py [--sizes 10000,100000]
+[--directory DIR] [--only-opens] [--baseline DIR --alternate N]``.
 
-Measured 2026-12-02 on the 2-core machine under load (load average about 5), with
-``--cold-repeats 3`` (10k) and ``2`` (100k) and ``--baseline`` main at 7a1a927 (peer =
-SQLite + sqlite-vec + FTS5); see docs/performance.md, "Cold start":
+Measured 2026-12-02 on the 2-core machine under load (load average 3 to 4), ``--only-opens
+--cold-repeats 3`` with ``--alternate 9`` (10k) and ``7`` (100k), ``--baseline`` main at
+14baa10 (peer = SQLite + sqlite-vec + FTS5); see docs/performance.md, "Cold start":
 
-=============================================  ==========  ==========  ========  =========
-figure                                          10k ours    10k peer    100k ours 100k peer
-=============================================  ==========  ==========  ========  =========
-open + first recall, derived files present      25.6 ms     21.9 ms     402 ms    384 ms
-  the same, main                                306 ms                  8,962 ms
-open + first recall after a session             51.3 ms                 271 ms
-open + first recall, no derived files yet       2,133 ms                27,809 ms
-first recall after an append / warm             1.36        0.94        1.48      1.06
-  the same, main                                1.27                    1.72
-peak RSS after recalls                          83.2 MB     47.8 MB     295 MB    48.5 MB
-  the same, main                                99.6 MB                 365 MB
-=============================================  ==========  ==========  ========  =========
+==============================================  ===========  ===========  =========  =========
+figure (median wall, CPU in parentheses)        10k ours     10k main     100k ours  100k main
+==============================================  ===========  ===========  =========  =========
+open + first recall, derived files present      14.2 (14.2)  24.9 (24.8)  128 (84)   199 (131)
+  the peer                                      6.7                       48.0
+first open after the read files were written    23.9 (17.3)               193 (81)
+open + first recall, no derived files yet       909                       9,481
+==============================================  ===========  ===========  =========  =========
 """
 
 from __future__ import annotations
