@@ -36,7 +36,7 @@ from game_memory.durable.names import identity_hash, partition_hash, segment_pat
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
-from game_memory.store.lazy import concatenated, same_prefix
+from game_memory.store.lazy import LazyPositions, concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -415,6 +415,15 @@ def _retraction(payload: bytes, path: str) -> Retraction:
         raise PersistenceError(f"{path} holds an unreadable retraction: {exc}") from exc
 
 
+def _positions(base: PartitionView | None) -> dict[str, int]:
+    """A copy of ``base``'s id positions to extend (of a lazy view: its dict, copied whole)."""
+    if base is None:
+        return {}
+    if isinstance(base.positions, LazyPositions):
+        return dict(base.positions.positions())
+    return dict(base.positions)
+
+
 def _build_view(
     base: PartitionView | None,
     memories: list[GameMemory],
@@ -426,7 +435,7 @@ def _build_view(
     An equal second copy of a memory is skipped (a rewrite interrupted part-way leaves
     copies of the records it moved; see ``rewriting.py``); a different one is corruption.
     """
-    positions = dict(base.positions) if base is not None else {}
+    positions = _positions(base)
     known: Sequence[GameMemory] = base.memories if base is not None else ()
     added: list[GameMemory] = []
     for memory in memories:

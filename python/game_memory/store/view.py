@@ -34,7 +34,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -97,7 +97,7 @@ class PartitionView:
         session_id: str,
         owner_id: str,
         memories: Sequence[GameMemory],
-        positions: dict[str, int],
+        positions: Mapping[str, int],
         base: PartitionView | None = None,
         retractions: tuple[tuple[str, GameMoment], ...] = (),
         prefix: ReadPrefix | None = None,
