@@ -25,6 +25,7 @@ consolidation share.)
 
 from __future__ import annotations
 
+import abc
 import asyncio
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -56,7 +57,7 @@ __all__ = [
 _T = TypeVar("_T")
 
 
-class MemoryOverTime:
+class MemoryOverTime(abc.ABC):
     """The front door's forget, erase, consolidate and compact (see the module docstring).
 
     A base of ``VectorMemoryStore``, which provides the attributes below.
@@ -66,17 +67,21 @@ class MemoryOverTime:
     index: VectorIndex | None
     options: VectorMemoryStoreOptions
 
+    @abc.abstractmethod
     def _check_open(self) -> None:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
+    @abc.abstractmethod
     async def _run(self, function: Callable[[], _T]) -> _T:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
+    @abc.abstractmethod
     async def _report(self, diagnostic: MemoryVectorDiagnostic) -> None:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
+    @abc.abstractmethod
     async def _index(self, memory: GameMemory, created: bool) -> None:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
     async def forget(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
         """Retract a memory as of the game moment ``at``; durable like an append.

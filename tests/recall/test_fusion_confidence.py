@@ -147,14 +147,14 @@ def test_the_vector_confidence_is_the_contrast_of_the_best_over_the_mean(
     make_memory: MemoryFactory,
 ) -> None:
     # A model that finds every text alike (MiniLM on Portuguese or CJK): mean 0.7, best 0.8,
-    # contrast 0.14, so the vector channel counts 0.14 / vector_confidence (1.0) of its
+    # contrast 0.14, so the vector channel counts 0.14 / vector_confidence (0.8) of its
     # weight; on text it knows (mean 0.25, best 0.55) the contrast is 1.2: full weight.
     memories = [make_memory(f"m{i}") for i in range(5)]
     alike = [0.80, 0.675, 0.675, 0.675, 0.675]  # mean 0.7
     known = [0.55, 0.175, 0.175, 0.175, 0.175]  # mean 0.25
     (top_alike, *_) = fuse([], list(zip(memories, alike, strict=True)), OPTIONS, 10)
     (top_known, *_) = fuse([], list(zip(memories, known, strict=True)), OPTIONS, 10)
-    assert top_alike.score == pytest.approx(0.5 * (0.1 / 0.7))
+    assert top_alike.score == pytest.approx(0.5 * (0.1 / 0.7) / 0.8)
     assert top_known.score == pytest.approx(0.5)
     # So a clear lexical winner outvotes the alike list, and not the known one.
     lexical = [(memories[3], 30.0)]

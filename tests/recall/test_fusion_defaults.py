@@ -35,7 +35,7 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
         "lexical_minimum_gap": 4.0,
         "vector_minimum_gap": 0.2,
         "lexical_confidence": 48.0,
-        "vector_confidence": 1.0,
+        "vector_confidence": 0.8,
         "vector_confidence_by": "contrast",
         "floor_candidates": 16,
     }

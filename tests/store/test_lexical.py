@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -309,3 +312,42 @@ def test_the_sparse_and_dense_accumulations_give_bit_identical_scores(
             (h.memory.key, h.score) for h in expected
         ]
         assert_same_ranking(hits, reference_search(memories, query))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(min_value=0, max_value=40), max_size=30).map(sorted), max_size=6
+    ).filter(bool)
+)
+def test_sorted_unique_equals_numpy_unique(parts: list[list[int]]) -> None:
+    arrays = [np.asarray(part, np.int64) for part in parts]
+    found = lexical.sorted_unique(arrays)
+    expected = np.unique(np.concatenate(arrays))
+    assert found.dtype == expected.dtype and found.tolist() == expected.tolist()
+
+
+def test_the_first_sparse_search_of_a_process_does_not_import_numpy_ma() -> None:
+    # numpy.ma costs about 28 ms to import: np.unique's first call pays it, the first
+    # recall after opening a save must not.
+    script = """
+import sys
+from game_memory import GameMemory, GameMemoryQuery, GameMoment
+from game_memory.store import lexical
+from game_memory.store.view import PartitionView
+memories = tuple(
+    GameMemory(memory_id=f"m{i}", session_id="s", owner_id="npc", scope="x", kind="event",
+               payload_json="{}", moment=GameMoment(timeline_id="world", tick=i),
+               searchable_text="sword river" if i % 50 == 0 else f"w{i}")
+    for i in range(1_000)
+)
+view = PartitionView("s", "npc", memories, {m.memory_id: i for i, m in enumerate(memories)})
+hits, _ = lexical._search_columns([view], GameMemoryQuery(session_id="s", limit=4,
+                                  text="sword river"), 4)
+assert len(hits) == 4, hits
+print("numpy.ma" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "False"

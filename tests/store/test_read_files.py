@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from game_memory import FileGameMemoryStore, GameMemoryQuery, GameMoment, PersistenceError
+from crash.recorder import Recorder
+from game_memory import (
+    FileGameMemoryStore,
+    GameMemoryQuery,
+    GameMoment,
+    MemoryConflictError,
+    PersistenceError,
+)
 from game_memory.index.entries import content_digest, memory_hash
+from game_memory.store import read_files as read_file_module
 from game_memory.store import read_path
-from game_memory.store.lazy import LazyMemories
+from game_memory.store.lazy import LazyMemories, LazyPositions
 from game_memory.store.read_path import content_digests
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path
@@ -240,3 +252,214 @@ async def test_ids_of_any_text_come_back_from_the_read_file(
     second = make_store()
     assert await answers(second) == expected
     assert [m.memory_id for m in await second.enumerate("session", "npc")] == ids
+
+
+# -- verified stamps (read_file_module.py: a load that checked every array stamps the file) ------
+
+
+class CountingCrc:
+    """``zlib`` for ``read_files``, counting CRC-32 calls (one per array when checked)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def crc32(self, data: bytes, value: int = 0) -> int:
+        self.calls += 1
+        return zlib.crc32(data, value)
+
+
+@pytest.fixture
+def settled(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """A short settling time (the default is 2 s) and a wait of longer than that."""
+    monkeypatch.setattr(read_file_module, "SETTLED_NS", 20_000_000)
+    return lambda: time.sleep(0.05)
+
+
+def load_owned(path: Path) -> read_file_module.ReadFile | None:
+    """Load the read file at ``path`` as its own partition's (hashes from its names)."""
+    return read_file_module.load_read_file(path, path.parent.name[2:], path.stem[2:])
+
+
+def load(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[read_file_module.ReadFile | None, bool]:
+    """Load the read file at ``path``; whether its arrays' CRCs were computed."""
+    counter = CountingCrc()
+    monkeypatch.setattr(read_file_module, "zlib", counter)
+    try:
+        found = load_owned(path)
+    finally:
+        monkeypatch.setattr(read_file_module, "zlib", zlib)
+    arrays = 20  # a read file holds more arrays than this; header and stamp are 1 each
+    return found, counter.calls >= arrays
+
+
+async def stamped_read_file(
+    make_store: StoreFactory, make_memory: MemoryFactory, save: Path
+) -> tuple[Path, list[list[tuple[str, float]]]]:
+    store = make_store()
+    await fill(store, make_memory)
+    expected = await answers(store)
+    await store.aclose()
+    (path,) = read_files(save)
+    return path, expected
+
+
+async def test_a_load_that_checked_every_array_stamps_the_file_and_the_next_load_trusts_it(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+) -> None:
+    path, expected = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    stamp = read_file_module.stamp_path(path)
+    first, checked = load(path, monkeypatch)  # too fresh to stamp yet
+    assert first is not None and checked and not stamp.exists()
+    settled()
+    first, checked = load(path, monkeypatch)
+    assert first is not None and checked and stamp.exists()
+    info = os.stat(path)
+    assert read_file_module.read_stamp(stamp) == (
+        (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns),
+        zlib.crc32(path.read_bytes()[16 : 16 + int.from_bytes(path.read_bytes()[8:12], "little")]),
+    )
+    again, checked = load(path, monkeypatch)
+    assert again is not None and not checked
+    assert again.ids == first.ids and again.digests == first.digests
+    assert await answers(make_store()) == expected
+
+
+@pytest.mark.parametrize("stale", ["crc", "cut", "magic", "header", "identity", "empty"])
+async def test_a_damaged_or_mismatching_stamp_makes_the_load_check_every_array(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+    stale: str,
+) -> None:
+    path, expected = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    settled()
+    assert load(path, monkeypatch)[0] is not None
+    stamp = read_file_module.stamp_path(path)
+    data = bytearray(stamp.read_bytes())
+    body = len(data) - 4
+    if stale == "crc":
+        data[-1] ^= 0x01  # the stamp fails its own checksum, its fields intact
+    elif stale == "cut":
+        data = data[:-4]
+    elif stale == "empty":
+        data = bytearray()
+    else:
+        # A stamp that holds its checksum but names another magic, header or file.
+        at = {"magic": 0, "header": body - 4, "identity": 16}[stale]  # identity: the inode
+        data[at] ^= 0x01
+        data[body:] = zlib.crc32(bytes(data[:body])).to_bytes(4, "little")
+    stamp.write_bytes(bytes(data))
+    found, checked = load(path, monkeypatch)
+    assert found is not None and checked
+    assert load(path, monkeypatch)[1] is False  # stamped anew
+    assert await answers(make_store()) == expected
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+async def test_a_read_file_changed_under_its_stamp_is_found_damaged_never_trusted(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+    how: str,
+) -> None:
+    path, expected = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    settled()
+    assert load(path, monkeypatch)[0] is not None and read_file_module.stamp_path(path).exists()
+    before = os.stat(path)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01  # the last array (content digests): nothing but its CRC checks it
+    if how == "in place":
+        with path.open("r+b") as handle:
+            handle.seek(len(data) - 1)
+            handle.write(data[-1:])
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # only ctime moves
+    else:
+        copy = path.with_name("copy.tmp")
+        copy.write_bytes(bytes(data))
+        os.utime(copy, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(copy, path)
+    found, checked = load(path, monkeypatch)
+    assert found is None and checked
+    second = make_store()
+    assert await answers(second) == expected  # read from the records instead
+    await second.aclose()
+    assert path.read_bytes() != bytes(data)  # and rewritten
+
+
+async def test_the_read_file_is_fsynced_before_its_stamp_is_written(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+) -> None:
+    # A stamp must never outlive the bytes it vouches for: a read file copied in (not
+    # synced) could come back from a power loss with other bytes under the same identity.
+    path, _ = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    settled()
+    recorder = Recorder(str(tmp_path))
+    read_inode = recorder.numbers[(os.stat(path).st_dev, os.stat(path).st_ino)]
+    with recorder.active():
+        assert (
+            read_file_module.load_read_file(path, path.parent.name[2:], path.stem[2:]) is not None
+        )
+    kinds = [(op.kind, op.inode, op.name) for op in recorder.ops]
+    synced = kinds.index(("fsync", read_inode, ""))
+    created = next(i for i, (kind, _, name) in enumerate(kinds) if kind == "create")
+    assert recorder.ops[created].name.startswith(read_file_module.stamp_path(path).name)
+    assert synced < created
+    renamed = next(i for i, (kind, _, _) in enumerate(kinds) if kind == "rename")
+    stamp_inode = recorder.ops[created].inode
+    assert ("fsync", stamp_inode, "") in kinds[created:renamed]
+
+
+# -- id positions (lazy.py: the dict is built on the first lookup, not at open) -------------
+
+
+async def test_recalls_from_a_read_file_build_no_id_dict_and_an_append_builds_it(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    first = make_store()
+    await fill(first, make_memory)
+    expected = await answers(first)
+    await first.aclose()
+    second = make_store()
+    assert await answers(second) == expected
+    view = (await second.snapshot(query())).views[0]
+    assert isinstance(view.positions, LazyPositions) and not view.positions.built
+    assert list(view.positions) == [f"m{n:03d}" for n in range(SIZE)]  # from the list
+    with pytest.raises(MemoryConflictError):  # the id is found: the dict is built
+        await second.append(make_memory("m005", owner_id="npc", text="another text"))
+    assert view.positions.built and view.positions["m005"] == 5
+    await second.append(make_memory("late", owner_id="npc", text="dragon river late"))
+    assert "late" in {m.memory_id for m in await second.enumerate("session", "npc")}
+
+
+async def test_a_read_file_naming_an_id_twice_is_refused_at_the_first_lookup(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    written = read_path.write_read_file
+
+    def duplicated(*args: object, **fields: Any) -> bool:
+        fields["ids"] = [fields["ids"][0], *fields["ids"][:-1]]  # ids[1] repeats ids[0]
+        return written(*args, **fields)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(read_path, "write_read_file", duplicated)
+    first = make_store()
+    await fill(first, make_memory)
+    await first.aclose()
+    second = make_store()
+    with pytest.raises(PersistenceError, match="twice"):
+        await second.append(make_memory("late", owner_id="npc", text="dragon late"))

@@ -18,6 +18,7 @@ and atomic, like an append.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -48,7 +49,7 @@ def _validated_id(value: str, what: str) -> str:
         raise InvalidArgumentError(str(exc)) from exc
 
 
-class PostgresLifecycle:
+class PostgresLifecycle(abc.ABC):
     """The store's forget, erase, consolidate and compact; a base of
     ``PostgresGameMemoryStore``, which provides the attributes below."""
 
@@ -56,14 +57,17 @@ class PostgresLifecycle:
     maximum_partition_entries: int
     maximum_entries: int | None
 
+    @abc.abstractmethod
     async def _ensure_ready(self) -> float:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
+    @abc.abstractmethod
     async def _run(self, function: Callable[[], _T]) -> _T:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
+    @abc.abstractmethod
     def _call(self, what: str, function: Callable[[psycopg.Connection[Any]], _T]) -> _T:
-        raise NotImplementedError
+        """Provided by the concrete store."""
 
     async def _database(self, what: str, function: Callable[[psycopg.Connection[Any]], _T]) -> _T:
         await self._ensure_ready()

@@ -65,7 +65,7 @@ that relevance against recency and importance on one scale, whatever the mode an
 many candidates there are.
 
 The default (``CONVEX``, ``"confidence"`` with the vector contrast, weights 0.5 and 0.5,
-lexical confidence 48, vector confidence 1.0, minimum gaps 4.0 and 0.2, floor candidates
+lexical confidence 48, vector confidence 0.8, minimum gaps 4.0 and 0.2, floor candidates
 16) was chosen by leave-one-set-out cross-validation over eight development sets
 (``benchmarks/crossval.py``); ``docs/retrieval.md`` reports every rotation's held-out figure.
 """
@@ -149,7 +149,7 @@ class FusionOptions(BaseModel):
     lexical_minimum_gap: _LexicalSpread = 4.0
     vector_minimum_gap: _CosineSpread = 0.2
     lexical_confidence: _Confidence = 48.0
-    vector_confidence: _Confidence = 1.0
+    vector_confidence: _Confidence = 0.8
     vector_confidence_by: Literal["contrast", "standing"] = "contrast"
     floor_candidates: Annotated[int, Field(ge=1, le=4_096)] = 16
 

@@ -38,10 +38,11 @@ Default weights, and why (measured with ``benchmarks/retrieval.py``; see
   pairs, the newer version inheriting the older one's relevance): an NPC asked about a
   belief it has updated answers with the update even without a ``belief_key``. On the
   belief-update set (``benchmarks/belief_updates.py``) the newer version comes first in
-  about 84% of the questions asked after the update, against 30% without supersession;
-  it costs the NPC set's R@1 0.90 → 0.87 (one memory taken for a newer version of
-  another) and no R@5 on any set. A looser test (similarity 0.35, standing 2) reaches
-  96% but costs the NPC set's R@1 0.19; an explicit ``belief_key`` is exact.
+  86% of the questions asked after the update (112 of 130), against 30% without
+  supersession; it costs the NPC set's R@1 0.87 → 0.83 (memories taken for newer
+  versions of others, three of 70 top answers) and no R@5 on any set. Looser tests reach
+  more and cost more top answers elsewhere (``docs/retrieval.md``, "What a detector
+  without a key can reach"); an explicit ``belief_key`` is exact.
 
 On sets without game time, with uniform importance, no tags and one scope and kind (the
 FAQ and news sets) every term but relevance is the same for all candidates, so the

@@ -23,14 +23,22 @@ import contextlib
 import os
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar, cast, overload
 
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.records import HEADER_BYTES, MAGIC
 
-__all__ = ["LazyMemories", "Location", "RecordFile", "Reordered", "concatenated", "same_prefix"]
+__all__ = [
+    "LazyMemories",
+    "LazyPositions",
+    "Location",
+    "RecordFile",
+    "Reordered",
+    "concatenated",
+    "same_prefix",
+]
 
 _T = TypeVar("_T")
 
@@ -81,6 +89,65 @@ class RecordFile:
                 "backup or run game-memory check"
             )
         return payload
+
+
+class LazyPositions(Mapping[str, int]):
+    """Memory id -> position for ids in append order, the dict built on the first lookup.
+
+    A partition opened from its read file has its ids as a list; the first recall never
+    looks an id up, so the dict (about 10 ms per 100k ids) is built only when something
+    does (an append checking for the id, an erase). Iterating and ``len`` use the list.
+
+    Raises:
+        PersistenceError: on the lookup that builds the dict, if an id is listed twice
+            (the read file is wrong: its ids are checked against the save only as records
+            are decoded).
+    """
+
+    __slots__ = ("_built", "_ids", "_lock", "_where")
+
+    def __init__(self, ids: Sequence[str], where: str) -> None:
+        self._ids = ids
+        self._where = where
+        self._built: dict[str, int] | None = None
+        self._lock = threading.Lock()
+
+    def positions(self) -> dict[str, int]:
+        """The dict (built on first use; never mutated: copy it to extend it)."""
+        built = self._built
+        if built is None:
+            with self._lock:
+                if self._built is None:
+                    found = dict(zip(self._ids, range(len(self._ids)), strict=True))
+                    if len(found) != len(self._ids):
+                        raise PersistenceError(
+                            f"the read file {self._where} names one memory id twice; the read "
+                            "file is wrong: delete the folder .game-memory/read (derived "
+                            "data, rebuilt on the next read) and try again"
+                        )
+                    self._built = found
+                built = self._built
+        return built
+
+    @property
+    def built(self) -> bool:
+        """Whether the dict was built yet."""
+        return self._built is not None
+
+    def __getitem__(self, memory_id: str) -> int:
+        return self.positions()[memory_id]
+
+    def get(self, memory_id: str, default: int | None = None) -> int | None:  # type: ignore[override]
+        return self.positions().get(memory_id, default)
+
+    def __contains__(self, memory_id: object) -> bool:
+        return memory_id in self.positions()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 class _Records:

@@ -36,7 +36,7 @@ from game_memory.durable.names import identity_hash, partition_hash, segment_pat
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
-from game_memory.store.lazy import concatenated, same_prefix
+from game_memory.store.lazy import LazyPositions, concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -473,6 +473,15 @@ def _retraction(payload: bytes, path: str) -> Retraction:
         raise PersistenceError(f"{path} holds an unreadable retraction: {exc}") from exc
 
 
+def _positions(base: PartitionView | None) -> dict[str, int]:
+    """A copy of ``base``'s id positions to extend (of a lazy view: its dict, copied whole)."""
+    if base is None:
+        return {}
+    if isinstance(base.positions, LazyPositions):
+        return dict(base.positions.positions())
+    return dict(base.positions)
+
+
 def _build_view(
     base: PartitionView | None,
     memories: list[GameMemory],
@@ -485,7 +494,10 @@ def _build_view(
     copies of the records it moved; see ``rewriting.py``); a different one is corruption.
     """
     # The base's id map is shared, not copied (``IdPositions``): an append costs its ids.
-    shared, fresh = IdPositions.extending(base.positions if base is not None else None)
+    if base is not None and isinstance(base.positions, IdPositions):
+        shared, fresh = IdPositions.extending(base.positions)
+    else:
+        shared = fresh = _positions(base)  # the first extension copies it once
     known: Sequence[GameMemory] = base.memories if base is not None else ()
     added: list[GameMemory] = []
     for memory in memories:

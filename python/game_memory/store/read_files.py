@@ -27,8 +27,29 @@ out is read from the save and checked there. Deleting the ``read`` folder is alw
 Written atomically (temporary file, fsync, rename), so a kill or a power loss leaves the
 old file, the new one, or a temporary file readers never look at.
 
+**Verified stamps.** Computing the CRC-32 of every array is most of an open's cost. After a
+load has checked them all, a stamp ``o-<sha256(owner)>.verified`` beside the read file
+records the read file's identity (device, inode, size, modification and change times, as
+``fstat`` saw it before the check) and its header's CRC-32; a later load of the very same
+file (equal identity and header CRC) skips the arrays' CRCs. The stamp is written only
+after the read file is fsynced (its bytes as checked are then durable: a power loss cannot
+give the stamped file other bytes) and only if the file's identity did not change while it
+was checked and synced; the stamp itself is written atomically and durably (temporary file,
+fsync, rename, folder fsync) and carries its own CRC-32. Any write to the read file moves its
+change time (user code cannot set it back), and a replaced file is another inode: either
+way the stamp no longer matches and the next load checks everything again, then stamps
+anew. A write moves the change time only to the file system's clock tick, which can be
+coarse (a few ms; 2 s on FAT), so a file changed less than :data:`SETTLED_NS` before the
+load is not stamped: a write in the very tick of its last change could leave its identity
+as it was. A missing, damaged or mismatching stamp is simply a full check. What a stamp cannot
+see is damage that leaves the file's size and times unchanged (a disk returning other
+bytes), as for the save files a read file covers (``Covered.unchanged``); deleting the
+stamps (or the ``read`` folder) brings the full check back.
+
 Layout: ``GMREAD01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
-arrays (each at its offset from the end of the header, with its own CRC-32).
+arrays (each at its offset from the end of the header, with its own CRC-32). A stamp:
+``GMRSTMP1`` (8) · device, inode, size u64 · mtime_ns, ctime_ns i64 · header CRC-32 u32 ·
+CRC-32 of the preceding 52 bytes u32.
 """
 
 from __future__ import annotations
@@ -40,6 +61,7 @@ import mmap
 import os
 import stat
 import struct
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -56,12 +78,15 @@ from game_memory.store.postings import LexicalIndex, TermTable
 
 __all__ = [
     "READ_FOLDER",
+    "SETTLED_NS",
     "Covered",
     "ReadFile",
     "file_times",
     "load_read_file",
     "read_file_path",
+    "read_stamp",
     "remove_read_files",
+    "stamp_path",
     "write_read_file",
 ]
 
@@ -72,6 +97,16 @@ _HEAD = struct.Struct("<8sII")
 _MAXIMUM_BYTES = 1 << 31
 _CHUNK = 1 << 20
 _LOG = logging.getLogger("game_memory.store")
+_STAMP_MAGIC = b"GMRSTMP1"
+_STAMP = struct.Struct("<8sQQQqqI")
+_STAMP_BYTES = _STAMP.size + 4
+
+#: A read file is stamped only if its change time is at least this old (ns) when a load
+#: takes its identity: later writes then land on a later clock tick and move it.
+SETTLED_NS = 2_000_000_000
+
+#: ``(device, inode, size, mtime_ns, ctime_ns)`` of a read file as a stamp names it.
+Identity = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +172,11 @@ def read_file_path(session_directory: str, owner_hash: str) -> Path:
     """Where the read file of a partition lives (``<data>/read/s-<hash>/o-<hash>.read``)."""
     data, session = os.path.split(session_directory)
     return Path(data) / READ_FOLDER / session / f"o-{owner_hash}.read"
+
+
+def stamp_path(path: Path) -> Path:
+    """The verified stamp beside a read file (``o-<hash>.read`` -> ``o-<hash>.verified``)."""
+    return path.with_suffix(".verified")
 
 
 def remove_read_files(data: Path, session_hash: str) -> None:
@@ -282,23 +322,83 @@ def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int, int, int, i
 
 def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile | None:
     """Load and check a read file on its own (not yet against the save: see
-    :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable."""
+    :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable.
+
+    The arrays' CRCs are skipped when a verified stamp names this very file (see the module
+    docstring); a load that checked them all stamps the file.
+    """
+    started = time.time_ns()  # before the identity is taken (see SETTLED_NS)
     try:
-        data = map_file(path, _MAXIMUM_BYTES)
+        mapped = map_file(path, _MAXIMUM_BYTES)
     except PersistenceError as exc:
         _LOG.info("the read file %s is unusable (%s); the partition is read whole", path, exc)
         return None
-    if data is None:
+    if mapped is None:
         return None
+    data, fd, identity = mapped
     try:
-        return _decode(data, session_hash, owner_hash)
-    except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
-        _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
+        stamp = read_stamp(stamp_path(path))
+        vouched = stamp[1] if stamp is not None and stamp[0] == identity else None
+        try:
+            read, header_crc = _decode(data, session_hash, owner_hash, vouched)
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+            _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
+            return None
+        if vouched != header_crc and started - identity[4] >= SETTLED_NS:
+            _stamp(path, fd, identity, header_crc)
+        return read
+    finally:
+        os.close(fd)
+
+
+def read_stamp(path: Path) -> tuple[Identity, int] | None:
+    """A stamp's read-file identity and header CRC; ``None`` if absent or unusable."""
+    try:
+        found = fs.read_file(path, _STAMP_BYTES)
+    except PersistenceError:
         return None
+    if found is None or len(found[0]) != _STAMP_BYTES:
+        return None
+    body = found[0][: _STAMP.size]
+    if zlib.crc32(body) != int.from_bytes(found[0][_STAMP.size :], "little"):
+        return None
+    magic, device, inode, size, modified, changed, header_crc = _STAMP.unpack(body)
+    if magic != _STAMP_MAGIC:
+        return None
+    return (device, inode, size, modified, changed), header_crc
 
 
-def map_file(path: Path, maximum_bytes: int) -> memoryview | None:
+def _identity(info: os.stat_result) -> Identity:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _stamp(path: Path, fd: int, identity: Identity, header_crc: int) -> bool:
+    """Stamp the read file open as ``fd`` (``identity`` taken before its arrays were
+    checked) as verified; whether a stamp was written (never raises).
+
+    The file is fsynced first, so the stamp never outlives the bytes it vouches for, and no
+    stamp is written if the file changed meanwhile.
+    """
+    try:
+        os.fsync(fd)
+        if _identity(os.fstat(fd)) != identity:
+            return False
+    except OSError:
+        return False
+    body = _STAMP.pack(_STAMP_MAGIC, *identity, header_crc)
+    try:
+        fs.atomic_write(stamp_path(path), body + zlib.crc32(body).to_bytes(4, "little"))
+    except (PersistenceError, OSError) as exc:
+        _LOG.info("the stamp of %s was not written (%s)", path, exc)
+        return False
+    return True
+
+
+def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity] | None:
     """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
+
+    Returns the map, the descriptor (the caller closes it) and the file's identity as
+    ``fstat`` saw it before the map.
 
     Raises:
         PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
@@ -315,15 +415,22 @@ def map_file(path: Path, maximum_bytes: int) -> memoryview | None:
         if not stat.S_ISREG(info.st_mode) or info.st_size > maximum_bytes:
             raise PersistenceError(f"{path} is not a file this store wrote")
         if info.st_size == 0:
-            return memoryview(b"")
-        return memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
+            return memoryview(b""), fd, _identity(info)
+        view = memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
+        return view, fd, _identity(info)
     except OSError as exc:
-        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
-    finally:
         os.close(fd)
+        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+    except BaseException:
+        os.close(fd)
+        raise
 
 
-def _decode(data: memoryview, session_hash: str, owner_hash: str) -> ReadFile:
+def _decode(
+    data: memoryview, session_hash: str, owner_hash: str, vouched: int | None = None
+) -> tuple[ReadFile, int]:
+    """The read file and its header's CRC; the arrays' CRCs are computed unless a stamp
+    ``vouched`` for this very file with that header CRC."""
     magic, length, crc = _HEAD.unpack_from(data)
     if magic != _MAGIC:
         raise ValueError("not a read file")
@@ -336,10 +443,11 @@ def _decode(data: memoryview, session_hash: str, owner_hash: str) -> ReadFile:
     if header["session"] != session_hash or header["owner"] != owner_hash:
         raise ValueError("it belongs to another partition")
     start = _HEAD.size + length
+    verify = vouched != crc
     arrays: dict[str, npt.NDArray[Any]] = {}
     for name, (dtype, size, offset, nbytes, checksum) in header["arrays"].items():
         chunk = data[start + offset : start + offset + nbytes]
-        if len(chunk) != nbytes or zlib.crc32(chunk) != checksum:
+        if len(chunk) != nbytes or (verify and zlib.crc32(chunk) != checksum):
             raise ValueError(f"array {name} fails its checksum")
         array = np.frombuffer(chunk, np.dtype(dtype))
         if array.size != size:
@@ -378,7 +486,7 @@ def _decode(data: memoryview, session_hash: str, owner_hash: str) -> ReadFile:
     hashes, digests = arrays["hashes"].tobytes(), arrays["digests"].tobytes()
     if len(hashes) != 32 * count or len(digests) != 32 * count:
         raise ValueError("its digests do not match its count")
-    return ReadFile(
+    read = ReadFile(
         count,
         files,
         ids,
@@ -391,3 +499,4 @@ def _decode(data: memoryview, session_hash: str, owner_hash: str) -> ReadFile:
         lexical,
         header["scan"],
     )
+    return read, crc

@@ -31,7 +31,7 @@ import numpy.typing as npt
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
-from game_memory.store.lazy import LazyMemories, RecordFile
+from game_memory.store.lazy import LazyMemories, LazyPositions, RecordFile
 from game_memory.store.packs import PackIndex
 from game_memory.store.read_files import (
     Covered,
@@ -39,6 +39,7 @@ from game_memory.store.read_files import (
     file_times,
     load_read_file,
     read_file_path,
+    stamp_path,
     write_read_file,
 )
 from game_memory.store.records import HEADER_BYTES
@@ -167,11 +168,10 @@ def seeded_state(
     prefix = ReadPrefix(
         read.count, read.columns, read.lexical, _scan_of(read.scan), read.hashes, read.digests
     )
-    positions = dict(zip(ids, range(len(ids)), strict=True))
-    if len(positions) != len(ids):
-        return _stale(path, "it names one id twice")
     if not ids:
         return None
+    # Built on the first lookup (the first recall makes none); a repeated id raises then.
+    positions = LazyPositions(ids, str(path))
     head = memories[0]  # the session and owner ids come from the save itself
     view = PartitionView(head.session_id, head.owner_id, memories, positions, prefix=prefix)
     return PartitionState(
@@ -308,8 +308,9 @@ def persist(
         _same_file(os.path.join(session_directory, covered.name), covered) for covered in files
     )
     if not unchanged:
-        with contextlib.suppress(OSError):
-            os.unlink(target)
+        for stale in (target, stamp_path(target)):
+            with contextlib.suppress(OSError):
+                os.unlink(stale)
         return False
     return True
 
