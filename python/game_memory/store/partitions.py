@@ -24,7 +24,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -473,13 +473,14 @@ def _retraction(payload: bytes, path: str) -> Retraction:
         raise PersistenceError(f"{path} holds an unreadable retraction: {exc}") from exc
 
 
-def _positions(base: PartitionView | None) -> dict[str, int]:
-    """A copy of ``base``'s id positions to extend (of a lazy view: its dict, copied whole)."""
+def _positions(base: PartitionView | None) -> Mapping[str, int] | None:
+    """``base``'s id positions for ``IdPositions.extending`` (of a lazy view: its built dict,
+    which ``extending`` copies once; an ``IdPositions`` is shared, not copied)."""
     if base is None:
-        return {}
+        return None
     if isinstance(base.positions, LazyPositions):
-        return dict(base.positions.positions())
-    return dict(base.positions)
+        return base.positions.positions()
+    return base.positions
 
 
 def _build_view(
@@ -494,10 +495,7 @@ def _build_view(
     copies of the records it moved; see ``rewriting.py``); a different one is corruption.
     """
     # The base's id map is shared, not copied (``IdPositions``): an append costs its ids.
-    if base is not None and isinstance(base.positions, IdPositions):
-        shared, fresh = IdPositions.extending(base.positions)
-    else:
-        shared = fresh = _positions(base)  # the first extension copies it once
+    shared, fresh = IdPositions.extending(_positions(base))
     known: Sequence[GameMemory] = base.memories if base is not None else ()
     added: list[GameMemory] = []
     for memory in memories:
