@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,34 @@ def test_a_salvage_cut_by_a_power_loss_keeps_every_intact_memory_and_finishes_wh
 
         found = asyncio.run(rerun(folder / "save"))
         assert sorted(m.memory_id for m in found) == sorted(m.memory_id for m in kept)
+
+
+def test_a_record_appended_after_a_torn_marker_append_gets_its_intent_back(
+    tmp_path: Path,
+) -> None:
+    """The state the explorer found (a double crash): the first power loss kept the
+    marker's first append as zeros; the next program appended, its partition named after
+    those zeros, and a second power loss lost its unsynced intent. The record is durable
+    and acknowledged: the next open must write its intent again, so ``count()`` agrees
+    with ``enumerate`` (before the fix the marker's record was ignored behind the zeros
+    and ``count()`` stayed one short)."""
+    save, crashed = tmp_path / "save", tmp_path / "crashed"
+
+    async def run() -> tuple[int, int]:
+        async with FileGameMemoryStore(save) as store:
+            await store.append(expected("seg-0"))
+        # What the first power loss left: the marker's unsynced append, as zeros.
+        (save / ".game-memory" / "unsynced.log").write_bytes(b"\0" * 96)
+        kept = (save / ".game-memory" / "ledger.log").read_bytes()
+        async with FileGameMemoryStore(save) as store:
+            await store.append(expected("seg-1"))
+            # The second power loss, right after the acknowledgement (before the close
+            # checkpoints): the durable files as they are, seg-1's unsynced intent lost.
+            shutil.copytree(save, crashed)
+        (crashed / ".game-memory" / "ledger.log").write_bytes(kept)
+        async with FileGameMemoryStore(crashed) as store:
+            found = len(await store.enumerate("village")) + len(await store.enumerate("keep"))
+            return await store.count(), found
+
+    count, found = asyncio.run(run())
+    assert (count, found) == (2, 2)

@@ -48,3 +48,24 @@ def test_two_watermarks_are_corruption(tmp_path: Path) -> None:
     marker.add(4, [B])
     with pytest.raises(PersistenceError, match="two watermarks"):
         marker.read()
+
+
+@pytest.mark.parametrize(
+    ("before", "tail"),
+    [([], b"\0" * 96), ([A], b"\0" * 96), ([A], b"GMU\x01" + b"\0" * 40), ([], b"\xff" * 200)],
+)
+def test_an_append_after_one_that_never_completed_writes_over_its_remains(
+    tmp_path: Path, before: list[tuple[str, str]], tail: bytes
+) -> None:
+    """A power loss can keep an unsynced append's bytes (zeros, a torn record): the next
+    append must not land behind them, where ``read`` would never see it."""
+    path = tmp_path / "unsynced.log"
+    marker = UnsyncedMarker(path)
+    if before:
+        marker.add(3, before)
+    with path.open("ab") as handle:
+        handle.write(tail)
+    marker.add(3, [B])
+    found = marker.read()
+    assert found is not None and (found.watermark, found.partitions) == (3, [*before, B])
+    assert path.stat().st_size == 96 * (len(before) + 1)

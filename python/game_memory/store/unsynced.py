@@ -21,7 +21,12 @@ Record layout (96 bytes, little-endian): magic ``GMU\\x01`` | zero u32 | waterma
 sha256(session) | sha256(owner) | CRC-32 of the preceding 80 bytes | 12 zero bytes. The
 records from the first incomplete, zero or checksum-failing one on are an append that never
 completed (each append is fsynced before any record of its partitions is written, so only
-the last one can be unsynced) and are ignored; two watermarks are corruption.
+the last one can be unsynced) and are ignored; two watermarks are corruption. An append
+therefore writes at the end of the valid records, over whatever an append that never
+completed left there, never after it: a power loss can leave an unsynced append's bytes
+(zeros, a torn record) in the file, and a record written behind them would be ignored,
+so its partition would not be reconciled (issue 11's power-loss explorer found it: an
+acknowledged record lost its intent and ``count()`` fell one below ``enumerate``).
 """
 
 from __future__ import annotations
@@ -70,9 +75,13 @@ class UnsyncedMarker:
             PersistenceError: the marker names two watermarks, is a link, or is larger than
                 any marker the store writes.
         """
+        return self._parse()[0]
+
+    def _parse(self) -> tuple[Unsynced | None, int, int]:
+        """The generation, the bytes its valid records take, and the file's size."""
         read = fs.read_file(self.path, _MAXIMUM_BYTES)
         if read is None or not read[0]:
-            return None
+            return None, 0, 0
         data = read[0]
         whole = len(data) // _RECORD_BYTES
         watermark: int | None = None
@@ -89,20 +98,37 @@ class UnsyncedMarker:
                 )
             watermark = mark
             partitions.append((session.hex(), owner.hex()))
+        valid = len(partitions) * _RECORD_BYTES
         if watermark is None:
-            return None
-        return Unsynced(watermark, partitions)
+            return None, valid, len(data)
+        return Unsynced(watermark, partitions), valid, len(data)
 
     def add(self, watermark: int, partitions: list[tuple[str, str]]) -> None:
-        """Name ``partitions`` (with the generation's ``watermark``) durably, in one write."""
+        """Name ``partitions`` (with the generation's ``watermark``) durably, in one write.
+
+        The write goes at the end of the valid records (see the module docstring), and
+        anything after it (an append that never completed) is cut off before the fsync.
+        Whether or not a power loss keeps that cut, the new records follow the valid ones.
+        """
         chunks = []
         for session_hash, owner_hash in partitions:
             body = _RECORD.pack(
                 _MAGIC, 0, watermark, bytes.fromhex(session_hash), bytes.fromhex(owner_hash)
             )
             chunks.append(body + _TRAILER.pack(zlib.crc32(body)))
+        data = b"".join(chunks)
+        _, valid, size = self._parse()
         with fs.open_append(self.path) as (fd, _):
-            fs.append_bytes(fd, b"".join(chunks), self.path)
+            if size == valid:
+                fs.append_bytes(fd, data, self.path)
+                return
+            try:
+                os.ftruncate(fd, valid)
+            except OSError as exc:
+                raise PersistenceError(
+                    f"could not cut the unfinished end of {self.path}: {exc.strerror}"
+                ) from exc
+            fs.append_bytes(fd, data, self.path)
 
     def clear(self) -> None:
         """End the generation: empty the marker durably (the file itself stays)."""
