@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.errors import DerivedIndexError, PersistenceError
+from game_memory.index.columns import EntryColumns
 from game_memory.index.entries import (
     ENTRY_BYTES,
     EntryRecord,
@@ -73,7 +74,7 @@ class Positions(Mapping[bytes, int]):
     _built: dict[bytes, int] | None
 
     def __init__(
-        self, base: Positions | None, hashes: bytes, deleted: npt.NDArray[np.bool_]
+        self, base: Positions | None, hashes: bytes | memoryview, deleted: npt.NDArray[np.bool_]
     ) -> None:
         built = base._built if isinstance(base, Positions) else None
         self._base = built  # only a built dictionary (never a chain of unbuilt versions)
@@ -91,9 +92,11 @@ class Positions(Mapping[bytes, int]):
         with self._lock:
             if self._built is None:
                 position = dict(self._base) if self._base is not None else {}
-                hashes, start = self._hashes, self._start
+                start = self._start
+                hashes = bytes(self._hashes[start * 32 :])  # the keys must be bytes
                 for index, deleted in enumerate(self._deleted[start:].tolist(), start):
-                    memory = hashes[index * 32 : index * 32 + 32]
+                    at = (index - start) * 32
+                    memory = hashes[at : at + 32]
                     if deleted:
                         position.pop(memory, None)
                     else:
@@ -156,8 +159,8 @@ class IndexPartition:
     identities: npt.NDArray[np.uint32]
     rows: npt.NDArray[np.uint32]
     checksums: npt.NDArray[np.uint32]
-    hashes: bytes
-    digests: bytes
+    hashes: bytes | memoryview
+    digests: bytes | memoryview
     codes: npt.NDArray[np.bytes_]
     needed: dict[int, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -167,6 +170,9 @@ class IndexPartition:
     crc: int = 0
     trusted: int = 0
     stamp: Stamp | None = None
+    #: The growing buffers these arrays are prefixes of (``columns.py``), which the next
+    #: version extends in place; ``None`` for a partition built otherwise (PostgreSQL's).
+    columns: EntryColumns | None = None
 
     @property
     def records(self) -> int:
@@ -180,11 +186,11 @@ class IndexPartition:
 
     def digest(self, slot: int) -> bytes:
         """The content digest of the record in ``slot``."""
-        return self.digests[slot * 32 : slot * 32 + 32]
+        return bytes(self.digests[slot * 32 : slot * 32 + 32])
 
     def memory_hash(self, slot: int) -> bytes:
         """The ``sha256(memory_id)`` of the record in ``slot``."""
-        return self.hashes[slot * 32 : slot * 32 + 32]
+        return bytes(self.hashes[slot * 32 : slot * 32 + 32])
 
     def record(self, memory_hash: bytes) -> EntryRecord | None:
         """The latest entry of a memory, or ``None``."""
@@ -231,28 +237,16 @@ def extend_partition(
     tag = base.tag if base is not None and start else (int(tags[0]) if count else 0)
     if count and (tags != tag).any():
         raise ValueError("its records name different vector-file generations")
-    hashes = records["memory"].tobytes()
-    if base is not None and start:
-        states = np.concatenate((base.states, records["state"]))
-        identities = np.concatenate((base.identities, records["identity"]))
-        rows = np.concatenate((base.rows, records["row"]))
-        checksums = np.concatenate((base.checksums, records["checksum"]))
-        all_hashes = base.hashes + hashes
-        digests = base.digests + records["digest"].tobytes()
-        codes = np.concatenate((base.codes, records["code"]))
+    lineage = base.columns if base is not None and start else None
+    if lineage is not None:
+        columns, arrays = lineage.extended(start, records)
     else:
-        states = records["state"].copy()
-        identities = records["identity"].copy()
-        rows = records["row"].copy()
-        checksums = records["checksum"].copy()
-        all_hashes = hashes
-        digests = records["digest"].tobytes()
-        codes = records["code"].copy()
+        columns, arrays = EntryColumns.of(records)
     previous = base.position if base is not None and start else None
     position = Positions(
         previous if isinstance(previous, Positions) else None,
-        all_hashes,
-        states == EntryState.DELETED,
+        arrays.hashes,
+        arrays.states == EntryState.DELETED,
     )
     return IndexPartition(
         session_hash,
@@ -262,13 +256,14 @@ def extend_partition(
         (start + count) * ENTRY_BYTES,
         tag,
         position,
-        states,
-        identities,
-        rows,
-        checksums,
-        all_hashes,
-        digests,
-        codes,
+        arrays.states,
+        arrays.identities,
+        arrays.rows,
+        arrays.checksums,
+        arrays.hashes,
+        arrays.digests,
+        arrays.codes,
+        columns=columns,
     )
 
 

@@ -216,8 +216,8 @@ def load(
         np.concatenate((old.identities, identities)),
         np.concatenate((old.rows, rows)),
         np.zeros(start + count, np.uint32),
-        old.hashes + b"".join(bytes(entry.memory_hash) for entry in entries),
-        old.digests + b"".join(bytes(entry.digest) for entry in entries),
+        bytes(old.hashes) + b"".join(bytes(entry.memory_hash) for entry in entries),
+        bytes(old.digests) + b"".join(bytes(entry.digest) for entry in entries),
         np.concatenate((old.codes, codes)),
     )
     base.partition = partition
