@@ -40,7 +40,10 @@ class EmbeddingGate:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         try:
-            await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            if self._slots.locked():
+                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            else:
+                await self._slots.acquire()  # a free slot: taken without suspending
         except TimeoutError:
             raise EmbeddingTimeoutError(
                 f"{what}: the embedding queue exceeded its configured deadline of "
@@ -58,7 +61,10 @@ class EmbeddingGate:
             ) from exc
         task.add_done_callback(self._settled)
         try:
-            return await asyncio.wait_for(asyncio.shield(task), max(deadline - loop.time(), 0))
+            # The shield keeps the deadline from waiting for a provider that ignores
+            # cancellation; asyncio.timeout is wait_for's deadline without its extra task.
+            async with asyncio.timeout_at(deadline):
+                return await asyncio.shield(task)
         except TimeoutError:
             task.cancel()
             raise EmbeddingTimeoutError(
