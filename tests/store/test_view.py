@@ -164,3 +164,34 @@ def test_a_view_knows_it_extends_the_views_of_its_chain_but_not_a_branch() -> No
     assert not branch.extends(grown) and not grown.extends(branch)
     assert not again.extends(branch)
     assert not _view(memories[:3]).extends(first)  # unknown (another read): compare instead
+
+
+def test_a_views_mask_is_kept_for_the_same_visibility_and_computed_again_for_another() -> None:
+    memories = [_memory(f"m{n}", n * 10) for n in range(30)]
+    view = _view(memories)
+    queries = [
+        GameMemoryQuery(
+            session_id="session", limit=1, at_or_before=GameMoment(timeline_id="world", tick=tick)
+        )
+        for tick in (55, 55, 200, 55, 0)
+    ] + [
+        GameMemoryQuery(session_id="session", limit=1),
+        GameMemoryQuery(session_id="session", limit=1, minimum_importance=0.9),
+    ]
+    previous = None
+    for query in queries:
+        mask = view.mask(query)
+        fresh = view.columns.mask(query)  # computed, never kept
+        assert mask.tolist() == fresh.tolist()
+        assert not mask.flags.writeable
+        if (
+            previous is not None
+            and previous[0] == query.at_or_before
+            and query.minimum_importance == 0
+        ):
+            assert mask is previous[1]  # the same visibility: the kept mask itself
+        previous = (query.at_or_before, mask)
+    # The text and the limit do not change what is visible: the same mask.
+    one = GameMemoryQuery(session_id="session", limit=1, text="well")
+    other = GameMemoryQuery(session_id="session", limit=9, text="bread")
+    assert view.mask(one) is view.mask(other)

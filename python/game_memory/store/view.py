@@ -244,6 +244,7 @@ class PartitionView:
         self.positions = positions
         self.retractions = retractions
         self._lock = threading.Lock()
+        self._last_mask: tuple[tuple[object, ...], BoolArray] | None = None
         self._lineage = _Lineage(len(memories))
         if base is not None:
             with _Lineage.joining:
@@ -355,9 +356,28 @@ class PartitionView:
         return hidden
 
     def mask(self, query: GameMemoryQuery) -> BoolArray:
-        """Which memories the query may see: the predicate, retractions and belief versions."""
+        """Which memories the query may see: the predicate, retractions and belief versions.
+
+        Read-only, and the last one is kept: a hybrid recall asks once for its lexical and
+        once for its vector channel (and a game asks one NPC again as of the same moment),
+        so the second costs a tuple comparison instead of a pass over every column.
+        """
+        at = query.at_or_before
+        key = (
+            query.scopes,
+            query.kinds,
+            query.tags,
+            query.minimum_importance,
+            None if at is None else (at.timeline_id, at.tick),
+        )
+        last = self._last_mask
+        if last is not None and last[0] == key:
+            return last[1]
         retracted = self.retracted(query) if self._retraction_rows else None
-        return self.columns.mask(query, retracted)
+        mask = self.columns.mask(query, retracted)
+        mask.flags.writeable = False
+        self._last_mask = (key, mask)  # one assignment: readers see the old pair or this
+        return mask
 
     @cached_property
     def columns(self) -> PredicateColumns:
