@@ -72,7 +72,9 @@ lexical confidence 48, vector confidence 0.8, minimum gaps 4.0 and 0.2, floor ca
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -185,30 +187,40 @@ def fuse(
     ``vectors``, when given, holds the unit vector of each ``vector`` candidate (parallel).
     Ties are broken by importance, then newer tick, then owner and memory id (ordinal).
 
+    On a recall's hot path (32 candidates a channel): each channel's contributions are
+    computed in one pass before the candidates are merged, the merged rows are ordered
+    before they become candidates, and only the ``limit`` kept become ``FusedCandidate``
+    (a frozen dataclass, the costliest object to build here).
+
     Raises:
         DerivedIndexError: one memory key arrives with two different contents.
     """
     rows: dict[tuple[str, str], _Row] = {}
-    scales = (_scale(options, 0, lexical), _scale(options, 1, vector))
-    for channel, candidates in ((0, lexical), (1, vector)):
-        for rank, (memory, score) in enumerate(candidates):
-            key = (memory.owner_id, memory.memory_id)
-            row = rows.get(key)
-            if row is None:
-                row = rows[key] = _Row(memory)
-            elif row.memory is not memory and row.memory != memory:
-                raise DerivedIndexError(
-                    f"memory {memory.memory_id!r} reached fusion with two different contents"
-                )
-            if channel == 0:
-                row.lexical_rank, row.lexical_score = rank + 1, score
-            else:
-                row.vector_rank, row.vector_score = rank + 1, score
-                if vectors is not None:
-                    row.vector = vectors[rank]
-            row.score += _contribution(options, channel, rank, score, scales[channel])
+    lexical_added = _contributions(options, 0, lexical)
+    vector_added = _contributions(options, 1, vector)
+    for rank, (memory, score) in enumerate(lexical):
+        key = (memory.owner_id, memory.memory_id)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = _Row(memory)
+        elif row.memory is not memory and row.memory != memory:
+            raise _two_contents(memory)
+        row.lexical_rank, row.lexical_score = rank + 1, score
+        row.score += lexical_added[rank]
+    for rank, (memory, score) in enumerate(vector):
+        key = (memory.owner_id, memory.memory_id)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = _Row(memory)
+        elif row.memory is not memory and row.memory != memory:
+            raise _two_contents(memory)
+        row.vector_rank, row.vector_score = rank + 1, score
+        if vectors is not None:
+            row.vector = vectors[rank]
+        row.score += vector_added[rank]
     best = _best_possible(options, bool(lexical), bool(vector))
-    fused = [
+    ordered = _in_order(list(rows.values()))
+    return [
         FusedCandidate(
             r.memory,
             r.score,
@@ -219,18 +231,62 @@ def fuse(
             min(max(r.score / best, 0.0), 1.0) if best > 0 else 0.0,
             r.vector,
         )
-        for r in rows.values()
+        for r in ordered[:limit]
     ]
-    fused.sort(
-        key=lambda c: (
-            -c.score,
-            -c.memory.importance,
-            -c.memory.moment.tick,
-            ordinal_key(c.memory.owner_id),
-            ordinal_key(c.memory.memory_id),
-        )
+
+
+def _two_contents(memory: GameMemory) -> DerivedIndexError:
+    return DerivedIndexError(
+        f"memory {memory.memory_id!r} reached fusion with two different contents"
     )
-    return fused[:limit]
+
+
+def _in_order(rows: list[_Row]) -> list[_Row]:
+    """``rows`` as ``sorted(rows, key=_fusion_order)`` gives them, computing that key only
+    for rows whose scores tie.
+
+    Sorted by score alone first (stable, highest first). Where every score differs, that
+    is the order (the score decides every comparison of the full key); where some are
+    equal, each run of equal scores is sorted by the full key: the same order, equal keys
+    kept in input order as a stable sort keeps them. A NaN (a score, or the importance of
+    a tied row) would make the order depend on which comparisons a sort happens to make,
+    so then the full sort runs as it always did.
+    """
+    ordered = sorted(rows, key=_score, reverse=True)
+    scores = [row.score for row in ordered]
+    if all(map(operator.gt, scores, scores[1:])):
+        return ordered  # all distinct, none NaN
+    if not all(map(operator.ge, scores, scores[1:])):
+        return sorted(rows, key=_fusion_order)  # a NaN score
+    start = 0
+    for index in range(1, len(scores) + 1):
+        if index < len(scores) and scores[index] == scores[start]:
+            continue
+        if index - start > 1:
+            run = ordered[start:index]
+            if any(math.isnan(row.memory.importance) for row in run):
+                return sorted(rows, key=_fusion_order)
+            ordered[start:index] = sorted(run, key=_fusion_order)
+        start = index
+    return ordered
+
+
+_score = operator.attrgetter("score")
+
+
+def _fusion_order(row: _Row) -> tuple[float, float, int, str, str]:
+    """The sort key: higher score, then importance, then newer tick, then owner and memory
+    id in ordinal (UTF-16) order. ``ordinal_key`` returns ASCII text as it is, so ASCII
+    ids (the usual ones) are used as they are without the call: the same keys."""
+    memory = row.memory
+    owner, identifier = memory.owner_id, memory.memory_id
+    return (
+        -row.score,
+        -memory.importance,
+        -memory.moment.tick,
+        owner if owner.isascii() else ordinal_key(owner),
+        identifier if identifier.isascii() else ordinal_key(identifier),
+    )
 
 
 @dataclass(slots=True)
@@ -335,20 +391,28 @@ def _clip(score: float) -> float:
     return min(max(score, 0.0), 1.0)
 
 
-def _contribution(
-    options: FusionOptions,
-    channel: int,
-    rank: int,
-    score: float,
-    scale: tuple[float, float, float],
-) -> float:
+@functools.lru_cache(maxsize=64)
+def _reciprocal_ranks(offset: int, count: int) -> tuple[float, ...]:
+    """``1/(offset + r)`` for ranks ``r`` 0 .. count − 1: what ``RRF`` adds, the same for
+    every recall of one ``rrf_k`` and candidate count, so computed once (64 pairs kept)."""
+    return tuple(1.0 / (offset + rank) for rank in range(count))
+
+
+def _contributions(
+    options: FusionOptions, channel: int, candidates: Sequence[tuple[GameMemory, float]]
+) -> Sequence[float]:
+    """What each of a channel's candidates (by rank) adds to its fused score."""
     weight = options.lexical_weight if channel == 0 else options.vector_weight
+    # The first rank is 1: rank r (from 0) adds 1/(k + r + 1).
+    offset = options.rrf_k + 1
     if options.mode is FusionMode.RRF:
-        return 1.0 / (options.rrf_k + rank + 1)
+        return _reciprocal_ranks(offset, len(candidates))
     if options.mode is FusionMode.WEIGHTED_RRF:
-        return weight / (options.rrf_k + rank + 1)
-    low, divisor, confidence = scale
-    value = _clip(score) if channel == 1 else score
+        return [weight / (offset + rank) for rank in range(len(candidates))]
+    low, divisor, confidence = _scale(options, channel, candidates)
     if divisor <= 0.0:
-        return 0.0  # every candidate of the channel scored 0: no evidence
-    return confidence * weight * (value - low) / divisor
+        return [0.0] * len(candidates)  # every candidate of the channel scored 0: no evidence
+    weighted = confidence * weight
+    if channel == 1:
+        return [weighted * (_clip(score) - low) / divisor for _, score in candidates]
+    return [weighted * (score - low) / divisor for _, score in candidates]

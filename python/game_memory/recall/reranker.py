@@ -293,10 +293,6 @@ def _shared_traits(traits: Sequence[Traits]) -> npt.NDArray[np.int64]:
 WORD_CACHE_ENTRIES = 4_096
 
 
-def _words(memory: GameMemory) -> npt.NDArray[np.int64]:
-    return _text_words(memory.searchable_text or memory.payload_json)
-
-
 @functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
 def _text_words(text: str) -> npt.NDArray[np.int64]:
     """The distinct tokens of ``text`` as a sorted array of their 64-bit string hashes.
@@ -331,74 +327,147 @@ def _versions(
     pairs (when there are pairs enough to stand that far), or, when either has no vector,
     the overlap of their words is at least ``supersession_similarity``. Sorted by the older
     one's tick (then index), so a chain of versions hands its relevance on to the newest.
+
+    At 32 candidates the fixed cost of each numpy call, not the arithmetic, is what a recall
+    pays, so work that cannot change the answer is skipped: the cosines' mean and deviation
+    when no pair's cosine reaches ``supersession_similarity`` (the standing can only raise
+    the threshold); the words when ``supersession_similarity`` is 0 (every overlap
+    passes); the word overlaps when a bound shows no pair can reach it (``_alike_words``).
     """
     first = candidates[: options.supersession_candidates]
     n = len(first)
-    # One pass over the candidates (a handful of numpy calls follow: at 32 candidates their
-    # fixed costs, not the arithmetic, are what a recall pays). A memory the game gave a
-    # belief_key has its versions named by the game (the store recalls only the newest): it
-    # is never taken for a version of anything else, nor anything else for a version of it,
-    # so it gets a group of its own.
-    codes: dict[tuple[str, str], int] = {}
-    ticks_of: list[int] = []
-    group_of: list[int] = []
-    rows_of: list[int] = []
-    vectors: list[npt.NDArray[np.float32]] = []
-    for index, candidate in enumerate(first):
-        memory = candidate.memory
-        ticks_of.append(memory.moment.tick)
-        if memory.belief_key is None:
-            key = (memory.owner_id, memory.moment.timeline_id)
-            group_of.append(codes.setdefault(key, len(codes)))
-        else:
-            group_of.append(-1 - index)
-        if candidate.vector is not None:
-            rows_of.append(index)
-            vectors.append(np.asarray(candidate.vector, np.float32))
-    ticks = np.array(ticks_of, np.int64)
-    group = np.array(group_of, np.int64)
-    # [older, newer]: same owner and timeline, the newer strictly later.
-    ordered = (ticks[None, :] > ticks[:, None]) & (group[None, :] == group[:, None])
+    if n < 2:
+        return []
+    # A memory the game gave a belief_key has its versions named by the game (the store
+    # recalls only the newest): it is never taken for a version of anything else, nor
+    # anything else for a version of it, so it gets a group of its own.
+    memories = [candidate.memory for candidate in first]
+    keys: list[tuple[str, str] | int] = [
+        (memory.owner_id, memory.moment.timeline_id) if memory.belief_key is None else index
+        for index, memory in enumerate(memories)
+    ]
+    ticks = np.array([memory.moment.tick for memory in memories], np.int64)
+    # [older, newer]: same owner and timeline, the newer strictly later. When every key is
+    # the first one (one owner and timeline, no belief_key: an NPC's own recall) there is
+    # one group and the tick order alone decides.
+    ordered = ticks[None, :] > ticks[:, None]
+    if keys.count(keys[0]) < n:
+        code = {key: index for index, key in enumerate(keys)}
+        group = np.array([code[key] for key in keys], np.int64)
+        ordered &= group[None, :] == group[:, None]
     if not ordered.any():
         return []
-    # Cosines between the candidates that carry a vector (a candidate only the lexical
-    # channel returned has none: its pairs fall back to the overlap of words).
-    alike = np.zeros((n, n), dtype=np.bool_)
-    pending = ordered
-    if len(rows_of) > 1:
-        stacked = np.array(vectors, np.float32)
-        gram = (stacked @ stacked.T).astype(np.float64)
-        needed = options.supersession_similarity
-        # Among p pairs the most alike stands at most sqrt(p − 1) deviations out: with too
-        # few pairs to reach the standing asked for, the absolute similarity alone decides.
-        count = len(rows_of) * (len(rows_of) - 1) // 2
-        if 0.0 < options.supersession_standing <= math.sqrt(count - 1):
-            upper = gram[_upper_indices(len(rows_of))]
-            needed = max(needed, float(upper.mean() + options.supersession_standing * upper.std()))
-        if len(rows_of) == n:
-            alike = gram >= needed
+    similarity = options.supersession_similarity
+    found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]] = []
+    # Pairs of two candidates with a vector compare their cosines (a candidate only the
+    # lexical channel returned has none: its pairs fall back to the overlap of words).
+    vectored = [index for index, candidate in enumerate(first) if candidate.vector is not None]
+    pending: npt.NDArray[np.bool_] | None = ordered
+    if len(vectored) > 1:
+        rows = np.array(vectored, np.intp)
+        square = (rows[:, None], rows)
+        paired = ordered[square]
+        if len(vectored) == n:
             pending = None
         else:
-            rows = np.array(rows_of, np.int64)
-            block = np.ix_(rows, rows)
-            alike[block] = gram >= needed
             pending = ordered.copy()
-            pending[block] = False
-    # Pairs without two vectors compare their words: each such candidate is tokenized once,
-    # and the overlaps of all its pairs come from one product of a word-incidence matrix.
+            pending[square] = False
+        if paired.any():
+            alike = _alike_vectors([first[index].vector for index in vectored], paired, options)
+            if alike is not None:
+                older, newer = np.nonzero(alike)
+                found.append((rows[older], rows[newer]))
     if pending is not None and pending.any():
-        involved = np.flatnonzero(pending.any(axis=0) | pending.any(axis=1))
-        held = [_words(first[int(i)].memory) for i in involved]
-        lengths = np.array([len(words) for words in held], np.int64)
-        distinct, column = np.unique(np.concatenate(held), return_inverse=True)
-        incidence = np.zeros((len(involved), max(len(distinct), 1)), np.float64)
-        incidence[np.repeat(np.arange(len(involved)), lengths), column] = 1.0
-        shared = incidence @ incidence.T
-        sizes = incidence.sum(axis=1)
-        union = sizes[:, None] + sizes[None, :] - shared
-        overlap = np.divide(shared, union, out=np.zeros_like(shared), where=union > 0)
-        block = np.ix_(involved, involved)
-        alike[block] |= pending[block] & (overlap >= options.supersession_similarity)
-    older, newer = np.nonzero(ordered & alike)
+        if similarity <= 0.0:
+            # Every overlap, even of two memories without words (0), is at least 0.
+            older, newer = np.nonzero(pending)
+            found.append((older, newer))
+        else:
+            involved = np.flatnonzero((pending | pending.T).any(axis=0))
+            if len(involved) < n:
+                pending = pending[involved[:, None], involved]
+            alike = _alike_words([memories[index] for index in involved], similarity)
+            if alike is not None:
+                older, newer = np.nonzero(pending & alike)
+                found.append((involved[older], involved[newer]))
+    if not found:
+        return []
+    older = np.concatenate([pair[0] for pair in found])
+    newer = np.concatenate([pair[1] for pair in found])
     order = np.lexsort((newer, older, ticks[older]))
     return [(int(older[i]), int(newer[i])) for i in order]
+
+
+def _alike_vectors(
+    vectors: list[npt.NDArray[np.float32] | None],
+    paired: npt.NDArray[np.bool_],
+    options: GameAwareMemoryRerankerOptions,
+) -> npt.NDArray[np.bool_] | None:
+    """Which ``paired`` pairs of ``vectors`` (all given) are alike, or ``None`` if none.
+
+    The threshold is ``supersession_similarity``, raised to the mean of the upper-triangle
+    cosines plus ``supersession_standing`` deviations when there are pairs enough to stand
+    that far. It is never below ``supersession_similarity``, so when no paired cosine
+    reaches that, none reaches the threshold and the mean and deviation are not computed;
+    when one does, they are computed as always (the same reductions of the same values).
+    """
+    stacked = np.array(vectors, np.float32)
+    gram = (stacked @ stacked.T).astype(np.float64)
+    needed = options.supersession_similarity
+    alike = paired & (gram >= needed)
+    if not alike.any():
+        return None
+    # Among p pairs the most alike stands at most sqrt(p − 1) deviations out: with too
+    # few pairs to reach the standing asked for, the absolute similarity alone decides.
+    count = len(vectors) * (len(vectors) - 1) // 2
+    if 0.0 < options.supersession_standing <= math.sqrt(count - 1):
+        upper = gram[_upper_indices(len(vectors))]
+        needed = max(needed, float(upper.mean() + options.supersession_standing * upper.std()))
+        alike = paired & (gram >= needed)
+    return alike
+
+
+def _alike_words(memories: list[GameMemory], similarity: float) -> npt.NDArray[np.bool_] | None:
+    """Which two ``memories`` share words enough: overlap (shared / all distinct words of
+    the two, a float64 division of the two counts) at least ``similarity`` (above 0). The
+    diagonal is not meaningful. ``None`` when no two can reach it.
+
+    The shared counts come from one product of a word-incidence matrix whose columns are
+    only the words more than one memory holds (a word of one memory adds to no pair): a
+    few dozen columns instead of every distinct word, found from one sort of all the
+    words. Counts and sums are small integers, exact in float64, so each overlap is the
+    same float as from a full incidence matrix.
+
+    Before the product, a bound: a memory with ``L`` words of which ``r`` are held by
+    another memory shares at most ``r`` with any other, whose union with it has at least
+    ``L`` words, so each of its overlaps is at most ``r / L``; rounding is monotone, so no
+    computed overlap exceeds the computed ``r / L`` either. A pair passes only if both of
+    its memories' bounds reach ``similarity``: with fewer than two such memories, none does.
+    """
+    held = [_text_words(memory.searchable_text or memory.payload_json) for memory in memories]
+    words = np.concatenate(held)
+    in_order = np.sort(words)
+    repeated = in_order[1:][in_order[1:] == in_order[:-1]]
+    if not len(repeated):
+        return None  # no word in two memories: every overlap is 0
+    # Each occurrence of a repeated word maps to its first place in ``repeated`` (a word
+    # of k memories is repeated k − 1 times there; its later columns stay empty).
+    column = np.searchsorted(repeated, words)
+    np.minimum(column, len(repeated) - 1, out=column)
+    many = repeated[column] == words
+    lengths = list(map(len, held))
+    holder = np.repeat(np.arange(len(held)), lengths)[many]
+    # At least 1: a memory without words shares none (r = 0), and 0 / 1 is 0.
+    sizes = np.maximum(np.array(lengths, np.float64), 1.0)
+    reach = np.bincount(holder, minlength=len(held)) / sizes
+    if np.count_nonzero(reach >= similarity) < 2:
+        return None
+    incidence = np.zeros((len(held), len(repeated)), np.float64)
+    incidence[holder, column[many]] = 1.0
+    shared = incidence @ incidence.T
+    # Every union is the true one, except with a memory without words (counted as 1
+    # word): that shares 0 with every memory, and 0 over any union is 0, as before.
+    union = sizes[:, None] + sizes[None, :] - shared
+    overlap = shared / union
+    alike: npt.NDArray[np.bool_] = overlap >= similarity
+    return alike
