@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
-import pickle
 import random
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -26,9 +24,6 @@ from game_memory.recall.fusion import FusedCandidate
 from game_memory.recall.reranker import _versions
 from game_memory.store.tokenizer import tokenize
 from support.vectors import MemoryFactory
-
-CAPTURED = Path("/tmp/prof/cands.pickle")
-
 
 # -- the reference: _versions and its helpers as they were -------------------------------
 
@@ -256,20 +251,6 @@ def test_versions_take_float64_vectors_as_float32(make_memory: MemoryFactory) ->
     for similarity in (0.5, 0.8, 0.9, 0.95):
         options = GameAwareMemoryRerankerOptions(supersession_similarity=similarity)
         assert _versions(candidates, options) == _versions_reference(candidates, options)
-
-
-@pytest.mark.skipif(not CAPTURED.exists(), reason="no captured benchmark candidates")
-def test_versions_equal_the_reference_on_captured_candidates() -> None:
-    with CAPTURED.open("rb") as file:
-        captured: list[list[FusedCandidate]] = pickle.load(file)
-    for candidates in captured:
-        for similarity in (0.0, 0.05, 0.1, 0.15, 0.2, 0.45):
-            for standing in (0.0, 1.0, 3.0):
-                options = GameAwareMemoryRerankerOptions(
-                    supersession_similarity=similarity, supersession_standing=standing
-                )
-                found = _versions(candidates, options)
-                assert found == _versions_reference(candidates, options)
 
 
 @pytest.mark.parametrize("seed", range(10))
