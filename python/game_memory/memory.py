@@ -59,7 +59,7 @@ from game_memory.recall.diagnostics import DiagnosticDispatcher
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall
 from game_memory.recall.reranker import GameAwareMemoryReranker
-from game_memory.store.group_commit import settle
+from game_memory.store.pool import run_in_pool
 from game_memory.store.protocol import GameMemoryStore
 
 __all__ = ["VectorMemoryStore"]
@@ -75,6 +75,10 @@ _NO_MODEL = (
 class _State(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
+
+
+def _closed() -> StoreClosedError:
+    return StoreClosedError("the vector memory store is closed; open a new one")
 
 
 class VectorMemoryStore(MemoryOverTime):
@@ -187,33 +191,13 @@ class VectorMemoryStore(MemoryOverTime):
 
     def _check_open(self) -> None:
         if self._state is _State.CLOSED:
-            raise StoreClosedError("the vector memory store is closed; open a new one")
+            raise _closed()
 
     async def _run(self, function: Callable[[], _T]) -> _T:
-        """Run ``function`` in this object's thread pool and await its result.
-
-        As the file store's ``_run``: the worker settles an asyncio future directly (one
-        ``call_soon_threadsafe``) instead of ``run_in_executor``'s wrapped concurrent
-        future and its callbacks; a recall makes this hop once, an append twice. If the
-        awaiting task is cancelled, ``function`` still runs to completion in the background.
-        """
+        """Run ``function`` in this object's thread pool and await its result (as the file
+        store does, ``store/pool.py``); a recall makes this hop once, an append twice."""
         self._check_open()
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[_T] = loop.create_future()
-
-        def job() -> None:
-            try:
-                result = function()
-            except BaseException as exc:  # handed to the awaiting task, never lost
-                settle(loop, future, None, exc)
-            else:
-                settle(loop, future, result, None)
-
-        try:
-            self._executor.submit(job)
-        except RuntimeError as exc:  # the pool was shut down by a concurrent aclose()
-            raise StoreClosedError("the vector memory store is closed; open a new one") from exc
-        return await future
+        return await run_in_pool(self._executor, function, _closed)
 
     async def _report(self, diagnostic: MemoryVectorDiagnostic) -> None:
         """Deliver a diagnostic; a session's rebuild-required warning only once until rebuilt."""

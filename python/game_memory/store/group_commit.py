@@ -17,7 +17,6 @@ written (it completes, or not, atomically in the background), as for any store c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -25,30 +24,11 @@ from typing import TypeVar
 from game_memory.model import GameMemory
 from game_memory.store.batches import Outcome
 from game_memory.store.ledger import MAXIMUM_GROUP
+from game_memory.store.pool import settle
 
-__all__ = ["GroupCommitter", "settle"]
+__all__ = ["GroupCommitter"]
 
 _T = TypeVar("_T")
-
-
-def settle(
-    loop: asyncio.AbstractEventLoop,
-    future: asyncio.Future[_T],
-    result: _T | None,
-    error: BaseException | None,
-) -> None:
-    """From a worker thread: complete ``future`` on its loop (unless it was cancelled)."""
-
-    def complete() -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
-
-    with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
-        loop.call_soon_threadsafe(complete)
 
 
 _Waiting = tuple[GameMemory, asyncio.AbstractEventLoop, "asyncio.Future[bool]"]
