@@ -236,3 +236,54 @@ async def test_an_appended_partition_is_cached_as_written_and_equals_a_fresh_rea
         assert mine.starts.tolist() == theirs.starts.tolist()
     snapshot = await store.enumerate("session", "owner")
     assert [memory.memory_id for memory in snapshot] == [f"m{number}" for number in range(5)]
+
+
+@pytest.mark.parametrize("retractions", [False, True])
+async def test_a_batch_that_rolls_into_new_segments_is_cached_as_written_and_equals_a_fresh_read(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    retractions: bool,
+) -> None:
+    # An atomic append_many writes the tail segment and new ones after it (small segments
+    # here); the cache then holds what a read of the files builds (install_parts), so the
+    # next batch of a bulk ingest reads and decodes nothing back.
+    from game_memory import GameMoment
+    from game_memory.store import partitions
+
+    store = make_store(maximum_file_bytes=2_048)
+    assert await store.append(make_memory("m0"))
+    if retractions:  # a retraction log too: the new segments' probes go before its own
+        await store.forget("session", "owner", "m0", GameMoment(timeline_id="world", tick=5))
+    engine = store._engine
+    key = (partition_hash("session"), partition_hash("owner"))
+    engine.read_partition(*key)
+    reads: list[str] = []
+    original = partitions.fs.read_file
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.path.basename(os.fspath(path)).startswith("o-"):
+            reads.append(os.fspath(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(partitions.fs, "read_file", counted)
+    batch = [make_memory(f"b{number}", text=f"word{number} " * 20) for number in range(12)]
+    assert await store.append_many(batch) == [True] * 12
+    state = engine.read_partition(*key)
+    assert reads == []  # nothing read back
+    assert len(state.segments) > 2  # the batch rolled over, more than once
+    fresh = partitions.PartitionCache(4_000_000, 1_000).read(engine.session_folder(key[0]), *key)
+    assert state.view is not None and fresh.view is not None
+    assert list(state.view.memories) == list(fresh.view.memories)
+    assert dict(state.view.positions) == dict(fresh.view.positions)
+    assert state.probes == fresh.probes and state.absent == fresh.absent
+    assert len(state.segments) == len(fresh.segments)
+    for mine, theirs in zip(state.segments, fresh.segments, strict=True):
+        assert (mine.path, mine.inode, mine.size, mine.end, mine.torn_bytes) == (
+            theirs.path, theirs.inode, theirs.size, theirs.end, theirs.torn_bytes
+        )  # fmt: skip
+        assert mine.starts.tolist() == theirs.starts.tolist()
+        assert list(mine.items) == list(theirs.items)
+    assert partitions.is_current(state)
+    found = await store.enumerate("session", "owner")
+    assert sorted(m.memory_id for m in found) == sorted(["m0", *(f"b{n}" for n in range(12))])

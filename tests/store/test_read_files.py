@@ -463,3 +463,44 @@ async def test_a_read_file_naming_an_id_twice_is_refused_at_the_first_lookup(
     second = make_store()
     with pytest.raises(PersistenceError, match="twice"):
         await second.append(make_memory("late", owner_id="npc", text="dragon late"))
+
+
+async def test_a_read_file_rewritten_after_each_batch_digests_only_the_memories_added_since(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A bulk ingest rewrites the read file after each batch; the digests of the memories
+    an earlier rewrite covered are reused (``PartitionView.digested``), so the ingest is not
+    quadratic, and the file still matches one written from scratch."""
+    from game_memory.store import partitions
+
+    digested: list[int] = []
+
+    def counted(memories: Any) -> list[tuple[bytes, bytes]]:
+        digested.append(len(memories))
+        return content_digests(memories)
+
+    monkeypatch.setattr(partitions, "content_digests", counted)
+    store = make_store()
+    batches = [
+        [
+            make_memory(f"m{start + n:03d}", owner_id="npc", text=f"{WORDS[n % len(WORDS)]} {n}")
+            for n in range(40)
+        ]
+        for start in (0, 40, 80)
+    ]
+    for batch in batches:
+        assert await store.append_many(batch) == [True] * 40
+        await store.snapshot(query())  # a read after each batch, as a game's would be
+    assert digested and max(digested) <= 40  # never the whole partition again
+    expected = await answers(store)
+    await store.aclose()
+    assert read_files(tmp_path / "save")
+    reopened = make_store()  # opened from the read file those digests went into
+    assert await answers(reopened) == expected
+    await reopened.aclose()
+    for path in read_files(tmp_path / "save"):
+        path.unlink()
+    assert await answers(make_store()) == expected  # and from the records alone

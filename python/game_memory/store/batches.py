@@ -247,6 +247,7 @@ def _commit(
         record = records[position]
         assert record is not None
         partition.records.append(record)
+        partition.memories.append(memories[position])
         entries.append(LedgerEntry(key[0], key[1], identity_hash(memories[position].memory_id)))
     plans: list[tuple[PartitionState, list[tuple[str, int, list[bytes]]]]] = []
     journaled: list[tuple[str, int]] = []
@@ -277,3 +278,7 @@ def _commit(
     fs.sync_all(files, sorted(folders))
     engine.journal.commit()
     engine.note_verified(engine.ledger)
+    # As after a group: the next batch (a bulk ingest's next 10,000) reads nothing back.
+    for state, plan in plans:
+        partition = partitions[(state.session_hash, state.owner_hash)]
+        engine.install_plan(state, plan, partition.memories)

@@ -177,10 +177,31 @@ class StoreEngine(StoreReader):
         """Cache the partition grown by a group just committed (``PartitionCache.install``),
         so the next append or snapshot reads nothing back. Never raises: the memories are
         durable already, and a partition not installed is read as before."""
+        tail = state.tail
+        if tail is not None:
+            self.install_plan(state, [(tail.path, tail.end, records)], memories)
+
+    def install_plan(
+        self,
+        state: PartitionState,
+        plan: Sequence[tuple[str, int, Sequence[bytes]]],
+        memories: Sequence[GameMemory],
+    ) -> None:
+        """Cache the partition grown by a write plan just committed (a group's or a batch's:
+        ``(path, size before, records)`` per segment written, ``memories`` those records'
+        in order; ``PartitionCache.install_parts``). Never raises: the memories are durable
+        already, and a partition not installed is read as before."""
         if any(type(memory) is not GameMemory for memory in memories):
             return  # the cache holds what a read decodes: plain memories only
+        if sum(len(records) for _, _, records in plan) != len(memories):
+            return
+        parts = []
+        start = 0
+        for path, before, records in plan:
+            parts.append((path, before, records, memories[start : start + len(records)]))
+            start += len(records)
         try:
-            self.cache.install(self.session_folder(state.session_hash), state, records, memories)
+            self.cache.install_parts(self.session_folder(state.session_hash), state, parts)
         except Exception:  # an optimisation: forget the partition, the next read rebuilds it
             self.cache.forget(state.session_hash, state.owner_hash)
 

@@ -218,41 +218,104 @@ class PartitionCache:
         segment of ``state``, cache the grown state a read would build, without reading or
         decoding the bytes back (the next append or snapshot then finds it current).
 
-        Only when ``state`` is still the cached version and the tail segment is exactly as
-        it was plus the records (same inode, that size); otherwise nothing is installed and
-        the next read reads as before. Returns whether it installed. Call under the writer
-        lock, after the write is durable.
+        See :meth:`install_parts` (this is its one-part case). Returns whether it installed.
+        """
+        tail = state.tail
+        if tail is None:
+            return False
+        return self.install_parts(
+            session_directory, state, [(tail.path, tail.end, records, memories)]
+        )
+
+    def install_parts(
+        self,
+        session_directory: str | Path,
+        state: PartitionState,
+        parts: Sequence[tuple[str, int, Sequence[bytes], Sequence[GameMemory]]],
+    ) -> bool:
+        """Cache ``state`` grown by what a writer just wrote, without reading it back.
+
+        ``parts`` are a write plan's parts in order, each ``(path, size before, framed
+        records, their memories)``: the first may grow the tail segment (its size before is
+        the tail's end), the others (size before ``-1``) are the next new segments of the
+        series, in order; a batch that rolls a partition over writes both. Only when
+        ``state`` is still the cached version and every file is exactly as it was plus the
+        records (same inode, that size; a new segment of the next number holding just
+        them); otherwise nothing is installed and the next read reads as before. Call under
+        the writer lock, after the write is durable.
         """
         key = (state.session_hash, state.owner_hash)
-        tail = state.tail
         with self._lock:
             if self._states.get(key) is not state:
                 return False
-        if state.view is None or tail is None or tail.torn_bytes or tail.size != tail.end:
+        if state.view is None or not parts:
             return False
-        info = lstat_regular(tail.path)
-        written = sum(len(record) for record in records)
-        if info is None or (info.st_ino, info.st_dev) != (tail.inode, tail.device):
-            return False
-        if info.st_size != tail.end + written:
-            return False
-        lengths = np.fromiter((len(record) for record in records), np.int64, len(records))
-        starts = tail.end + np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-        segment = Segment(
-            tail.path,
-            tail.device,
-            tail.inode,
-            info.st_size,
-            info.st_size,
-            0,
-            concatenated(tail.items, memories),
-            np.concatenate((tail.starts, starts)),
-        )
-        probe = (tail.path, info.st_ino, info.st_size, info.st_ctime_ns)
-        probes = tuple(probe if old[0] == tail.path else old for old in state.probes)
-        view = _build_view(state.view, list(memories), session_directory, state.view.retractions)
+        segments = list(state.segments)
+        probes = list(state.probes)
+        # New segments' probes go where a read puts them: after the memory log's, before
+        # the retraction log's (a read lists packs, then each series in order).
+        logged = {segment.path for segment in state.segments}
+        retracting = {segment.path for segment in state.retraction_segments}
+        ours = [at for at, probe in enumerate(probes) if probe[0] in logged]
+        theirs = [at for at, probe in enumerate(probes) if probe[0] in retracting]
+        insert_at = ours[-1] + 1 if ours else (theirs[0] if theirs else len(probes))
+        grown_by: list[GameMemory] = []
+        for number, (path, before, records, memories) in enumerate(parts):
+            lengths = np.fromiter((len(record) for record in records), np.int64, len(records))
+            offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+            written = int(lengths.sum())
+            info = lstat_regular(path)
+            if info is None:
+                return False
+            probe = (path, info.st_ino, info.st_size, info.st_ctime_ns)
+            if before >= 0:
+                tail = segments[-1] if segments and number == 0 else None
+                if tail is None or tail.path != path or tail.end != before:
+                    return False
+                if tail.torn_bytes or tail.size != tail.end:
+                    return False
+                if (info.st_ino, info.st_dev) != (tail.inode, tail.device):
+                    return False
+                if info.st_size != tail.end + written:
+                    return False
+                segments[-1] = Segment(
+                    path,
+                    tail.device,
+                    tail.inode,
+                    info.st_size,
+                    info.st_size,
+                    0,
+                    concatenated(tail.items, memories),
+                    np.concatenate((tail.starts, tail.end + offsets)),
+                )
+                probes = [probe if old[0] == path else old for old in probes]
+            else:
+                expected = segment_path(session_directory, state.owner_hash, len(segments))
+                if path != expected or info.st_size != written:
+                    return False
+                segments.append(
+                    Segment(
+                        path,
+                        info.st_dev,
+                        info.st_ino,
+                        written,
+                        written,
+                        0,
+                        tuple(memories),
+                        offsets,
+                    )
+                )
+                probes.insert(insert_at, probe)
+                insert_at += 1
+            grown_by.extend(memories)
+        next_before = segment_path(session_directory, state.owner_hash, len(state.segments))
+        if len(segments) != len(state.segments) and next_before not in state.absent:
+            return False  # not the absent set a read builds: let the next read build it
+        next_now = segment_path(session_directory, state.owner_hash, len(segments))
+        absent = tuple(next_now if path == next_before else path for path in state.absent)
+        view = _build_view(state.view, grown_by, session_directory, state.view.retractions)
         grown = dataclasses.replace(
-            state, segments=(*state.segments[:-1], segment), view=view, probes=probes
+            state, segments=tuple(segments), view=view, probes=tuple(probes), absent=absent
         )
         self._remember(key, grown)
         self._persisted(session_directory, key, grown)

@@ -285,9 +285,14 @@ def persist(
     known = prefix.count if prefix is not None else 0
     hashes = [prefix.hashes] if prefix is not None else []
     contents = [prefix.digests] if prefix is not None else []
+    done = view.digested
+    if done is not None and known < done[0] <= len(memories):
+        known, hashes, contents = done[0], [done[1]], [done[2]]
     for hashed, digest in digests(memories[known:]):
         hashes.append(hashed)
         contents.append(digest)
+    all_hashes, all_digests = b"".join(hashes), b"".join(contents)
+    view.digested = (len(memories), all_hashes, all_digests)
     target = read_file_path(session_directory, state.owner_hash)
     written = write_read_file(
         target,
@@ -296,8 +301,8 @@ def persist(
         files=files,
         locations=locations,
         ids=list(view.positions),
-        hashes=b"".join(hashes),
-        digests=b"".join(contents),
+        hashes=all_hashes,
+        digests=all_digests,
         columns=view.columns,
         lexical=view.lexical,
         scan=view.memory_scan,
