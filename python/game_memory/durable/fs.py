@@ -249,13 +249,21 @@ def open_append(path: Path, *, durable: bool = True) -> Iterator[tuple[int, bool
     loss.
     """
     created = False
+    # The usual case first: the file exists (every append after the first). Only when it
+    # does not is it created exclusively, and a writer that created it meanwhile (another
+    # process) makes the exclusive create fail: then it exists, and is opened.
     try:
-        fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, "create")
-        created = True
-    except PersistenceError as exc:
-        if not isinstance(exc.__cause__, FileExistsError):
-            raise
         fd = _open_regular(path, os.O_WRONLY | os.O_APPEND, "append to")
+    except PersistenceError as exc:
+        if not isinstance(exc.__cause__, FileNotFoundError):
+            raise
+        try:
+            fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, "create")
+            created = True
+        except PersistenceError as again:
+            if not isinstance(again.__cause__, FileExistsError):
+                raise
+            fd = _open_regular(path, os.O_WRONLY | os.O_APPEND, "append to")
     try:
         yield fd, created
     finally:
