@@ -504,3 +504,37 @@ async def test_a_read_file_rewritten_after_each_batch_digests_only_the_memories_
     for path in read_files(tmp_path / "save"):
         path.unlink()
     assert await answers(make_store()) == expected  # and from the records alone
+
+
+async def test_a_copied_save_opens_from_its_read_files_checked_by_content(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """A save copied elsewhere (another disk, a restored cloud save) holds the same bytes in
+    files of other inodes: its read file is used once the covered bytes' CRCs hold (content
+    decides, not identity), and a copy whose bytes differ is read from its records."""
+    first = make_store()
+    await fill(first, make_memory)
+    expected = await answers(first)
+    await first.aclose()
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "save", copy)
+    copied = make_store(copy)
+    snapshot = await copied.snapshot(query())
+    memories = snapshot.views[0].memories
+    assert isinstance(memories, LazyMemories)  # from the read file, not decoded whole
+    assert memories.decoded_count() <= len(snapshot.lexical) + 1
+    assert await answers(copied) == expected
+    await copied.aclose()
+    # A copy with one covered byte changed (same length): the read file is not used (it
+    # would hide the damage); the records are read, and the damage is named.
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path / "save", damaged)
+    segment = log_path(damaged, "session", "npc")
+    data = bytearray(segment.read_bytes())
+    at = data.index(b"m001")
+    data[at : at + 4] = b"m00X"
+    segment.write_bytes(bytes(data))
+    other = make_store(damaged)
+    with pytest.raises(PersistenceError, match="checksum mismatch"):
+        await other.snapshot(query())
+    await other.aclose()

@@ -16,8 +16,9 @@ derived from (the owner's pack ranges and log segments) with its device, inode, 
 range covered and the CRC-32 of those bytes; :func:`load_read_file` uses it only if every
 such file still holds exactly those bytes (the CRC is computed again from the file, unless
 the file is the very file it was computed from and was not written to since: same device,
-inode, size, modification and change time), the segments after the first are unchanged
-in size, and the read file's own checksums hold.
+inode, size, modification and change time; a copy of the save, of other inodes, passes by
+its CRC), the segments after the first are unchanged in size, and the read file's own
+checksums hold.
 Anything else (a file replaced by an erase or a compaction, damage, another format, a cut
 or foreign read file) makes it ignored: the partition is read from its records as before,
 and a new read file replaces it. Records appended since it was written are read from the

@@ -96,17 +96,21 @@ def seeded_state(
     if len(packs) + len(segments) != len(files) or len(packs) > len(owned):
         return _stale(path, "its files do not match the partition's")
     opened: list[RecordFile] = []
+    # Each covered file's live identity: a save copied elsewhere (another disk, a restored
+    # cloud save) holds the same bytes in files of other inodes, which the CRC check below
+    # accepts (content decides, not identity), and the state names the files as they are.
+    identities: list[tuple[int, int]] = []
     for number, covered in enumerate(files):
         if number < len(packs):
             index = owned[number]
             start, length, _ = index.owners[owner_hash]
-            if (os.path.basename(index.path), index.device, index.inode) != (
-                covered.name,
-                covered.device,
-                covered.inode,
-            ) or (start, start + length) != (covered.start, covered.end):
+            if os.path.basename(index.path) != covered.name or (start, start + length) != (
+                covered.start,
+                covered.end,
+            ):
                 return _stale(path, f"{covered.name} changed")
             full = index.path
+            identities.append((index.device, index.inode))
         else:
             position = number - len(packs)
             full = segment_path(position)
@@ -119,11 +123,13 @@ def seeded_state(
             last = position == len(segments) - 1
             if (
                 info is None
-                or (info.st_dev, info.st_ino) != (covered.device, covered.inode)
                 or info.st_size < covered.end
                 or (not last and info.st_size != covered.end)
             ):
                 return _stale(path, f"{covered.name} was replaced, cut or moved")
+            identities.append((info.st_dev, info.st_ino))
+        # Another file than the one the CRC was taken of (a copy, or a file replaced by an
+        # erase or a compaction) is never "unchanged": its covered bytes are checked.
         if not covered.unchanged(full) and (
             file_crc(full, covered.start, covered.end) != covered.crc
         ):
@@ -154,8 +160,7 @@ def seeded_state(
             segment_states.append(
                 Segment(
                     opened[number].path,
-                    covered.device,
-                    covered.inode,
+                    *identities[number],
                     covered.end,
                     covered.end,
                     0,
