@@ -6,13 +6,18 @@ the crash states of its log (``states.py``) and checks the promises on each. For
 each (recorded again), and checks the crash states of that second run too: a crash
 during recovery must not undo what the first crash left safe. The number of states is
 capped (``single`` and ``double``): the states are sampled evenly over the crash points
-with a fixed seed, so a run is reproducible.
+with a fixed seed. The recordings themselves are not fixed: the store fsyncs several files
+in parallel (``durable/fs.py``, ``sync_all``), so their order, and with it the sampled
+states, differs from run to run (which widens what repeated runs cover). A run that finds
+a violation therefore saves its recordings (``recordings.pickle`` in ``workdir``, named in
+:attr:`Exploration.recordings`), from which the failing states can be rebuilt exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import random
 import shutil
 import tempfile
@@ -55,6 +60,8 @@ class Exploration:
     double_states: int = 0
     violations: list[Violation] = field(default_factory=list)
     seconds: float = 0.0
+    #: Where the recordings of a run with violations were saved (``None``: none found).
+    recordings: str | None = None
 
     @property
     def states(self) -> int:
@@ -72,6 +79,7 @@ class Exploration:
                 {"crash": v.crash, "problems": list(v.problems)} for v in self.violations[:10]
             ],
             "seconds": round(self.seconds, 1),
+            "recordings": self.recordings,
         }
 
 
@@ -178,6 +186,7 @@ def explore(
     base = workdir / "workload"
     prepare(base)
     recorder = record(base, run_workload)
+    recordings: list[tuple[str, object, list[Op]]] = [("workload", recorder.initial, recorder.ops)]
     ops = recorder.ops
     result.operations = len(ops)
     scratch = _scratch(workdir)
@@ -212,6 +221,8 @@ def explore(
             )
             continue
         result.recovery_operations += len(second.ops)
+        recordings.append((f"recovery after point {first.point}, {first.variant}",
+                           second.initial, second.ops))  # fmt: skip
         before = promises_at(ops, first.point, Promises(legacy, False))
         candidates = _distinct(
             list(crash_states(second.initial, second.ops, seed=seed)), second.ops
@@ -232,5 +243,10 @@ def explore(
                 progress(done, planned)
         shutil.rmtree(recovery_base, ignore_errors=True)
     shutil.rmtree(scratch, ignore_errors=True)
+    if result.violations:
+        saved = workdir / "recordings.pickle"
+        with saved.open("wb") as file:
+            pickle.dump(recordings, file)
+        result.recordings = str(saved)
     result.seconds = time.perf_counter() - started
     return result
