@@ -188,11 +188,12 @@ class IndexLayout:
 
     def entries_path(self, session_hash: str, owner_hash: str) -> str:
         """The entries file of a partition."""
-        return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.entries"
+        # Formatted, not joined with pathlib: this runs on every append and recall.
+        return f"{self.data}{os.sep}s-{session_hash}{os.sep}o-{owner_hash}.entries"
 
     def vectors_path(self, session_hash: str, owner_hash: str, code: int, tag: int) -> str:
         """The row file of identity ``code`` in generation ``tag`` of a partition."""
-        return f"{self.session_directory(session_hash)}{os.sep}o-{owner_hash}.{code}.{tag:08x}.f32"
+        return f"{self.data}{os.sep}s-{session_hash}{os.sep}o-{owner_hash}.{code}.{tag:08x}.f32"
 
     def owner_hashes(self, session_hash: str) -> list[str]:
         """Owners with an entries file in the session (sorted)."""
