@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,10 +21,19 @@ import pytest
 from game_memory import GameMemory
 from game_memory.errors import DerivedIndexError
 from game_memory.model import ordinal_key
-from game_memory.recall.fusion import FusedCandidate, FusionMode, FusionOptions, fuse
+from game_memory.recall.fusion import (
+    FusedCandidate,
+    FusionMode,
+    FusionOptions,
+    _best_possible,
+    _clip,
+    _Row,
+    _scale,
+    fuse,
+)
 from support.vectors import MemoryFactory
 
-# -- the reference: fuse and its helpers as they were -------------------------------------
+# -- the reference: fuse and _contribution as they were (on the helpers this change kept) --
 
 
 def fuse_reference(
@@ -78,86 +86,6 @@ def fuse_reference(
         )
     )
     return fused[:limit]
-
-
-@dataclass(slots=True)
-class _Row:
-    memory: GameMemory
-    score: float = 0.0
-    lexical_rank: int | None = None
-    vector_rank: int | None = None
-    lexical_score: float | None = None
-    vector_score: float | None = None
-    vector: npt.NDArray[np.float32] | None = None
-
-
-def _best_possible(options: FusionOptions, lexical: bool, vector: bool) -> float:
-    weights = (
-        (options.lexical_weight if lexical else 0.0),
-        (options.vector_weight if vector else 0.0),
-    )
-    if options.mode is FusionMode.RRF:
-        return (int(lexical) + int(vector)) / (options.rrf_k + 1)
-    if options.mode is FusionMode.WEIGHTED_RRF:
-        return sum(weights) / (options.rrf_k + 1)
-    return sum(weights)
-
-
-def _scale(
-    options: FusionOptions, channel: int, candidates: Sequence[tuple[GameMemory, float]]
-) -> tuple[float, float, float]:
-    if options.mode is not FusionMode.CONVEX or not candidates:
-        return (0.0, 1.0, 1.0)
-    if channel == 1:
-        scores = [_clip(score) for _, score in candidates]
-        minimum_spread = options.vector_minimum_spread
-    else:
-        scores = [score for _, score in candidates]
-        minimum_spread = options.lexical_minimum_spread
-    high = max(scores)
-    if options.normalization == "best_lexical":
-        return (0.0, high if channel == 0 else 1.0, 1.0)
-    if options.normalization == "absolute":
-        return (0.0, max(high, options.lexical_scale) if channel == 0 else 1.0, 1.0)
-    if options.normalization == "confidence":
-        return _confident_scale(options, channel, scores, high)
-    low = min(scores)
-    if low == high:
-        low = 0.0
-    return (low, max(high - low, minimum_spread), 1.0)
-
-
-def _confident_scale(
-    options: FusionOptions, channel: int, scores: list[float], high: float
-) -> tuple[float, float, float]:
-    gap = options.lexical_minimum_gap if channel == 0 else options.vector_minimum_gap
-    low = min(scores)
-    if low == high:
-        low, divisor = 0.0, (max(high, options.lexical_scale) if channel == 0 else 1.0)
-    else:
-        low = max(0.0, min(low, high - gap))
-        if len(scores) < options.floor_candidates:
-            low *= (len(scores) - 1) / (options.floor_candidates - 1)
-        divisor = high - low
-    if channel == 0:
-        confidence = high / (high + options.lexical_confidence) if high > 0.0 else 0.0
-    elif len(scores) < 3:
-        confidence = 1.0
-    else:
-        mean = math.fsum(scores) / len(scores)
-        if options.vector_confidence_by == "contrast":
-            contrast = (high - mean) / mean if mean > 0.0 else math.inf
-            confidence = min(1.0, max(0.0, contrast / options.vector_confidence))
-        else:
-            deviation = math.sqrt(math.fsum((s - mean) ** 2 for s in scores) / len(scores))
-            standing = (high - mean) / deviation if deviation > 0.0 else 0.0
-            needed = min(options.vector_confidence, math.sqrt(len(scores) - 1))
-            confidence = min(1.0, max(0.0, standing / needed))
-    return (low, divisor, confidence)
-
-
-def _clip(score: float) -> float:
-    return min(max(score, 0.0), 1.0)
 
 
 def _contribution(

@@ -200,7 +200,7 @@ async def test_closing_the_store_checkpoints_so_the_save_needs_no_reconciling(
 async def test_an_appended_partition_is_cached_as_written_and_equals_a_fresh_read(
     make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # After a group commits, its partitions are cached grown (PartitionCache.install), so
+    # After a group commits, its partitions are cached grown (PartitionCache.install_parts), so
     # the next append or snapshot reads and decodes nothing back; the state is the one a
     # read of the files builds.
     from game_memory.store import partitions

@@ -75,7 +75,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -196,28 +196,12 @@ def fuse(
         DerivedIndexError: one memory key arrives with two different contents.
     """
     rows: dict[tuple[str, str], _Row] = {}
-    lexical_added = _contributions(options, 0, lexical)
-    vector_added = _contributions(options, 1, vector)
-    for rank, (memory, score) in enumerate(lexical):
-        key = (memory.owner_id, memory.memory_id)
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = _Row(memory)
-        elif row.memory is not memory and row.memory != memory:
-            raise _two_contents(memory)
+    for row, rank, score in _merged(rows, lexical, _contributions(options, 0, lexical)):
         row.lexical_rank, row.lexical_score = rank + 1, score
-        row.score += lexical_added[rank]
-    for rank, (memory, score) in enumerate(vector):
-        key = (memory.owner_id, memory.memory_id)
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = _Row(memory)
-        elif row.memory is not memory and row.memory != memory:
-            raise _two_contents(memory)
+    for row, rank, score in _merged(rows, vector, _contributions(options, 1, vector)):
         row.vector_rank, row.vector_score = rank + 1, score
         if vectors is not None:
             row.vector = vectors[rank]
-        row.score += vector_added[rank]
     best = _best_possible(options, bool(lexical), bool(vector))
     ordered = _in_order(list(rows.values()))
     return [
@@ -235,10 +219,24 @@ def fuse(
     ]
 
 
-def _two_contents(memory: GameMemory) -> DerivedIndexError:
-    return DerivedIndexError(
-        f"memory {memory.memory_id!r} reached fusion with two different contents"
-    )
+def _merged(
+    rows: dict[tuple[str, str], _Row],
+    candidates: Sequence[tuple[GameMemory, float]],
+    added: Sequence[float],
+) -> Iterator[tuple[_Row, int, float]]:
+    """Each of a channel's candidates as its row in ``rows`` (made when new), with its rank
+    (from 0) and score; its contribution is added to the row's fused score."""
+    for rank, (memory, score) in enumerate(candidates):
+        key = (memory.owner_id, memory.memory_id)
+        row = rows.get(key)
+        if row is None:
+            row = rows[key] = _Row(memory)
+        elif row.memory is not memory and row.memory != memory:
+            raise DerivedIndexError(
+                f"memory {memory.memory_id!r} reached fusion with two different contents"
+            )
+        row.score += added[rank]
+        yield row, rank, score
 
 
 def _in_order(rows: list[_Row]) -> list[_Row]:

@@ -174,7 +174,7 @@ class StoreEngine(StoreReader):
     def install_written(
         self, state: PartitionState, records: Sequence[bytes], memories: Sequence[GameMemory]
     ) -> None:
-        """Cache the partition grown by a group just committed (``PartitionCache.install``),
+        """Cache the partition grown by a group just committed (``PartitionCache.install_parts``),
         so the next append or snapshot reads nothing back. Never raises: the memories are
         durable already, and a partition not installed is read as before."""
         tail = state.tail

@@ -207,26 +207,6 @@ class PartitionCache:
         self._remember(key, state)
         return self._persisted(session_directory, key, state)
 
-    def install(
-        self,
-        session_directory: str | Path,
-        state: PartitionState,
-        records: Sequence[bytes],
-        memories: Sequence[GameMemory],
-    ) -> bool:
-        """After a writer appended ``records`` (framed, holding ``memories``) to the tail
-        segment of ``state``, cache the grown state a read would build, without reading or
-        decoding the bytes back (the next append or snapshot then finds it current).
-
-        See :meth:`install_parts` (this is its one-part case). Returns whether it installed.
-        """
-        tail = state.tail
-        if tail is None:
-            return False
-        return self.install_parts(
-            session_directory, state, [(tail.path, tail.end, records, memories)]
-        )
-
     def install_parts(
         self,
         session_directory: str | Path,
