@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,7 +17,9 @@ from game_memory import (
     MemoryTextProjector,
     StoreClosedError,
 )
+from game_memory.durable import fs
 from game_memory.durable.names import identity_hash
+from game_memory.index import engine as engine_module
 from game_memory.index.engine import INDEX_FOLDER, IndexEngine
 from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, encode_entry, memory_hash
 from game_memory.index.partition import PartitionReplacedError
@@ -107,35 +110,67 @@ def test_an_unchanged_partition_is_served_from_memory_and_a_grown_one_reads_only
     assert matrix.tolist() == [[1, 0, 0, 0]]  # earlier slices stay valid
 
 
-def test_compaction_keeps_live_entries_under_a_new_generation_and_drops_the_old_files(
-    tmp_path: Path,
+def test_a_writer_caches_what_it_appended_as_a_read_of_the_file_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     engine = engine_at(tmp_path)
     with engine.locked():
-        engine.append(
-            SESSION, OWNER, [ready("a"), ready("b", 1)], vectors([1, 0, 0, 0], [0, 1, 0, 0])
+        engine.append(SESSION, OWNER, [ready("a")], vectors([1, 0, 0, 0]))
+        engine.append(SESSION, OWNER, [marker("b")])
+        tombstone = EntryRecord(
+            EntryState.DELETED, NO_VALUE, NO_VALUE, memory_hash("a"), bytes(32), ""
         )
-        engine.append(
-            SESSION, OWNER, [ready("a")], vectors([0, 0, 1, 0])
-        )  # supersedes a's first row
-        engine.append(SESSION, OWNER, [marker("c", EntryState.FAILED)])
-    before = engine.partition(SESSION, OWNER)
-    assert before is not None
-    session = tmp_path / INDEX_FOLDER / f"s-{SESSION}"
-    (old_rows,) = session.glob("*.f32")
+        engine.append(SESSION, OWNER, [ready("c"), tombstone], vectors([0, 0, 1, 0]))
+    reads: list[object] = []
+    real_read = fs.read_file
+    monkeypatch.setattr(fs, "read_file", lambda *a, **k: reads.append(a) or real_read(*a, **k))
+    cached = engine.partition(SESSION, OWNER)
+    assert reads == []  # the writer's own appends are not read back
+    fresh = engine_at(tmp_path).partition(SESSION, OWNER)  # another process reads the file
+    assert cached is not None and fresh is not None
+    assert (cached.records, cached.size, cached.crc, cached.tag) == (
+        fresh.records,
+        fresh.size,
+        fresh.crc,
+        fresh.tag,
+    )
+    assert (cached.inode, cached.changed, cached.file) == (fresh.inode, fresh.changed, fresh.file)
+    assert (
+        dict(cached.position)
+        == dict(fresh.position)
+        == {
+            memory_hash("b"): 1,
+            memory_hash("c"): 2,
+        }
+    )
+    assert [cached.record(memory_hash(n)) for n in "abc"] == [
+        fresh.record(memory_hash(n)) for n in "abc"
+    ]
+    assert engine.matrix(cached, 0, DIMENSIONS).tolist() == [[1, 0, 0, 0], [0, 0, 1, 0]]
+
+
+def test_a_file_changed_behind_a_writer_is_not_cached_as_its_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engine = engine_at(tmp_path)
     with engine.locked():
-        engine.compact(SESSION, OWNER, {0})
+        engine.append(SESSION, OWNER, [ready("a")], vectors([1, 0, 0, 0]))
+    path = Path(engine.entries_path(SESSION, OWNER))
+    real_append = engine_module.append_files
+
+    def append_then_intrude(*args: Any, **kwargs: Any) -> Any:
+        written = real_append(*args, **kwargs)
+        tag = engine.partition(SESSION, OWNER).tag  # type: ignore[union-attr]
+        with path.open("ab") as file:  # bytes no writer of this process appended
+            file.write(encode_entry(marker("x"), tag))
+        return written
+
+    monkeypatch.setattr(engine_module, "append_files", append_then_intrude)
+    with engine.locked():
+        engine.append(SESSION, OWNER, [marker("c")])
     after = engine.partition(SESSION, OWNER)
-    assert after is not None
-    assert (after.records, after.live) == (3, 3) and after.tag != before.tag
-    (rows,) = session.glob("*.f32")
-    assert rows != old_rows and rows.stat().st_size == 2 * DIMENSIONS * 4
-    matrix = engine.matrix(after, 0, DIMENSIONS)
-    for name, expected in (("a", [0, 0, 1, 0]), ("b", [0, 1, 0, 0])):
-        entry = after.record(memory_hash(name))
-        assert entry is not None and matrix[entry.row].tolist() == expected
-    failed = after.record(memory_hash("c"))
-    assert failed is not None and failed.state is EntryState.FAILED
+    assert after is not None and after.records == 3 and after.size == path.stat().st_size
+    assert set(after.position) == {memory_hash(n) for n in "acx"}
 
 
 def test_compaction_drops_ready_entries_of_identities_it_is_not_told_to_keep(

@@ -104,7 +104,7 @@ def ensure_directory(path: Path, *, create: bool = True, durable: bool = True) -
     if not stat.S_ISDIR(info.st_mode):
         raise PersistenceError(f"{path} should be a folder but is a file")
     if created and durable:
-        fsync_directory(path.parent)
+        fsync_directory(Path(os.path.dirname(os.path.abspath(path))))
     return created
 
 
@@ -241,7 +241,7 @@ def read_range(path: StrPath, offset: int, length: int) -> bytes:
 
 
 @contextlib.contextmanager
-def open_append(path: Path, *, durable: bool = True) -> Iterator[tuple[int, bool]]:
+def open_append(path: StrPath, *, durable: bool = True) -> Iterator[tuple[int, bool]]:
     """Open ``path`` for appending, creating it if needed; yield ``(fd, created)``.
 
     When the file was created (and ``durable``), its directory is fsynced before the context
@@ -269,7 +269,7 @@ def open_append(path: Path, *, durable: bool = True) -> Iterator[tuple[int, bool
     finally:
         os.close(fd)
     if created and durable:
-        fsync_directory(path.parent)
+        fsync_directory(Path(os.path.dirname(os.path.abspath(path))))
 
 
 def append_bytes(fd: int, data: bytes, path: Path, *, durable: bool = True) -> None:

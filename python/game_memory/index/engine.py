@@ -321,9 +321,35 @@ class IndexEngine(IndexLayout):
         entries that point at them.
         """
         current = self.partition(session_hash, owner_hash)
-        return append_files(
+        placed, data = append_files(
             self, session_hash, owner_hash, current, records, vectors, durable=durable
         )
+        if current is not None:
+            self._install(current, data)
+        return placed
+
+    def _install(self, current: IndexPartition, data: bytes) -> None:
+        """Cache ``current`` grown by the entry bytes this writer just appended, as a read
+        of the file would (``_decode`` of the same bytes), without reading them back.
+
+        Only when the file is ``current``'s plus exactly ``data`` (same inode, that size):
+        under the writer lock nothing else appends, so that is what a read would find;
+        otherwise nothing is installed and the next read reads the file as before.
+        """
+        path = self.entries_path(current.session_hash, current.owner_hash)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            return
+        if info.st_ino != current.inode or info.st_size != current.size + len(data):
+            return
+        try:
+            grown = self._decode(
+                current, data, info, current.session_hash, current.owner_hash, path
+            )
+        except DerivedIndexError:
+            return  # what the next read will find and name
+        self._remember((current.session_hash, current.owner_hash), grown)
 
     def compact(self, session_hash: str, owner_hash: str, keep_codes: set[int]) -> None:
         """Rewrite a partition without superseded records, dead rows or unused identities.

@@ -68,19 +68,22 @@ class Positions(Mapping[bytes, int]):
     the record count, without building anything.
     """
 
-    __slots__ = ("_base", "_built", "_deleted", "_hashes", "_lock", "_start", "unique")
+    __slots__ = ("_base", "_built", "_hashes", "_lock", "_start", "_states", "unique")
 
-    _deleted: npt.NDArray[np.bool_]
+    _states: npt.NDArray[np.uint8]
     _built: dict[bytes, int] | None
 
     def __init__(
-        self, base: Positions | None, hashes: bytes | memoryview, deleted: npt.NDArray[np.bool_]
+        self, base: Positions | None, hashes: bytes | memoryview, states: npt.NDArray[np.uint8]
     ) -> None:
         built = base._built if isinstance(base, Positions) else None
         self._base = built  # only a built dictionary (never a chain of unbuilt versions)
-        self._start = int(base._deleted.size) if isinstance(base, Positions) and built else 0
+        self._start = int(base._states.size) if isinstance(base, Positions) and built else 0
         self._hashes = hashes  # every record's memory hash, 32 bytes each
-        self._deleted = deleted  # every record: whether it is a tombstone
+        # Every record's state; which are tombstones is read only for the records after
+        # ``_start`` and only when the dictionary is built (an append adds one record to a
+        # partition of any size: nothing here may cost in proportion to the partition).
+        self._states = states
         self._built = None
         self._lock = threading.Lock()
         self.unique = False
@@ -94,7 +97,8 @@ class Positions(Mapping[bytes, int]):
                 position = dict(self._base) if self._base is not None else {}
                 start = self._start
                 hashes = bytes(self._hashes[start * 32 :])  # the keys must be bytes
-                for index, deleted in enumerate(self._deleted[start:].tolist(), start):
+                deleted_flags = (self._states[start:] == EntryState.DELETED).tolist()
+                for index, deleted in enumerate(deleted_flags, start):
                     at = (index - start) * 32
                     memory = hashes[at : at + 32]
                     if deleted:
@@ -121,7 +125,7 @@ class Positions(Mapping[bytes, int]):
 
     def __len__(self) -> int:
         if self._built is None and self.unique:
-            return int(self._deleted.size)
+            return int(self._states.size)
         return len(self._dictionary())
 
     def values(self) -> ValuesView[int]:
@@ -246,7 +250,7 @@ def extend_partition(
     position = Positions(
         previous if isinstance(previous, Positions) else None,
         arrays.hashes,
-        arrays.states == EntryState.DELETED,
+        arrays.states,
     )
     return IndexPartition(
         session_hash,

@@ -49,16 +49,19 @@ def append_files(
     vectors: dict[int, FloatMatrix] | None,
     *,
     durable: bool,
-) -> list[EntryRecord]:
-    """Append vectors (per identity code) and entry records; return records with rows.
+) -> tuple[list[EntryRecord], bytes]:
+    """Append vectors (per identity code) and entry records; return the records with
+    their rows and the bytes appended to the entries file.
 
     Each ready record's ``row`` is an offset into the ``vectors`` rows of its identity
     given here; it is rewritten to the row's position in the partition's row file.
-    ``current`` is the partition as read just before, under the lock.
+    ``current`` is the partition as read just before, under the lock (its entries file
+    exists, so its folder does: only a first write makes sure of the folder).
     """
     tag = current.tag if current is not None and current.records else new_tag(0)
     try:
-        fs.ensure_directory(layout.session_directory(session_hash))
+        if current is None:
+            fs.ensure_directory(layout.session_directory(session_hash))
         first_rows: dict[int, int] = {}
         sums: dict[int, list[int]] = {}
         for code, matrix in (vectors or {}).items():
@@ -82,7 +85,7 @@ def append_files(
         path = layout.entries_path(session_hash, owner_hash)
         _cut_torn(path, ENTRY_BYTES)
         data = b"".join(encode_entry(r, tag) for r in placed)
-        with fs.open_append(Path(path)) as (fd, _):
+        with fs.open_append(path) as (fd, _):
             if durable:
                 fs.append_bytes(fd, data, Path(path))
             else:
@@ -91,7 +94,7 @@ def append_files(
         raise derived_error(exc) from exc
     except OSError as exc:
         raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
-    return placed
+    return placed, data
 
 
 def compact_files(
@@ -187,7 +190,7 @@ def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None)
 def _append_rows(path: str, matrix: FloatMatrix, durable: bool) -> int:
     row_bytes = int(matrix.shape[1]) * 4
     _cut_torn(path, row_bytes)
-    with fs.open_append(Path(path)) as (fd, _):
+    with fs.open_append(path) as (fd, _):
         first = os.fstat(fd).st_size // row_bytes
         data = np.ascontiguousarray(matrix, dtype="<f4").tobytes()
         if durable:
