@@ -9,8 +9,10 @@ foreign read file) is ignored, never trusted.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -90,6 +92,12 @@ QUERIES = [
     query("smith harvest", tags=["rumour"]),
     query("merchant", minimum_importance=0.5, limit=3),
 ]
+
+
+async def read_files_written(store: FileGameMemoryStore) -> None:
+    """Wait for the read files the store's reads and appends queued (its one background
+    thread runs them in order, so a no-op job queued after them ends after them)."""
+    await asyncio.to_thread(lambda: store._background.submit(lambda: None).result())
 
 
 async def answers(store: FileGameMemoryStore) -> list[list[tuple[str, float]]]:
@@ -199,6 +207,7 @@ async def test_a_damaged_or_foreign_read_file_is_ignored_and_rebuilt(
 
     second = make_store()
     assert await answers(second) == expected
+    await read_files_written(second)
     assert path.read_bytes() != bytes(data)  # rewritten from the records
     third = make_store()
     assert await answers(third) == expected
@@ -494,6 +503,7 @@ async def test_a_read_file_rewritten_after_each_batch_digests_only_the_memories_
     for batch in batches:
         assert await store.append_many(batch) == [True] * 40
         await store.snapshot(query())  # a read after each batch, as a game's would be
+        await read_files_written(store)
     assert digested and max(digested) <= 40  # never the whole partition again
     expected = await answers(store)
     await store.aclose()
@@ -538,3 +548,49 @@ async def test_a_copied_save_opens_from_its_read_files_checked_by_content(
     with pytest.raises(PersistenceError, match="checksum mismatch"):
         await other.snapshot(query())
     await other.aclose()
+
+
+async def test_appends_never_wait_for_a_read_file_and_closing_waits_for_the_queued_one(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read file costs the partition's size to write (seconds at 100k memories): the
+    append or recall that crosses the threshold queues it on the store's read-file thread
+    and returns; closing waits for it, and the next open starts from it."""
+    from game_memory.store import partitions
+
+    release = threading.Event()
+    started: list[str] = []
+    real_persist = partitions.persist
+
+    def slow_persist(directory: str, state: Any, digests: Any, **kwargs: Any) -> bool:
+        started.append(threading.current_thread().name)
+        release.wait(30)
+        return real_persist(directory, state, digests, **kwargs)
+
+    monkeypatch.setattr(partitions, "persist", slow_persist)
+    store = make_store()
+    await asyncio.wait_for(fill(store, make_memory), 30)  # never blocked by the write
+    await asyncio.wait_for(answers(store), 30)
+    assert started and {name.split("_")[0] for name in started} == {"game-memory-read-file"}
+    assert len(started) == 1  # one write queued at a time per partition
+    assert read_files(tmp_path / "save") == []  # still waiting
+    release.set()
+    expected = await answers(store)
+    await store.aclose()
+    assert len(read_files(tmp_path / "save")) == 1
+    seeded: list[bool] = []
+    real_seeded = partitions.seeded_state
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        state = real_seeded(*args, **kwargs)
+        seeded.append(state is not None)
+        return state
+
+    monkeypatch.setattr(partitions, "seeded_state", recorded)
+    reopened = make_store()
+    assert await answers(reopened) == expected
+    assert seeded == [True]  # opened from the read file
+    await reopened.aclose()

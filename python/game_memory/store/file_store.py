@@ -130,6 +130,10 @@ class FileGameMemoryStore:
         )
         fs.check_no_symlinks(self.directory)
         self._executor = ThreadPoolExecutor(max_workers, thread_name_prefix="game-memory-store")
+        # Read files (the derived copy of a large partition a start reads instead of its
+        # logs) are written by one thread of their own, so no append or recall waits for one.
+        self._background = ThreadPoolExecutor(1, thread_name_prefix="game-memory-read-file")
+        self._engine.cache.background = self._background.submit
         self._appends = GroupCommitter(
             lambda group: write_batch(self._engine, group, atomic=False),
             self._executor.submit,
@@ -454,6 +458,7 @@ class FileGameMemoryStore:
             return
         self._state = _State.CLOSED
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        await asyncio.get_running_loop().run_in_executor(None, self._background.shutdown, True)
         if self._ready:
 
             def close_out() -> None:

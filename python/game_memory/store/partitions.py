@@ -44,7 +44,7 @@ from game_memory.store.packs import (
     read_pack_index,
     read_pack_range,
 )
-from game_memory.store.read_path import content_digests, persist, seeded_state
+from game_memory.store.read_path import content_digests, persist, seeded_state, wants_persist
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.state import (
@@ -72,6 +72,11 @@ class PartitionCache:
     Args:
         maximum_file_bytes: Largest log segment or pack accepted (bounds record payloads).
         maximum_entries: How many memories the cache keeps parsed across partitions.
+
+    ``background``, when set (the file store sets its read-file thread's ``submit``), runs
+    the writing of read files (``read_path.persist``) off the reading or appending thread:
+    a read file costs the partition's size to write, and an append or a recall must not
+    wait for that (at 100k memories, seconds). Without it they are written in the caller.
     """
 
     def __init__(self, maximum_file_bytes: int, maximum_entries: int) -> None:
@@ -81,6 +86,8 @@ class PartitionCache:
         self._packs: OrderedDict[str, PackIndex] = OrderedDict()
         self._entries = 0
         self._lock = threading.Lock()
+        self.background: Callable[[Callable[[], None]], object] | None = None
+        self._persisting: set[tuple[str, str]] = set()  # a background write is queued
 
     # -- listing ------------------------------------------------------------------------
 
@@ -304,11 +311,50 @@ class PartitionCache:
     def _persisted(
         self, session_directory: str | Path, key: tuple[str, str], state: PartitionState
     ) -> PartitionState:
-        """Write the partition's read file when this read decoded enough (``read_path.py``)."""
-        if persist(os.fspath(session_directory), state, content_digests):
-            state = dataclasses.replace(state, read_file_count=state.memory_count)
-            self._remember(key, state)
+        """Write the partition's read file when this read decoded enough (``read_path.py``),
+        in the background when there is one (then ``state`` is returned as it is)."""
+        if not wants_persist(state):
+            return state
+        directory = os.fspath(session_directory)
+        background = self.background
+        if background is None:
+            if persist(directory, state, content_digests):
+                self._covered(key, state)
+                state = dataclasses.replace(state, read_file_count=state.memory_count)
+            return state
+        with self._lock:
+            if key in self._persisting:
+                return state
+            self._persisting.add(key)
+        try:
+            background(lambda: self._persist_later(directory, key, state))
+        except RuntimeError:  # shut down: closing writes what the read files do not cover
+            with self._lock:
+                self._persisting.discard(key)
         return state
+
+    def _persist_later(self, directory: str, key: tuple[str, str], state: PartitionState) -> None:
+        """The background job: write ``state``'s read file; never raises (an optimisation)."""
+        try:
+            if persist(directory, state, content_digests):
+                self._covered(key, state)
+        except (PersistenceError, OSError) as exc:
+            _LOG.info("a read file was not written (%s)", exc)
+        finally:
+            with self._lock:
+                self._persisting.discard(key)
+
+    def _covered(self, key: tuple[str, str], state: PartitionState) -> None:
+        """Record that the read file now covers ``state``'s memories, on the cached state
+        if it is ``state`` or grew from it by appends only (the read file covers a prefix of
+        it then); a state replaced meanwhile (an erase, another file) is left alone."""
+        with self._lock:
+            current = self._states.get(key)
+            if current is None or current.read_file_count >= state.memory_count:
+                return
+            if current is not state and not _grew_from(current, state):
+                return
+            self._states[key] = dataclasses.replace(current, read_file_count=state.memory_count)
 
     def persist_all(self) -> int:
         """Write the read file of every cached partition it does not cover in full (at close).
@@ -492,6 +538,28 @@ class PartitionCache:
             while self._entries > self._maximum_entries and len(self._states) > 1:
                 _, evicted = self._states.popitem(last=False)
                 self._entries -= evicted.memory_count
+
+
+def _grew_from(current: PartitionState, earlier: PartitionState) -> bool:
+    """Whether ``current`` is ``earlier`` plus appended memories: the same packs and
+    retractions, and its memory log the same files, each at least as long."""
+    if len(current.packs) != len(earlier.packs) or len(current.segments) < len(earlier.segments):
+        return False
+    if any(a is not b for a, b in zip(current.packs, earlier.packs, strict=True)):
+        return False
+    if [_identity(segment) for segment in current.retraction_segments] != [
+        _identity(segment) for segment in earlier.retraction_segments
+    ]:
+        return False
+    return current.memory_count >= earlier.memory_count and all(
+        (now.path, now.device, now.inode) == (then.path, then.device, then.inode)
+        and now.end >= then.end
+        for now, then in zip(current.segments, earlier.segments, strict=False)
+    )
+
+
+def _identity(segment: Segment[Retraction]) -> tuple[str, int, int, int]:
+    return (segment.path, segment.device, segment.inode, segment.end)
 
 
 def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> GameMemory:

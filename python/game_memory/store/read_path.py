@@ -47,7 +47,7 @@ from game_memory.store.rewrite_journal import REWRITE_JOURNAL
 from game_memory.store.state import PackPart, PartitionState, Segment
 from game_memory.store.view import PartitionView, ReadPrefix
 
-__all__ = ["LAZY_MINIMUM", "content_digests", "persist", "seeded_state"]
+__all__ = ["LAZY_MINIMUM", "content_digests", "persist", "seeded_state", "wants_persist"]
 
 #: Partitions with fewer memories are always decoded whole (it is cheap) and get no file.
 LAZY_MINIMUM = 1_024
@@ -235,6 +235,15 @@ def content_digests(memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes]]
     ]
 
 
+def wants_persist(state: PartitionState, *, closing: bool = False) -> bool:
+    """Whether :func:`persist` would write ``state``'s read file (a cheap test: counts only)."""
+    view = state.view
+    if view is None or len(view) < LAZY_MINIMUM:
+        return False
+    covered = state.read_file_count
+    return len(view) - covered >= (1 if closing else max(LAZY_MINIMUM, covered // 8))
+
+
 def persist(
     session_directory: str, state: PartitionState, digests: Digests, *, closing: bool = False
 ) -> bool:
@@ -249,12 +258,9 @@ def persist(
     never outlives bytes an erase removed.
     """
     view = state.view
-    if view is None or len(view) < LAZY_MINIMUM:
+    if view is None or not wants_persist(state, closing=closing):
         return False
     memories = view.memories
-    covered = state.read_file_count
-    if len(view) - covered < (1 if closing else max(LAZY_MINIMUM, covered // 8)):
-        return False
     journal = os.path.join(os.path.dirname(session_directory), REWRITE_JOURNAL)
     if os.path.lexists(journal):
         return False
