@@ -594,3 +594,37 @@ async def test_appends_never_wait_for_a_read_file_and_closing_waits_for_the_queu
     assert await answers(reopened) == expected
     assert seeded == [True]  # opened from the read file
     await reopened.aclose()
+
+
+async def test_a_queued_read_file_is_not_written_for_a_partition_replaced_meanwhile(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An erase or compaction that ran between queueing a read file and writing it
+    replaced the files its memories were read from (and forgot the cached state): the
+    queued write is dropped, never written from what may be gone."""
+    from game_memory.durable.names import partition_hash
+    from game_memory.store import partitions
+
+    written: list[int] = []
+    real_persist = partitions.persist
+    monkeypatch.setattr(
+        partitions,
+        "persist",
+        lambda *args, **kwargs: written.append(1) or real_persist(*args, **kwargs),
+    )
+    store = make_store()
+    queued: list[Callable[[], None]] = []
+    cache = store._engine.cache
+    cache.background = queued.append
+    await fill(store, make_memory)
+    assert len(queued) == 1  # one write queued for the partition
+    cache.forget(partition_hash("session"), partition_hash("npc"))
+    queued.pop()()
+    assert written == [] and read_files(tmp_path / "save") == []
+    await answers(store)  # read again: queued again, and this time written
+    queued.pop()()
+    assert written == [1] and len(read_files(tmp_path / "save")) == 1
+    await store.aclose()

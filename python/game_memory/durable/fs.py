@@ -104,7 +104,7 @@ def ensure_directory(path: Path, *, create: bool = True, durable: bool = True) -
     if not stat.S_ISDIR(info.st_mode):
         raise PersistenceError(f"{path} should be a folder but is a file")
     if created and durable:
-        fsync_directory(Path(os.path.dirname(os.path.abspath(path))))
+        fsync_directory(path.parent)
     return created
 
 

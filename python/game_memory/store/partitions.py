@@ -334,8 +334,18 @@ class PartitionCache:
         return state
 
     def _persist_later(self, directory: str, key: tuple[str, str], state: PartitionState) -> None:
-        """The background job: write ``state``'s read file; never raises (an optimisation)."""
+        """The background job: write ``state``'s read file; never raises (an optimisation).
+
+        Skipped when the cache no longer holds ``state`` or a state grown from it by
+        appends: an erase or compaction replaced its files meanwhile (and forgot the
+        cached state), so the bytes its memories were read from may be gone. A rewrite
+        that begins while the file is written is caught by ``persist`` itself.
+        """
         try:
+            with self._lock:
+                current = self._states.get(key)
+            if current is None or (current is not state and not _grew_from(current, state)):
+                return
             if persist(directory, state, content_digests):
                 self._covered(key, state)
         except (PersistenceError, OSError) as exc:
