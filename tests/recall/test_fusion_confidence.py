@@ -130,8 +130,9 @@ def test_few_candidates_move_the_floor_toward_zero(make_memory: MemoryFactory) -
     old, new = make_memory("old"), make_memory("new")
     fused = {c.memory.memory_id: c for c in fuse([], [(old, 0.875), (new, 0.823)], OPTIONS, 10)}
     floor = 0.675 / 15
-    assert fused["old"].score == pytest.approx(0.5)
-    assert fused["new"].score == pytest.approx(0.5 * (0.823 - floor) / (0.875 - floor))
+    weight = OPTIONS.vector_weight
+    assert fused["old"].score == pytest.approx(weight)
+    assert fused["new"].score == pytest.approx(weight * (0.823 - floor) / (0.875 - floor))
     # The last of an NPC's five memories, far below the best, still reflects its cosine.
     memories = [make_memory(f"m{i}") for i in range(5)]
     cosines = [0.9, 0.35, 0.3, 0.3, 0.3]
@@ -147,15 +148,17 @@ def test_the_vector_confidence_is_the_contrast_of_the_best_over_the_mean(
     make_memory: MemoryFactory,
 ) -> None:
     # A model that finds every text alike (MiniLM on Portuguese or CJK): mean 0.7, best 0.8,
-    # contrast 0.14, so the vector channel counts 0.14 / vector_confidence (0.8) of its
-    # weight; on text it knows (mean 0.25, best 0.55) the contrast is 1.2: full weight.
+    # contrast 0.14, so the vector channel counts 0.14 / vector_confidence of its weight;
+    # on text it knows (mean 0.25, best 0.55) the contrast is 1.2: full weight.
     memories = [make_memory(f"m{i}") for i in range(5)]
     alike = [0.80, 0.675, 0.675, 0.675, 0.675]  # mean 0.7
     known = [0.55, 0.175, 0.175, 0.175, 0.175]  # mean 0.25
     (top_alike, *_) = fuse([], list(zip(memories, alike, strict=True)), OPTIONS, 10)
     (top_known, *_) = fuse([], list(zip(memories, known, strict=True)), OPTIONS, 10)
-    assert top_alike.score == pytest.approx(0.5 * (0.1 / 0.7) / 0.8)
-    assert top_known.score == pytest.approx(0.5)
+    weight, needed = OPTIONS.vector_weight, OPTIONS.vector_confidence
+    assert needed <= 1.2
+    assert top_alike.score == pytest.approx(weight * (0.1 / 0.7) / needed)
+    assert top_known.score == pytest.approx(weight)
     # So a clear lexical winner outvotes the alike list, and not the known one.
     lexical = [(memories[3], 30.0)]
     assert (
@@ -164,3 +167,41 @@ def test_the_vector_confidence_is_the_contrast_of_the_best_over_the_mean(
     assert (
         fuse(lexical, list(zip(memories, known, strict=True)), OPTIONS, 10)[0].memory is memories[0]
     )
+
+
+def test_a_flat_lexical_list_counts_by_its_contrast(make_memory: MemoryFactory) -> None:
+    # "are you a spy" when no memory mentions a spy: every candidate matches the common
+    # words about equally (best 8.0, mean 7.0: contrast 1/7), so with lexical_contrast 1.0
+    # the channel counts a seventh of what best / (best + 24) gives it; a question naming
+    # what it asks about lifts one memory far above the rest (contrast ≥ 1): full weight.
+    options = FusionOptions(
+        lexical_weight=0.5, vector_weight=0.5, lexical_confidence=24.0, lexical_contrast=1.0
+    )
+    memories = [make_memory(f"m{i}") for i in range(5)]
+    flat = [8.0, 6.75, 6.75, 6.75, 6.75]  # mean 7.0
+    clear = [24.0, 4.0, 4.0, 4.0, 4.0]  # mean 8.0: contrast 2
+    (top_flat, *_) = fuse(list(zip(memories, flat, strict=True)), [], options, 10)
+    (top_clear, *_) = fuse(list(zip(memories, clear, strict=True)), [], options, 10)
+    assert top_flat.score == pytest.approx(0.5 * 8.0 / (8.0 + 24.0) * (1.0 / 7.0))
+    assert top_clear.score == pytest.approx(0.5 * 24.0 / (24.0 + 24.0))
+    # Off (0, the default for other settings), the flat list keeps best / (best + 24).
+    off = options.model_copy(update={"lexical_contrast": 0.0})
+    (top_off, *_) = fuse(list(zip(memories, flat, strict=True)), [], off, 10)
+    assert top_off.score == pytest.approx(0.5 * 8.0 / (8.0 + 24.0))
+    # So a vector channel leaning (contrast 0.11) toward another memory outvotes the flat
+    # list, not the clear one.
+    vector = [(memories[4], 0.5), (memories[1], 0.45), (memories[2], 0.45), (memories[3], 0.4)]
+    fused_flat = fuse(list(zip(memories, flat, strict=True)), vector, options, 10)
+    fused_clear = fuse(list(zip(memories, clear, strict=True)), vector, options, 10)
+    assert fused_flat[0].memory is memories[4]
+    assert fused_clear[0].memory is memories[0]
+
+
+def test_the_lexical_contrast_needs_three_candidates(make_memory: MemoryFactory) -> None:
+    # Two candidates say nothing about how flat the list is: the contrast does not apply.
+    options = FusionOptions(
+        lexical_weight=0.5, vector_weight=0.5, lexical_confidence=24.0, lexical_contrast=1.0
+    )
+    a, b = make_memory("a"), make_memory("b")
+    (top, *_) = fuse([(a, 8.0), (b, 7.9)], [], options, 10)
+    assert top.score == pytest.approx(0.5 * 8.0 / (8.0 + 24.0))

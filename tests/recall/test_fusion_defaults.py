@@ -25,8 +25,8 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
     defaults = FusionOptions()
     assert defaults.model_dump() == {
         "mode": FusionMode.CONVEX,
-        "lexical_weight": 0.5,
-        "vector_weight": 0.5,
+        "lexical_weight": 0.4,
+        "vector_weight": 0.6,
         "rrf_k": 60,
         "normalization": "confidence",
         "lexical_minimum_spread": 8.0,
@@ -34,8 +34,9 @@ def test_fusion_defaults_are_the_cross_validated_confidence_combination() -> Non
         "lexical_scale": 8.0,
         "lexical_minimum_gap": 4.0,
         "vector_minimum_gap": 0.2,
-        "lexical_confidence": 48.0,
-        "vector_confidence": 0.8,
+        "lexical_confidence": 24.0,
+        "lexical_contrast": 1.0,
+        "vector_confidence": 1.0,
         "vector_confidence_by": "contrast",
         "floor_candidates": 16,
     }

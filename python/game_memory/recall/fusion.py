@@ -41,7 +41,12 @@ Three modes:
     similarity. A lone candidate is scored as under ``"absolute"``.
   - *The confidence.* The channel's weight is scaled by its confidence: lexical
     ``best / (best + lexical_confidence)`` (a query whose words match weakly, as short chat
-    questions match other questions' common words, says little); vector, by default
+    questions match other questions' common words, says little), times
+    ``min(1, contrast / lexical_contrast)`` where the contrast ``(best − mean) / mean`` of
+    the BM25 scores is how far the best match stands above the others (a flat list, every
+    candidate matching only "are you a" of "are you a spy", says little however high its
+    BM25; with fewer than three candidates, or ``lexical_contrast`` 0, the factor is 1);
+    vector, by default
     (``vector_confidence_by="contrast"``), ``min(1, contrast / vector_confidence)`` where
     the contrast ``(best − mean) / mean`` is how far the best cosine stands above the
     candidates' mean cosine, relative to it. A model that finds every text of a language
@@ -64,10 +69,11 @@ of their weights for ``CONVEX``, ``Σ w/(k + 1)`` for the RRF modes). The rerank
 that relevance against recency and importance on one scale, whatever the mode and however
 many candidates there are.
 
-The default (``CONVEX``, ``"confidence"`` with the vector contrast, weights 0.5 and 0.5,
-lexical confidence 48, vector confidence 0.8, minimum gaps 4.0 and 0.2, floor candidates
-16) was chosen by leave-one-set-out cross-validation over eight development sets
-(``benchmarks/crossval.py``); ``docs/retrieval.md`` reports every rotation's held-out figure.
+The default (``CONVEX``, ``"confidence"`` with the vector contrast, vector weight 0.6 and
+lexical 0.4, lexical confidence 24 and lexical contrast 1.0, vector confidence 1.0, minimum
+gaps 4.0 and 0.2, floor candidates 16) was chosen by leave-one-set-out cross-validation
+over nine development sets (``benchmarks/crossval.py``); ``docs/retrieval.md`` reports
+every rotation's held-out figure.
 """
 
 from __future__ import annotations
@@ -128,6 +134,10 @@ class FusionOptions(BaseModel):
         vector_minimum_gap: ``"confidence"``: the same for cosine similarity, 0..1.
         lexical_confidence: ``"confidence"``: the best BM25 score at which the lexical
             channel counts half its weight, above 0.
+        lexical_contrast: ``"confidence"``: the contrast ``(best − mean) / mean`` of the
+            lexical candidates' scores at which the lexical channel counts fully, 0..1,000;
+            below it the channel counts in proportion (a flat list, every candidate
+            matching only the query's common words, counts little). 0 turns it off.
         vector_confidence: ``"confidence"``: what the vector channel needs to count
             fully, above 0: the contrast ``(best − mean) / mean`` of its cosines under
             ``vector_confidence_by="contrast"``, the standard deviations the best stands
@@ -141,8 +151,8 @@ class FusionOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     mode: FusionMode = FusionMode.CONVEX
-    lexical_weight: _Weight = 0.5
-    vector_weight: _Weight = 0.5
+    lexical_weight: _Weight = 0.4
+    vector_weight: _Weight = 0.6
     rrf_k: Annotated[int, Field(ge=0, le=10_000)] = 60
     normalization: FusionNormalization = "confidence"
     lexical_minimum_spread: _LexicalSpread = 8.0
@@ -150,8 +160,9 @@ class FusionOptions(BaseModel):
     lexical_scale: Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)] = 8.0
     lexical_minimum_gap: _LexicalSpread = 4.0
     vector_minimum_gap: _CosineSpread = 0.2
-    lexical_confidence: _Confidence = 48.0
-    vector_confidence: _Confidence = 0.8
+    lexical_confidence: _Confidence = 24.0
+    lexical_contrast: Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)] = 1.0
+    vector_confidence: _Confidence = 1.0
     vector_confidence_by: Literal["contrast", "standing"] = "contrast"
     floor_candidates: Annotated[int, Field(ge=1, le=4_096)] = 16
 
@@ -361,6 +372,15 @@ def _confident_scale(
         divisor = high - low
     if channel == 0:
         confidence = high / (high + options.lexical_confidence) if high > 0.0 else 0.0
+        if options.lexical_contrast > 0.0 and len(scores) >= 3:
+            # How far the best match stands above the candidates' mean, relative to it: a
+            # short chat question whose words are common ("are you a spy", no memory
+            # mentions a spy) matches many memories about as well (contrast ~0.1) and says
+            # little, however high its BM25; a question naming what it asks about lifts
+            # one memory above the rest (contrast ~1 and more).
+            mean = math.fsum(scores) / len(scores)
+            contrast = (high - mean) / mean if mean > 0.0 else math.inf
+            confidence *= min(1.0, max(0.0, contrast / options.lexical_contrast))
     elif len(scores) < 3:
         confidence = 1.0
     else:
