@@ -134,6 +134,8 @@ class FileGameMemoryStore:
         # logs) are written by one thread of their own, so no append or recall waits for one.
         self._background = ThreadPoolExecutor(1, thread_name_prefix="game-memory-read-file")
         self._engine.cache.background = self._background.submit
+        self._engine.intents.background = self._background.submit
+        self._engine.retraction_intents.background = self._background.submit
         self._appends = GroupCommitter(
             lambda group: write_batch(self._engine, group, atomic=False),
             self._executor.submit,
@@ -466,7 +468,8 @@ class FileGameMemoryStore:
                 # cleanly needs no reconciling when it is opened next.
                 with contextlib.suppress(GameMemoryError):
                     self._engine.settle(checkpoint=True)
-                # The next open decodes nothing the read files do not cover.
-                self._engine.cache.persist_all()
+                # The next open decodes nothing the read files do not cover, and reads no
+                # ledger record the intent files do not.
+                self._engine.persist_derived()
 
             await asyncio.get_running_loop().run_in_executor(None, close_out)
