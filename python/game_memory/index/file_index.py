@@ -411,7 +411,13 @@ class FileVectorMemoryIndex:
         return await asyncio.to_thread(migrate)
 
     async def aclose(self) -> None:
-        """Close the index; idempotent."""
+        """Close the index; idempotent. Stamps the partitions this object wrote to as
+        checked (``IndexEngine.stamp_written``: their files fsynced, then every row not
+        checked yet checked), so the next open of the unchanged files checks nothing."""
+        if self._closed:
+            return
+        if self._opened:
+            await asyncio.to_thread(self._engine.stamp_written)
         self._closed = True
 
 
