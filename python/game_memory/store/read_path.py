@@ -1,18 +1,22 @@
-"""Partitions opened from their read files, and read files written from partitions read whole.
+"""Partitions opened from their read files, and read files written from partitions read.
 
-:func:`seeded_state` turns a partition's read file (``read_files.py``), once checked
-against the files of the save, into the :class:`PartitionState` an earlier read of those
-bytes would have left in the cache: its packs' ranges and log segments up to the bytes
-covered, and a view whose memories are decoded lazily and whose columns, lexical index and
-digests are restored. The partition cache then brings that state up to date exactly as
-it brings any cached state up to date (reading only the bytes appended since), so what a
-read returns never depends on whether a read file was used.
+:func:`seeded_state` turns a partition's chain of read files (``read_files.py``), once
+checked against the files of the save, into the :class:`PartitionState` an earlier read of
+those bytes would have left in the cache: its packs' ranges and log segments up to the
+bytes covered, and a view whose memories are decoded lazily and whose columns, lexical
+index and digests are restored. The partition cache then brings that state up to date
+exactly as it brings any cached state up to date (reading only the bytes appended since),
+so what a read returns never depends on whether a read file was used.
 
-:func:`persist` writes a partition's read file when a read decoded many of its memories
-(at least :data:`LAZY_MINIMUM`, and more than an eighth of those a read file already
-covers), so a large partition is decoded in full once, not on every start; closing the
-store writes it for whatever the read file does not cover yet, so the next start decodes
-nothing.
+:func:`persist` writes the part for the memories the chain does not cover when a read or an
+append decoded many of them (at least :data:`LAZY_MINIMUM`, and more than an eighth of
+those the chain covers), so a large partition is decoded in full once, not on every start;
+closing the store writes the part for whatever the chain does not cover yet, so the next
+start decodes nothing. A part costs its own memories, never the partition's; in the
+background (never at close) the new part is merged with the parts before it while the part
+before is not larger than what is being written (a binary counter: a chain of ``n``
+memories has at most about ``log2(n / 1,024)`` parts, and each memory is rewritten that
+many times at most).
 """
 
 from __future__ import annotations
@@ -31,26 +35,42 @@ import numpy.typing as npt
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.store.columns import PredicateColumns
 from game_memory.store.lazy import LazyMemories, LazyPositions, RecordFile
 from game_memory.store.packs import PackIndex
+from game_memory.store.postings import LexicalIndex, TermTable
 from game_memory.store.read_files import (
+    COLUMN_NAMES,
     Covered,
+    Part,
+    ReadFile,
     file_crc,
-    file_times,
+    header_crc_of,
     load_read_file,
     read_file_path,
+    remove_parts,
     stamp_path,
     write_read_file,
 )
-from game_memory.store.records import HEADER_BYTES
+from game_memory.store.read_parts import merge, part_of, refreshed, tables_extend
 from game_memory.store.rewrite_journal import REWRITE_JOURNAL
-from game_memory.store.state import PackPart, PartitionState, Segment
+from game_memory.store.state import Chain, PackPart, PartitionState, Segment
 from game_memory.store.view import PartitionView, ReadPrefix
 
-__all__ = ["LAZY_MINIMUM", "content_digests", "persist", "seeded_state", "wants_persist"]
+__all__ = [
+    "CLOSING_PARTS",
+    "LAZY_MINIMUM",
+    "content_digests",
+    "persist",
+    "seeded_state",
+    "wants_persist",
+]
 
 #: Partitions with fewer memories are always decoded whole (it is cheap) and get no file.
 LAZY_MINIMUM = 1_024
+#: Closing the store writes a new part without merging (bounded by the memories it adds)
+#: unless the chain already has this many parts.
+CLOSING_PARTS = 16
 _LOG = logging.getLogger("game_memory.store")
 
 Decode = Callable[[bytes, str], GameMemory]
@@ -72,6 +92,29 @@ def _scan_of(stored: Any) -> _Scan:
     )
 
 
+def load_chain(session_directory: str, session_hash: str, owner_hash: str) -> list[ReadFile]:
+    """The partition's parts that form a chain from its first memory: part 0, then each
+    next part that starts where the one before ends, names its header and extends its code
+    tables. Stops at the first part missing, damaged, foreign or stale (logged)."""
+    chain: list[ReadFile] = []
+    end, previous = 0, 0
+    for number in itertools.count():
+        path = read_file_path(session_directory, owner_hash, number)
+        read = load_read_file(path, session_hash, owner_hash)
+        if read is None:
+            break
+        part = read.part
+        if (part.start, read.previous) != (end, previous) or part.count == 0:
+            _stale(path, "it does not continue the part before it")
+            break
+        if chain and not tables_extend(chain[-1].part.tables, part.tables):
+            _stale(path, "its code tables do not extend those of the part before it")
+            break
+        chain.append(read)
+        end, previous = part.end, read.header_crc
+    return chain
+
+
 def seeded_state(
     session_directory: str,
     session_hash: str,
@@ -85,96 +128,141 @@ def seeded_state(
     Raises nothing for a stale or damaged read file (it is ignored and logged); the files
     of the save are checked byte for byte (CRC-32) before anything of it is used.
     """
-    path = read_file_path(session_directory, owner_hash)
-    read = load_read_file(path, session_hash, owner_hash)
-    if read is None:
-        return None
+    chain = load_chain(session_directory, session_hash, owner_hash)
+    while chain:
+        state = _seeded(
+            chain, session_directory, session_hash, owner_hash, indexes, segment_path, decode
+        )
+        if state is not None:
+            return state
+        chain.pop()  # a later part that no longer matches the save: use the ones before
+    return None
+
+
+def _seeded(
+    chain: list[ReadFile],
+    session_directory: str,
+    session_hash: str,
+    owner_hash: str,
+    indexes: list[PackIndex],
+    segment_path: Callable[[int], str],
+    decode: Decode,
+) -> PartitionState | None:
+    path = read_file_path(session_directory, owner_hash, len(chain) - 1)
     owned = [index for index in indexes if owner_hash in index.owners]
-    files = read.files
-    packs = [covered for covered in files if covered.name.startswith("p-")]
-    segments = [covered for covered in files if covered.name.startswith("o-")]
-    if len(packs) + len(segments) != len(files) or len(packs) > len(owned):
-        return _stale(path, "its files do not match the partition's")
-    opened: list[RecordFile] = []
-    # Each covered file's live identity: a save copied elsewhere (another disk, a restored
-    # cloud save) holds the same bytes in files of other inodes, which the CRC check below
-    # accepts (content decides, not identity), and the state names the files as they are.
+    # Every covered range in chain order, checked to name the partition's files in order:
+    # its packs' owner ranges first (part 0 only), then its segments, each range going on
+    # from where the one before ended in the same segment, or from byte 0 of the next one
+    # once the one before is covered to its end.
+    paths: list[str] = []  # the distinct files, in order
     identities: list[tuple[int, int]] = []
-    for number, covered in enumerate(files):
-        if number < len(packs):
-            index = owned[number]
-            start, length, _ = index.owners[owner_hash]
-            if os.path.basename(index.path) != covered.name or (start, start + length) != (
-                covered.start,
-                covered.end,
+    ends: list[int] = []  # the last covered byte of each
+    numbers: list[npt.NDArray[np.int64]] = []  # per part: its ranges' file numbers
+    packs = 0
+    segment, end = -1, 0
+    for at, read in enumerate(chain):
+        mapping: list[int] = []
+        for covered in read.part.files:
+            if covered.name.startswith("p-"):
+                if at or segment >= 0 or packs >= len(owned):
+                    return _stale(path, "its packs do not match the partition's")
+                index = owned[packs]
+                first, length, _ = index.owners[owner_hash]
+                if os.path.basename(index.path) != covered.name or (first, first + length) != (
+                    covered.start,
+                    covered.end,
+                ):
+                    return _stale(path, f"{covered.name} changed")
+                full, identity = index.path, (index.device, index.inode)
+                packs += 1
+                paths.append(full)
+                identities.append(identity)
+                ends.append(covered.end)
+            elif segment >= 0 and covered.name == os.path.basename(paths[-1]):
+                if covered.start != end:
+                    return _stale(path, f"its ranges of {covered.name} do not follow on")
+                full = paths[-1]
+                ends[-1] = covered.end
+            else:
+                if segment >= 0:
+                    info = lstat_regular(paths[-1])
+                    if info is None or info.st_size != end:
+                        return _stale(path, f"{os.path.basename(paths[-1])} changed")
+                segment += 1
+                full = segment_path(segment)
+                if os.path.basename(full) != covered.name or covered.start != 0:
+                    return _stale(path, "its segments are out of order")
+                try:
+                    info = lstat_regular(full)
+                except PersistenceError:
+                    return _stale(path, f"{covered.name} is not a regular file")
+                if info is None:
+                    return _stale(path, f"{covered.name} was removed")
+                paths.append(full)
+                identities.append((info.st_dev, info.st_ino))
+                ends.append(covered.end)
+            end = covered.end
+            # Another file than the one the CRC was taken of (a copy, or a file replaced by
+            # an erase or a compaction) is never "unchanged": its covered bytes are checked.
+            if not covered.unchanged(full) and (
+                file_crc(full, covered.start, covered.end) != covered.crc
             ):
-                return _stale(path, f"{covered.name} changed")
-            full = index.path
-            identities.append((index.device, index.inode))
-        else:
-            position = number - len(packs)
-            full = segment_path(position)
-            if os.path.basename(full) != covered.name:
-                return _stale(path, "its segments are out of order")
-            try:
-                info = lstat_regular(full)
-            except PersistenceError:
-                return _stale(path, f"{covered.name} is not a regular file")
-            last = position == len(segments) - 1
-            if (
-                info is None
-                or info.st_size < covered.end
-                or (not last and info.st_size != covered.end)
-            ):
-                return _stale(path, f"{covered.name} was replaced, cut or moved")
-            identities.append((info.st_dev, info.st_ino))
-        # Another file than the one the CRC was taken of (a copy, or a file replaced by an
-        # erase or a compaction) is never "unchanged": its covered bytes are checked.
-        if not covered.unchanged(full) and (
-            file_crc(full, covered.start, covered.end) != covered.crc
-        ):
-            return _stale(path, f"the bytes of {covered.name} it covers changed")
+                return _stale(path, f"the bytes of {covered.name} it covers changed")
+            mapping.append(len(paths) - 1)
+        numbers.append(np.asarray(mapping, np.int64))
+    if packs != len(owned) and segment >= 0:
+        return _stale(path, "its packs do not match the partition's")
+    if segment >= 0:
+        info = lstat_regular(paths[-1])
+        if info is None or info.st_size < end:
+            return _stale(path, f"{os.path.basename(paths[-1])} was cut")
+    parts = [read.part for read in chain]
+    located = np.concatenate(
+        [
+            mapping[part.location_files.astype(np.int64)]
+            for mapping, part in zip(numbers, parts, strict=True)
+        ]
+    )
+    if located.size and bool(np.any(np.diff(located) < 0)):
+        return _stale(path, "its records are out of order")
+    opened: list[RecordFile] = []
+    for full in paths:
         try:
             fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
-            return _stale(path, f"{covered.name} cannot be opened")
+            return _stale(path, f"{os.path.basename(full)} cannot be opened")
         opened.append(RecordFile(full, fd))
-    ids = read.ids
-    numbers = read.location_files.astype(np.int64)
-    if numbers.size and bool(np.any(np.diff(numbers) < 0)):
-        return _stale(path, "its records are out of order")
-    locations = _Locations(numbers, read.location_offsets, read.location_lengths)
-    memories = LazyMemories.of(opened, locations, decode, ids)
+    offsets = np.concatenate([part.location_offsets for part in parts]).astype(np.int64)
+    lengths = np.concatenate([part.location_lengths for part in parts])
+    ids = [memory_id for part in parts for memory_id in part.ids]
+    count = len(ids)
+    if not count:
+        return None
+    try:
+        prefix = _prefix(parts, count)
+    except ValueError as exc:
+        return _stale(path, str(exc))
+    memories = LazyMemories.of(opened, _Locations(located, offsets, lengths), decode, ids)
     pack_parts: list[PackPart] = []
     segment_states: list[Segment[GameMemory]] = []
-    bounds = np.searchsorted(numbers, np.arange(len(files) + 1), side="left").tolist()
-    done = 0
-    for number, covered in enumerate(files):
-        stop = int(bounds[number + 1])
-        window = memories.window(done, stop)
-        starts = read.location_offsets[done:stop].astype(np.int64)
-        done = stop
-        if number < len(packs):
+    bounds = np.searchsorted(located, np.arange(len(paths) + 1), side="left").tolist()
+    for number, full in enumerate(paths):
+        first, stop = int(bounds[number]), int(bounds[number + 1])
+        window = memories.window(first, stop)
+        if number < packs:
             pack_parts.append(PackPart(owned[number], window))
         else:
             segment_states.append(
                 Segment(
-                    opened[number].path,
+                    full,
                     *identities[number],
-                    covered.end,
-                    covered.end,
+                    ends[number],
+                    ends[number],
                     0,
                     window,
-                    starts,
+                    offsets[first:stop],
                 )
             )
-    if done != read.count:
-        return _stale(path, "its records do not add up")
-    prefix = ReadPrefix(
-        read.count, read.columns, read.lexical, _scan_of(read.scan), read.hashes, read.digests
-    )
-    if not ids:
-        return None
     # Built on the first lookup (the first recall makes none); a repeated id raises then.
     positions = LazyPositions(ids, str(path))
     head = memories[0]  # the session and owner ids come from the save itself
@@ -185,8 +273,52 @@ def seeded_state(
         tuple(pack_parts),
         tuple(segment_states),
         view,
-        read_file_count=read.count,
+        read_chain=tuple((read.part.count, read.header_crc) for read in chain),
     )
+
+
+def _prefix(parts: Sequence[Part], count: int) -> ReadPrefix:
+    """What the parts give the view of their memories: the columns (arrays joined, the
+    last part's code tables), the lexical index (one set of rows per part), the last
+    part's scan, the digests.
+
+    Raises:
+        ValueError: the parts' arrays do not fit together.
+    """
+    arrays: dict[str, npt.NDArray[Any]] = {
+        name: np.concatenate([part.columns[name] for part in parts]) for name in COLUMN_NAMES
+    }
+    tags: dict[str, list[npt.NDArray[np.int64]]] = {}
+    for part in parts:
+        tag_offsets, tag_documents = part.columns["tag_offsets"], part.columns["tag_documents"]
+        for number, tag in enumerate(part.tables["tags"]):
+            tags.setdefault(tag, []).append(
+                tag_documents[int(tag_offsets[number]) : int(tag_offsets[number + 1])]
+            )
+    ordered = sorted(tags)
+    chunks = [np.concatenate(tags[tag]) for tag in ordered]
+    arrays["tag_offsets"] = np.concatenate(
+        ([0], np.cumsum([chunk.size for chunk in chunks], dtype=np.int64))
+    ).astype(np.int64)
+    arrays["tag_documents"] = np.concatenate(chunks) if chunks else np.empty(0, np.int64)
+    tables = {**parts[-1].tables, "tags": ordered}
+    columns = PredicateColumns.restore((arrays, tables), count)
+    lexical = LexicalIndex.restore_parts(
+        [
+            (
+                TermTable(part.term_blob, part.term_offsets),
+                part.posting_offsets,
+                part.posting_documents,
+                part.posting_frequencies,
+                part.lengths,
+            )
+            for part in parts
+        ],
+        count,
+    )
+    hashes = b"".join(part.hashes for part in parts)
+    digests = b"".join(part.digests for part in parts)
+    return ReadPrefix(count, columns, lexical, _scan_of(parts[-1].scan), hashes, digests)
 
 
 class _Locations(Sequence[tuple[int, int, int]]):
@@ -246,89 +378,96 @@ def wants_persist(state: PartitionState, *, closing: bool = False) -> bool:
 
 def persist(
     session_directory: str, state: PartitionState, digests: Digests, *, closing: bool = False
-) -> bool:
-    """Write ``state``'s read file if the read decoded enough memories (see the module).
+) -> Chain | None:
+    """Write the part of ``state``'s memories its read-file chain does not cover, if the
+    read decoded enough of them (see the module); the chain as it is then, or ``None``.
 
-    With ``closing`` (the store is being closed), any memory the read file does not cover
-    is enough: the next open then decodes nothing (a read file rewritten while reading
-    costs the partition's size, so reads wait for :data:`LAZY_MINIMUM` and an eighth).
+    With ``closing`` (the store is being closed), any memory the chain does not cover is
+    enough, and the part is written on its own (no merge: closing costs the memories it
+    adds, not the partition's) unless the chain has :data:`CLOSING_PARTS` parts already.
+    Otherwise it is merged with the parts before it while the part before holds no more
+    memories than the merge so far (those parts are read back from their files, checked).
 
-    Returns whether a read file was written. Not while an erase or compaction is under way
-    (``rewrite.json``), and a file written while one began is removed again: a read file
-    never outlives bytes an erase removed.
+    Not while an erase or compaction is under way (``rewrite.json``), and a part written
+    while one began is removed again: a read file never outlives bytes an erase removed.
+    Parts after the one written no longer continue the chain and are removed.
     """
     view = state.view
     if view is None or not wants_persist(state, closing=closing):
-        return False
-    memories = view.memories
+        return None
     journal = os.path.join(os.path.dirname(session_directory), REWRITE_JOURNAL)
     if os.path.lexists(journal):
-        return False
-    files: list[Covered] = []
-    locations: list[tuple[int, int, int]] = []
-    for part in state.packs:
-        start, length, _ = part.index.owners[state.owner_hash]
-        times = file_times(part.index.path)
-        crc = file_crc(part.index.path, start, start + length)
-        if crc is None:
-            return False
-        name = os.path.basename(part.index.path)
-        index = part.index
-        files.append(Covered(name, index.device, index.inode, start, start + length, crc, *times))
-        # A pack range holds its records back to back; their lengths come from the data.
-        position = start
-        for memory_record in _record_lengths(part.index.path, start, start + length):
-            locations.append((len(files) - 1, position, memory_record))
-            position += memory_record
-    for segment in state.segments:
-        times = file_times(segment.path)
-        crc = file_crc(segment.path, 0, segment.end)
-        if crc is None or segment.starts.size != len(segment.items):
-            return False
-        name = os.path.basename(segment.path)
-        files.append(Covered(name, segment.device, segment.inode, 0, segment.end, crc, *times))
-        bounds = [*segment.starts.tolist(), segment.end]
-        for start, stop in itertools.pairwise(bounds):
-            locations.append((len(files) - 1, start, stop - start))
-    if len(locations) != len(view):
-        return False  # copies of records (an interrupted rewrite): read whole until compacted
-    prefix = view.prefix
-    known = prefix.count if prefix is not None else 0
-    hashes = [prefix.hashes] if prefix is not None else []
-    contents = [prefix.digests] if prefix is not None else []
-    done = view.digested
-    if done is not None and known < done[0] <= len(memories):
-        known, hashes, contents = done[0], [done[1]], [done[2]]
-    for hashed, digest in digests(memories[known:]):
-        hashes.append(hashed)
-        contents.append(digest)
-    all_hashes, all_digests = b"".join(hashes), b"".join(contents)
-    view.digested = (len(memories), all_hashes, all_digests)
-    target = read_file_path(session_directory, state.owner_hash)
-    written = write_read_file(
+        return None
+    chain = state.read_chain
+    covered = sum(count for count, _ in chain)
+    if covered > len(view):
+        chain, covered = (), 0  # not this view's chain: write it anew
+    part = part_of(state, covered, digests)
+    if part is None:
+        return None
+    number = len(chain)
+    merging = not closing or number >= CLOSING_PARTS
+    size = part.count
+    while merging and number and chain[number - 1][0] <= size:
+        number -= 1
+        size += chain[number][0]
+    if number < len(chain):
+        merged = _merged(session_directory, state, chain, number, part)
+        if merged is None:
+            number = len(chain)  # the parts could not be read back: add this one alone
+        else:
+            part = merged
+    previous = chain[number - 1][1] if number else 0
+    if number and header_crc_of(
+        read_file_path(session_directory, state.owner_hash, number - 1)
+    ) != (previous):
+        # The chain on disk is not the one this state knows (another writer's, or a part
+        # replaced since): a part naming it would not continue it. Nothing is written.
+        _LOG.info("a read file was not written: the chain it continues changed")
+        return None
+    target = read_file_path(session_directory, state.owner_hash, number)
+    header_crc = write_read_file(
         target,
         session_hash=state.session_hash,
         owner_hash=state.owner_hash,
-        files=files,
-        locations=locations,
-        ids=list(view.positions),
-        hashes=all_hashes,
-        digests=all_digests,
-        columns=view.columns,
-        lexical=view.lexical,
-        scan=view.memory_scan,
+        part=part,
+        previous=previous,
     )
-    if not written:
-        return False
+    if header_crc is None:
+        return None
     unchanged = not os.path.lexists(journal) and all(
-        _same_file(os.path.join(session_directory, covered.name), covered) for covered in files
+        _same_file(os.path.join(session_directory, covered_file.name), covered_file)
+        for covered_file in part.files
     )
     if not unchanged:
         for stale in (target, stamp_path(target)):
             with contextlib.suppress(OSError):
                 os.unlink(stale)
-        return False
-    return True
+        return None
+    remove_parts(session_directory, state.owner_hash, number + 1)
+    return (*chain[:number], (part.count, header_crc))
+
+
+def _merged(
+    session_directory: str, state: PartitionState, chain: Chain, number: int, tail: Part
+) -> Part | None:
+    """Parts ``number..`` of ``chain`` read back (each the very part the chain names, its
+    files' identities refreshed) and merged with ``tail``; ``None`` if one cannot be."""
+    parts: list[Part] = []
+    for at in range(number, len(chain)):
+        path = read_file_path(session_directory, state.owner_hash, at)
+        read = load_read_file(path, state.session_hash, state.owner_hash)
+        if read is None or read.header_crc != chain[at][1]:
+            return None
+        fresh = refreshed(read.part, session_directory)
+        if fresh is None:
+            return None
+        parts.append(fresh)
+    try:
+        return merge([*parts, tail])
+    except ValueError as exc:
+        _LOG.info("read files were not merged (%s)", exc)
+        return None
 
 
 def _same_file(path: str, covered: Covered) -> bool:
@@ -337,17 +476,3 @@ def _same_file(path: str, covered: Covered) -> bool:
     except OSError:
         return False
     return (info.st_dev, info.st_ino) == (covered.device, covered.inode)
-
-
-def _record_lengths(path: str, start: int, end: int) -> list[int]:
-    """The whole lengths of the records back to back in ``path`` from ``start`` to ``end``."""
-    lengths: list[int] = []
-    with open(path, "rb", buffering=0) as file:
-        file.seek(start)
-        data = file.read(end - start)
-    position = 0
-    while position + HEADER_BYTES <= len(data):
-        length = HEADER_BYTES + int.from_bytes(data[position + 4 : position + 8], "little")
-        lengths.append(length)
-        position += length
-    return lengths
