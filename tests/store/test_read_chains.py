@@ -208,15 +208,15 @@ async def test_new_memories_cost_a_part_of_their_own_and_closing_merges_nothing(
         digested.append(len(memories))
         return content_digests(memories)
 
-    real_index = read_parts.LexicalIndex
+    real_tokenize = read_parts.tokenize
 
-    def counted_index(memories: Any, base: Any = None) -> Any:
-        tokenized.append(len(memories) - (len(base.lengths) if base is not None else 0))
-        return real_index(memories, base)
+    def counted_tokenize(text: str | None) -> list[str]:
+        tokenized.append(1)
+        return real_tokenize(text)
 
     real_merge = read_parts.merge
     monkeypatch.setattr(read_path, "merge", lambda found: merged.append(1) or real_merge(found))
-    monkeypatch.setattr(read_parts, "LexicalIndex", counted_index)
+    monkeypatch.setattr(read_parts, "tokenize", counted_tokenize)
     from game_memory.store import partitions
 
     monkeypatch.setattr(partitions, "content_digests", counted_digests)
@@ -226,7 +226,7 @@ async def test_new_memories_cost_a_part_of_their_own_and_closing_merges_nothing(
         await store.append(memory(make_memory, number, rng))
     expected = await answers(store)
     await store.aclose()
-    assert digested == [3] and tokenized == [3] and merged == []
+    assert digested == [3] and len(tokenized) == 3 and merged == []
     assert (first.read_bytes(), os.stat(first).st_ino) == before  # untouched
     assert chain_counts(save) == [64, 3]
     reopened = make_store(save)
@@ -451,3 +451,35 @@ async def test_a_read_that_began_before_a_part_was_written_keeps_the_newer_chain
     await store.aclose()
     assert sum(chain_counts(save)) == 50
     assert await from_records(save, make_store) == expected
+
+
+@pytest.mark.parametrize("start", [0, 7, 1_000])
+def test_a_part_s_postings_equal_the_lexical_index_s(
+    make_memory: MemoryFactory, start: int
+) -> None:
+    """``postings_of`` builds a part's postings with numpy; they are exactly what
+    ``LexicalIndex(memories).export()`` gives, numbered from ``start``."""
+    import numpy as np
+
+    from game_memory.store.postings import LexicalIndex
+    from game_memory.store.read_parts import postings_of
+
+    rng = random.Random(start)
+    alphabet = [*WORDS, "Sword", "猫", "一只猫", "ドラゴンは", "ǅ", "x_1", "42"]
+    memories = [
+        make_memory(
+            f"m{n}",
+            text=" ".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9))) or None,
+            payload_json=f'{{"n": {n}}}' if n % 3 else "{}",
+        )
+        for n in range(60)
+    ]
+    for chosen in (memories, memories[:1], [], [make_memory("blank", text=None)]):
+        terms, offsets, documents, frequencies, lengths = LexicalIndex(chosen).export()
+        mine = postings_of(chosen, start)
+        assert mine[0] == list(terms)
+        assert mine[1].tolist() == offsets.tolist()
+        assert mine[2].tolist() == (documents.astype(np.int64) + start).tolist()
+        assert mine[3].tolist() == frequencies.tolist()
+        assert mine[4].tolist() == lengths.tolist()
+        assert mine[2].dtype == np.int32 and mine[3].dtype == np.int32

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory
-from game_memory.store.postings import LexicalIndex
+from game_memory.store.postings import document_text
 from game_memory.store.read_files import (
     COLUMN_NAMES,
     Covered,
@@ -33,8 +33,9 @@ from game_memory.store.read_files import (
 )
 from game_memory.store.records import HEADER_BYTES
 from game_memory.store.state import PartitionState
+from game_memory.store.tokenizer import tokenize
 
-__all__ = ["merge", "part_of", "refreshed", "tables_extend"]
+__all__ = ["merge", "part_of", "postings_of", "refreshed", "tables_extend"]
 
 IntArray = npt.NDArray[np.int64]
 Digests = Any  # Callable[[Sequence[GameMemory]], list[tuple[bytes, bytes]]]
@@ -188,8 +189,7 @@ def _postings(
     elif start < _restored(view):
         terms, offsets, documents, frequencies, lengths = _from(view.lexical.export(), start)
     else:
-        terms, offsets, documents, frequencies, lengths = LexicalIndex(fresh).export()
-        documents = (documents.astype(np.int64) + start).astype(np.int32)
+        terms, offsets, documents, frequencies, lengths = postings_of(fresh, start)
     blob, term_offsets = encode_terms(terms)
     return (
         blob,
@@ -199,6 +199,38 @@ def _postings(
         np.asarray(frequencies, np.int32),
         np.asarray(lengths, np.int64),
     )
+
+
+def postings_of(
+    memories: Sequence[GameMemory], start: int
+) -> tuple[list[str], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32], IntArray]:
+    """The exported postings (``LexicalIndex.export``'s arrays) of ``memories``, numbered
+    from ``start``: the same terms, documents, frequencies and token counts as
+    ``LexicalIndex(memories).export()`` (tested), built with one tokenization per memory,
+    one dictionary lookup per token and numpy, instead of a counter and a posting list
+    per memory and term (about ten times fewer interpreter steps for a batch)."""
+    tokenized = [tokenize(document_text(memory)) for memory in memories]
+    count = len(tokenized)
+    lengths = np.fromiter((len(tokens) for tokens in tokenized), np.int64, count)
+    vocabulary: dict[str, int] = {}
+    found = [
+        vocabulary.setdefault(token, len(vocabulary)) for tokens in tokenized for token in tokens
+    ]
+    terms = sorted(vocabulary)
+    rank = np.empty(len(terms), np.int64)
+    rank[np.fromiter((vocabulary[term] for term in terms), np.int64, len(terms))] = np.arange(
+        len(terms), dtype=np.int64
+    )
+    term_of = rank[np.asarray(found, np.int64)] if found else np.empty(0, np.int64)
+    document_of = np.repeat(np.arange(count, dtype=np.int64), lengths)
+    keys, frequencies = np.unique(term_of * max(count, 1) + document_of, return_counts=True)
+    term = keys // max(count, 1)
+    per_term = (
+        np.bincount(term, minlength=len(terms)) if keys.size else np.zeros(len(terms), np.int64)
+    )
+    offsets = np.concatenate(([0], np.cumsum(per_term))).astype(np.int64)
+    documents = (keys % max(count, 1) + start).astype(np.int32)
+    return terms, offsets, documents, frequencies.astype(np.int32), lengths
 
 
 def _from(exported: Any, start: int) -> Any:
