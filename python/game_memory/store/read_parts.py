@@ -207,21 +207,15 @@ def postings_of(
     """The exported postings (``LexicalIndex.export``'s arrays) of ``memories``, numbered
     from ``start``: the same terms, documents, frequencies and token counts as
     ``LexicalIndex(memories).export()`` (tested), built with one tokenization per memory,
-    one dictionary lookup per token and numpy, instead of a counter and a posting list
-    per memory and term (about ten times fewer interpreter steps for a batch)."""
+    one C-level dictionary lookup per token and numpy, instead of a counter and posting
+    lists per memory and term."""
     tokenized = [tokenize(document_text(memory)) for memory in memories]
     count = len(tokenized)
-    lengths = np.fromiter((len(tokens) for tokens in tokenized), np.int64, count)
-    vocabulary: dict[str, int] = {}
-    found = [
-        vocabulary.setdefault(token, len(vocabulary)) for tokens in tokenized for token in tokens
-    ]
-    terms = sorted(vocabulary)
-    rank = np.empty(len(terms), np.int64)
-    rank[np.fromiter((vocabulary[term] for term in terms), np.int64, len(terms))] = np.arange(
-        len(terms), dtype=np.int64
-    )
-    term_of = rank[np.asarray(found, np.int64)] if found else np.empty(0, np.int64)
+    lengths = np.fromiter(map(len, tokenized), np.int64, count)
+    flat = list(itertools.chain.from_iterable(tokenized))
+    terms = sorted(dict.fromkeys(flat))
+    place = {term: number for number, term in enumerate(terms)}
+    term_of = np.fromiter(map(place.__getitem__, flat), np.int64, len(flat))
     document_of = np.repeat(np.arange(count, dtype=np.int64), lengths)
     keys, frequencies = np.unique(term_of * max(count, 1) + document_of, return_counts=True)
     term = keys // max(count, 1)

@@ -36,6 +36,7 @@ from game_memory.durable.fs import lstat_regular
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.columns import PredicateColumns
+from game_memory.store.digests import encoded_digests
 from game_memory.store.lazy import LazyMemories, LazyPositions, RecordFile
 from game_memory.store.packs import PackIndex
 from game_memory.store.postings import LexicalIndex, TermTable
@@ -356,14 +357,17 @@ def _stale(path: object, reason: str) -> PartitionState | None:
 
 def content_digests(memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes]]:
     """``(sha256(memory_id), content digest)`` per memory, as the vector index computes them
-    (``index/entries.py``: SHA-256 of the memory's canonical JSON)."""
+    (``index/entries.py``: SHA-256 of the memory's canonical JSON); taken from the store's
+    encoding of the same objects when it kept them (``digests.py``)."""
     serialize = GameMemory.__pydantic_serializer__.to_json
     return [
-        (
+        known
+        if known is not None
+        else (
             hashlib.sha256(memory.memory_id.encode("utf-8")).digest(),
             hashlib.sha256(serialize(memory)).digest(),
         )
-        for memory in memories
+        for memory, known in zip(memories, encoded_digests.known(memories), strict=True)
     ]
 
 
