@@ -455,12 +455,20 @@ class FileGameMemoryStore:
         )
 
     async def aclose(self) -> None:
-        """Close the store; idempotent. Waits for running operations to finish."""
+        """Close the store; idempotent. Waits for running operations to finish, then writes
+        the derived files the next open reads (the read files' part for the memories they
+        do not cover, the intent files), so it costs what those files miss, not the save's
+        size."""
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        await asyncio.get_running_loop().run_in_executor(None, self._background.shutdown, True)
+        # A read-file or intent-file job still queued is dropped (closing writes what the
+        # derived files do not cover, without merging: bounded by what they miss); one
+        # already running is waited for.
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self._background.shutdown(wait=True, cancel_futures=True)
+        )
         if self._ready:
 
             def close_out() -> None:
