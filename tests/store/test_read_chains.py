@@ -483,3 +483,100 @@ def test_a_part_s_postings_equal_the_lexical_index_s(
         assert mine[3].tolist() == frequencies.tolist()
         assert mine[4].tolist() == lengths.tolist()
         assert mine[2].dtype == np.int32 and mine[3].dtype == np.int32
+
+
+async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ranges a copy's first open found holding their bytes by their CRCs are recorded
+    in covered stamps under the copy's identities: later opens hash none of them, a stamp
+    of another part or damaged is ignored, and a changed file is hashed (and found)."""
+    from game_memory.store import covered_stamps
+
+    monkeypatch.setattr(read_path, "SETTLED_NS", 0)  # the copy's files count as settled
+    rng = random.Random(21)
+    save = tmp_path / "save"
+    store = make_store(save, maximum_file_bytes=4_096)
+    batch = [memory(make_memory, n, rng) for n in range(60)]
+    assert await store.append_many(batch) == [True] * 60
+    expected = await answers(store)
+    await store.aclose()
+    copy = tmp_path / "copy"
+    shutil.copytree(save, copy)
+    hashed: list[str] = []
+    real_crc = read_path.file_crc
+
+    def counted(path: str, start: int, end: int) -> int | None:
+        hashed.append(os.path.basename(path))
+        return real_crc(path, start, end)
+
+    monkeypatch.setattr(read_path, "file_crc", counted)
+    first = make_store(copy, maximum_file_bytes=4_096)
+    assert await answers(first) == expected
+    await first.aclose()
+    assert len(hashed) > 1  # every covered range of the copy, once
+    (stamp,) = list((copy / DATA / "read").glob("s-*/o-*.covered"))
+    hashed.clear()
+    second = make_store(copy, maximum_file_bytes=4_096)
+    assert await answers(second) == expected
+    await second.aclose()
+    assert hashed == []
+    stamp.write_bytes(b"GMRCOV01 damaged")  # ignored: hashed again, and recorded again
+    third = make_store(copy, maximum_file_bytes=4_096)
+    assert await answers(third) == expected
+    await third.aclose()
+    assert len(hashed) > 1
+    part = parts(copy)[0]
+    found = covered_stamps.read_covered(
+        part, 0, len(load_chain(folder(copy), SESSION, OWNER)[0].part.files)
+    )
+    assert found is None  # it names its own part's header CRC, not another's
+    log = copy / DATA / f"s-{SESSION}" / f"o-{OWNER}.log"
+    data = bytearray(log.read_bytes())
+    data[40] ^= 0x01  # inside the first record, in place: its identity moves
+    log.write_bytes(bytes(data))
+    from game_memory import PersistenceError
+
+    damaged = make_store(copy, maximum_file_bytes=4_096)
+    with pytest.raises(PersistenceError, match="checksum mismatch"):
+        await damaged.snapshot(query("dragon"))
+
+
+async def test_a_copy_s_first_open_writes_its_intent_file_anew(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An intent file accepted by the CRC of a copied ledger is written again naming the
+    copy's ledger, so later opens hash no ledger byte."""
+    from game_memory.store import intent_files, intents
+
+    monkeypatch.setattr(intents, "PERSIST_MINIMUM", 8)
+    rng = random.Random(22)
+    save = tmp_path / "save"
+    store = make_store(save)
+    assert await store.append_many([memory(make_memory, n, rng) for n in range(20)]) == [True] * 20
+    await store.aclose()
+    copy = tmp_path / "copy"
+    shutil.copytree(save, copy)
+    hashed: list[int] = []
+    real = intent_files.file_crc
+
+    def counted(path: str, start: int, end: int) -> int | None:
+        hashed.append(end)
+        return real(path, start, end)
+
+    monkeypatch.setattr(intent_files, "file_crc", counted)
+    first = make_store(copy)
+    await first.snapshot(query("dragon"))
+    await first.aclose()
+    assert hashed == [20 * 128]
+    hashed.clear()
+    second = make_store(copy)
+    await second.snapshot(query("dragon"))
+    await second.aclose()
+    assert hashed == []

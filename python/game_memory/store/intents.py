@@ -134,7 +134,7 @@ class LedgerIndex:
                 self._restore(info)
             if whole > self._parsed:
                 self._parse(whole)
-                self._persist(info)
+            self._persist(info)  # a cheap test unless enough is new (or the file is stale)
             self._seen = seen
             self._seen_stat = info
             return self._mark(info.st_ino)
@@ -201,7 +201,12 @@ class LedgerIndex:
             owners.setdefault(key[:32], set()).add(key[32:])
         self._owners = owners
         self._damaged = list(intents.damaged)
-        self._parsed = self._persisted = intents.count
+        self._parsed = intents.count
+        # A file accepted by its CRC, not by the ledger's identity (a copied save, or a
+        # ledger grown since), is written again naming the ledger as it is: the next open
+        # then hashes nothing.
+        current = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        self._persisted = intents.count if intents.ledger == current else 0
         self._last = intents.last
         self._crc = intents.crc
 

@@ -247,7 +247,7 @@ def remove_parts(session_directory: str, owner_hash: str, first: int) -> None:
         path = read_file_path(session_directory, owner_hash, number)
         if not os.path.lexists(path):
             return
-        for stale in (path, stamp_path(path)):
+        for stale in (path, stamp_path(path), path.with_suffix(".covered")):
             try:
                 os.unlink(stale)
             except FileNotFoundError:

@@ -26,6 +26,7 @@ import hashlib
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, overload
 
@@ -36,12 +37,14 @@ from game_memory.durable.fs import lstat_regular
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.columns import PredicateColumns
+from game_memory.store.covered_stamps import Identity, read_covered, write_covered
 from game_memory.store.digests import encoded_digests
 from game_memory.store.lazy import LazyMemories, LazyPositions, RecordFile
 from game_memory.store.packs import PackIndex
 from game_memory.store.postings import LexicalIndex, TermTable
 from game_memory.store.read_files import (
     COLUMN_NAMES,
+    SETTLED_NS,
     Covered,
     Part,
     ReadFile,
@@ -161,9 +164,15 @@ def _seeded(
     numbers: list[npt.NDArray[np.int64]] = []  # per part: its ranges' file numbers
     packs = 0
     segment, end = -1, 0
+    started = time.time_ns()  # before any identity is taken (see SETTLED_NS)
+    restamp: list[tuple[int, list[Identity | None]]] = []
     for at, read in enumerate(chain):
         mapping: list[int] = []
-        for covered in read.part.files:
+        part_path = read_file_path(session_directory, owner_hash, at)
+        vouched = read_covered(part_path, read.header_crc, len(read.part.files))
+        seen: list[Identity | None] = []
+        hashed = False
+        for number, covered in enumerate(read.part.files):
             if covered.name.startswith("p-"):
                 if at or segment >= 0 or packs >= len(owned):
                     return _stale(path, "its packs do not match the partition's")
@@ -204,13 +213,23 @@ def _seeded(
                 ends.append(covered.end)
             end = covered.end
             # Another file than the one the CRC was taken of (a copy, or a file replaced by
-            # an erase or a compaction) is never "unchanged": its covered bytes are checked.
-            if not covered.unchanged(full) and (
-                file_crc(full, covered.start, covered.end) != covered.crc
-            ):
-                return _stale(path, f"the bytes of {covered.name} it covers changed")
+            # an erase or a compaction) is never "unchanged": its covered bytes are checked,
+            # unless a covered stamp found them so under the identity the file has now.
+            now = _identity_of(full)
+            unchanged = now is not None and (
+                (covered.size >= 0 and now == _named(covered))
+                or (vouched is not None and vouched[number] == now)
+            )
+            if not unchanged:
+                if file_crc(full, covered.start, covered.end) != covered.crc:
+                    return _stale(path, f"the bytes of {covered.name} it covers changed")
+                hashed = True
+            settled = now is not None and started - now[4] >= SETTLED_NS
+            seen.append(now if settled else None)
             mapping.append(len(paths) - 1)
         numbers.append(np.asarray(mapping, np.int64))
+        if hashed:
+            restamp.append((at, seen))
     if packs != len(owned) and segment >= 0:
         return _stale(path, "its packs do not match the partition's")
     if segment >= 0:
@@ -264,6 +283,10 @@ def _seeded(
                     offsets[first:stop],
                 )
             )
+    # The ranges hashed now (a copied save) are recorded as found, so the next open of the
+    # same files hashes none of them (``covered_stamps.py``).
+    for at, seen in restamp:
+        write_covered(read_file_path(session_directory, owner_hash, at), chain[at].header_crc, seen)
     # Built on the first lookup (the first recall makes none); a repeated id raises then.
     positions = LazyPositions(ids, str(path))
     head = memories[0]  # the session and owner ids come from the save itself
@@ -276,6 +299,19 @@ def _seeded(
         view,
         read_chain=tuple((read.part.count, read.header_crc) for read in chain),
     )
+
+
+def _identity_of(path: str) -> Identity | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _named(covered: Covered) -> Identity:
+    """The identity a part names a covered file by (the file its CRC was taken of)."""
+    return (covered.device, covered.inode, covered.size, covered.modified, covered.changed)
 
 
 def _prefix(parts: Sequence[Part], count: int) -> ReadPrefix:
