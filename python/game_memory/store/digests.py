@@ -39,20 +39,31 @@ class EncodedDigests:
         self._lock = threading.Lock()
 
     def remember(self, memory: GameMemory, document: bytes) -> None:
-        """Keep ``memory``'s digests, from ``document`` (its record payload as encoded).
+        """Keep ``memory``'s digests, from ``document`` (its record payload as encoded)."""
+        self.remember_many([memory], [document], 0)
+
+    def remember_many(
+        self, memories: Sequence[GameMemory], encoded: Sequence[bytes | None], skip: int
+    ) -> None:
+        """Keep each memory's digests from its encoding (``encoded[i][skip:]`` is its record
+        payload; ``None``: not encoded), under one lock.
 
         Only for a plain ``GameMemory`` (a subclass may serialize otherwise than the
-        digest's definition), whose payload starts with the memory's JSON at its fixed place.
+        digest's definition), whose payload holds the memory's JSON at its fixed place.
         """
-        if type(memory) is not GameMemory or document[-1:] != b"}":
-            return
-        digest = hashlib.sha256(memoryview(document)[_PREFIX:-1]).digest()
-        hashed = hashlib.sha256(memory.memory_id.encode("utf-8")).digest()
+        sha256 = hashlib.sha256
+        found = []
+        for memory, data in zip(memories, encoded, strict=True):
+            if data is None or type(memory) is not GameMemory or data[-1:] != b"}":
+                continue
+            digest = sha256(memoryview(data)[skip + _PREFIX : -1]).digest()
+            found.append((memory, sha256(memory.memory_id.encode("utf-8")).digest(), digest))
         with self._lock:
-            self._cache[id(memory)] = (memory, hashed, digest)
-            self._cache.move_to_end(id(memory))
-            while len(self._cache) > self._maximum:
-                self._cache.popitem(last=False)
+            cache = self._cache
+            for entry in found:
+                cache[id(entry[0])] = entry
+            while len(cache) > self._maximum:
+                cache.popitem(last=False)
 
     def known(self, memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes] | None]:
         """Each memory's digests if this cache holds that very object, else ``None``."""

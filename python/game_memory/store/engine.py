@@ -39,7 +39,6 @@ from game_memory.errors import CapacityExceededError, MemoryConflictError, Persi
 from game_memory.model import GameMemory
 from game_memory.store.appends import append_records, cut_tail
 from game_memory.store.capacity import full_message
-from game_memory.store.digests import encoded_digests
 from game_memory.store.documents import encode_document
 from game_memory.store.group_writes import write_group
 from game_memory.store.layout import DATA_FOLDER, STORE_FORMAT_VERSION
@@ -119,9 +118,7 @@ class StoreEngine(StoreReader):
 
     def encode(self, memory: GameMemory) -> bytes:
         """The framed record of ``memory``, refused if larger than a file may be."""
-        document = encode_document(memory)
-        record = encode_record(document)
-        encoded_digests.remember(memory, document)  # for the index and the read files
+        record = encode_record(encode_document(memory))
         if len(record) > self.maximum_file_bytes:
             raise CapacityExceededError(
                 f"memory {memory.memory_id!r} takes {len(record):,} bytes on disk, more than "
