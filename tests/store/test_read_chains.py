@@ -20,10 +20,11 @@ import pytest
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMemoryQuery, GameMoment
 from game_memory.durable.names import partition_hash
+from game_memory.store import read_chain, read_path
 from game_memory.store import read_files as read_file_module
-from game_memory.store import read_path
 from game_memory.store.lazy import LazyMemories
-from game_memory.store.read_path import content_digests, load_chain
+from game_memory.store.read_chain import load_chain
+from game_memory.store.read_path import content_digests
 
 from .helpers import DATA, MemoryFactory, StoreFactory
 
@@ -351,13 +352,13 @@ async def test_a_copied_save_opens_from_its_chain_and_a_merge_names_the_copy_s_f
     await copied.aclose()
     assert chain_counts(copy) == [100]
     hashed: list[str] = []
-    real_crc = read_path.file_crc
+    real_crc = read_chain.file_crc
 
     def counted(path: str, start: int, end: int) -> int | None:
         hashed.append(os.path.basename(path))
         return real_crc(path, start, end)
 
-    monkeypatch.setattr(read_path, "file_crc", counted)
+    monkeypatch.setattr(read_chain, "file_crc", counted)
     again = make_store(copy)
     assert await answers(again) == expected
     assert hashed == []  # every covered file named as it is in the copy
@@ -496,7 +497,7 @@ async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
     of another part or damaged is ignored, and a changed file is hashed (and found)."""
     from game_memory.store import covered_stamps
 
-    monkeypatch.setattr(read_path, "SETTLED_NS", 0)  # the copy's files count as settled
+    monkeypatch.setattr(read_chain, "SETTLED_NS", 0)  # the copy's files count as settled
     rng = random.Random(21)
     save = tmp_path / "save"
     store = make_store(save, maximum_file_bytes=4_096)
@@ -507,13 +508,13 @@ async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
     copy = tmp_path / "copy"
     shutil.copytree(save, copy)
     hashed: list[str] = []
-    real_crc = read_path.file_crc
+    real_crc = read_chain.file_crc
 
     def counted(path: str, start: int, end: int) -> int | None:
         hashed.append(os.path.basename(path))
         return real_crc(path, start, end)
 
-    monkeypatch.setattr(read_path, "file_crc", counted)
+    monkeypatch.setattr(read_chain, "file_crc", counted)
     first = make_store(copy, maximum_file_bytes=4_096)
     assert await answers(first) == expected
     await first.aclose()

@@ -44,7 +44,8 @@ from game_memory.store.packs import (
     read_pack_index,
     read_pack_range,
 )
-from game_memory.store.read_path import content_digests, persist, seeded_state, wants_persist
+from game_memory.store.read_chain import seeded_state
+from game_memory.store.read_path import content_digests, persist, wants_persist
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.state import (

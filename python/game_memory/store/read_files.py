@@ -68,9 +68,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import mmap
 import os
-import stat
 import struct
 import time
 import zlib
@@ -84,6 +82,7 @@ import numpy.typing as npt
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
+from game_memory.store.read_stamps import map_file, read_stamp, stamp_path, write_stamp
 
 __all__ = [
     "COLUMN_NAMES",
@@ -113,16 +112,10 @@ _MAXIMUM_BYTES = 1 << 31
 _CHUNK = 1 << 20
 _LOG = logging.getLogger("game_memory.store")
 _TABLES = ("timelines", "scopes", "beliefs", "tags")
-_STAMP_MAGIC = b"GMRSTMP1"
-_STAMP = struct.Struct("<8sQQQqqI")
-_STAMP_BYTES = _STAMP.size + 4
 
 #: A read file is stamped only if its change time is at least this old (ns) when a load
 #: takes its identity: later writes then land on a later clock tick and move it.
 SETTLED_NS = 2_000_000_000
-
-#: ``(device, inode, size, mtime_ns, ctime_ns)`` of a read file as a stamp names it.
-Identity = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,11 +224,6 @@ def read_file_path(session_directory: str, owner_hash: str, number: int = 0) -> 
     data, session = os.path.split(session_directory)
     name = f"o-{owner_hash}.read" if number == 0 else f"o-{owner_hash}.{number}.read"
     return Path(data) / READ_FOLDER / session / name
-
-
-def stamp_path(path: Path) -> Path:
-    """The verified stamp beside a read file (``o-<hash>[.n].read`` -> ``.verified``)."""
-    return path.with_suffix(".verified")
 
 
 def remove_parts(session_directory: str, owner_hash: str, first: int) -> None:
@@ -403,7 +391,7 @@ def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int, int, int, i
 
 def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile | None:
     """Load and check a read file on its own (not yet against the save: see
-    :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable.
+    :func:`game_memory.store.read_chain.seeded_state`); ``None`` when absent or unusable.
 
     The arrays' CRCs are skipped when a verified stamp names this very file (see the module
     docstring); a load that checked them all stamps the file.
@@ -426,7 +414,7 @@ def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile |
             _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
             return None
         if vouched != header_crc and started - identity[4] >= SETTLED_NS:
-            _stamp(path, fd, identity, header_crc)
+            write_stamp(path, fd, identity, header_crc)
         return read
     finally:
         os.close(fd)
@@ -449,81 +437,6 @@ def header_crc_of(path: Path) -> int | None:
         return None
     magic, _, crc = _HEAD.unpack(head)
     return int(crc) if magic == _MAGIC else None
-
-
-def read_stamp(path: Path) -> tuple[Identity, int] | None:
-    """A stamp's read-file identity and header CRC; ``None`` if absent or unusable."""
-    try:
-        found = fs.read_file(path, _STAMP_BYTES)
-    except PersistenceError:
-        return None
-    if found is None or len(found[0]) != _STAMP_BYTES:
-        return None
-    body = found[0][: _STAMP.size]
-    if zlib.crc32(body) != int.from_bytes(found[0][_STAMP.size :], "little"):
-        return None
-    magic, device, inode, size, modified, changed, header_crc = _STAMP.unpack(body)
-    if magic != _STAMP_MAGIC:
-        return None
-    return (device, inode, size, modified, changed), header_crc
-
-
-def _identity(info: os.stat_result) -> Identity:
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _stamp(path: Path, fd: int, identity: Identity, header_crc: int) -> bool:
-    """Stamp the read file open as ``fd`` (``identity`` taken before its arrays were
-    checked) as verified; whether a stamp was written (never raises).
-
-    The file is fsynced first, so the stamp never outlives the bytes it vouches for, and no
-    stamp is written if the file changed meanwhile.
-    """
-    try:
-        os.fsync(fd)
-        if _identity(os.fstat(fd)) != identity:
-            return False
-    except OSError:
-        return False
-    body = _STAMP.pack(_STAMP_MAGIC, *identity, header_crc)
-    try:
-        fs.atomic_write(stamp_path(path), body + zlib.crc32(body).to_bytes(4, "little"))
-    except (PersistenceError, OSError) as exc:
-        _LOG.info("the stamp of %s was not written (%s)", path, exc)
-        return False
-    return True
-
-
-def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity] | None:
-    """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
-
-    Returns the map, the descriptor (the caller closes it) and the file's identity as
-    ``fstat`` saw it before the map.
-
-    Raises:
-        PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
-            unreadable.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise PersistenceError(f"could not open {path}: {exc.strerror}") from exc
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > maximum_bytes:
-            raise PersistenceError(f"{path} is not a file this store wrote")
-        if info.st_size == 0:
-            return memoryview(b""), fd, _identity(info)
-        view = memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
-        return view, fd, _identity(info)
-    except OSError as exc:
-        os.close(fd)
-        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _decode(
