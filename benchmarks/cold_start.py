@@ -204,15 +204,18 @@ def settle(save: Path) -> float:
     return round(wait, 2)
 
 
-def alternated(folder: Path, size: int, runs: int, baseline: str) -> tuple[list[Json], list[Json]]:
-    """``runs`` opens of this checkout and of the baseline's in turns (which goes first
-    alternates), the derived files present: the two see the same machine."""
+def alternated(
+    folder: Path, copy: Path, size: int, runs: int, baseline: str
+) -> tuple[list[Json], list[Json]]:
+    """``runs`` opens of this checkout (``folder``) and of the baseline's (``copy``: a copy
+    of the save with the baseline's own derived files) in turns, which goes first
+    alternating: the two see the same machine."""
     ours: list[Json] = []
     theirs: list[Json] = []
     for run in range(runs):
-        turns = [(ours, ""), (theirs, baseline)]
-        for found, path in turns if run % 2 == 0 else turns[::-1]:
-            found.append(open_once("game_memory", folder, size, path))
+        turns = [(ours, folder, ""), (theirs, copy, baseline)]
+        for found, where, path in turns if run % 2 == 0 else turns[::-1]:
+            found.append(open_once("game_memory", where, size, path))
     return ours, theirs
 
 
@@ -280,18 +283,27 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     # second figure. Ours, the baseline's (if any) and the peer's opens take turns.
     waited = settle(save)
     stamping = [open_once("game_memory", sides["game_memory"], size)]
+    # The baseline reads and writes derived files of its own format, which this checkout's
+    # would replace (and the other way round) if the two shared a save: it opens a copy,
+    # whose derived files it builds and stamps first.
+    theirs = root / "game_memory-baseline"
+    if args.baseline:
+        shutil.rmtree(theirs, ignore_errors=True)
+        shutil.copytree(sides["game_memory"], theirs)
+        remove_derived(theirs)
+        open_once("game_memory", theirs, size, args.baseline)
+        settle(theirs / "save")
+        open_once("game_memory", theirs, size, args.baseline)
     again: Json = {"game_memory": [], "baseline": [], "peer": []}
     for _ in range(args.cold_repeats):
         again["game_memory"].append(open_once("game_memory", sides["game_memory"], size))
         if args.baseline:
-            again["baseline"].append(
-                open_once("game_memory", sides["game_memory"], size, args.baseline)
-            )
+            again["baseline"].append(open_once("game_memory", theirs, size, args.baseline))
         again["peer"].append(open_once("peer", sides["peer"], size))
     cold = evicted_opens(sides, size, args.cold_repeats) if args.evict else None
     if args.alternate:
         again["game_memory"], again["baseline"] = alternated(
-            sides["game_memory"], size, args.alternate, args.baseline
+            sides["game_memory"], theirs, size, args.alternate, args.baseline
         )
     if args.only_opens:
         return {"table": open_rows(size, opens, stamping, again, [], cold), "details": {
@@ -328,9 +340,9 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
     value_row("peak RSS after recalls", g["peak_rss_after_recalls_mb"],
               p["peak_rss_after_recalls_mb"], "MB")  # fmt: skip
     if args.baseline:
-        # The same save, read by the baseline checkout (it ignores stamps), its opens in
-        # turns with ours above, so both see the same machine.
-        base_session = spawn("session", "game_memory", sides["game_memory"], size,
+        # The same save (its copy with the baseline's own derived files), read by the
+        # baseline checkout, its opens in turns with ours above: both see the same machine.
+        base_session = spawn("session", "game_memory", theirs, size,
                              args.repeats, args.appends, args.baseline)  # fmt: skip
         base_session.pop("answers", None)
         base_session["after_append_over_warm"] = round(

@@ -75,6 +75,7 @@ async def test_an_open_trusting_the_stamp_answers_exactly_like_a_full_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await fill(make_vector_store(), make_memory)
+    stamp_file(tmp_path / "index").unlink()  # the writer's own, from its close
     checked = count_checks(monkeypatch)
     full = await answers(make_vector_store())  # checks everything, writes the stamp
     assert sum(checked) == 3
@@ -87,6 +88,72 @@ async def test_an_open_trusting_the_stamp_answers_exactly_like_a_full_check(
     assert await answers(make_vector_store()) == full
 
 
+async def test_closing_a_writer_checks_and_stamps_what_it_wrote(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The partitions a store appended to are checked and stamped when it closes (files
+    fsynced first), so the next open of the unchanged files checks nothing."""
+    from game_memory.durable import fs
+
+    synced: list[str] = []
+    sync_all = fs.sync_all
+
+    def recorded(files: list[Path], folders: list[Path]) -> None:
+        synced.extend(path.name for path in files)
+        sync_all(files, folders)
+
+    monkeypatch.setattr(fs, "sync_all", recorded)
+    checked = count_checks(monkeypatch)
+    await fill(make_vector_store(), make_memory)  # appends, then closes
+    assert sum(checked) == 3  # at close
+    assert f"o-{OWNER}.entries" in synced and any(name.endswith(".f32") for name in synced)
+    stamp = read_stamp(str(stamp_file(tmp_path / "index")), SESSION, OWNER)
+    assert stamp is not None and stamp.entries.records == 3
+    checked.clear()
+    full = await answers(make_vector_store())
+    assert sum(checked) == 0
+    stamp_file(tmp_path / "index").unlink()
+    assert await answers(make_vector_store()) == full
+    assert sum(checked) == 3
+
+
+async def test_a_copied_index_trusts_its_stamp_for_the_entries_by_their_crc(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy (other inodes) holds the same entry bytes: the stamp's CRC-32 vouches for
+    them, so they are not checked one by one; its rows (another file) are checked."""
+    import shutil
+
+    from game_memory.index import stamps
+
+    await fill(make_vector_store(), make_memory)
+    full = await answers(make_vector_store())
+    shutil.copytree(tmp_path / "index", tmp_path / "copy")
+    trusted: list[int] = []
+    real = stamps.trusted_records
+
+    def counted(*args: object) -> int:
+        found = real(*args)  # type: ignore[arg-type]
+        trusted.append(found)
+        return found
+
+    monkeypatch.setattr(engine_module, "trusted_records", counted)
+    checked = count_checks(monkeypatch)
+    copied = make_vector_store(index=tmp_path / "copy")
+    assert await answers(copied) == full
+    assert trusted == [3] and sum(checked) == 3
+    flip(entries_file(tmp_path / "copy"), 128 + 40)  # other bytes: no longer vouched for
+    trusted.clear()
+    result = await make_vector_store(index=tmp_path / "copy").recall(query("feline dog"))
+    assert trusted == [0] and result.fallback
+
+
 async def test_rows_appended_after_the_stamp_are_checked_and_found(
     make_vector_store: VectorStoreFactory,
     make_memory: MemoryFactory,
@@ -95,13 +162,19 @@ async def test_rows_appended_after_the_stamp_are_checked_and_found(
 ) -> None:
     await fill(make_vector_store(), make_memory)
     await answers(make_vector_store())
+    checked = count_checks(monkeypatch)
     store = make_vector_store()
     await store.append(make_memory("m4", text="a cat naps by the fire", tick=4))
     await store.aclose()
-    checked = count_checks(monkeypatch)
+    assert sum(checked) == 4  # at close: the row file changed, every row is checked again
+    checked.clear()
     result = await make_vector_store().recall(query("feline"))
     assert not result.fallback and {"m1", "m4"} <= {m.memory_id for m in result.memories}
-    assert sum(checked) == 4  # the row file changed: every row is checked again
+    assert sum(checked) == 0  # stamped at close
+    stamp_file(tmp_path / "index").unlink()  # a writer that never closed (killed)
+    result = await make_vector_store().recall(query("feline"))
+    assert not result.fallback and {"m1", "m4"} <= {m.memory_id for m in result.memories}
+    assert sum(checked) == 4
 
 
 @pytest.mark.parametrize("damage", list(DETECTED.values()), ids=list(DETECTED))
@@ -204,6 +277,7 @@ async def test_a_reader_killed_while_writing_its_stamp_leaves_nothing_wrong(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await fill(make_vector_store(), make_memory)
+    stamp_file(tmp_path / "index").unlink()  # the writer's own, from its close
     python = os.pathsep.join(sys.path)
     done = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_KILLED_WRITER), str(tmp_path / "index")],

@@ -287,3 +287,83 @@ async def test_a_batch_that_rolls_into_new_segments_is_cached_as_written_and_equ
     assert partitions.is_current(state)
     found = await store.enumerate("session", "owner")
     assert sorted(m.memory_id for m in found) == sorted(["m0", *(f"b{n}" for n in range(12))])
+
+
+def _counted_log_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every read of a memory log segment (``o-*``) by the partition cache."""
+    from game_memory.store import partitions
+
+    reads: list[str] = []
+    original = partitions.fs.read_file
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.path.basename(os.fspath(path)).startswith("o-"):
+            reads.append(os.fspath(path))
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(partitions.fs, "read_file", counted)
+    return reads
+
+
+async def test_a_first_batch_into_an_empty_partition_is_cached_as_written(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An empty partition has no view yet; its first batch is installed all the same (the
+    # view a read of the new files builds), so a bulk ingest's second batch reads nothing
+    # back, and closing the store finds the partition cached (its read file is written).
+    from game_memory.store import partitions
+
+    store = make_store(maximum_file_bytes=2_048)
+    engine = store._engine
+    key = (partition_hash("session"), partition_hash("owner"))
+    reads = _counted_log_reads(monkeypatch)
+    batch = [make_memory(f"b{number}", text=f"word{number} " * 20) for number in range(12)]
+    assert await store.append_many(batch) == [True] * 12
+    state = engine.read_partition(*key)
+    assert reads == []  # installed: nothing read back
+    assert state.folder is not None and partitions.is_current(state)
+    fresh = partitions.PartitionCache(4_000_000, 1_000).read(engine.session_folder(key[0]), *key)
+    assert state.view is not None and fresh.view is not None
+    assert list(state.view.memories) == list(fresh.view.memories)
+    assert state.probes == fresh.probes and state.absent == fresh.absent
+    assert state.folder == fresh.folder
+    reads.clear()  # the fresh read above
+    second = [make_memory(f"c{number}", text=f"more{number}") for number in range(5)]
+    assert await store.append_many(second) == [True] * 5
+    assert reads == []
+
+
+async def test_a_read_file_written_meanwhile_does_not_make_the_next_batch_read_back(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The read-file thread marks the cached state covered by replacing it with a copy; a
+    # batch that read the partition before that still installs what it wrote on top of
+    # the copy (keeping the coverage), instead of leaving its bytes to be read back.
+    from game_memory.store import partitions, read_path
+
+    monkeypatch.setattr(read_path, "LAZY_MINIMUM", 8)
+    store = make_store()
+    engine = store._engine
+    queued: list[Any] = []
+    engine.cache.background = queued.append
+    key = (partition_hash("session"), partition_hash("owner"))
+    first = [make_memory(f"a{number}", text=f"word{number}") for number in range(20)]
+    assert await store.append_many(first) == [True] * 20
+    assert len(queued) == 1  # the read file of the first batch, not written yet
+    install = engine.install_plan
+
+    def written_meanwhile(*args: Any, **kwargs: Any) -> None:
+        while queued:  # the read-file thread finishes between the batch's read and install
+            queued.pop()()
+        install(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "install_plan", written_meanwhile)
+    reads = _counted_log_reads(monkeypatch)
+    second = [make_memory(f"b{number}", text=f"word{number}") for number in range(20)]
+    assert await store.append_many(second) == [True] * 20
+    state = engine.read_partition(*key)
+    assert reads == []
+    assert state.memory_count == 40 and state.read_file_count == 20
+    assert partitions.is_current(state)

@@ -47,6 +47,12 @@ def index_of(save: Path) -> LedgerIndex:
     return index
 
 
+def loaded_intents(save: Path) -> intent_files.Intents | None:
+    """The save's intent file as an open would use it (``None``: not usable)."""
+    ledger = save / DATA / "ledger.log"
+    return intent_files.load_intents(ledger, os.lstat(ledger))
+
+
 def summary(index: LedgerIndex) -> tuple[object, ...]:
     mark = index.refresh()
     session = identity_hash("session")
@@ -207,5 +213,86 @@ async def test_a_reader_killed_while_writing_the_intent_file_leaves_nothing_wron
     assert not intent_file(save).exists()
     assert list(intent_file(save).parent.glob("ledger.intents.*.tmp"))
     assert intent_files.load_intents(save / DATA / "ledger.log", os.lstat(ledger)) is None
-    assert await counts(make_store()) == expected
+    store = make_store()
+    assert await counts(store) == expected
+    await store.aclose()  # the write is queued on the store's read-file thread
     assert intent_file(save).exists()
+
+
+async def test_closing_writes_the_intent_file_for_every_record_it_does_not_cover(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """A batch's intents are read by no refresh of the store that wrote them; closing the
+    store indexes them and writes the intent file, so the next open reads no record."""
+    save = tmp_path / "save"
+    store = make_store()
+    batch = [
+        make_memory(f"m{n:03d}", owner_id=OWNERS[n % 3], text=f"word {n}") for n in range(COUNT)
+    ]
+    assert await store.append_many(batch) == [True] * COUNT
+    assert not intent_file(save).exists()
+    await store.aclose()
+    loaded = loaded_intents(save)
+    assert loaded is not None and loaded.count == COUNT  # every record covered
+    restored = index_of(save)
+    os.unlink(intent_file(save))
+    assert summary(restored) == summary(index_of(save))
+
+
+async def test_a_copied_save_uses_its_intent_file_checked_by_content(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """The index is a function of the ledger's bytes: a copy (another inode, other times)
+    whose ledger holds the same bytes starts from the intent file; one whose bytes differ
+    does not."""
+    import shutil
+
+    expected = await saved(make_store, make_memory)
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "save", copy)
+    loaded = loaded_intents(copy)
+    assert loaded is not None and loaded.count == COUNT  # used, checked by its CRC
+    assert await counts(make_store(copy)) == expected
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tmp_path / "save", damaged)
+    ledger = damaged / DATA / "ledger.log"
+    data = bytearray(ledger.read_bytes())
+    data[3 * 128 + 90] ^= 0x01  # record 3's memory hash: its CRC no longer holds
+    ledger.write_bytes(bytes(data))
+    assert loaded_intents(damaged) is None
+    rebuilt = index_of(damaged)
+    assert rebuilt.damaged() == [3]  # read from the ledger, damage seen
+    os.unlink(intent_file(damaged))
+    assert summary(rebuilt) == summary(index_of(damaged))
+
+
+async def test_the_append_that_crosses_the_mark_queues_the_intent_file(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """The intent file is written on the read-file thread, not in the append that read
+    enough new records; a queued write of a ledger replaced meanwhile counts for nothing."""
+    save = tmp_path / "save"
+    store = make_store()
+    queued: list[object] = []
+    store._engine.intents.background = queued.append
+    await fill(store, make_memory)
+    assert len(queued) == 1  # one write queued at a time
+    assert not intent_file(save).exists()
+    job = queued.pop()
+    assert callable(job)
+    job()
+    assert intent_file(save).exists()
+    persisted = store._engine.intents._persisted
+    assert 8 <= persisted <= COUNT
+    await fill(store, make_memory, start=COUNT)
+    assert len(queued) == 1
+    store._engine.intents._reset(None)  # as when the ledger is found replaced
+    job = queued.pop()
+    assert callable(job)
+    job()
+    assert store._engine.intents._persisted == 0  # the reset index keeps its own count
+    await store.aclose()
+    restored = index_of(save)
+    assert restored._persisted == 2 * COUNT
+    os.unlink(intent_file(save))
+    assert summary(restored) == summary(index_of(save))

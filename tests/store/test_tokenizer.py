@@ -167,6 +167,12 @@ def test_tokenizer_matches_the_reference_loop_on_any_text(text: str) -> None:
     assert tokenize(text) == reference_tokenize(text)
 
 
+@settings(max_examples=300)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=80))
+def test_ascii_text_takes_the_fast_path_with_the_reference_loop_s_tokens(text: str) -> None:
+    assert tokenize(text) == reference_tokenize(text)
+
+
 def test_at_most_4096_tokens_are_emitted() -> None:
     text = " ".join(f"w{index}" for index in range(5_000))
     tokens = tokenize(text)

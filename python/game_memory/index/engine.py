@@ -22,6 +22,7 @@ tails (a record or row still being written).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import zlib
@@ -46,6 +47,7 @@ from game_memory.index.partition import (
 from game_memory.index.stamps import (
     STAMP_MINIMUM,
     EntriesStamp,
+    FileIdentity,
     RowsStamp,
     Stamp,
     file_identity,
@@ -59,6 +61,7 @@ from game_memory.index.writer import append_files, check_capacity, compact_files
 
 __all__ = ["INDEX_FOLDER", "IndexEngine", "check_capacity", "identity_dimensions"]
 
+_LOG = logging.getLogger("game_memory.index")
 _MAXIMUM_ENTRIES_BYTES = 1 << 32
 _CACHED_PARTITIONS = 4_096
 
@@ -76,6 +79,8 @@ class IndexEngine(IndexLayout):
         self._partitions: OrderedDict[tuple[str, str], IndexPartition] = OrderedDict()
         self._row_buffers: dict[tuple[str, str, int], RowBuffer] = {}
         self._cache_lock = threading.Lock()
+        #: Partitions this engine appended to (stamped at close: ``stamp_written``).
+        self._written: set[tuple[str, str]] = set()
 
     # -- reading ------------------------------------------------------------------------
 
@@ -179,7 +184,9 @@ class IndexEngine(IndexLayout):
                 for buffer_key in [k for k in self._row_buffers if k[:2] == evicted]:
                     del self._row_buffers[buffer_key]
 
-    def matrix(self, partition: IndexPartition, code: int, dimensions: int) -> FloatMatrix:
+    def matrix(
+        self, partition: IndexPartition, code: int, dimensions: int, *, stamp: bool = True
+    ) -> FloatMatrix:
         """The float32 rows of identity ``code`` that ``partition``'s records refer to.
 
         Read-only, shared, and cached across partition versions (only new rows are read);
@@ -203,7 +210,7 @@ class IndexEngine(IndexLayout):
             with buffer.lock:
                 matrix = buffer.load(path, needed).view()
                 _trust_stamp(buffer, partition, code)
-                if buffer.verify(partition, code, path) >= STAMP_MINIMUM:
+                if buffer.verify(partition, code, path) >= STAMP_MINIMUM and stamp:
                     self._stamp(partition, code, buffer)
                 matrix.flags.writeable = False  # shared by every reader: read-only
                 return matrix
@@ -321,6 +328,7 @@ class IndexEngine(IndexLayout):
         entries that point at them.
         """
         current = self.partition(session_hash, owner_hash)
+        self._written.add((session_hash, owner_hash))
         placed, data = append_files(
             self, session_hash, owner_hash, current, records, vectors, durable=durable
         )
@@ -350,6 +358,60 @@ class IndexEngine(IndexLayout):
         except DerivedIndexError:
             return  # what the next read will find and name
         self._remember((current.session_hash, current.owner_hash), grown)
+
+    def stamp_written(self) -> int:
+        """Check and stamp every partition this engine appended to (at close), so the next
+        open of the unchanged files checks nothing (``stamps.py``); how many were stamped.
+
+        Under the writer lock (no append runs meanwhile): the partition is read as it is
+        now, its entries file and the row files of its ready records are fsynced (writes are
+        not durable by default, and a stamp must never outlive the bytes it vouches for:
+        after a power loss they might read back as zeros under the same size), then every
+        row not checked yet is checked against its checksum, as a reader's first recall
+        would, and the stamp names the files as they are. Never raises: a stamp is an
+        optimisation, and damage it meets is left for the next reader to find and name.
+        """
+        stamped = 0
+        if not self._written:
+            return 0
+        identities = self.identities()
+        with self.locked():
+            for session_hash, owner_hash in sorted(self._written):
+                try:
+                    stamped += self._stamp_now(session_hash, owner_hash, identities)
+                except (DerivedIndexError, PersistenceError, OSError) as exc:
+                    _LOG.info("a partition was not stamped at close (%s)", exc)
+            self._written.clear()
+        return stamped
+
+    def _stamp_now(self, session_hash: str, owner_hash: str, identities: list[str]) -> bool:
+        partition = self.partition(session_hash, owner_hash)
+        if partition is None or partition.records < STAMP_MINIMUM or partition.file is None:
+            return False
+        ready = partition.states == EntryState.READY
+        codes = sorted(set(partition.identities[ready].tolist()))
+        if any(code >= len(identities) for code in codes):
+            return False  # what a reader names as damage
+        paths = [self.entries_path(session_hash, owner_hash)]
+        paths += [
+            self.vectors_path(session_hash, owner_hash, code, partition.tag) for code in codes
+        ]
+        fs.sync_all([Path(path) for path in paths], [])
+        info = fs.lstat_regular(paths[0])
+        if info is None or file_identity(info) != partition.file:
+            return False  # changed since it was read: the next reader checks it
+        buffers: list[tuple[int, FileIdentity, int]] = []
+        for code in codes:
+            self.matrix(partition, code, identity_dimensions(identities[code]), stamp=False)
+            with self._cache_lock:
+                buffer = self._row_buffers.get((session_hash, owner_hash, code))
+            if buffer is None or buffer.checked != partition.records or buffer.file is None:
+                return False
+            buffers.append((code, buffer.file, buffer.checked))
+        rows = {code: RowsStamp(partition.tag, file, checked) for code, file, checked in buffers}
+        entries = EntriesStamp(partition.file, partition.records, partition.crc)
+        path = stamp_path(paths[0])
+        return write_stamp(path, session_hash, owner_hash, Stamp(entries, rows))
 
     def compact(self, session_hash: str, owner_hash: str, keep_codes: set[int]) -> None:
         """Rewrite a partition without superseded records, dead rows or unused identities.

@@ -43,6 +43,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory
+from game_memory.store.digests import encoded_digests
 
 __all__ = [
     "ENTRY_BYTES",
@@ -194,9 +195,14 @@ class MemoryDigests:
                     found.append(None)
                     missing.append(index)
         if missing:
+            # The store keeps the digests of the memories it just encoded (its records hold
+            # their canonical JSON): an index write after the save's finds them there.
+            known = encoded_digests.known([memories[i] for i in missing])
             computed = [
-                (memories[i], memory_hash(memories[i].memory_id), content_digest(memories[i]))
-                for i in missing
+                (memories[i], *found)
+                if found is not None
+                else (memories[i], memory_hash(memories[i].memory_id), content_digest(memories[i]))
+                for i, found in zip(missing, known, strict=True)
             ]
             with self._lock:
                 for index, (memory, hashed, digest) in zip(missing, computed, strict=True):

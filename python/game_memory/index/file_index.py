@@ -208,9 +208,10 @@ class FileVectorMemoryIndex:
             code = engine.identity_code(identity, create=True)
             assert code is not None
             for (session_hash, owner_hash), positions in _groups(memories).items():
+                digests = self._digests.get_many([memories[p] for p in positions])
                 records = [
-                    EntryRecord(EntryState.READY, code, offset, *self._digests.get(memories[p]), "")
-                    for offset, p in enumerate(positions)
+                    EntryRecord(EntryState.READY, code, offset, hashed, digest, "")
+                    for offset, (hashed, digest) in enumerate(digests)
                 ]
                 self._check_capacity(session_hash, owner_hash, records)
                 engine.append(
@@ -411,14 +412,20 @@ class FileVectorMemoryIndex:
         return await asyncio.to_thread(migrate)
 
     async def aclose(self) -> None:
-        """Close the index; idempotent."""
+        """Close the index; idempotent. Stamps the partitions this object wrote to as
+        checked (``IndexEngine.stamp_written``: their files fsynced, then every row not
+        checked yet checked), so the next open of the unchanged files checks nothing."""
+        if self._closed:
+            return
+        if self._opened:
+            await asyncio.to_thread(self._engine.stamp_written)
         self._closed = True
 
 
 def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:
     """Positions of ``memories`` per partition (session and owner hashes), in order."""
-    groups: dict[tuple[str, str], list[int]] = {}
+    by_ids: dict[tuple[str, str], list[int]] = {}
     for position, memory in enumerate(memories):
-        key = (identity_hash(memory.session_id), identity_hash(memory.owner_id))
-        groups.setdefault(key, []).append(position)
-    return groups
+        by_ids.setdefault((memory.session_id, memory.owner_id), []).append(position)
+    # One hash per partition, not two per memory (a batch is mostly one or a few owners).
+    return {(identity_hash(s), identity_hash(o)): found for (s, o), found in by_ids.items()}

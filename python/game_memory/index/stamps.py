@@ -10,10 +10,12 @@ first recall could score. After such a full check the reader writes a **stamp**
 * per identity code, the row file that was mapped (tag, device, inode, size, times) and
   how many leading entry records had their rows checked.
 
-A later open trusts the checked entry records if the file is the same file (device and
-inode) and still holds those bytes: when its size and both times are unchanged nothing is
-hashed, otherwise one CRC-32 over the prefix (about 1 GB/s) replaces the per-record calls;
-the records after the prefix are checked one by one as before. It trusts the checked rows
+A later open trusts the checked entry records if the file still holds those bytes: when
+it is the same file (device and inode) with its size and both times unchanged nothing is
+hashed, otherwise (the file grew, or it is a copy of the index: another device or inode)
+one CRC-32 over the prefix (about 2 GB/s) replaces the per-record calls, since a record's
+check depends on its bytes alone; the records after the prefix are checked one by one as
+before. It trusts the checked rows
 only if the row file is unchanged (same device, inode, size, modification and change
 time: every write moves the change time, which user code cannot set back) and the entry
 records they were checked for are trusted. Anything else (a stamp of another partition,
@@ -23,8 +25,12 @@ damage that leaves a row file's size and times unchanged (a disk returning other
 the rows of such a file are not checked again; ``verify`` (which a rebuild runs) reads
 and checks every row again, ignoring stamps.
 
-A stamp is derived data about derived data: written atomically (temporary file, fsync,
-rename), never required, safe to delete; a write that fails is skipped. Compaction makes a
+A reader writes a stamp after a full check; a writer, at close, for every partition it
+appended to (``IndexEngine.stamp_written``: the files fsynced first, then the rows not
+checked yet checked, under the writer lock), so a save closed cleanly opens without
+checking its index again. A stamp is derived data about derived data: written atomically
+(temporary file, fsync, rename), never required, safe to delete; a write that fails is
+skipped. Compaction makes a
 new generation (another entries inode and row tag), which no old stamp matches; resetting
 a partition deletes its stamp.
 
@@ -118,10 +124,13 @@ def trusted_records(stamp: Stamp | None, data: bytes, info: os.stat_result) -> i
         return 0
     entries = stamp.entries
     end = entries.records * 128
-    if entries.file[:2] != (info.st_dev, info.st_ino) or end > len(data):
+    if end > len(data):
         return 0
     if entries.file == file_identity(info):
         return entries.records  # not written to since it was checked
+    # Another state of the file, or another file (a copy of the index: other device and
+    # inode): the records checked were exactly these bytes if their CRC-32 holds, and a
+    # record's check is a function of its bytes alone.
     if zlib.crc32(memoryview(data)[:end]) != entries.crc:
         return 0
     return entries.records

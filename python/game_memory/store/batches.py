@@ -38,9 +38,11 @@ from game_memory.errors import CapacityExceededError, MemoryConflictError
 from game_memory.model import GameMemory
 from game_memory.store.appends import plan_segments, write_planned
 from game_memory.store.capacity import full_message
+from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import MAXIMUM_GROUP, LedgerEntry
 from game_memory.store.partitions import PartitionState, identity_hash, partition_hash
+from game_memory.store.records import HEADER_BYTES
 
 __all__ = ["Outcome", "write_batch"]
 
@@ -88,6 +90,8 @@ def write_batch(
                 raise
             records.append(None)
             outcomes[position] = exc
+    # For the index's write and the read files of the same objects (``digests.py``).
+    encoded_digests.remember_many(memories, records, HEADER_BYTES)
     engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()

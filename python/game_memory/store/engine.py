@@ -205,6 +205,16 @@ class StoreEngine(StoreReader):
         except Exception:  # an optimisation: forget the partition, the next read rebuilds it
             self.cache.forget(state.session_hash, state.owner_hash)
 
+    def persist_derived(self) -> None:
+        """Write the derived files the next open reads instead of the save, for everything
+        they do not cover yet: the read file of every cached partition
+        (``PartitionCache.persist_all``) and both ledgers' intent files
+        (``LedgerIndex.persist``). At close, after the background writes are done; never
+        raises (they are optimisations, rebuilt from the save when missing)."""
+        self.cache.persist_all()
+        self.intents.persist()
+        self.retraction_intents.persist()
+
     def checkpoint(self) -> None:
         """Make every intent durable and end the unsynced marker's generation (under the
         lock, in a consistent state: after recovery)."""

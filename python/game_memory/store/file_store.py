@@ -134,6 +134,8 @@ class FileGameMemoryStore:
         # logs) are written by one thread of their own, so no append or recall waits for one.
         self._background = ThreadPoolExecutor(1, thread_name_prefix="game-memory-read-file")
         self._engine.cache.background = self._background.submit
+        self._engine.intents.background = self._background.submit
+        self._engine.retraction_intents.background = self._background.submit
         self._appends = GroupCommitter(
             lambda group: write_batch(self._engine, group, atomic=False),
             self._executor.submit,
@@ -453,12 +455,20 @@ class FileGameMemoryStore:
         )
 
     async def aclose(self) -> None:
-        """Close the store; idempotent. Waits for running operations to finish."""
+        """Close the store; idempotent. Waits for running operations to finish, then writes
+        the derived files the next open reads (the read files' part for the memories they
+        do not cover, the intent files), so it costs what those files miss, not the save's
+        size."""
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        await asyncio.get_running_loop().run_in_executor(None, self._background.shutdown, True)
+        # A read-file or intent-file job still queued is dropped (closing writes what the
+        # derived files do not cover, without merging: bounded by what they miss); one
+        # already running is waited for.
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: self._background.shutdown(wait=True, cancel_futures=True)
+        )
         if self._ready:
 
             def close_out() -> None:
@@ -466,7 +476,8 @@ class FileGameMemoryStore:
                 # cleanly needs no reconciling when it is opened next.
                 with contextlib.suppress(GameMemoryError):
                     self._engine.settle(checkpoint=True)
-                # The next open decodes nothing the read files do not cover.
-                self._engine.cache.persist_all()
+                # The next open decodes nothing the read files do not cover, and reads no
+                # ledger record the intent files do not.
+                self._engine.persist_derived()
 
             await asyncio.get_running_loop().run_in_executor(None, close_out)

@@ -12,18 +12,24 @@ for the ledger's first ``count`` records:
   the positions of damaged records (skipped, as the index skips them).
 
 It is **derived, disposable and never trusted over the save**: it is used only when the
-ledger is still the same file (inode) and holds those bytes (the CRC-32 is computed again
-from the ledger, one pass instead of one call per record, unless the ledger is exactly as
-it was read then: same device, inode, size, mtime and ctime; any write moves the ctime),
-and its own checksums hold.
-Anything else (a ledger rewritten by an erase or a salvage, cut, damaged; another format;
-a damaged intent file) makes it ignored: the index reads the ledger from the start as
-before and a new intent file replaces this one. Records after ``count`` are read from the
-ledger as always. Deleting it is always safe.
+ledger holds those bytes (the CRC-32 is computed again from the ledger, one pass instead
+of one call per record, unless the ledger is exactly as it was read then: same device,
+inode, size, mtime and ctime; any write moves the ctime), and its own checksums hold. The
+index is a function of those bytes alone, so a ledger of another inode with the same
+bytes (a save copied elsewhere, restored from a backup or a cloud sync) passes by its CRC:
+content decides, not identity. (Until 4 December 2026 the inode had to match, so a copied
+save's first open read its whole ledger again.)
+Anything else (a ledger rewritten by an erase or a salvage with other bytes, cut,
+damaged; another format; a damaged intent file) makes it ignored: the index reads the
+ledger from the start as before and a new intent file replaces this one. Records after
+``count`` are read from the ledger as always. Deleting it is always safe.
 
-Written atomically (temporary file, fsync, rename) by whoever refreshed the index, when it
-read at least :data:`PERSIST_MINIMUM` records the file did not cover (writing it costs a
-few milliseconds per 100k records, reading that many records from the ledger about 0.4 s).
+Written atomically (temporary file, fsync, rename) when the index read at least
+:data:`PERSIST_MINIMUM` records the file did not cover (on the file store's read-file
+thread, off the append that crossed the mark: ``LedgerIndex.background``), and by closing
+the store for any record it does not cover (``LedgerIndex.persist``), so a start after a
+clean exit reads no ledger record. Writing it costs a few milliseconds per 100k records;
+reading that many records from the ledger about 0.4 s.
 
 Layout: ``GMINTS01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
 keys (64 bytes per partition) · offsets (u64 per partition + 1) · positions (u64), each
@@ -95,7 +101,7 @@ def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
     ``info`` is the ledger's ``lstat`` as the caller just saw it. Never raises for a stale
     or damaged intent file (it is ignored and logged).
     """
-    inode, size = info.st_ino, info.st_size
+    size = info.st_size
     path = intent_file_path(ledger)
     try:
         read = fs.read_file(path, _MAXIMUM_BYTES)
@@ -105,7 +111,7 @@ def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
     if read is None:
         return None
     try:
-        intents = _decode(read[0], ledger.stem, inode)
+        intents = _decode(read[0], ledger.stem)
     except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
         _LOG.info("the intent file %s is damaged or stale (%s); it will be rebuilt", path, exc)
         return None
@@ -120,7 +126,7 @@ def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
     return intents
 
 
-def _decode(data: bytes, name: str, inode: int) -> Intents:
+def _decode(data: bytes, name: str) -> Intents:
     magic, length, crc = _HEAD.unpack_from(data)
     if magic != _MAGIC:
         raise ValueError("not an intent file")
@@ -130,8 +136,6 @@ def _decode(data: bytes, name: str, inode: int) -> Intents:
     header = json.loads(encoded)
     if header["format_version"] != FORMAT_VERSION or header["ledger"] != name:
         raise ValueError("another format or ledger")
-    if header["inode"] != inode:
-        raise ValueError("the ledger was replaced")
     start = _HEAD.size + length
     arrays = {}
     for key, (offset, nbytes, checksum) in header["arrays"].items():

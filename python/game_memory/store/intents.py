@@ -23,12 +23,13 @@ the records after it are read as always.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import stat
 import struct
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from game_memory.errors import PersistenceError
@@ -42,6 +43,7 @@ from game_memory.store.ledger import RECORD_BYTES, Ledger, group_start
 
 __all__ = ["LedgerIndex", "LedgerMark"]
 
+_LOG = logging.getLogger("game_memory.store")
 _HEAD = struct.Struct("<4sIQ")
 _CRC = struct.Struct("<I")
 _ZERO = bytes(RECORD_BYTES)
@@ -70,16 +72,27 @@ class LedgerIndex:
 
     Args:
         ledger: The ledger file to follow.
+
+    ``background``, when set (the file store sets its read-file thread's ``submit``), writes
+    the intent file off the refreshing thread: a refresh that read :data:`PERSIST_MINIMUM`
+    records the file does not cover takes a snapshot (a few references per partition) and
+    queues the write (the positions' arrays, a CRC, an fsync), so the append that crosses
+    the mark does not wait for it. Without it the file is written in the caller.
     """
 
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self._lock = threading.Lock()
+        self.background: Callable[[Callable[[], None]], object] | None = None
+        self._generation = 0  # bumped by every reset: a queued write of an older one is moot
+        self._queued = False  # a background write is queued or running
         self._reset(None)
 
     def _reset(self, inode: int | None) -> None:
+        self._generation += 1
         self._inode = inode
         self._seen: tuple[int, int, int] | None = None  # (inode, size, ctime) last refreshed
+        self._seen_stat: os.stat_result | None = None  # that refresh's stat of the ledger
         self._parsed = 0
         self._last = b""
         self._positions: dict[bytes, list[int]] = {}
@@ -121,8 +134,9 @@ class LedgerIndex:
                 self._restore(info)
             if whole > self._parsed:
                 self._parse(whole)
-                self._persist(info)
+            self._persist(info)  # a cheap test unless enough is new (or the file is stale)
             self._seen = seen
+            self._seen_stat = info
             return self._mark(info.st_ino)
 
     def _mark(self, inode: int) -> LedgerMark:
@@ -187,18 +201,76 @@ class LedgerIndex:
             owners.setdefault(key[:32], set()).add(key[32:])
         self._owners = owners
         self._damaged = list(intents.damaged)
-        self._parsed = self._persisted = intents.count
+        self._parsed = intents.count
+        # A file accepted by its CRC, not by the ledger's identity (a copied save, or a
+        # ledger grown since), is written again naming the ledger as it is: the next open
+        # then hashes nothing.
+        current = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        self._persisted = intents.count if intents.ledger == current else 0
         self._last = intents.last
         self._crc = intents.crc
 
-    def _persist(self, info: os.stat_result) -> None:
-        """Write the intent file when enough records were read since it was (read side)."""
+    def _persist(self, info: os.stat_result, *, closing: bool = False) -> None:
+        """Write the intent file when enough records were read since it was (call under the
+        lock): :data:`PERSIST_MINIMUM` of them, or with ``closing`` any (for a ledger of at
+        least that many records), so the next open reads nothing but the file.
+
+        In the background when there is one (see the class), from a snapshot: the ledger's
+        count, CRC and last record, and per partition its positions list with its length
+        then (the lists only ever grow at their end, so their first ``length`` items stay
+        what they were; a reset replaces the dictionary, never a list's items).
+        """
         parsed, persisted = self._parsed, self._persisted
-        if parsed - persisted < PERSIST_MINIMUM:
+        wanted = 1 if closing and parsed >= PERSIST_MINIMUM else PERSIST_MINIMUM
+        if parsed - persisted < wanted:
             return
-        intents = Intents(parsed, self._crc, self._last, self._positions, self._damaged)
-        if write_intents(self._ledger.path, info, intents):
-            self._persisted = parsed
+        snapshot = [(key, found, len(found)) for key, found in self._positions.items()]
+        crc, last, damaged = self._crc, self._last, list(self._damaged)
+        generation = self._generation
+        path = self._ledger.path
+
+        def write() -> bool:
+            positions = {key: found[:length] for key, found, length in snapshot}
+            return write_intents(path, info, Intents(parsed, crc, last, positions, damaged))
+
+        background = None if closing else self.background
+        if background is None:
+            if write():
+                self._persisted = parsed
+            return
+        if self._queued:
+            return  # the queued write will be followed by another once it is done
+
+        def later() -> None:
+            written = False
+            try:
+                written = write()
+            except Exception as exc:  # an optimisation: never let it fail anything
+                _LOG.info("an intent file was not written (%s)", exc)
+            finally:
+                with self._lock:
+                    self._queued = False
+                    if written and generation == self._generation:
+                        self._persisted = max(self._persisted, parsed)
+
+        self._queued = True
+        try:
+            background(later)
+        except RuntimeError:  # shut down: closing writes what the file does not cover
+            self._queued = False
+
+    def persist(self) -> None:
+        """Bring the index up to date and write the intent file for every record it does
+        not cover yet, in the caller (at close: the next open then reads no ledger record).
+        Never raises: the file is an optimisation."""
+        try:
+            self.refresh()
+            with self._lock:
+                # The stat the parsed records were read under: the file names that identity.
+                if self._seen_stat is not None:
+                    self._persist(self._seen_stat, closing=True)
+        except PersistenceError as exc:
+            _LOG.info("an intent file was not written at close (%s)", exc)
 
     def _index(self, data: bytes, start: int, stop: int) -> None:
         view = memoryview(data)

@@ -44,10 +44,12 @@ from game_memory.store.packs import (
     read_pack_index,
     read_pack_range,
 )
-from game_memory.store.read_path import content_digests, persist, seeded_state, wants_persist
+from game_memory.store.read_chain import seeded_state
+from game_memory.store.read_path import content_digests, persist, wants_persist
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.state import (
+    Chain,
     PackPart,
     PartitionState,
     Segment,
@@ -183,7 +185,7 @@ class PartitionCache:
         folder = None if folder_inode is None else (os.fspath(session_directory), folder_inode)
         if not changed and not retracted and cached is not None:
             state = dataclasses.replace(cached, probes=tuple(probes), absent=absent, folder=folder)
-            self._remember(key, state)
+            state = self._remember(key, state)
             return self._persisted(session_directory, key, state)
         for series in (segments, retractions):
             for segment in series[:-1]:
@@ -209,9 +211,10 @@ class PartitionCache:
             absent,
             folder,
             tuple(retractions),
-            cached.read_file_count if cached is not None else 0,
+            # The chain covers a prefix of these memories only if they extend its view's.
+            cached.read_chain if extends and cached is not None else (),
         )
-        self._remember(key, state)
+        state = self._remember(key, state)
         return self._persisted(session_directory, key, state)
 
     def install_parts(
@@ -226,17 +229,21 @@ class PartitionCache:
         records, their memories)``: the first may grow the tail segment (its size before is
         the tail's end), the others (size before ``-1``) are the next new segments of the
         series, in order; a batch that rolls a partition over writes both. Only when
-        ``state`` is still the cached version and every file is exactly as it was plus the
-        records (same inode, that size; a new segment of the next number holding just
-        them); otherwise nothing is installed and the next read reads as before. Call under
-        the writer lock, after the write is durable.
+        ``state`` is still the cached version (or that version marked covered by a read
+        file since: ``_same_read``) and every file is exactly as it was plus the records
+        (same inode, that size; a new segment of the next number holding just them);
+        otherwise nothing is installed and the next read reads as before. An empty
+        partition (no view yet: its first batch or append) gets the view a read of the
+        new files would build. Call under the writer lock, after the write is durable.
         """
         key = (state.session_hash, state.owner_hash)
         with self._lock:
-            if self._states.get(key) is not state:
-                return False
-        if state.view is None or not parts:
+            current = self._states.get(key)
+        if current is None or not _same_read(current, state) or not parts:
             return False
+        # ``current`` is ``state`` itself or ``state`` marked covered by a read file written
+        # meanwhile (``_covered``): grow that one, so the coverage is not forgotten.
+        state = current
         segments = list(state.segments)
         probes = list(state.probes)
         # New segments' probes go where a read puts them: after the memory log's, before
@@ -300,11 +307,30 @@ class PartitionCache:
             return False  # not the absent set a read builds: let the next read build it
         next_now = segment_path(session_directory, state.owner_hash, len(segments))
         absent = tuple(next_now if path == next_before else path for path in state.absent)
-        view = _build_view(state.view, grown_by, session_directory, state.view.retractions)
+        folder = state.folder
+        if folder is None:
+            # The partition's first write created its session folder: name it as a read
+            # would, so a folder swapped for another is noticed (``is_current``).
+            folder_inode = session_folder(session_directory)
+            if folder_inode is None:
+                return False
+            folder = (os.fspath(session_directory), folder_inode)
+        if state.view is not None:
+            view = _build_view(state.view, grown_by, session_directory, state.view.retractions)
+        else:  # an empty partition (its first batch): built as a read of the files would
+            view = _build_view(None, grown_by, session_directory, state.retractions)
         grown = dataclasses.replace(
-            state, segments=tuple(segments), view=view, probes=tuple(probes), absent=absent
+            state,
+            segments=tuple(segments),
+            view=view,
+            probes=tuple(probes),
+            absent=absent,
+            folder=folder,
         )
-        self._remember(key, grown)
+        with self._lock:
+            if self._states.get(key) is not current:
+                return False  # replaced meanwhile: the next read reads the files
+            self._remember_locked(key, grown)
         self._persisted(session_directory, key, grown)
         return True
 
@@ -318,9 +344,9 @@ class PartitionCache:
         directory = os.fspath(session_directory)
         background = self.background
         if background is None:
-            if persist(directory, state, content_digests):
-                self._covered(key, state)
-                state = dataclasses.replace(state, read_file_count=state.memory_count)
+            chain = persist(directory, state, content_digests)
+            if chain is not None:
+                return self._covered(key, state, chain) or state
             return state
         with self._lock:
             if key in self._persisting:
@@ -346,25 +372,37 @@ class PartitionCache:
                 current = self._states.get(key)
             if current is None or (current is not state and not _grew_from(current, state)):
                 return
-            if persist(directory, state, content_digests):
-                self._covered(key, state)
+            chain = persist(directory, state, content_digests)
+            if chain is not None:
+                self._covered(key, state, chain)
         except (PersistenceError, OSError) as exc:
             _LOG.info("a read file was not written (%s)", exc)
         finally:
             with self._lock:
                 self._persisting.discard(key)
 
-    def _covered(self, key: tuple[str, str], state: PartitionState) -> None:
-        """Record that the read file now covers ``state``'s memories, on the cached state
-        if it is ``state`` or grew from it by appends only (the read file covers a prefix of
-        it then); a state replaced meanwhile (an erase, another file) is left alone."""
+    def _covered(
+        self, key: tuple[str, str], state: PartitionState, chain: Chain
+    ) -> PartitionState | None:
+        """Record that the read files now cover ``state``'s memories (as ``chain``), on the
+        cached state if it is ``state`` or grew from it by appends only (the chain covers a
+        prefix of it then); a state replaced meanwhile (an erase, another file) is left
+        alone.
+
+        Returns the cached state as marked (``None`` when it was left alone). The marked
+        state is a copy that differs only in ``read_chain`` (``_same_read``), so a writer
+        holding the unmarked one still installs what it wrote on top of it."""
         with self._lock:
             current = self._states.get(key)
-            if current is None or current.read_file_count >= state.memory_count:
-                return
+            if current is None:
+                return None
+            if current.read_chain == chain:
+                return current
             if current is not state and not _grew_from(current, state):
-                return
-            self._states[key] = dataclasses.replace(current, read_file_count=state.memory_count)
+                return None
+            marked = dataclasses.replace(current, read_chain=chain)
+            self._states[key] = marked
+            return marked
 
     def persist_all(self) -> int:
         """Write the read file of every cached partition it does not cover in full (at close).
@@ -379,7 +417,8 @@ class PartitionCache:
             if state.folder is None or state.read_file_count >= state.memory_count:
                 continue
             try:
-                written += persist(state.folder[0], state, content_digests, closing=True)
+                chain = persist(state.folder[0], state, content_digests, closing=True)
+                written += chain is not None
             except (PersistenceError, OSError) as exc:
                 _LOG.info("a read file was not written at close (%s)", exc)
         return written
@@ -538,38 +577,55 @@ class PartitionCache:
         )
         return segment, same_file
 
-    def _remember(self, key: tuple[str, str], state: PartitionState) -> None:
+    def _remember(self, key: tuple[str, str], state: PartitionState) -> PartitionState:
         with self._lock:
-            old = self._states.pop(key, None)
-            if old is not None:
-                self._entries -= old.memory_count
-            self._states[key] = state
-            self._entries += state.memory_count
-            while self._entries > self._maximum_entries and len(self._states) > 1:
-                _, evicted = self._states.popitem(last=False)
-                self._entries -= evicted.memory_count
+            return self._remember_locked(key, state)
+
+    def _remember_locked(self, key: tuple[str, str], state: PartitionState) -> PartitionState:
+        """Cache ``state`` (evicting the least recently used past the bound); the state as
+        cached (its read-file chain may be a newer one: see below)."""
+        old = self._states.pop(key, None)
+        if old is not None:
+            self._entries -= old.memory_count
+            if old.read_file_count > state.read_file_count and _grew_from(state, old):
+                # A read built ``state`` from ``old``'s version before the read-file thread
+                # marked it covered by a newer chain: keep that chain (the one on disk).
+                state = dataclasses.replace(state, read_chain=old.read_chain)
+        self._states[key] = state
+        self._entries += state.memory_count
+        while self._entries > self._maximum_entries and len(self._states) > 1:
+            _, evicted = self._states.popitem(last=False)
+            self._entries -= evicted.memory_count
+        return state
+
+
+def _same_read(current: PartitionState, state: PartitionState) -> bool:
+    """Whether ``current`` is ``state``, or a copy of it that differs only in the read
+    files covering its memories (``PartitionCache._covered``)."""
+    return current is state or (
+        current.view is state.view
+        and current.segments is state.segments
+        and current.packs is state.packs
+        and current.retraction_segments is state.retraction_segments
+        and current.probes is state.probes
+        and current.absent is state.absent
+    )
 
 
 def _grew_from(current: PartitionState, earlier: PartitionState) -> bool:
-    """Whether ``current`` is ``earlier`` plus appended memories: the same packs and
-    retractions, and its memory log the same files, each at least as long."""
+    """Whether ``current``'s memories are ``earlier``'s plus appended ones: the same packs,
+    and its memory log the same files, each at least as long (logs only grow between
+    rewrites, and a rewrite gives them other inodes). Its retractions may differ: read
+    files hold memories, not retractions."""
     if len(current.packs) != len(earlier.packs) or len(current.segments) < len(earlier.segments):
         return False
     if any(a is not b for a, b in zip(current.packs, earlier.packs, strict=True)):
-        return False
-    if [_identity(segment) for segment in current.retraction_segments] != [
-        _identity(segment) for segment in earlier.retraction_segments
-    ]:
         return False
     return current.memory_count >= earlier.memory_count and all(
         (now.path, now.device, now.inode) == (then.path, then.device, then.inode)
         and now.end >= then.end
         for now, then in zip(current.segments, earlier.segments, strict=False)
     )
-
-
-def _identity(segment: Segment[Retraction]) -> tuple[str, int, int, int]:
-    return (segment.path, segment.device, segment.inode, segment.end)
 
 
 def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> GameMemory:

@@ -111,12 +111,36 @@ class _Rows:
         )
 
 
+class _RowParts:
+    """Restored postings of consecutive ranges of memories (a read-file chain's parts):
+    a term's postings are its postings in each part, in part order (ascending documents)."""
+
+    def __init__(self, parts: Sequence[_Rows]) -> None:
+        self._parts = parts
+
+    @property
+    def terms(self) -> Sequence[str]:
+        found: set[str] = set()
+        for part in self._parts:
+            found.update(part.terms)
+        return sorted(found)
+
+    def postings(self, term: str) -> tuple[IntArray, FloatArray] | None:
+        found = [hit for hit in (part.postings(term) for part in self._parts) if hit is not None]
+        if len(found) <= 1:
+            return found[0] if found else None
+        return (
+            np.concatenate([documents for documents, _ in found]),
+            np.concatenate([frequencies for _, frequencies in found]),
+        )
+
+
 class LexicalIndex:
     """Token counts and an inverted index (term → documents, frequencies) of a partition."""
 
     _postings: dict[str, tuple[IntArray, FloatArray]]
     _shared: dict[str, tuple[IntArray, FloatArray]]
-    _rows: _Rows | None
+    _rows: _Rows | _RowParts | None
     lengths: IntArray
 
     def __init__(self, memories: Sequence[GameMemory], base: LexicalIndex | None = None) -> None:
@@ -164,19 +188,45 @@ class LexicalIndex:
         Raises:
             ValueError: the arrays do not fit together.
         """
-        terms, offsets, documents, frequencies, lengths = exported
-        if offsets.shape != (len(terms) + 1,) or int(offsets[0]) != 0:
-            raise ValueError("the posting offsets do not match the terms")
-        if int(offsets[-1]) != documents.size or documents.shape != frequencies.shape:
-            raise ValueError("the postings do not match their offsets")
-        if lengths.shape != (count,) or (documents.size and int(documents.max()) >= count):
-            raise ValueError("the postings name memories the index does not hold")
-        if np.any(np.diff(offsets) < 0):
-            raise ValueError("the posting offsets are not ordered")
+        return cls.restore_parts([exported], count)
+
+    @classmethod
+    def restore_parts(cls, parts: Sequence[PostingArrays], count: int) -> LexicalIndex:
+        """The index of ``count`` memories from the arrays of consecutive ranges of them (a
+        read-file chain, ``read_files.py``): each part's documents are positions in the
+        partition, after those of the parts before it; its lengths are its memories' token
+        counts. A term's postings are read from each part that has it.
+
+        Raises:
+            ValueError: the arrays do not fit together.
+        """
+        rows: list[_Rows] = []
+        start = 0
+        for exported in parts:
+            terms, offsets, documents, frequencies, lengths = exported
+            end = start + lengths.size
+            if offsets.shape != (len(terms) + 1,) or int(offsets[0]) != 0:
+                raise ValueError("the posting offsets do not match the terms")
+            if int(offsets[-1]) != documents.size or documents.shape != frequencies.shape:
+                raise ValueError("the postings do not match their offsets")
+            if lengths.ndim != 1 or (
+                documents.size and (int(documents.min()) < start or int(documents.max()) >= end)
+            ):
+                raise ValueError("the postings name memories the index does not hold")
+            if np.any(np.diff(offsets) < 0):
+                raise ValueError("the posting offsets are not ordered")
+            rows.append(_Rows(exported))
+            start = end
+        if start != count:
+            raise ValueError("the postings' token counts do not match the memories")
         index = cls.__new__(cls)
         index._postings, index._shared = {}, {}
-        index._rows = _Rows(exported)
-        index.lengths = lengths.astype(np.int64)
+        index._rows = rows[0] if len(rows) == 1 else _RowParts(rows)
+        index.lengths = (
+            np.concatenate([exported[4] for exported in parts]).astype(np.int64)
+            if parts
+            else np.empty(0, np.int64)
+        )
         return index
 
     def export(self) -> PostingArrays:

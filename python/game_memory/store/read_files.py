@@ -1,15 +1,24 @@
 """Read files: what a partition's reads derive from its records, persisted beside the save.
 
 Opening a large partition used to decode every record into a ``GameMemory`` and tokenize
-every text before the first recall could answer. A **read file**
-``.game-memory/read/s-<sha256(session)>/o-<sha256(owner)>.read`` keeps what a recall needs
-instead, for the partition's first ``count`` memories (in append order):
+every text before the first recall could answer. A partition's **read files** keep what a
+recall needs instead, for its first memories (in append order), as a **chain of parts**:
+``.game-memory/read/s-<sha256(session)>/o-<sha256(owner)>.read`` (part 0, from the first
+memory) and ``o-<sha256(owner)>.<n>.read`` (part ``n``), each covering the ``count``
+memories from its ``start``, the memories after those of the part before it, whose header
+CRC-32 it names (``previous``). A part holds, for its memories:
 
 * where each record is (file, offset, length), so a memory is decoded only when it is
   handed out (``lazy.py``);
 * its id, ``sha256(id)`` and content digest (the derived vector index joins on them);
-* the visibility columns (``columns.py``), the lexical index (``postings.py``) and the
-  belief/consolidation scan of ``view.py``.
+* the visibility columns (``columns.py``, with the chain's code tables as of its end: each
+  part's tables extend the tables of the part before), its postings and token counts
+  (``postings.py``; document numbers are positions in the partition), and the
+  belief/consolidation scan of ``view.py`` as of its end.
+
+So new memories cost a new part of their own size, never a rewrite of the partition's
+(``read_path.persist``: closing the store writes one part for what the chain does not
+cover; parts are merged in the background, never at close).
 
 It is **derived, disposable and never trusted over the save**. It names every file it was
 derived from (the owner's pack ranges and log segments) with its device, inode, the byte
@@ -48,7 +57,8 @@ bytes), as for the save files a read file covers (``Covered.unchanged``); deleti
 stamps (or the ``read`` folder) brings the full check back.
 
 Layout: ``GMREAD01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
-arrays (each at its offset from the end of the header, with its own CRC-32). A stamp:
+arrays (each at its offset from the end of the header, with its own CRC-32). Format 3
+(format 2 was one file per partition, rewritten whole: ignored and rebuilt). A stamp:
 ``GMRSTMP1`` (8) · device, inode, size u64 · mtime_ns, ctime_ns i64 · header CRC-32 u32 ·
 CRC-32 of the preceding 52 bytes u32.
 """
@@ -58,9 +68,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import mmap
 import os
-import stat
 import struct
 import time
 import zlib
@@ -74,40 +82,40 @@ import numpy.typing as npt
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
-from game_memory.store.columns import PredicateColumns
-from game_memory.store.postings import LexicalIndex, TermTable
+from game_memory.store.read_stamps import map_file, read_stamp, stamp_path, write_stamp
 
 __all__ = [
+    "COLUMN_NAMES",
     "READ_FOLDER",
     "SETTLED_NS",
     "Covered",
+    "Part",
     "ReadFile",
+    "encode_terms",
+    "file_crc",
     "file_times",
+    "header_crc_of",
     "load_read_file",
     "read_file_path",
     "read_stamp",
+    "remove_parts",
     "remove_read_files",
     "stamp_path",
     "write_read_file",
 ]
 
 READ_FOLDER = "read"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _MAGIC = b"GMREAD01"
 _HEAD = struct.Struct("<8sII")
 _MAXIMUM_BYTES = 1 << 31
 _CHUNK = 1 << 20
 _LOG = logging.getLogger("game_memory.store")
-_STAMP_MAGIC = b"GMRSTMP1"
-_STAMP = struct.Struct("<8sQQQqqI")
-_STAMP_BYTES = _STAMP.size + 4
+_TABLES = ("timelines", "scopes", "beliefs", "tags")
 
 #: A read file is stamped only if its change time is at least this old (ns) when a load
 #: takes its identity: later writes then land on a later clock tick and move it.
 SETTLED_NS = 2_000_000_000
-
-#: ``(device, inode, size, mtime_ns, ctime_ns)`` of a read file as a stamp names it.
-Identity = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +160,30 @@ def file_times(path: str) -> tuple[int, int, int]:
     return (info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
-@dataclass(frozen=True, slots=True)
-class ReadFile:
-    """A loaded, checked read file (see the module docstring)."""
+#: The column arrays a part holds (``columns.py``'s export, sliced to the part).
+COLUMN_NAMES = (
+    "ticks",
+    "importance",
+    "timeline_codes",
+    "has_expiry",
+    "expiry_ticks",
+    "scope_codes",
+    "kind_codes",
+    "belief_codes",
+)
 
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """What one part of a read-file chain holds (see the module docstring).
+
+    ``columns`` are the arrays named :data:`COLUMN_NAMES` (one value per memory) and
+    ``tag_offsets``/``tag_documents`` (per tag of ``tables["tags"]``, the positions holding
+    it, ascending); ``term_blob``/``term_offsets`` are the sorted terms (UTF-8, byte order),
+    ``posting_*`` their documents (positions) and frequencies, ``lengths`` the token counts.
+    """
+
+    start: int
     count: int
     files: tuple[Covered, ...]
     ids: list[str]
@@ -164,20 +192,58 @@ class ReadFile:
     location_lengths: npt.NDArray[np.uint32]
     hashes: bytes
     digests: bytes
-    columns: PredicateColumns
-    lexical: LexicalIndex
+    columns: dict[str, npt.NDArray[Any]]
+    tables: dict[str, list[str]]
+    term_blob: bytes
+    term_offsets: npt.NDArray[np.int64]
+    posting_offsets: npt.NDArray[np.int64]
+    posting_documents: npt.NDArray[np.int32]
+    posting_frequencies: npt.NDArray[np.int32]
+    lengths: npt.NDArray[np.int64]
     scan: Any
 
+    @property
+    def end(self) -> int:
+        """One past the last memory position the part covers."""
+        return self.start + self.count
 
-def read_file_path(session_directory: str, owner_hash: str) -> Path:
-    """Where the read file of a partition lives (``<data>/read/s-<hash>/o-<hash>.read``)."""
+
+@dataclass(frozen=True, slots=True)
+class ReadFile:
+    """A loaded, checked part: its content, the header CRC of the part it continues
+    (``previous``, 0 for part 0) and its own header's CRC-32 (what the next part names)."""
+
+    part: Part
+    previous: int
+    header_crc: int
+
+
+def read_file_path(session_directory: str, owner_hash: str, number: int = 0) -> Path:
+    """Where part ``number`` of a partition's read-file chain lives
+    (``<data>/read/s-<hash>/o-<hash>.read``, then ``o-<hash>.<number>.read``)."""
     data, session = os.path.split(session_directory)
-    return Path(data) / READ_FOLDER / session / f"o-{owner_hash}.read"
+    name = f"o-{owner_hash}.read" if number == 0 else f"o-{owner_hash}.{number}.read"
+    return Path(data) / READ_FOLDER / session / name
 
 
-def stamp_path(path: Path) -> Path:
-    """The verified stamp beside a read file (``o-<hash>.read`` -> ``o-<hash>.verified``)."""
-    return path.with_suffix(".verified")
+def remove_parts(session_directory: str, owner_hash: str, first: int) -> None:
+    """Delete parts ``first``, ``first + 1``... of a chain and their stamps (until one is
+    missing): parts a merge or a rewrite of an earlier part left unreachable. Never raises
+    (they would be ignored anyway: each names the header of the part it continues)."""
+    number = first
+    while True:
+        path = read_file_path(session_directory, owner_hash, number)
+        if not os.path.lexists(path):
+            return
+        for stale in (path, stamp_path(path), path.with_suffix(".covered")):
+            try:
+                os.unlink(stale)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                _LOG.info("the read file %s was not removed (%s)", stale, exc)
+                return
+        number += 1
 
 
 def remove_read_files(data: Path, session_hash: str) -> None:
@@ -240,46 +306,45 @@ def _unstrings(blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> l
     return [data[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
 
 
+def encode_terms(terms: Sequence[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
+    """Sorted terms as one UTF-8 blob and offsets (a part's ``term_blob``/``term_offsets``)."""
+    blob, offsets = _strings(terms)
+    return blob.tobytes(), offsets
+
+
 def write_read_file(
-    path: Path,
-    *,
-    session_hash: str,
-    owner_hash: str,
-    files: list[Covered],
-    locations: list[tuple[int, int, int]],
-    ids: list[str],
-    hashes: bytes,
-    digests: bytes,
-    columns: PredicateColumns,
-    lexical: LexicalIndex,
-    scan: Any,
-) -> bool:
-    """Write a read file atomically (see the module docstring); whether it was written.
+    path: Path, *, session_hash: str, owner_hash: str, part: Part, previous: int
+) -> int | None:
+    """Write one part of a chain atomically (see the module docstring); its header's CRC-32
+    (what the next part names), or ``None`` when it was not written.
 
     A read file is an optimisation: when it cannot be written (a read-only save, a full
     disk) reads simply go on without one.
     """
-    count = len(ids)
     arrays: dict[str, npt.NDArray[Any]] = {}
-    column_arrays, tables = columns.export()
-    arrays.update({f"column_{name}": array for name, array in column_arrays.items()})
-    terms, offsets, documents, frequencies, lengths = lexical.export()
-    arrays["term_blob"], arrays["term_offsets"] = _strings(terms)
+    arrays.update({f"column_{name}": array for name, array in part.columns.items()})
+    arrays["term_blob"] = np.frombuffer(part.term_blob, np.uint8)
+    arrays["term_offsets"] = part.term_offsets
     arrays.update(
-        posting_offsets=offsets, posting_documents=documents, posting_frequencies=frequencies
+        posting_offsets=part.posting_offsets,
+        posting_documents=part.posting_documents,
+        posting_frequencies=part.posting_frequencies,
     )
-    arrays["lengths"] = lengths
+    arrays["lengths"] = part.lengths
     # Ids end with a NUL each when none holds one: restoring them is then one split.
+    ids = part.ids
     separated = not any("\0" in memory_id for memory_id in ids)
-    arrays["id_blob"], arrays["id_offsets"] = _strings(
-        [memory_id + "\0" for memory_id in ids] if separated else ids
-    )
-    located = np.asarray(locations, np.int64).reshape(-1, 3)
-    arrays["location_files"] = located[:, 0].astype(np.uint32)
-    arrays["location_offsets"] = located[:, 1]
-    arrays["location_lengths"] = located[:, 2].astype(np.uint32)
-    arrays["hashes"] = np.frombuffer(hashes, np.uint8)
-    arrays["digests"] = np.frombuffer(digests, np.uint8)
+    if separated:
+        joined = "\0".join(ids) + "\0" if ids else ""
+        arrays["id_blob"] = np.frombuffer(joined.encode("utf-8"), np.uint8)
+        arrays["id_offsets"] = np.zeros(1, np.int64)
+    else:
+        arrays["id_blob"], arrays["id_offsets"] = _strings(ids)
+    arrays["location_files"] = part.location_files
+    arrays["location_offsets"] = part.location_offsets
+    arrays["location_lengths"] = part.location_lengths
+    arrays["hashes"] = np.frombuffer(part.hashes, np.uint8)
+    arrays["digests"] = np.frombuffer(part.digests, np.uint8)
     body: list[bytes] = []
     described: dict[str, list[Any]] = {}
     position = 0
@@ -295,23 +360,26 @@ def write_read_file(
         "format_version": FORMAT_VERSION,
         "session": session_hash,
         "owner": owner_hash,
-        "count": count,
-        "files": [list(vars_of(covered)) for covered in files],
-        "tables": tables,
+        "start": part.start,
+        "count": part.count,
+        "previous": previous,
+        "files": [list(vars_of(covered)) for covered in part.files],
+        "tables": part.tables,
         "ids_separated": separated,
-        "scan": scan,
+        "scan": part.scan,
         "arrays": described,
     }
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    data = _HEAD.pack(_MAGIC, len(encoded), zlib.crc32(encoded)) + encoded + b"".join(body)
+    header_crc = zlib.crc32(encoded)
+    data = _HEAD.pack(_MAGIC, len(encoded), header_crc) + encoded + b"".join(body)
     try:
         fs.ensure_directory(path.parent.parent, durable=False)
         fs.ensure_directory(path.parent, durable=False)
         fs.atomic_write(path, data)
     except PersistenceError as exc:
         _LOG.info("the read file %s was not written (%s); reads go on without it", path, exc)
-        return False
-    return True
+        return None
+    return header_crc
 
 
 def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int, int, int, int]:
@@ -323,7 +391,7 @@ def vars_of(covered: Covered) -> tuple[str, int, int, int, int, int, int, int, i
 
 def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile | None:
     """Load and check a read file on its own (not yet against the save: see
-    :func:`game_memory.store.read_path.seeded_state`); ``None`` when absent or unusable.
+    :func:`game_memory.store.read_chain.seeded_state`); ``None`` when absent or unusable.
 
     The arrays' CRCs are skipped when a verified stamp names this very file (see the module
     docstring); a load that checked them all stamps the file.
@@ -346,91 +414,35 @@ def load_read_file(path: Path, session_hash: str, owner_hash: str) -> ReadFile |
             _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
             return None
         if vouched != header_crc and started - identity[4] >= SETTLED_NS:
-            _stamp(path, fd, identity, header_crc)
+            write_stamp(path, fd, identity, header_crc)
         return read
     finally:
         os.close(fd)
 
 
-def read_stamp(path: Path) -> tuple[Identity, int] | None:
-    """A stamp's read-file identity and header CRC; ``None`` if absent or unusable."""
+def header_crc_of(path: Path) -> int | None:
+    """The header CRC-32 a part names itself by (what the next part names as previous),
+    read from its first 16 bytes without checking anything else; ``None`` if absent."""
     try:
-        found = fs.read_file(path, _STAMP_BYTES)
-    except PersistenceError:
-        return None
-    if found is None or len(found[0]) != _STAMP_BYTES:
-        return None
-    body = found[0][: _STAMP.size]
-    if zlib.crc32(body) != int.from_bytes(found[0][_STAMP.size :], "little"):
-        return None
-    magic, device, inode, size, modified, changed, header_crc = _STAMP.unpack(body)
-    if magic != _STAMP_MAGIC:
-        return None
-    return (device, inode, size, modified, changed), header_crc
-
-
-def _identity(info: os.stat_result) -> Identity:
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-
-
-def _stamp(path: Path, fd: int, identity: Identity, header_crc: int) -> bool:
-    """Stamp the read file open as ``fd`` (``identity`` taken before its arrays were
-    checked) as verified; whether a stamp was written (never raises).
-
-    The file is fsynced first, so the stamp never outlives the bytes it vouches for, and no
-    stamp is written if the file changed meanwhile.
-    """
-    try:
-        os.fsync(fd)
-        if _identity(os.fstat(fd)) != identity:
-            return False
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return False
-    body = _STAMP.pack(_STAMP_MAGIC, *identity, header_crc)
-    try:
-        fs.atomic_write(stamp_path(path), body + zlib.crc32(body).to_bytes(4, "little"))
-    except (PersistenceError, OSError) as exc:
-        _LOG.info("the stamp of %s was not written (%s)", path, exc)
-        return False
-    return True
-
-
-def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity] | None:
-    """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
-
-    Returns the map, the descriptor (the caller closes it) and the file's identity as
-    ``fstat`` saw it before the map.
-
-    Raises:
-        PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
-            unreadable.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
-    except FileNotFoundError:
         return None
-    except OSError as exc:
-        raise PersistenceError(f"could not open {path}: {exc.strerror}") from exc
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > maximum_bytes:
-            raise PersistenceError(f"{path} is not a file this store wrote")
-        if info.st_size == 0:
-            return memoryview(b""), fd, _identity(info)
-        view = memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
-        return view, fd, _identity(info)
-    except OSError as exc:
+        head = os.pread(fd, _HEAD.size, 0)
+    except OSError:
+        return None
+    finally:
         os.close(fd)
-        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
-    except BaseException:
-        os.close(fd)
-        raise
+    if len(head) != _HEAD.size:
+        return None
+    magic, _, crc = _HEAD.unpack(head)
+    return int(crc) if magic == _MAGIC else None
 
 
 def _decode(
     data: memoryview, session_hash: str, owner_hash: str, vouched: int | None = None
 ) -> tuple[ReadFile, int]:
-    """The read file and its header's CRC; the arrays' CRCs are computed unless a stamp
+    """The part and its header's CRC; the arrays' CRCs are computed unless a stamp
     ``vouched`` for this very file with that header CRC."""
     magic, length, crc = _HEAD.unpack_from(data)
     if magic != _MAGIC:
@@ -454,31 +466,46 @@ def _decode(
         if array.size != size:
             raise ValueError(f"array {name} has the wrong size")
         arrays[name] = array
-    count = int(header["count"])
-    column_arrays = {
-        name[len("column_") :]: array for name, array in arrays.items() if name[:7] == "column_"
-    }
-    columns = PredicateColumns.restore((column_arrays, header["tables"]), count)
-    terms = TermTable(arrays["term_blob"].tobytes(), arrays["term_offsets"])
-    lexical = LexicalIndex.restore(
-        (
-            terms,
-            arrays["posting_offsets"],
-            arrays["posting_documents"],
-            arrays["posting_frequencies"],
-            arrays["lengths"],
-        ),
-        count,
-    )
+    first, count, previous = int(header["start"]), int(header["count"]), int(header["previous"])
+    if first < 0 or count < 0 or (first == 0) != (previous == 0):
+        raise ValueError("its place in the chain is not one a writer gives")
+    end = first + count
+    columns = {name: arrays[f"column_{name}"] for name in COLUMN_NAMES}
+    columns["tag_offsets"] = arrays["column_tag_offsets"].astype(np.int64)
+    columns["tag_documents"] = arrays["column_tag_documents"].astype(np.int64)
+    tables = {key: [str(value) for value in header["tables"][key]] for key in _TABLES}
+    for name in COLUMN_NAMES:
+        if columns[name].shape != (count,):
+            raise ValueError(f"column {name} does not match its count")
+    tag_offsets, tag_documents = columns["tag_offsets"], columns["tag_documents"]
+    if tag_offsets.shape != (len(tables["tags"]) + 1,) or int(tag_offsets[-1]) != (
+        tag_documents.size
+    ):
+        raise ValueError("its tag columns do not match their table")
+    if tag_documents.size and (int(tag_documents.min()) < first or int(tag_documents.max()) >= end):
+        raise ValueError("a tag names a memory the part does not hold")
+    term_offsets = arrays["term_offsets"].astype(np.int64)
+    posting_offsets = arrays["posting_offsets"].astype(np.int64)
+    documents = arrays["posting_documents"]
+    frequencies = arrays["posting_frequencies"]
+    lengths = arrays["lengths"]
+    if lengths.shape != (count,) or documents.shape != frequencies.shape:
+        raise ValueError("its postings do not match its count")
+    if posting_offsets.shape != (term_offsets.size,) or (
+        posting_offsets.size and int(posting_offsets[-1]) != documents.size
+    ):
+        raise ValueError("its postings do not match their terms")
+    if documents.size and (int(documents.min()) < first or int(documents.max()) >= end):
+        raise ValueError("its postings name memories the part does not hold")
     if header["ids_separated"] is True:
         ids = arrays["id_blob"].tobytes().decode("utf-8").split("\0")
         if ids.pop() != "":
             raise ValueError("its ids do not end with a separator")
     else:
         ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
-    files = tuple(Covered(*entry) for entry in header["files"])
     if any(len(entry) != 9 for entry in header["files"]):
         raise ValueError("a covered file is not described in full")
+    files = tuple(Covered(*entry) for entry in header["files"])
     location_files = arrays["location_files"]
     if len(ids) != count or location_files.size != count:
         raise ValueError("its ids or locations do not match its count")
@@ -487,7 +514,8 @@ def _decode(
     hashes, digests = arrays["hashes"].tobytes(), arrays["digests"].tobytes()
     if len(hashes) != 32 * count or len(digests) != 32 * count:
         raise ValueError("its digests do not match its count")
-    read = ReadFile(
+    part = Part(
+        first,
         count,
         files,
         ids,
@@ -497,7 +525,13 @@ def _decode(
         hashes,
         digests,
         columns,
-        lexical,
+        tables,
+        arrays["term_blob"].tobytes(),
+        term_offsets,
+        posting_offsets,
+        documents.astype(np.int32, copy=False),
+        frequencies.astype(np.int32, copy=False),
+        lengths.astype(np.int64, copy=False),
         header["scan"],
     )
-    return read, crc
+    return ReadFile(part, previous, crc), crc

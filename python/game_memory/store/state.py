@@ -27,9 +27,13 @@ from game_memory.store.packs import PackIndex
 from game_memory.store.retractions import Retraction
 from game_memory.store.view import PartitionView
 
-__all__ = ["PackPart", "PartitionState", "Segment", "is_current", "session_folder"]
+__all__ = ["Chain", "PackPart", "PartitionState", "Segment", "is_current", "session_folder"]
 
 _Item = TypeVar("_Item")
+
+#: A partition's read-file chain as the cache knows it (``read_path.py``): per part, in
+#: order, how many memories it covers and its header's CRC-32 (what the next part names).
+Chain = tuple[tuple[int, int], ...]
 
 
 def _no_starts() -> npt.NDArray[np.int64]:
@@ -80,8 +84,13 @@ class PartitionState:
     absent: tuple[str, ...] = ()
     folder: tuple[str, int] | None = None  # the session folder and its inode, if it existed
     retraction_segments: tuple[Segment[Retraction], ...] = ()
-    #: How many of the memories the partition's read file covers (``read_path.py``).
-    read_file_count: int = 0
+    #: The partition's read-file chain (``read_path.py``): what of its memories it covers.
+    read_chain: Chain = ()
+
+    @property
+    def read_file_count(self) -> int:
+        """How many of the memories the partition's read files cover (its first ones)."""
+        return sum(count for count, _ in self.read_chain)
 
     @property
     def memory_count(self) -> int:

@@ -40,6 +40,11 @@ _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 # Python's \w is a superset of the reference's word characters (it also takes No and Nl
 # numbers such as "²"); non-ASCII runs are re-checked character by character below.
 _PATTERN = re.compile(f"([^\\W{_CJK}\U00010000-\U0010ffff]+)|([{_CJK}]+)")
+# ASCII text has no CJK, kana or astral characters, and its words are exactly the runs of
+# ``[0-9A-Za-z_]`` (Python's ``\w`` on ASCII), lower-cased by ``str.lower``: one
+# ``findall`` gives the same tokens as the general scan, about four times faster (a bulk
+# ingest tokenizes every memory once for its read file).
+_ASCII_WORD = re.compile("[0-9A-Za-z_]+")
 _WORD_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nd"})
 
 
@@ -144,6 +149,8 @@ def tokenize(text: str | None) -> list[str]:
     """
     if not text or text.isspace():
         return []
+    if text.isascii():  # one UTF-16 unit per character: the cut is a plain slice
+        return _ASCII_WORD.findall(text[:MAXIMUM_UTF16_UNITS].lower())[:MAXIMUM_TOKENS]
     tokens: list[str] = []
     for match in _PATTERN.finditer(_truncate_utf16(text)):
         word = match.group(1)

@@ -1,0 +1,115 @@
+"""Verified stamps of read-file parts: a load that checked every array of a part says so.
+
+Computing the CRC-32 of every array is most of an open's cost. After a load has checked
+them all, a stamp ``o-<sha256(owner)>[.n].verified`` beside the part records the part's
+identity (device, inode, size, modification and change times, as ``fstat`` saw it before
+the check) and its header's CRC-32; a later load of the very same file (equal identity and
+header CRC) skips the arrays' CRCs. See ``read_files.py`` for when one is written (only
+after the part is fsynced, and only for a file changed at least ``SETTLED_NS`` before).
+
+Layout: ``GMRSTMP1`` (8) · device, inode, size u64 · mtime_ns, ctime_ns i64 · header CRC-32
+u32 · CRC-32 of the preceding 52 bytes u32.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import stat
+import struct
+import zlib
+from pathlib import Path
+
+from game_memory.durable import fs
+from game_memory.errors import PersistenceError
+
+__all__ = ["Identity", "map_file", "read_stamp", "stamp_path", "write_stamp"]
+
+_LOG = logging.getLogger("game_memory.store")
+_STAMP_MAGIC = b"GMRSTMP1"
+_STAMP = struct.Struct("<8sQQQqqI")
+_STAMP_BYTES = _STAMP.size + 4
+
+#: ``(device, inode, size, mtime_ns, ctime_ns)`` of a read file as a stamp names it.
+Identity = tuple[int, int, int, int, int]
+
+
+def stamp_path(path: Path) -> Path:
+    """The verified stamp beside a read file (``o-<hash>[.n].read`` -> ``.verified``)."""
+    return path.with_suffix(".verified")
+
+
+def read_stamp(path: Path) -> tuple[Identity, int] | None:
+    """A stamp's read-file identity and header CRC; ``None`` if absent or unusable."""
+    try:
+        found = fs.read_file(path, _STAMP_BYTES)
+    except PersistenceError:
+        return None
+    if found is None or len(found[0]) != _STAMP_BYTES:
+        return None
+    body = found[0][: _STAMP.size]
+    if zlib.crc32(body) != int.from_bytes(found[0][_STAMP.size :], "little"):
+        return None
+    magic, device, inode, size, modified, changed, header_crc = _STAMP.unpack(body)
+    if magic != _STAMP_MAGIC:
+        return None
+    return (device, inode, size, modified, changed), header_crc
+
+
+def _identity(info: os.stat_result) -> Identity:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def write_stamp(path: Path, fd: int, identity: Identity, header_crc: int) -> bool:
+    """Stamp the read file open as ``fd`` (``identity`` taken before its arrays were
+    checked) as verified; whether a stamp was written (never raises).
+
+    The file is fsynced first, so the stamp never outlives the bytes it vouches for, and no
+    stamp is written if the file changed meanwhile.
+    """
+    try:
+        os.fsync(fd)
+        if _identity(os.fstat(fd)) != identity:
+            return False
+    except OSError:
+        return False
+    body = _STAMP.pack(_STAMP_MAGIC, *identity, header_crc)
+    try:
+        fs.atomic_write(stamp_path(path), body + zlib.crc32(body).to_bytes(4, "little"))
+    except (PersistenceError, OSError) as exc:
+        _LOG.info("the stamp of %s was not written (%s)", path, exc)
+        return False
+    return True
+
+
+def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity] | None:
+    """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
+
+    Returns the map, the descriptor (the caller closes it) and the file's identity as
+    ``fstat`` saw it before the map.
+
+    Raises:
+        PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
+            unreadable.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PersistenceError(f"could not open {path}: {exc.strerror}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > maximum_bytes:
+            raise PersistenceError(f"{path} is not a file this store wrote")
+        if info.st_size == 0:
+            return memoryview(b""), fd, _identity(info)
+        view = memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
+        return view, fd, _identity(info)
+    except OSError as exc:
+        os.close(fd)
+        raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
+    except BaseException:
+        os.close(fd)
+        raise
