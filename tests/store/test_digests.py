@@ -60,3 +60,17 @@ async def test_an_append_leaves_the_digests_the_index_would_compute(
     assert await store.append(memory)
     found = digests_module.encoded_digests.known([memory])
     assert found == [(memory_hash("m1"), content_digest(memory))]
+
+
+async def test_closing_the_store_keeps_no_memory_alive_in_the_cache(
+    make_store: Any, make_memory: MemoryFactory
+) -> None:
+    # The cache is the process's; a closed save's memories must not stay referenced by it
+    # (a game loading one save slot after another would otherwise keep the old ones).
+    store = make_store()
+    memory = make_memory("m1", text="a new memory")
+    assert await store.append(memory)
+    assert digests_module.encoded_digests.known([memory]) != [None]
+    await store.aclose()
+    assert digests_module.encoded_digests.known([memory]) == [None]
+    assert len(digests_module.encoded_digests) == 0

@@ -9,7 +9,9 @@ by the memory object; the index's write and the read file's part of the same obj
 it instead of serializing each memory twice more (about 4 us each). Entries hold their
 memory (so an id is never reused by another object while cached).
 
-Bound: :data:`MAXIMUM` memories, least recently remembered dropped first; a miss only
+Bound: :data:`MAXIMUM` memories, least recently remembered dropped first (the index's write
+follows the save's append or batch at once, so the window needed is one batch); closing a
+file store empties it, so a closed save's memories are not kept alive by it. A miss only
 means the digest is computed from the memory, as without this cache.
 """
 
@@ -24,8 +26,8 @@ from game_memory.model import GameMemory
 
 __all__ = ["MAXIMUM", "EncodedDigests", "encoded_digests"]
 
-#: How many memories' digests are kept (a bulk ingest's batches, many times over).
-MAXIMUM = 200_000
+#: How many memories' digests are kept (a bulk ingest's batch of 10,000, three times over).
+MAXIMUM = 32_768
 #: ``{"format_version":N,"memory":`` before the memory's JSON in a record payload.
 _PREFIX = len(b'{"format_version":1,"memory":')
 
@@ -64,6 +66,15 @@ class EncodedDigests:
                 cache[id(entry[0])] = entry
             while len(cache) > self._maximum:
                 cache.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every memory (a store closed: its memories are not kept alive here)."""
+        with self._lock:
+            self._cache.clear()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._cache)
 
     def known(self, memories: Sequence[GameMemory]) -> list[tuple[bytes, bytes] | None]:
         """Each memory's digests if this cache holds that very object, else ``None``."""

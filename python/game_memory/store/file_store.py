@@ -48,6 +48,7 @@ from game_memory.model import (
 )
 from game_memory.store.batches import write_batch
 from game_memory.store.check import check_store
+from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
 from game_memory.store.erasing import compact, erase
 from game_memory.store.group_commit import GroupCommitter
@@ -479,5 +480,7 @@ class FileGameMemoryStore:
                 # The next open decodes nothing the read files do not cover, and reads no
                 # ledger record the intent files do not.
                 self._engine.persist_derived()
+                # The digests kept for the derived files hold memory objects: not past close.
+                encoded_digests.clear()
 
             await asyncio.get_running_loop().run_in_executor(None, close_out)
