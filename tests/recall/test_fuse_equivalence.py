@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,14 +27,27 @@ from game_memory.recall.fusion import (
     FusionMode,
     FusionOptions,
     _best_possible,
+    _candidate,
     _clip,
-    _Row,
     _scale,
     fuse,
 )
 from support.vectors import MemoryFactory
 
 # -- the reference: fuse and _contribution as they were (on the helpers this change kept) --
+
+
+@dataclass(slots=True)
+class _Row:
+    """The row object fusion used before its rows became plain lists (verbatim)."""
+
+    memory: GameMemory
+    score: float = 0.0
+    lexical_rank: int | None = None
+    vector_rank: int | None = None
+    lexical_score: float | None = None
+    vector_score: float | None = None
+    vector: npt.NDArray[np.float32] | None = None
 
 
 def fuse_reference(
@@ -311,6 +325,32 @@ def test_fuse_equals_the_reference_with_nan(make_memory: MemoryFactory, seed: in
             update={"mode": rng.choice((FusionMode.RRF, FusionMode.CONVEX))}
         )
     arguments = (lexical, vector, options, limit, vectors)
+    assert _outcome(*arguments, implementation=fuse) == _outcome(
+        *arguments, implementation=fuse_reference
+    )
+
+
+def test_a_candidate_built_by_fusion_equals_one_built_by_its_constructor(
+    make_memory: MemoryFactory,
+) -> None:
+    """``fuse`` builds its candidates without ``FusedCandidate.__init__``: same fields."""
+    memory = make_memory("m-1", owner_id="elda")
+    vector = np.ones(4, np.float32)
+    built = _candidate([memory, 0.25, 1, None, 3.5, None, vector], 0.5)
+    expected = FusedCandidate(memory, 0.25, 1, None, 3.5, None, 0.5, vector)
+    assert built == expected
+    assert vars(built) == vars(expected)
+    assert repr(built) == repr(expected)
+    with pytest.raises(AttributeError):
+        built.score = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("limit", [-5, -1, 0, 3])
+def test_fuse_cuts_like_the_reference_at_any_limit(make_memory: MemoryFactory, limit: int) -> None:
+    memories = [make_memory(f"m-{index}", owner_id="elda", tick=index) for index in range(8)]
+    lexical = [(memory, 1.0) for memory in memories[:4]]  # all tied
+    vector = [(memory, 0.5) for memory in memories[4:]]
+    arguments = (lexical, vector, FusionOptions(mode=FusionMode.RRF), limit, None)
     assert _outcome(*arguments, implementation=fuse) == _outcome(
         *arguments, implementation=fuse_reference
     )

@@ -75,10 +75,10 @@ from __future__ import annotations
 import functools
 import math
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -156,13 +156,17 @@ class FusionOptions(BaseModel):
     floor_candidates: Annotated[int, Field(ge=1, le=4_096)] = 16
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FusedCandidate:
     """A candidate after fusion, with the evidence from each channel.
 
     ``relevance`` is ``score`` as a fraction of the best score the fusion could give in this
     recall (see the module docstring); ``vector`` is the memory's unit vector when the
     vector channel returned it (the reranker compares memories with it), else ``None``.
+
+    Its fields live in an instance dictionary (no ``__slots__``) so that :func:`fuse` can
+    build its candidates by :func:`_candidate`, a third of the cost of the frozen
+    ``__init__`` (which sets each field through ``object.__setattr__``).
     """
 
     memory: GameMemory
@@ -188,7 +192,7 @@ def fuse(
     Ties are broken by importance, then newer tick, then owner and memory id (ordinal).
 
     On a recall's hot path (32 candidates a channel): each channel's contributions are
-    computed in one pass before the candidates are merged, the merged rows are ordered
+    computed in one pass, the candidates are merged into plain lists (:data:`_Row`), ordered
     before they become candidates, and only the ``limit`` kept become ``FusedCandidate``
     (a frozen dataclass, the costliest object to build here).
 
@@ -196,106 +200,120 @@ def fuse(
         DerivedIndexError: one memory key arrives with two different contents.
     """
     rows: dict[tuple[str, str], _Row] = {}
-    for row, rank, score in _merged(rows, lexical, _contributions(options, 0, lexical)):
-        row.lexical_rank, row.lexical_score = rank + 1, score
-    for row, rank, score in _merged(rows, vector, _contributions(options, 1, vector)):
-        row.vector_rank, row.vector_score = rank + 1, score
-        if vectors is not None:
-            row.vector = vectors[rank]
+    _merge(rows, lexical, _contributions(options, 0, lexical), 0, None)
+    _merge(rows, vector, _contributions(options, 1, vector), 1, vectors)
     best = _best_possible(options, bool(lexical), bool(vector))
-    ordered = _in_order(list(rows.values()))
     return [
-        FusedCandidate(
-            r.memory,
-            r.score,
-            r.lexical_rank,
-            r.vector_rank,
-            r.lexical_score,
-            r.vector_score,
-            min(max(r.score / best, 0.0), 1.0) if best > 0 else 0.0,
-            r.vector,
-        )
-        for r in ordered[:limit]
+        _candidate(r, min(max(r[1] / best, 0.0), 1.0) if best > 0 else 0.0)
+        for r in _in_order(list(rows.values()), limit)
     ]
 
 
-def _merged(
+_new = object.__new__
+_set_attribute = object.__setattr__
+
+
+def _candidate(row: _Row, relevance: float) -> FusedCandidate:
+    """``FusedCandidate(*row[:6], relevance, row[6])``, built without its ``__init__``:
+    the same fields in the same instance dictionary (``tests/recall/test_fuse_equivalence.py``
+    compares the two)."""
+    candidate: FusedCandidate = _new(FusedCandidate)
+    _set_attribute(
+        candidate,
+        "__dict__",
+        {
+            "memory": row[0],
+            "score": row[1],
+            "lexical_rank": row[2],
+            "vector_rank": row[3],
+            "lexical_score": row[4],
+            "vector_score": row[5],
+            "relevance": relevance,
+            "vector": row[6],
+        },
+    )
+    return candidate
+
+
+#: A candidate while it is fused, as a plain list (cheaper to build and update than an
+#: object): ``[memory, score, lexical_rank, vector_rank, lexical_score, vector_score,
+#: vector]``; the score starts at 0.0 and each channel adds its contribution.
+_Row = list[Any]
+
+
+def _merge(
     rows: dict[tuple[str, str], _Row],
     candidates: Sequence[tuple[GameMemory, float]],
     added: Sequence[float],
-) -> Iterator[tuple[_Row, int, float]]:
-    """Each of a channel's candidates as its row in ``rows`` (made when new), with its rank
-    (from 0) and score; its contribution is added to the row's fused score."""
+    channel: int,
+    vectors: Sequence[npt.NDArray[np.float32]] | None,
+) -> None:
+    """Merge one channel's candidates (``channel`` 0 lexical, 1 vector) into ``rows``: each
+    gets its row (made when new) and, by its rank (from 0), its contribution ``added``,
+    its 1-based rank, its score and (when given) its vector. A later candidate of the same
+    key in one channel overwrites the earlier one's rank and score and adds again."""
     for rank, (memory, score) in enumerate(candidates):
         key = (memory.owner_id, memory.memory_id)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = _Row(memory)
-        elif row.memory is not memory and row.memory != memory:
+            row = rows[key] = [memory, 0.0, None, None, None, None, None]
+        elif row[0] is not memory and row[0] != memory:
             raise DerivedIndexError(
                 f"memory {memory.memory_id!r} reached fusion with two different contents"
             )
-        row.score += added[rank]
-        yield row, rank, score
+        row[1] += added[rank]
+        row[2 + channel] = rank + 1
+        row[4 + channel] = score
+        if vectors is not None:
+            row[6] = vectors[rank]
 
 
-def _in_order(rows: list[_Row]) -> list[_Row]:
-    """``rows`` as ``sorted(rows, key=_fusion_order)`` gives them, computing that key only
-    for rows whose scores tie.
+def _in_order(rows: list[_Row], limit: int) -> list[_Row]:
+    """The first ``limit`` of ``sorted(rows, key=_fusion_order)``, computing that key only
+    when some scores tie, and then only for the rows up to the cut.
 
-    Sorted by score alone first (stable, highest first). Where every score differs, that
-    is the order (the score decides every comparison of the full key); where some are
-    equal, each run of equal scores is sorted by the full key: the same order, equal keys
-    kept in input order as a stable sort keeps them. A NaN (a score, or the importance of
-    a tied row) would make the order depend on which comparisons a sort happens to make,
-    so then the full sort runs as it always did.
+    Sorted by score alone first (highest first). Where every score differs (and none is
+    NaN), that is the order: the score decides every comparison of the full key. Where
+    some tie, the rows down to the last one scoring what the ``limit``-th does (whole
+    groups of equal scores, the best ones) are sorted by the full key: its first item is the
+    score, and rows of one score differ in their ids, so that is the full sort's start.
+    A NaN (a score, or any importance once some scores tie) would make the order depend on
+    which comparisons a sort happens to make, so then the full sort runs over ``rows`` as
+    given, as it always did.
     """
     ordered = sorted(rows, key=_score, reverse=True)
-    scores = [row.score for row in ordered]
+    scores = [row[1] for row in ordered]
     if all(map(operator.gt, scores, scores[1:])):
-        return ordered  # all distinct, none NaN
-    if not all(map(operator.ge, scores, scores[1:])):
-        return sorted(rows, key=_fusion_order)  # a NaN score
-    start = 0
-    for index in range(1, len(scores) + 1):
-        if index < len(scores) and scores[index] == scores[start]:
-            continue
-        if index - start > 1:
-            run = ordered[start:index]
-            if any(math.isnan(row.memory.importance) for row in run):
-                return sorted(rows, key=_fusion_order)
-            ordered[start:index] = sorted(run, key=_fusion_order)
-        start = index
-    return ordered
+        return ordered[:limit]  # all distinct, none NaN
+    if not all(map(operator.ge, scores, scores[1:])) or any(
+        math.isnan(row[0].importance) for row in rows
+    ):
+        return sorted(rows, key=_fusion_order)[:limit]  # a NaN
+    end = len(scores[:limit])  # what the cut keeps (a negative limit included)
+    if end:
+        cut = scores[end - 1]
+        while end < len(scores) and scores[end] == cut:
+            end += 1
+        ordered[:end] = sorted(ordered[:end], key=_fusion_order)
+    return ordered[:limit]
 
 
-_score = operator.attrgetter("score")
+_score = operator.itemgetter(1)
 
 
 def _fusion_order(row: _Row) -> tuple[float, float, int, str, str]:
     """The sort key: higher score, then importance, then newer tick, then owner and memory
     id in ordinal (UTF-16) order. ``ordinal_key`` returns ASCII text as it is, so ASCII
     ids (the usual ones) are used as they are without the call: the same keys."""
-    memory = row.memory
+    memory = row[0]
     owner, identifier = memory.owner_id, memory.memory_id
     return (
-        -row.score,
+        -row[1],
         -memory.importance,
         -memory.moment.tick,
         owner if owner.isascii() else ordinal_key(owner),
         identifier if identifier.isascii() else ordinal_key(identifier),
     )
-
-
-@dataclass(slots=True)
-class _Row:
-    memory: GameMemory
-    score: float = 0.0
-    lexical_rank: int | None = None
-    vector_rank: int | None = None
-    lexical_score: float | None = None
-    vector_score: float | None = None
-    vector: npt.NDArray[np.float32] | None = None
 
 
 def _best_possible(options: FusionOptions, lexical: bool, vector: bool) -> float:
