@@ -17,6 +17,7 @@ from game_memory import (
     GameMemory,
     GameMemoryKind,
     GameMemoryQuery,
+    GameMemorySearchSnapshot,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
     GameMoment,
@@ -459,3 +460,30 @@ def test_a_query_of_arbitrary_values_validates_or_raises_a_validation_error(
 ) -> None:
     with contextlib.suppress(ValidationError):
         GameMemoryQuery(**{"session_id": "s", "limit": 1, **changes})
+
+
+def test_stages_and_results_built_without_validation_equal_those_of_pydantic() -> None:
+    """``measured``, ``as_reused`` and ``assembled`` skip pydantic's per-field bookkeeping
+    (a recall builds several): the same models as ``model_construct`` and ``model_copy``."""
+    kind = GameMemorySearchStageKind.AUTHORITATIVE_SNAPSHOT
+    stage = GameMemorySearchStage.measured(kind, 0.0025, 7, 3)
+    expected = GameMemorySearchStage.model_construct(
+        stage=kind, duration_ms=2.5, scanned_count=7, candidate_count=3, reused=False
+    )
+    for built, wanted in (
+        (stage, expected),
+        (stage.as_reused(), expected.model_copy(update={"reused": True})),
+    ):
+        assert built == wanted
+        assert built.model_fields_set == wanted.model_fields_set
+        assert built.model_dump() == wanted.model_dump()
+        assert list(vars(built)) == list(vars(wanted))
+    assert stage.reused is False and stage.as_reused().reused is True
+    found = (memory(memory_id="a"),)
+    result = GameMemorySearchSnapshot.assembled(found, found, (stage,))
+    constructed = GameMemorySearchSnapshot.model_construct(
+        memories=found, authoritative_memories=found, stages=(stage,)
+    )
+    assert result == constructed
+    assert result.model_fields_set == constructed.model_fields_set
+    assert result.model_dump_json() == constructed.model_dump_json()

@@ -211,23 +211,38 @@ def _grouped_order(
     ordered by ``(−base, index)`` and a round compares only each group's best: the same
     picks (ties included: within a group the best is the lowest index among those whose
     ``base − penalty · overlap`` equals the top one, as float subtraction may merge
-    values) in O(rounds × groups)."""
+    values) in O(rounds × groups).
+
+    A group's overlap changes only when a group is picked from for the first time, so it is
+    updated then only; and once the one group left with candidates has been picked from,
+    its overlap is final and so is every value in it: the rounds left pick its candidates
+    in the order of ``(−(base − lowered), index)``, one sort (with one group, the common
+    case, every round after the first).
+    """
     kinds = list(grouped)
     members = [sorted(grouped[trait], key=lambda i: (-base[i], i)) for trait in kinds]
     overlap = [0] * len(kinds)
+    lowered = [penalty * 0] * len(kinds)
+    picked = [False] * len(kinds)
     shared = [[len(a[2] & b[2]) + (a[0] == b[0]) + (a[1] == b[1]) for b in kinds] for a in kinds]
+    left = sum(1 for indexes in members if indexes)
     chosen: list[int] = []
-    for _ in range(rounds):
+    while len(chosen) < rounds:
+        if left == 1:
+            group = next(number for number, indexes in enumerate(members) if indexes)
+            if picked[group]:
+                _finish_group(members[group], base, lowered[group], rounds - len(chosen), chosen)
+                break
         best: tuple[float, int] | None = None
         best_group = best_at = 0
         for group, indexes in enumerate(members):
             if not indexes:
                 continue
-            lowered = penalty * overlap[group]
-            top = base[indexes[0]] - lowered
+            down = lowered[group]
+            top = base[indexes[0]] - down
             pick, at = indexes[0], 0
             for position in range(1, len(indexes)):
-                if base[indexes[position]] - lowered != top:
+                if base[indexes[position]] - down != top:
                     break
                 if indexes[position] < pick:
                     pick, at = indexes[position], position
@@ -235,12 +250,28 @@ def _grouped_order(
                 best, best_group, best_at = (top, -pick), group, at
         if best is None:
             break
-        chosen.append(members[best_group].pop(best_at))
-        overlap = [
-            max(known, count) for known, count in zip(overlap, shared[best_group], strict=True)
-        ]
+        indexes = members[best_group]
+        chosen.append(indexes.pop(best_at))
+        left -= not indexes
+        if not picked[best_group]:
+            picked[best_group] = True
+            overlap = [
+                max(known, count) for known, count in zip(overlap, shared[best_group], strict=True)
+            ]
+            lowered = [penalty * known for known in overlap]
     chosen.extend(sorted(index for indexes in members for index in indexes))
     return chosen
+
+
+def _finish_group(
+    indexes: list[int], base: Sequence[float], lowered: float, rounds: int, chosen: list[int]
+) -> None:
+    """Pick ``rounds`` of one group's ``indexes`` (removed from it) whose values are final:
+    highest ``base − lowered`` first, the lowest index among equal values, as the rounds of
+    :func:`_grouped_order` would pick them one by one."""
+    indexes.sort(key=lambda i: (-(base[i] - lowered), i))
+    chosen.extend(indexes[:rounds])
+    del indexes[:rounds]
 
 
 def _lazy_order(

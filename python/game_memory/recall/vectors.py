@@ -144,19 +144,19 @@ def top_vector_candidates(
     # Order on the views' columns, then read only the chosen memories (a view opened from
     # its read file decodes a memory when it is read).
     ranked: list[tuple[float, float, int, str, str, int, int, int]] = []
-    for number, (view, scores, positions, rows, first, _) in enumerate(scored):
+    for number, (view, scores, places, first, _) in enumerate(scored):
         if threshold is None:
             chosen = np.arange(scores.size)
         else:
             chosen = np.flatnonzero(scores >= threshold)
             if chosen.size == 0:
                 continue
-        if positions is None:  # a dense run: the position is the row, from ``first`` on
+        if places is None:  # a dense run: the position is the row, from ``first`` on
             at = chosen + first
             picked = picked_rows = at.tolist()
         else:
-            at = positions[chosen]
-            picked, picked_rows = at.tolist(), rows[chosen].tolist()
+            at = places[0][chosen]
+            picked, picked_rows = at.tolist(), places[1][chosen].tolist()
         columns = view.columns
         owner = ordinal_key(view.owner_id)
         importance = columns.importance[at].tolist()
@@ -171,9 +171,13 @@ def top_vector_candidates(
         )
     ranked.sort()
     chosen_rows = ranked[:limit]
+    if len(scored) == 1:
+        memories = scored[0][0].memories_at([row[6] for row in chosen_rows])
+    else:
+        memories = [scored[row[5]][0].memories[row[6]] for row in chosen_rows]
     return (
-        [(scored[row[5]][0].memories[row[6]], -row[0]) for row in chosen_rows],
-        [scored[row[5]][5][row[7]] for row in chosen_rows],
+        [(memory, -row[0]) for memory, row in zip(memories, chosen_rows, strict=True)],
+        [scored[row[5]][4][row[7]] for row in chosen_rows],
     )
 
 
@@ -181,7 +185,7 @@ def top_vector_candidates(
 #: each score (``None`` for a dense run: both are ``first`` + the score's index), ``first``
 #: and the matrix.
 _Scored = tuple[
-    PartitionView, FloatVector, IntArray | None, IntArray | None, int, npt.NDArray[np.float32]
+    PartitionView, FloatVector, tuple[IntArray, IntArray] | None, int, npt.NDArray[np.float32]
 ]
 
 
@@ -200,7 +204,7 @@ def _score(
         if bool(shown[first : first + count].all()):  # one run (count 0 included)
             scores = score_span(matrix, query, first, first + count)
             np.clip(scores, -1.0, 1.0, out=scores)
-            return view, scores, None, None, first, matrix
+            return view, scores, None, first, matrix
         positions = rows = np.flatnonzero(shown)
     else:
         keep = visible[joined.positions]
@@ -208,4 +212,4 @@ def _score(
         rows = joined.rows[keep]
     scores = score_rows(matrix, query, rows)
     np.clip(scores, -1.0, 1.0, out=scores)
-    return view, scores, positions, rows, 0, matrix
+    return view, scores, (positions, rows), 0, matrix

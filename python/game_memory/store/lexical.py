@@ -22,7 +22,9 @@ the same order, so they give bit-identical scores.
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -156,7 +158,7 @@ def _search_columns(
 ) -> tuple[list[LexicalHit], int]:
     """The lexical search over numpy columns (large snapshots)."""
     masks = [view.mask(query) for view in views]
-    visible = sum(int(mask.sum()) for mask in masks)
+    visible = sum(int(np.count_nonzero(mask)) for mask in masks)
     if limit <= 0 or visible == 0:
         return [], visible
     base_bonus = TAG_BONUS * len(query.tags)
@@ -180,9 +182,10 @@ def _search_columns(
         # Each term's postings are read once per view (a restored index copies them out).
         postings = [[view.lexical.postings(term) for term in terms] for view in views]
         for view, mask, found in zip(views, masks, postings, strict=True):
-            total_length += float(np.maximum(view.lexical.lengths[mask], 1).sum())
+            # Integer sums and counts: exact in any order.
+            total_length += float(view.lexical.counted_lengths.sum(where=mask))
             for term, (documents, _) in zip(terms, found, strict=True):
-                frequencies[term] += int(mask[documents].sum())
+                frequencies[term] += int(np.count_nonzero(mask[documents]))
         average_length = total_length / visible
         idf = {
             term: math.log(1.0 + (visible - df + 0.5) / (df + 0.5))
@@ -243,18 +246,23 @@ def _top(
         scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]
     rows: list[tuple[float, tuple[int, str, str], int, int]] = []
     for number, (view, indices, score) in enumerate(zip(views, candidates, scores, strict=True)):
-        key = view.order_key
         rows.extend(
-            (-float(value), key(index), number, index)
-            for index, value in zip(indices.tolist(), score.tolist(), strict=True)
+            zip(
+                map(operator.neg, score.tolist()),
+                view.order_keys_at(indices),
+                itertools.repeat(number),
+                indices.tolist(),
+            )
         )
     # Order first, then read only the memories that are handed out (a view opened from its
     # read file decodes a memory when it is read).
     rows.sort()
-    return [
-        LexicalHit(views[number].memories[index], -negated)
-        for negated, _, number, index in rows[:limit]
-    ]
+    kept = rows[:limit]
+    if len(views) == 1:
+        memories = views[0].memories_at([index for _, _, _, index in kept])
+    else:
+        memories = [views[number].memories[index] for _, _, number, index in kept]
+    return [LexicalHit(memory, -row[0]) for memory, row in zip(memories, kept, strict=True)]
 
 
 def _ordered(

@@ -461,6 +461,29 @@ class PartitionView:
         tick = int(self.columns.ticks[position])
         return (-tick, ordinal_key(self.memory_ids[position]), ordinal_key(self.owner_id))
 
+    def order_keys_at(self, positions: IntArray) -> list[tuple[int, str, str]]:
+        """``[self.order_key(p) for p in positions]``, read from the columns at once (a
+        recall orders a few dozen candidates this way)."""
+        if "order_keys" in self.__dict__:
+            keys = self.order_keys
+            return [keys[position] for position in positions.tolist()]
+        ticks = self.columns.ticks[positions].tolist()
+        ids = self.memory_ids.picked(positions.tolist())
+        owner = ordinal_key(self.owner_id)
+        # ordinal_key returns ASCII text as it is: the same keys without the call.
+        return [
+            (-tick, key if key.isascii() else ordinal_key(key), owner)
+            for tick, key in zip(ticks, ids, strict=True)
+        ]
+
+    def memories_at(self, positions: Sequence[int]) -> list[GameMemory]:
+        """``[self.memories[p] for p in positions]``; of a lazy view, with one bounds check
+        (only these memories are decoded)."""
+        memories = self.memories
+        if isinstance(memories, LazyMemories):
+            return memories.picked(positions)
+        return [memories[position] for position in positions]
+
     @cached_property
     def _sorted(self) -> tuple[list[str], list[int]]:
         """Ordinal id keys and positions in id order; extended by insertion from the base."""
