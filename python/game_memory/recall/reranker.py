@@ -152,7 +152,8 @@ class GameAwareMemoryReranker:
             return []
         options = self.options
         best = candidates[0].score
-        relevance = [self.relevance(c, best) for c in candidates]
+        relevance_of, recency_of = self.relevance, self.recency
+        relevance = [relevance_of(c, best) for c in candidates]
         superseded: set[int] = set()
         if options.supersession_penalty > 0 or options.supersession_inherits:
             for older, newer in _versions(candidates, options):
@@ -162,14 +163,18 @@ class GameAwareMemoryReranker:
                 if options.supersession_inherits:
                     relevance[newer] = max(relevance[newer], relevance[older])
                 superseded.add(older)
+        memories = [c.memory for c in candidates]
+        # The options read once (the same terms in the same order as one per candidate).
+        by_relevance, by_importance = options.relevance_weight, options.importance_weight
+        by_recency, penalty = options.recency_weight, options.supersession_penalty
         base = [
-            options.relevance_weight * relevance[i]
-            + options.importance_weight * c.memory.importance
-            + options.recency_weight * self.recency(query, c)
-            - (options.supersession_penalty if i in superseded else 0.0)
-            for i, c in enumerate(candidates)
+            by_relevance * relevance[i]
+            + by_importance * memory.importance
+            + by_recency * recency_of(query, c)
+            - (penalty if i in superseded else 0.0)
+            for i, (c, memory) in enumerate(zip(candidates, memories, strict=True))
         ]
-        traits = [(c.memory.scope, c.memory.kind, frozenset(c.memory.tags)) for c in candidates]
+        traits = [(memory.scope, memory.kind, frozenset(memory.tags)) for memory in memories]
         rounds = min(len(candidates), options.maximum_greedy_selections)
         chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
