@@ -9,6 +9,7 @@ with two contents.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
@@ -27,7 +28,6 @@ from game_memory.recall.fusion import (
     FusionMode,
     FusionOptions,
     _best_possible,
-    _candidate,
     _clip,
     _scale,
     fuse,
@@ -334,15 +334,19 @@ def test_a_candidate_built_by_fusion_equals_one_built_by_its_constructor(
     make_memory: MemoryFactory,
 ) -> None:
     """``fuse`` builds its candidates without ``FusedCandidate.__init__``: same fields."""
-    memory = make_memory("m-1", owner_id="elda")
+    memory, other = make_memory("m-1", owner_id="elda"), make_memory("m-2", owner_id="elda")
     vector = np.ones(4, np.float32)
-    built = _candidate([memory, 0.25, 1, None, 3.5, None, vector], 0.5)
-    expected = FusedCandidate(memory, 0.25, 1, None, 3.5, None, 0.5, vector)
-    assert built == expected
-    assert vars(built) == vars(expected)
-    assert repr(built) == repr(expected)
-    with pytest.raises(AttributeError):
-        built.score = 1.0  # type: ignore[misc]
+    fused = fuse([(memory, 3.5), (other, 1.0)], [(memory, 0.25)], FusionOptions(), 5, [vector])
+    assert [candidate.memory for candidate in fused] == [memory, other]
+    for candidate in fused:
+        expected = FusedCandidate(**vars(candidate))
+        assert candidate == expected
+        assert vars(candidate) == vars(expected)
+        assert list(vars(candidate)) == [field.name for field in dataclasses.fields(expected)]
+        assert repr(candidate) == repr(expected)
+        with pytest.raises(AttributeError):
+            candidate.score = 1.0  # type: ignore[misc]
+    assert fused[0].vector is vector and fused[1].vector is None
 
 
 @pytest.mark.parametrize("limit", [-5, -1, 0, 3])

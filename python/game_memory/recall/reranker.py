@@ -53,8 +53,11 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
+import operator
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Annotated, Literal
 
 import numpy as np
@@ -153,7 +156,7 @@ class GameAwareMemoryReranker:
         options = self.options
         best = candidates[0].score
         relevance_of, recency_of = self.relevance, self.recency
-        relevance = [relevance_of(c, best) for c in candidates]
+        relevance = list(map(relevance_of, candidates, repeat(best)))
         superseded: set[int] = set()
         if options.supersession_penalty > 0 or options.supersession_inherits:
             for older, newer in _versions(candidates, options):
@@ -163,24 +166,47 @@ class GameAwareMemoryReranker:
                 if options.supersession_inherits:
                     relevance[newer] = max(relevance[newer], relevance[older])
                 superseded.add(older)
-        memories = [c.memory for c in candidates]
-        # The options read once (the same terms in the same order as one per candidate).
-        by_relevance, by_importance = options.relevance_weight, options.importance_weight
-        by_recency, penalty = options.recency_weight, options.supersession_penalty
-        base = [
-            by_relevance * relevance[i]
-            + by_importance * memory.importance
-            + by_recency * recency_of(query, c)
-            - (penalty if i in superseded else 0.0)
-            for i, (c, memory) in enumerate(zip(candidates, memories, strict=True))
-        ]
-        traits = [(memory.scope, memory.kind, frozenset(memory.tags)) for memory in memories]
+        memories = list(map(_memory, candidates))
+        recency = list(map(recency_of, repeat(query), candidates))
+        # The terms as float64 columns: numpy's elementwise multiply, add and subtract are
+        # the IEEE operations Python's floats make, in the same order, so every base value
+        # is the float of the per-candidate expression
+        #   w_rel · relevance + w_imp · importance + w_rec · recency − penalty (or − 0.0).
+        base_column = (
+            options.relevance_weight * np.array(relevance, np.float64)
+            + options.importance_weight * np.array(list(map(_importance, memories)), np.float64)
+            + options.recency_weight * np.array(recency, np.float64)
+        )
+        lowered = np.zeros(len(candidates), np.float64)
+        if superseded:
+            lowered[list(superseded)] = options.supersession_penalty
+        base: list[float] = (base_column - lowered).tolist()
+        traits = list(
+            zip(
+                map(_scope, memories),
+                map(_kind, memories),
+                map(frozenset, map(_tags, memories)),
+                strict=True,
+            )
+        )
         rounds = min(len(candidates), options.maximum_greedy_selections)
         chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
 
 
 Traits = tuple[str, object, frozenset[str]]
+
+_memory = operator.attrgetter("memory")
+_vector = operator.attrgetter("vector")
+_importance = operator.attrgetter("importance")
+_scope = operator.attrgetter("scope")
+_kind = operator.attrgetter("kind")
+_tags = operator.attrgetter("tags")
+_owner = operator.attrgetter("owner_id")
+_timeline = operator.attrgetter("moment.timeline_id")
+_tick = operator.attrgetter("moment.tick")
+_belief_key = operator.attrgetter("belief_key")
+_second = operator.itemgetter(1)
 
 
 #: At most this many distinct trait sets: the grouped pass; more: the lazy one.
@@ -202,8 +228,11 @@ def greedy_order(
     :func:`_lazy_order`.
     """
     grouped: dict[Traits, list[int]] = {}
-    for index, trait in enumerate(traits):
-        grouped.setdefault(trait, []).append(index)
+    if traits and traits.count(traits[0]) == len(traits):
+        grouped[traits[0]] = list(range(len(traits)))  # one trait set (the common case)
+    else:
+        for index, trait in enumerate(traits):
+            grouped.setdefault(trait, []).append(index)
     if len(grouped) <= _FEW_GROUPS:
         return _grouped_order(grouped, base, penalty, rounds)
     return _lazy_order(traits, base, penalty, rounds)
@@ -225,7 +254,7 @@ def _grouped_order(
     case, every round after the first).
     """
     kinds = list(grouped)
-    members = [sorted(grouped[trait], key=lambda i: (-base[i], i)) for trait in kinds]
+    members = [_by_value(grouped[trait], base, 0.0) for trait in kinds]
     overlap = [0] * len(kinds)
     lowered = [penalty * 0] * len(kinds)
     picked = [False] * len(kinds)
@@ -274,9 +303,17 @@ def _finish_group(
     """Pick ``rounds`` of one group's ``indexes`` (removed from it) whose values are final:
     highest ``base − lowered`` first, the lowest index among equal values, as the rounds of
     :func:`_grouped_order` would pick them one by one."""
-    indexes.sort(key=lambda i: (-(base[i] - lowered), i))
+    indexes[:] = _by_value(indexes, base, lowered)
     chosen.extend(indexes[:rounds])
     del indexes[:rounds]
+
+
+def _by_value(indexes: list[int], base: Sequence[float], lowered: float) -> list[int]:
+    """``sorted(indexes, key=lambda i: (-(base[i] - lowered), i))``, the keys built by
+    C-level maps. With ``lowered`` 0.0 that is the order of ``(−base[i], i)``: ``x − 0.0``
+    is ``x`` (and ``−0.0 − 0.0`` is ``−0.0``)."""
+    values = map(operator.sub, map(base.__getitem__, indexes), repeat(lowered))
+    return list(map(_second, sorted(zip(map(operator.neg, values), indexes, strict=True))))
 
 
 def _lazy_order(
@@ -377,12 +414,15 @@ def _versions(
     # A memory the game gave a belief_key has its versions named by the game (the store
     # recalls only the newest): it is never taken for a version of anything else, nor
     # anything else for a version of it, so it gets a group of its own.
-    memories = [candidate.memory for candidate in first]
-    keys: list[tuple[str, str] | int] = [
-        (memory.owner_id, memory.moment.timeline_id) if memory.belief_key is None else index
-        for index, memory in enumerate(memories)
-    ]
-    ticks = np.array([memory.moment.tick for memory in memories], np.int64)
+    memories = list(map(_memory, first))
+    keys: list[tuple[str, str] | int] = list(
+        zip(map(_owner, memories), map(_timeline, memories), strict=True)
+    )
+    beliefs = list(map(_belief_key, memories))
+    if beliefs.count(None) < n:
+        keys = [key if belief is None else index
+                for index, (key, belief) in enumerate(zip(keys, beliefs, strict=True))]  # fmt: skip
+    ticks = np.array(list(map(_tick, memories)), np.int64)
     # [older, newer]: same owner and timeline, the newer strictly later. When every key is
     # the first one (one owner and timeline, no belief_key: an NPC's own recall) there is
     # one group and the tick order alone decides.
@@ -397,7 +437,8 @@ def _versions(
     found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]] = []
     # Pairs of two candidates with a vector compare their cosines (a candidate only the
     # lexical channel returned has none: its pairs fall back to the overlap of words).
-    vectored = [index for index, candidate in enumerate(first) if candidate.vector is not None]
+    vectors = list(map(_vector, first))
+    vectored = list(itertools.compress(range(n), map(operator.is_not, vectors, repeat(None))))
     pending: npt.NDArray[np.bool_] | None = ordered
     if len(vectored) > 1:
         rows = np.array(vectored, np.intp)
@@ -409,7 +450,7 @@ def _versions(
             pending = ordered.copy()
             pending[square] = False
         if paired.any():
-            alike = _alike_vectors([first[index].vector for index in vectored], paired, options)
+            alike = _alike_vectors([vectors[index] for index in vectored], paired, options)
             if alike is not None:
                 older, newer = np.nonzero(alike)
                 found.append((rows[older], rows[newer]))
