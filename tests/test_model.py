@@ -23,7 +23,12 @@ from game_memory import (
     GameMoment,
     derive_memory_id,
 )
-from game_memory.model import check_bounded_id, memory_matches_query, ordinal_key
+from game_memory.model import (
+    check_bounded_id,
+    memories_match_query,
+    memory_matches_query,
+    ordinal_key,
+)
 from game_memory.strict_json import parse_strict_json
 
 
@@ -366,6 +371,17 @@ def test_the_visibility_predicate_matches_the_reference_rule(
     assert memory_matches_query(stored, query) == reference_matches(stored, query)
 
 
+@settings(max_examples=500)
+@given(st.lists(memories(), max_size=6), queries, st.booleans())
+def test_the_batch_predicate_equals_the_predicate_memory_by_memory(
+    stored: list[GameMemory], query: GameMemoryQuery, unfiltered: bool
+) -> None:
+    if unfiltered:  # no scope, kind or tag filter: the batch checks each condition at once
+        query = query.model_copy(update={"scopes": (), "kinds": (), "tags": ()})
+    expected = all(memory_matches_query(one, query) for one in stored)
+    assert memories_match_query(stored, query) == expected
+
+
 def test_expiry_is_exclusive_and_ignored_without_at_or_before() -> None:
     expiring = memory(
         moment=GameMoment(timeline_id="world", tick=1),
@@ -379,6 +395,9 @@ def test_expiry_is_exclusive_and_ignored_without_at_or_before() -> None:
     ]
     assert [memory_matches_query(expiring, query) for query in at] == [False, True, True, False]
     assert memory_matches_query(expiring, GameMemoryQuery(session_id="s", limit=1))
+    lasting = memory(memory_id="n", moment=GameMoment(timeline_id="world", tick=0))
+    together = [lasting, expiring, lasting]
+    assert [memories_match_query(together, query) for query in at] == [False, True, True, False]
 
 
 # -- stages and ids ---------------------------------------------------------------------

@@ -18,7 +18,6 @@ which backend it holds.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import operator
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -42,7 +41,7 @@ from game_memory.model import (
     MemoryVectorDiagnostic,
     RecallHit,
     RecallResult,
-    memory_matches_query,
+    memories_match_query,
 )
 from game_memory.recall.fusion import FusedCandidate, fuse
 from game_memory.recall.options import VectorMemoryStoreOptions
@@ -224,7 +223,7 @@ def _validate_snapshot(
     memories = [memory for memory, _ in lexical]
     if len(lexical) > limit or len(set(map(_memory_key, memories))) != len(lexical):
         raise DerivedIndexError("the authoritative store returned too many or duplicate results")
-    if not all(map(memory_matches_query, memories, itertools.repeat(query))):
+    if not memories_match_query(memories, query):
         raise DerivedIndexError(
             "the authoritative store returned a memory outside the query's visibility filters"
         )

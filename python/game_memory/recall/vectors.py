@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -158,27 +160,39 @@ def top_vector_candidates(
             at = places[0][chosen]
             picked, picked_rows = at.tolist(), places[1][chosen].tolist()
         columns = view.columns
-        owner = ordinal_key(view.owner_id)
-        importance = columns.importance[at].tolist()
-        ticks = columns.ticks[at].tolist()
         ids = view.memory_ids.picked(picked)
-        # ordinal_key returns ASCII text as it is: the same keys without the call.
+        # ordinal_key returns ASCII text as it is: the same keys without the calls.
+        keys = ids if all(map(str.isascii, ids)) else list(map(ordinal_key, ids))
         ranked.extend(
-            (-v, -i, -t, owner, k if k.isascii() else ordinal_key(k), number, p, r)
-            for p, v, r, i, t, k in zip(
-                picked, scores[chosen].tolist(), picked_rows, importance, ticks, ids, strict=True
+            zip(
+                map(operator.neg, scores[chosen].tolist()),
+                map(operator.neg, columns.importance[at].tolist()),
+                map(operator.neg, columns.ticks[at].tolist()),
+                itertools.repeat(ordinal_key(view.owner_id)),
+                keys,
+                itertools.repeat(number),
+                picked,
+                picked_rows,
+                strict=False,  # the repeats have no end
             )
         )
     ranked.sort()
-    chosen_rows = ranked[:limit]
-    if len(scored) == 1:
-        memories = scored[0][0].memories_at([row[6] for row in chosen_rows])
+    kept = ranked[:limit]
+    if len(scored) == 1:  # one partition (one NPC's recall): its memories and rows at once
+        view, matrix = scored[0][0], scored[0][4]
+        memories = view.memories_at(list(map(_position, kept)))
+        rows = matrix[list(map(_row, kept))]
+        rows.flags.writeable = False
+        vectors: list[npt.NDArray[np.float32]] = list(rows)
     else:
-        memories = [scored[row[5]][0].memories[row[6]] for row in chosen_rows]
-    return (
-        [(memory, -row[0]) for memory, row in zip(memories, chosen_rows, strict=True)],
-        [scored[row[5]][4][row[7]] for row in chosen_rows],
-    )
+        memories = [scored[row[5]][0].memories[row[6]] for row in kept]
+        vectors = [scored[row[5]][4][row[7]] for row in kept]
+    return list(zip(memories, map(operator.neg, map(_first, kept)), strict=True)), vectors
+
+
+_first = operator.itemgetter(0)
+_position = operator.itemgetter(6)
+_row = operator.itemgetter(7)
 
 
 #: A partition's visible rows scored: its view, the scores, the view position and row of

@@ -22,6 +22,7 @@ the same order, so they give bit-identical scores.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import operator
@@ -275,10 +276,18 @@ def _top(
     rows.sort()
     kept = rows[:limit]
     if len(views) == 1:
-        memories = views[0].memories_at([index for _, _, _, index in kept])
+        memories = views[0].memories_at(list(map(_last, kept)))
     else:
         memories = [views[number].memories[index] for _, _, number, index in kept]
-    return [LexicalHit(memory, -row[0]) for memory, row in zip(memories, kept, strict=True)]
+    pairs = zip(memories, map(operator.neg, map(_first, kept)), strict=True)
+    return list(map(_lexical_hit, pairs))
+
+
+_first = operator.itemgetter(0)
+_last = operator.itemgetter(-1)
+#: ``LexicalHit`` of a ``(memory, score)`` pair, made by ``tuple.__new__`` (what the named
+#: tuple's own constructor calls) without a Python call per hit.
+_lexical_hit = functools.partial(tuple.__new__, LexicalHit)
 
 
 def _ordered(

@@ -10,6 +10,7 @@ documents, frequencies) and restored from them without tokenizing anything
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from collections import Counter
@@ -79,20 +80,19 @@ class TermTable(Sequence[str]):
     def find(self, term: str) -> int | None:
         """The index of ``term``, or ``None``.
 
-        A binary search reading each probed term's bounds with ``ndarray.item`` (a Python
-        int, no numpy scalar): a recall looks up each query word once per view.
+        A binary search (``bisect``, over the indexes, keyed by the term's bytes) reading
+        each probed term's bounds with ``ndarray.item`` (a Python int, no numpy scalar): a
+        recall looks up each query word once per view.
         """
         wanted = term.encode("utf-8")
         blob, offset = self._blob, self._offsets.item
+
+        def term_at(index: int) -> bytes:
+            return blob[offset(index) : offset(index + 1)]
+
         count = len(self)
-        low, high = 0, count
-        while low < high:
-            middle = (low + high) // 2
-            if blob[offset(middle) : offset(middle + 1)] < wanted:
-                low = middle + 1
-            else:
-                high = middle
-        return low if low < count and blob[offset(low) : offset(low + 1)] == wanted else None
+        low = bisect.bisect_left(range(count), wanted, key=term_at)
+        return low if low < count and term_at(low) == wanted else None
 
 
 class _Rows:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -170,8 +171,7 @@ class IdList(Sequence[str]):
         a few dozen ids this way, by the positions numpy chose)."""
         if indexes and (min(indexes) < 0 or max(indexes) >= self._length):
             raise IndexError("memory id index out of range")
-        items = self._items
-        return [items[index] for index in indexes]
+        return list(map(self._items.__getitem__, indexes))
 
     def __iter__(self) -> Iterator[str]:
         return itertools.islice(self._items, self._length)
@@ -465,16 +465,13 @@ class PartitionView:
         """``[self.order_key(p) for p in positions]``, read from the columns at once (a
         recall orders a few dozen candidates this way)."""
         if "order_keys" in self.__dict__:
-            keys = self.order_keys
-            return [keys[position] for position in positions.tolist()]
-        ticks = self.columns.ticks[positions].tolist()
+            return list(map(self.order_keys.__getitem__, positions.tolist()))
+        ticks = map(operator.neg, self.columns.ticks[positions].tolist())
         ids = self.memory_ids.picked(positions.tolist())
+        # ordinal_key returns ASCII text as it is: the same keys without the calls.
+        keys = ids if all(map(str.isascii, ids)) else list(map(ordinal_key, ids))
         owner = ordinal_key(self.owner_id)
-        # ordinal_key returns ASCII text as it is: the same keys without the call.
-        return [
-            (-tick, key if key.isascii() else ordinal_key(key), owner)
-            for tick, key in zip(ticks, ids, strict=True)
-        ]
+        return list(zip(ticks, keys, itertools.repeat(owner), strict=False))
 
     def memories_at(self, positions: Sequence[int]) -> list[GameMemory]:
         """``[self.memories[p] for p in positions]``; of a lazy view, with one bounds check
