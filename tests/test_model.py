@@ -17,12 +17,18 @@ from game_memory import (
     GameMemory,
     GameMemoryKind,
     GameMemoryQuery,
+    GameMemorySearchSnapshot,
     GameMemorySearchStage,
     GameMemorySearchStageKind,
     GameMoment,
     derive_memory_id,
 )
-from game_memory.model import check_bounded_id, memory_matches_query, ordinal_key
+from game_memory.model import (
+    check_bounded_id,
+    memories_match_query,
+    memory_matches_query,
+    ordinal_key,
+)
 from game_memory.strict_json import parse_strict_json
 
 
@@ -365,6 +371,17 @@ def test_the_visibility_predicate_matches_the_reference_rule(
     assert memory_matches_query(stored, query) == reference_matches(stored, query)
 
 
+@settings(max_examples=500)
+@given(st.lists(memories(), max_size=6), queries, st.booleans())
+def test_the_batch_predicate_equals_the_predicate_memory_by_memory(
+    stored: list[GameMemory], query: GameMemoryQuery, unfiltered: bool
+) -> None:
+    if unfiltered:  # no scope, kind or tag filter: the batch checks each condition at once
+        query = query.model_copy(update={"scopes": (), "kinds": (), "tags": ()})
+    expected = all(memory_matches_query(one, query) for one in stored)
+    assert memories_match_query(stored, query) == expected
+
+
 def test_expiry_is_exclusive_and_ignored_without_at_or_before() -> None:
     expiring = memory(
         moment=GameMoment(timeline_id="world", tick=1),
@@ -378,6 +395,9 @@ def test_expiry_is_exclusive_and_ignored_without_at_or_before() -> None:
     ]
     assert [memory_matches_query(expiring, query) for query in at] == [False, True, True, False]
     assert memory_matches_query(expiring, GameMemoryQuery(session_id="s", limit=1))
+    lasting = memory(memory_id="n", moment=GameMoment(timeline_id="world", tick=0))
+    together = [lasting, expiring, lasting]
+    assert [memories_match_query(together, query) for query in at] == [False, True, True, False]
 
 
 # -- stages and ids ---------------------------------------------------------------------
@@ -459,3 +479,30 @@ def test_a_query_of_arbitrary_values_validates_or_raises_a_validation_error(
 ) -> None:
     with contextlib.suppress(ValidationError):
         GameMemoryQuery(**{"session_id": "s", "limit": 1, **changes})
+
+
+def test_stages_and_results_built_without_validation_equal_those_of_pydantic() -> None:
+    """``measured``, ``as_reused`` and ``assembled`` skip pydantic's per-field bookkeeping
+    (a recall builds several): the same models as ``model_construct`` and ``model_copy``."""
+    kind = GameMemorySearchStageKind.AUTHORITATIVE_SNAPSHOT
+    stage = GameMemorySearchStage.measured(kind, 0.0025, 7, 3)
+    expected = GameMemorySearchStage.model_construct(
+        stage=kind, duration_ms=2.5, scanned_count=7, candidate_count=3, reused=False
+    )
+    for built, wanted in (
+        (stage, expected),
+        (stage.as_reused(), expected.model_copy(update={"reused": True})),
+    ):
+        assert built == wanted
+        assert built.model_fields_set == wanted.model_fields_set
+        assert built.model_dump() == wanted.model_dump()
+        assert list(vars(built)) == list(vars(wanted))
+    assert stage.reused is False and stage.as_reused().reused is True
+    found = (memory(memory_id="a"),)
+    result = GameMemorySearchSnapshot.assembled(found, found, (stage,))
+    constructed = GameMemorySearchSnapshot.model_construct(
+        memories=found, authoritative_memories=found, stages=(stage,)
+    )
+    assert result == constructed
+    assert result.model_fields_set == constructed.model_fields_set
+    assert result.model_dump_json() == constructed.model_dump_json()

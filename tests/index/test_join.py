@@ -178,6 +178,12 @@ def test_cosines_are_clipped_to_minus_one_and_one(make_memory: MemoryFactory) ->
     assert [score for _, score in hits] == [1.0, -1.0]
 
 
+def counts_up(joined: PartitionJoin) -> bool:
+    """Whether rows and positions both run 0, 1, 2, … (what ``dense`` promises)."""
+    expected = list(range(joined.positions.size))
+    return joined.positions.tolist() == expected and joined.rows.tolist() == expected
+
+
 def join_summary(joined: PartitionJoin) -> tuple[object, ...]:
     pairs = sorted(zip(joined.positions.tolist(), joined.rows.tolist(), strict=True))
     return (joined.ready, joined.stale, joined.pending, joined.orphans, joined.mismatched, pairs)
@@ -240,6 +246,7 @@ def test_a_join_extended_across_appends_equals_a_join_computed_from_scratch(
         joined = cache.join(snapshot, current, 0)
         fresh = JoinCache(MemoryDigests()).join(snapshot, current, 0)
         assert join_summary(joined) == join_summary(fresh), f"step {step}"
+        assert not joined.dense or counts_up(joined)  # dense only when it holds
     assert len(extensions) == 39  # every step after the first extended the previous join
 
 
@@ -311,3 +318,7 @@ def test_an_aligned_join_extended_then_broken_equals_joins_from_scratch(
         assert joined.entries == fresh.entries
         if step < broken_at and current is not None and current.records:
             assert joined.state.aligned == current.records  # no dictionary was built
+            # An aligned join knows exactly (extended: from what was added) whether its
+            # rows and positions count up: no pending entry among them so far.
+            assert joined.dense == fresh.dense == counts_up(joined), f"step {step}"
+        assert not joined.dense or counts_up(joined)

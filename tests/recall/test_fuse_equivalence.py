@@ -9,9 +9,11 @@ with two contents.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,13 +29,25 @@ from game_memory.recall.fusion import (
     FusionOptions,
     _best_possible,
     _clip,
-    _Row,
     _scale,
     fuse,
 )
 from support.vectors import MemoryFactory
 
 # -- the reference: fuse and _contribution as they were (on the helpers this change kept) --
+
+
+@dataclass(slots=True)
+class _Row:
+    """The row object fusion used before its rows became plain lists (verbatim)."""
+
+    memory: GameMemory
+    score: float = 0.0
+    lexical_rank: int | None = None
+    vector_rank: int | None = None
+    lexical_score: float | None = None
+    vector_score: float | None = None
+    vector: npt.NDArray[np.float32] | None = None
 
 
 def fuse_reference(
@@ -311,6 +325,36 @@ def test_fuse_equals_the_reference_with_nan(make_memory: MemoryFactory, seed: in
             update={"mode": rng.choice((FusionMode.RRF, FusionMode.CONVEX))}
         )
     arguments = (lexical, vector, options, limit, vectors)
+    assert _outcome(*arguments, implementation=fuse) == _outcome(
+        *arguments, implementation=fuse_reference
+    )
+
+
+def test_a_candidate_built_by_fusion_equals_one_built_by_its_constructor(
+    make_memory: MemoryFactory,
+) -> None:
+    """``fuse`` builds its candidates without ``FusedCandidate.__init__``: same fields."""
+    memory, other = make_memory("m-1", owner_id="elda"), make_memory("m-2", owner_id="elda")
+    vector = np.ones(4, np.float32)
+    fused = fuse([(memory, 3.5), (other, 1.0)], [(memory, 0.25)], FusionOptions(), 5, [vector])
+    assert [candidate.memory for candidate in fused] == [memory, other]
+    for candidate in fused:
+        expected = FusedCandidate(**vars(candidate))
+        assert candidate == expected
+        assert vars(candidate) == vars(expected)
+        assert list(vars(candidate)) == [field.name for field in dataclasses.fields(expected)]
+        assert repr(candidate) == repr(expected)
+        with pytest.raises(AttributeError):
+            candidate.score = 1.0  # type: ignore[misc]
+    assert fused[0].vector is vector and fused[1].vector is None
+
+
+@pytest.mark.parametrize("limit", [-5, -1, 0, 3])
+def test_fuse_cuts_like_the_reference_at_any_limit(make_memory: MemoryFactory, limit: int) -> None:
+    memories = [make_memory(f"m-{index}", owner_id="elda", tick=index) for index in range(8)]
+    lexical = [(memory, 1.0) for memory in memories[:4]]  # all tied
+    vector = [(memory, 0.5) for memory in memories[4:]]
+    arguments = (lexical, vector, FusionOptions(mode=FusionMode.RRF), limit, None)
     assert _outcome(*arguments, implementation=fuse) == _outcome(
         *arguments, implementation=fuse_reference
     )

@@ -84,3 +84,20 @@ def test_a_tie_merged_by_rounding_goes_to_the_lower_index() -> None:
     for order in (greedy_order, reranker._lazy_order):
         assert order(traits, base, 2.0, 3) == [0, 1, 2] == reference_order(traits, base, 2.0, 3)
         assert order(traits, base, 0.0, 3) == [0, 2, 1] == reference_order(traits, base, 0.0, 3)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_grouped_pass_finishing_its_last_group_at_once_equals_the_plain_loop(
+    seed: int,
+) -> None:
+    """One or two trait sets (an NPC's memories of one scope and kind, with or without a
+    tag): once the last group with candidates was picked from, its picks are one sort."""
+    rng = random.Random(1_000 + seed)
+    for _ in range(50):
+        traits, base, penalty, rounds = random_case(rng)
+        choices: list[Traits] = [("personal", "event", frozenset())]
+        if seed % 2:
+            choices.append(("personal", "event", frozenset({"a"})))
+        traits = [rng.choice(choices) for _ in traits]
+        expected = reference_order(traits, base, penalty, rounds)
+        assert greedy_order(traits, base, penalty, rounds) == expected

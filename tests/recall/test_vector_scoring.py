@@ -32,7 +32,12 @@ from game_memory.index.entries import (
 from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.partition import extend_partition
 from game_memory.model import ordinal_key
-from game_memory.recall.vectors import SCORING_BLOCK_ROWS, score_rows, top_vector_candidates
+from game_memory.recall.vectors import (
+    SCORING_BLOCK_ROWS,
+    score_rows,
+    score_span,
+    top_vector_candidates,
+)
 from game_memory.store.view import PartitionView
 from support.vectors import MemoryFactory
 
@@ -44,9 +49,9 @@ Part = tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]
 # check runs in a fresh interpreter.
 _BIT_IDENTITY = """
 import numpy as np
-from game_memory.recall.vectors import SCORING_BLOCK_ROWS as B, score_rows
+from game_memory.recall.vectors import SCORING_BLOCK_ROWS as B, score_rows, score_span
 rng = np.random.default_rng(20261202)
-checked = 0
+checked = spanned = 0
 for dimensions in (1, 3, 64, 384, 385):
     for count in (1, 2, B - 1, B, B + 1, 2 * B + 1, 3 * B - 1, 2_000, 4_097):
         matrix = rng.standard_normal((count, dimensions)).astype(np.float32)
@@ -64,7 +69,16 @@ for dimensions in (1, 3, 64, 384, 385):
             assert np.array_equal(scores.view(np.int32), whole[rows].view(np.int32)), (
                 dimensions, count, rows[:5], rows.size)
             checked += 1
-print(checked)
+        spans = [(0, cut) for cut in cuts] + [(cut, count) for cut in cuts]
+        spans += [(start, start + 1) for start in (0, count // 2, count - 1)]
+        spans.append(tuple(sorted(rng.integers(0, count + 1, 2).tolist())))
+        for start, stop in spans:  # a run of rows: what a query as of a moment sees
+            scores = score_span(matrix, query, start, stop)
+            assert scores.dtype == np.float32 and scores.shape == (stop - start,)
+            assert np.array_equal(scores.view(np.int32), whole[start:stop].view(np.int32)), (
+                dimensions, count, start, stop)
+            spanned += 1
+print(checked, spanned)
 """
 
 
@@ -79,7 +93,17 @@ def test_scores_are_bit_identical_to_the_product_over_the_whole_matrix() -> None
         env={**os.environ, **threads, "PYTHONPATH": str(root / "python")},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert int(done.stdout.strip()) == 5 * 9 * 15
+    assert done.stdout.split() == [str(5 * 9 * 15), str(5 * 9 * 16)]
+
+
+def test_a_span_multiplies_only_its_blocks() -> None:
+    block = SCORING_BLOCK_ROWS
+    matrix = np.ones((4 * block, 2), dtype=np.float32)
+    matrix[:block] = np.nan  # blocks the span does not reach: never multiplied
+    matrix[3 * block :] = np.nan
+    scores = score_span(matrix, np.ones(2, dtype=np.float32), block + 3, 3 * block)
+    assert scores.size == 2 * block - 3 and bool((scores == 2.0).all())
+    assert score_span(matrix, np.ones(2, np.float32), 7, 7).size == 0
 
 
 def test_only_the_blocks_holding_a_wanted_row_are_multiplied() -> None:
@@ -169,6 +193,9 @@ def test_top_candidates_equal_a_plain_reference_on_random_partitions(
         matrix = palette[rng.integers(0, 5, count)].astype(np.float32)
         order = np.arange(count) if seed % 3 else rng.permutation(count)
         joined = _part(memories, order.tolist(), matrix)
+        # Rows in the memories' order: a dense join, scored as one run when the query
+        # sees a prefix (odd seeds: ticks in append order) and row by row otherwise.
+        assert joined.dense == bool(seed % 3) or count == 1
         ticks = np.array([memory.moment.tick for memory in memories])
         visible = ticks <= int(rng.integers(0, count + 1))  # as of an earlier moment
         if seed == 5:

@@ -153,7 +153,17 @@ async def test_appends_and_forgets_after_opening_from_a_read_file_are_seen(
     )
     await second.forget("session", "npc", "m003", GameMoment(timeline_id="main", tick=50))
     after = await answers(second)
-    assert ranked(await second.snapshot(query()))[0][0] == "late"
+    snapshot = await second.snapshot(query())
+    assert ranked(snapshot)[0][0] == "late"
+    # A lazy view with memories appended since its read file: the batch reads (a recall's
+    # candidates) equal the reads one by one, the appended tail included.
+    view = snapshot.views[0]
+    assert isinstance(view.memories, LazyMemories) and len(view.memories) == SIZE + 1
+    positions = [SIZE, 3, 0, SIZE - 1, 3]
+    assert view.memories_at(positions) == [view.memories[p] for p in positions]
+    assert view.memories.picked([]) == []
+    with pytest.raises(IndexError):
+        view.memories.picked([SIZE + 1])
     await second.aclose()
 
     shutil.rmtree(read_folder(tmp_path / "save"))

@@ -195,3 +195,22 @@ def test_a_views_mask_is_kept_for_the_same_visibility_and_computed_again_for_ano
     one = GameMemoryQuery(session_id="session", limit=1, text="well")
     other = GameMemoryQuery(session_id="session", limit=9, text="bread")
     assert view.mask(one) is view.mask(other)
+
+
+def test_the_batch_reads_of_a_view_equal_its_reads_one_by_one() -> None:
+    """``order_keys_at``, ``memories_at`` and ``IdList.picked`` (a recall reads its
+    candidates at once) give what ``order_key``, ``memories[i]`` and ``ids[i]`` give."""
+    ids = ["b", "a\U0001f600", "\u00e9", "c", "a\uffff"]
+    memories = [_memory(memory_id, 10 - index) for index, memory_id in enumerate(ids)]
+    view = _view(memories)
+    positions = np.array([4, 0, 2, 2, 1], np.int64)
+    expected_keys = [view.order_key(position) for position in positions.tolist()]
+    assert view.order_keys_at(positions) == expected_keys
+    assert view.memories_at(positions.tolist()) == [memories[p] for p in positions.tolist()]
+    assert view.memory_ids.picked(positions.tolist()) == [ids[p] for p in positions.tolist()]
+    _ = view.order_keys  # once built, the batch read takes the built keys
+    assert view.order_keys_at(positions) == expected_keys
+    assert view.order_keys_at(np.empty(0, np.int64)) == []
+    for wrong in ([5], [-1]):
+        with pytest.raises(IndexError):
+            view.memory_ids.picked(wrong)

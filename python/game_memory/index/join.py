@@ -81,6 +81,7 @@ class PartitionJoin:
     orphans: int
     mismatched: int
     state: _JoinState = field(repr=False)
+    dense: bool = False
 
     @property
     def entries(self) -> int:
@@ -106,6 +107,11 @@ def _classify(
     return (_READY, int(partition.rows[slot]), position)
 
 
+def _counting(values: IntArray, start: int = 0) -> bool:
+    """Whether ``values[start:]`` is ``start, start + 1, …`` (one vector comparison)."""
+    return bool(np.array_equal(values[start:], np.arange(start, values.size, dtype=np.int64)))
+
+
 def _finish(
     view: PartitionView | None,
     partition: IndexPartition | None,
@@ -113,6 +119,7 @@ def _finish(
     state: _JoinState,
     rows: IntArray,
     positions: IntArray,
+    dense: bool = False,
 ) -> PartitionJoin:
     counts = state.counts
     memories = len(view.memories) if view is not None else 0
@@ -128,6 +135,7 @@ def _finish(
         counts[_ORPHAN],
         counts[_MISMATCHED],
         state,
+        dense,
     )
     state.owner = joined
     return joined
@@ -230,7 +238,8 @@ def _aligned_join(
     state = _JoinState(
         None, None, None, counts, None, records, bytearray(hashes), bytearray(contents), kind
     )
-    return _finish(view, partition, active, state, rows, positions)
+    dense = _counting(positions) and _counting(rows)
+    return _finish(view, partition, active, state, rows, positions, dense)
 
 
 def _extend_aligned(
@@ -253,6 +262,7 @@ def _extend_aligned(
     if isinstance(partition.position, Positions):
         partition.position.unique = True
     rows, positions = old.rows, old.positions
+    dense = old.dense
     if stop > start:
         kind = _kinds(partition, start, stop, bytes(state.contents[start * 32 : stop * 32]),
                       old.active)  # fmt: skip
@@ -262,8 +272,11 @@ def _extend_aligned(
         for number, count in enumerate(np.bincount(kind, minlength=5).tolist()):
             state.counts[number] += count
         state.kinds = np.concatenate((state.kinds, kind))
+        # Only what was added needs checking: the old arrays are a prefix of the new.
+        known = old.positions.size
+        dense = dense and _counting(positions, known) and _counting(rows, known)
     state.aligned = stop
-    return _finish(view, partition, old.active, state, rows, positions)
+    return _finish(view, partition, old.active, state, rows, positions, dense)
 
 
 def _generalize(old: PartitionJoin) -> None:

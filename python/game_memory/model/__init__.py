@@ -17,7 +17,7 @@ from game_memory.model.fields import (
 from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.model.memory import GameMemory, GameMemoryKind, GameMoment
 from game_memory.model.memory_ids import content_memory_id, derive_memory_id
-from game_memory.model.query import GameMemoryQuery, memory_matches_query
+from game_memory.model.query import GameMemoryQuery, memories_match_query, memory_matches_query
 from game_memory.model.results import (
     CompactionReport,
     MigrationReport,
@@ -59,6 +59,7 @@ __all__ = [
     "check_bounded_id",
     "content_memory_id",
     "derive_memory_id",
+    "memories_match_query",
     "memory_matches_query",
     "ordinal_key",
 ]

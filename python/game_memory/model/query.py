@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence
+from itertools import repeat
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -19,7 +22,7 @@ from game_memory.model.fields import (
 )
 from game_memory.model.memory import GameMemory, GameMemoryKind, GameMoment
 
-__all__ = ["GameMemoryQuery", "memory_matches_query"]
+__all__ = ["GameMemoryQuery", "memories_match_query", "memory_matches_query"]
 
 
 def _unique_ids(value: Any, what: str) -> tuple[str, ...]:
@@ -106,3 +109,43 @@ def memory_matches_query(memory: GameMemory, query: GameMemoryQuery) -> bool:
         if expiry is not None and not at.tick < expiry.tick:
             return False
     return True
+
+
+def memories_match_query(memories: Sequence[GameMemory], query: GameMemoryQuery) -> bool:
+    """Return whether every one of ``memories`` is visible to ``query``.
+
+    ``all(memory_matches_query(m, query) for m in memories)``, each condition of the
+    predicate checked for all memories at once by C-level maps (a recall checks the few
+    dozen memories the store ranked for it); a query filtering by scope, kind or tag runs
+    the predicate memory by memory. ``tests/test_model.py`` checks the two agree.
+    """
+    if not all(map(operator.eq, map(_session, memories), repeat(query.session_id))):
+        return False
+    owner = query.owner_id
+    if owner is not None and not all(map(operator.eq, map(_owner, memories), repeat(owner))):
+        return False
+    if query.scopes or query.kinds or query.tags:
+        return all(memory_matches_query(memory, query) for memory in memories)
+    if any(map(operator.lt, map(_importance, memories), repeat(query.minimum_importance))):
+        return False
+    at = query.at_or_before
+    if at is None:
+        return True
+    moments = list(map(_moment, memories))
+    if not all(map(operator.eq, map(_timeline, moments), repeat(at.timeline_id))):
+        return False
+    if any(map(operator.gt, map(_tick, moments), repeat(at.tick))):
+        return False
+    expiries = list(map(_expires_at, memories))
+    if not any(map(operator.is_not, expiries, repeat(None))):
+        return True
+    return all(expiry is None or at.tick < expiry.tick for expiry in expiries)
+
+
+_session = operator.attrgetter("session_id")
+_owner = operator.attrgetter("owner_id")
+_importance = operator.attrgetter("importance")
+_moment = operator.attrgetter("moment")
+_timeline = operator.attrgetter("timeline_id")
+_tick = operator.attrgetter("tick")
+_expires_at = operator.attrgetter("expires_at")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from enum import IntEnum
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ from game_memory.model.fields import (
     MAXIMUM_STAGE_COUNT,
     MAXIMUM_STAGE_MILLISECONDS,
     MAXIMUM_STAGES,
+    assemble_validated,
 )
 from game_memory.model.memory import GameMemory
 
@@ -65,13 +67,21 @@ class GameMemorySearchStage(BaseModel):
         milliseconds = seconds * 1000.0
         if not math.isfinite(milliseconds):
             milliseconds = MAXIMUM_STAGE_MILLISECONDS if milliseconds > 0 else 0.0
-        return cls.model_construct(
-            stage=GameMemorySearchStageKind(stage),
-            duration_ms=float(min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS)),
-            scanned_count=min(max(int(scanned), 0), MAXIMUM_STAGE_COUNT),
-            candidate_count=min(max(int(candidates), 0), MAXIMUM_STAGE_COUNT),
-            reused=bool(reused),
+        return assemble_validated(
+            cls,
+            {
+                "stage": GameMemorySearchStageKind(stage),
+                "duration_ms": float(min(max(milliseconds, 0.0), MAXIMUM_STAGE_MILLISECONDS)),
+                "scanned_count": min(max(int(scanned), 0), MAXIMUM_STAGE_COUNT),
+                "candidate_count": min(max(int(candidates), 0), MAXIMUM_STAGE_COUNT),
+                "reused": bool(reused),
+            },
         )
+
+    def as_reused(self) -> GameMemorySearchStage:
+        """This stage marked ``reused`` (a later stage worked on its result): what
+        ``model_copy(update={"reused": True})`` gives, without its per-field bookkeeping."""
+        return assemble_validated(type(self), {**self.__dict__, "reused": True})
 
 
 class GameMemorySearchSnapshot(BaseModel):
@@ -94,6 +104,25 @@ class GameMemorySearchSnapshot(BaseModel):
         # The store hands out lazy sequences (``store/lazy.py``: decoded or sorted only when
         # read) through ``model_construct``; serialized, they are the tuples they equal.
         return handler(tuple(value))
+
+    @classmethod
+    def assembled(
+        cls,
+        memories: tuple[GameMemory, ...],
+        authoritative_memories: Sequence[GameMemory],
+        stages: tuple[GameMemorySearchStage, ...],
+    ) -> GameMemorySearchSnapshot:
+        """Build a result from parts already within their bounds, without validation (as
+        ``model_construct`` does): ``authoritative_memories`` may be a lazy sequence of the
+        store (``store/lazy.py``), which serializes as the tuple it equals."""
+        return assemble_validated(
+            cls,
+            {
+                "memories": memories,
+                "authoritative_memories": authoritative_memories,
+                "stages": stages,
+            },
+        )
 
     def stage(self, kind: GameMemorySearchStageKind) -> GameMemorySearchStage | None:
         """Return the first stage of ``kind``, or ``None`` when the search had none."""

@@ -78,13 +78,16 @@ every rotation's held-out figure.
 
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import math
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Annotated, Literal
+from itertools import repeat
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -167,13 +170,17 @@ class FusionOptions(BaseModel):
     floor_candidates: Annotated[int, Field(ge=1, le=4_096)] = 16
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class FusedCandidate:
     """A candidate after fusion, with the evidence from each channel.
 
     ``relevance`` is ``score`` as a fraction of the best score the fusion could give in this
     recall (see the module docstring); ``vector`` is the memory's unit vector when the
     vector channel returned it (the reranker compares memories with it), else ``None``.
+
+    Its fields live in an instance dictionary (no ``__slots__``) so that :func:`fuse` can
+    build its candidates by :func:`_candidate`, a third of the cost of the frozen
+    ``__init__`` (which sets each field through ``object.__setattr__``).
     """
 
     memory: GameMemory
@@ -199,7 +206,7 @@ def fuse(
     Ties are broken by importance, then newer tick, then owner and memory id (ordinal).
 
     On a recall's hot path (32 candidates a channel): each channel's contributions are
-    computed in one pass before the candidates are merged, the merged rows are ordered
+    computed in one pass, the candidates are merged into plain lists (:data:`_Row`), ordered
     before they become candidates, and only the ``limit`` kept become ``FusedCandidate``
     (a frozen dataclass, the costliest object to build here).
 
@@ -207,106 +214,211 @@ def fuse(
         DerivedIndexError: one memory key arrives with two different contents.
     """
     rows: dict[tuple[str, str], _Row] = {}
-    for row, rank, score in _merged(rows, lexical, _contributions(options, 0, lexical)):
-        row.lexical_rank, row.lexical_score = rank + 1, score
-    for row, rank, score in _merged(rows, vector, _contributions(options, 1, vector)):
-        row.vector_rank, row.vector_score = rank + 1, score
-        if vectors is not None:
-            row.vector = vectors[rank]
+    _merge(rows, lexical, _contributions(options, 0, lexical), 0, None)
+    _merge(rows, vector, _contributions(options, 1, vector), 1, vectors)
     best = _best_possible(options, bool(lexical), bool(vector))
-    ordered = _in_order(list(rows.values()))
-    return [
-        FusedCandidate(
-            r.memory,
-            r.score,
-            r.lexical_rank,
-            r.vector_rank,
-            r.lexical_score,
-            r.vector_score,
-            min(max(r.score / best, 0.0), 1.0) if best > 0 else 0.0,
-            r.vector,
-        )
-        for r in ordered[:limit]
-    ]
+    kept = _in_order(list(rows.values()), limit)
+    count = len(kept)
+    # Each row's relevance, min(max(score / best, 0.0), 1.0) (0.0 when nothing could score),
+    # and its candidate built without FusedCandidate.__init__ (which sets each field
+    # through object.__setattr__): the same fields in the same instance dictionary
+    # (tests/recall/test_fuse_equivalence.py). Both by C-level maps, no step per row.
+    if best > 0:
+        relevance = map(max, map(operator.truediv, map(_score, kept), repeat(best)), repeat(0.0))
+        _consume(map(operator.setitem, kept, repeat(6), map(min, relevance, repeat(1.0))))
+    candidates: list[FusedCandidate] = list(map(_new, repeat(FusedCandidate, count)))
+    fields = map(dict, map(zip, repeat(_FIELDS), kept))
+    _consume(map(_set_attribute, candidates, repeat("__dict__"), fields))
+    return candidates
 
 
-def _merged(
+def _consume(calls: Iterable[object]) -> None:
+    """Run a lazy ``map`` of calls made for their effect (the itertools ``consume`` recipe)."""
+    collections.deque(calls, maxlen=0)
+
+
+_new = object.__new__
+_set_attribute = object.__setattr__
+
+#: A candidate while it is fused, as a plain list (cheaper to build and update than an
+#: object), its items in the order of :class:`FusedCandidate`'s fields (:data:`_FIELDS`):
+#: ``[memory, score, lexical_rank, vector_rank, lexical_score, vector_score, relevance,
+#: vector]``; the score starts at 0.0 and each channel adds its contribution; the relevance
+#: is set once the candidates are ordered.
+_Row = list[Any]
+_FIELDS = (
+    "memory",
+    "score",
+    "lexical_rank",
+    "vector_rank",
+    "lexical_score",
+    "vector_score",
+    "relevance",
+    "vector",
+)
+
+_key = operator.attrgetter("owner_id", "memory_id")
+_first = operator.itemgetter(0)
+_score = operator.itemgetter(1)
+
+
+def _merge(
     rows: dict[tuple[str, str], _Row],
     candidates: Sequence[tuple[GameMemory, float]],
     added: Sequence[float],
-) -> Iterator[tuple[_Row, int, float]]:
-    """Each of a channel's candidates as its row in ``rows`` (made when new), with its rank
-    (from 0) and score; its contribution is added to the row's fused score."""
+    channel: int,
+    vectors: Sequence[npt.NDArray[np.float32]] | None,
+) -> None:
+    """Merge one channel's candidates (``channel`` 0 lexical, 1 vector) into ``rows``: each
+    gets its row (made when new) and, by its rank (from 0), its contribution ``added``,
+    its 1-based rank, its score and (when given) its vector.
+
+    The candidates whose key is new are made rows all at once, in rank order (C-level
+    iterators, no Python step per candidate); those already in ``rows`` are updated one
+    by one, in rank order. What :func:`_merge_one_by_one` does, which runs instead when a
+    key repeats within the channel (then a later candidate overwrites the earlier one's
+    rank and score and adds again) or ``vectors`` is shorter than the candidates.
+    """
+    count = len(candidates)
+    memories = list(map(_first, candidates))
+    keys = list(map(_key, memories))
+    if len(set(keys)) < count or (vectors is not None and len(vectors) < count):
+        _merge_one_by_one(rows, candidates, added, channel, vectors)
+        return
+    found = list(map(rows.get, keys))
+    for rank in itertools.compress(range(count), found):  # keys already merged
+        memory, row = memories[rank], found[rank]
+        assert row is not None
+        if row[0] is not memory and row[0] != memory:
+            raise _two_contents(memory)
+        row[1] += added[rank]
+        row[2 + channel] = rank + 1
+        row[4 + channel] = candidates[rank][1]
+        if vectors is not None:
+            row[7] = vectors[rank]
+    fresh = list(map(operator.not_, found))
+    if any(fresh):
+        nothing = repeat(None)
+        fields: list[Iterable[Any]] = [
+            itertools.compress(memories, fresh),
+            itertools.compress(map(operator.add, repeat(0.0), added), fresh),
+            nothing,
+            nothing,
+            nothing,
+            nothing,
+            repeat(0.0),
+            nothing if vectors is None else itertools.compress(vectors, fresh),
+        ]
+        fields[2 + channel] = itertools.compress(range(1, count + 1), fresh)
+        fields[4 + channel] = itertools.compress(map(_score, candidates), fresh)
+        # zip(*fields) ends with the new memories (the other fields repeat without end).
+        made = map(list, zip(*fields, strict=False))
+        rows.update(zip(itertools.compress(keys, fresh), made, strict=True))
+
+
+def _merge_one_by_one(
+    rows: dict[tuple[str, str], _Row],
+    candidates: Sequence[tuple[GameMemory, float]],
+    added: Sequence[float],
+    channel: int,
+    vectors: Sequence[npt.NDArray[np.float32]] | None,
+) -> None:
+    """:func:`_merge` candidate by candidate (any input)."""
     for rank, (memory, score) in enumerate(candidates):
         key = (memory.owner_id, memory.memory_id)
         row = rows.get(key)
         if row is None:
-            row = rows[key] = _Row(memory)
-        elif row.memory is not memory and row.memory != memory:
-            raise DerivedIndexError(
-                f"memory {memory.memory_id!r} reached fusion with two different contents"
-            )
-        row.score += added[rank]
-        yield row, rank, score
+            row = rows[key] = [memory, 0.0, None, None, None, None, 0.0, None]
+        elif row[0] is not memory and row[0] != memory:
+            raise _two_contents(memory)
+        row[1] += added[rank]
+        row[2 + channel] = rank + 1
+        row[4 + channel] = score
+        if vectors is not None:
+            row[7] = vectors[rank]
 
 
-def _in_order(rows: list[_Row]) -> list[_Row]:
-    """``rows`` as ``sorted(rows, key=_fusion_order)`` gives them, computing that key only
-    for rows whose scores tie.
+def _two_contents(memory: GameMemory) -> DerivedIndexError:
+    return DerivedIndexError(
+        f"memory {memory.memory_id!r} reached fusion with two different contents"
+    )
 
-    Sorted by score alone first (stable, highest first). Where every score differs, that
-    is the order (the score decides every comparison of the full key); where some are
-    equal, each run of equal scores is sorted by the full key: the same order, equal keys
-    kept in input order as a stable sort keeps them. A NaN (a score, or the importance of
-    a tied row) would make the order depend on which comparisons a sort happens to make,
-    so then the full sort runs as it always did.
+
+def _in_order(rows: list[_Row], limit: int) -> list[_Row]:
+    """The first ``limit`` of ``sorted(rows, key=_fusion_order)``, computing that key only
+    when some scores tie, and then only for the rows up to the cut.
+
+    Sorted by score alone first (highest first). Where every score differs (and none is
+    NaN), that is the order: the score decides every comparison of the full key. Where
+    some tie, the rows down to the last one scoring what the ``limit``-th does (whole
+    groups of equal scores, the best ones) are sorted by the full key (:func:`_by_key`):
+    its first item is the score, and rows of one score differ in their ids, so that is the
+    full sort's start. A NaN (a score, or any importance once some scores tie: a sum of
+    them that is NaN, which an infinity minus another also gives) would make the order
+    depend on which comparisons a sort happens to make, so then the full sort runs over
+    ``rows`` as given, as it always did.
     """
     ordered = sorted(rows, key=_score, reverse=True)
-    scores = [row.score for row in ordered]
+    scores = list(map(_score, ordered))
     if all(map(operator.gt, scores, scores[1:])):
-        return ordered  # all distinct, none NaN
-    if not all(map(operator.ge, scores, scores[1:])):
-        return sorted(rows, key=_fusion_order)  # a NaN score
-    start = 0
-    for index in range(1, len(scores) + 1):
-        if index < len(scores) and scores[index] == scores[start]:
-            continue
-        if index - start > 1:
-            run = ordered[start:index]
-            if any(math.isnan(row.memory.importance) for row in run):
-                return sorted(rows, key=_fusion_order)
-            ordered[start:index] = sorted(run, key=_fusion_order)
-        start = index
-    return ordered
+        return ordered[:limit]  # all distinct, none NaN
+    if not all(map(operator.ge, scores, scores[1:])) or math.isnan(
+        sum(map(_importance, map(_first, rows)))
+    ):
+        return sorted(rows, key=_fusion_order)[:limit]  # a NaN
+    end = len(scores[:limit])  # what the cut keeps (a negative limit included)
+    if end:
+        cut = scores[end - 1]
+        while end < len(scores) and scores[end] == cut:
+            end += 1
+        ordered[:end] = _by_key(ordered[:end])
+    return ordered[:limit]
 
 
-_score = operator.attrgetter("score")
+def _by_key(rows: list[_Row]) -> list[_Row]:
+    """``sorted(rows, key=_fusion_order)`` for rows without a NaN score or importance:
+    the keys built column by column (C-level, no call per row), each with the row's index
+    after it (never reached: no two rows share owner and memory id)."""
+    memories = list(map(_first, rows))
+    owners = list(map(_owner, memories))
+    identifiers = list(map(_identifier, memories))
+    if not (all(map(str.isascii, owners)) and all(map(str.isascii, identifiers))):
+        owners, identifiers = list(map(ordinal_key, owners)), list(map(ordinal_key, identifiers))
+    keys = list(
+        zip(
+            map(operator.neg, map(_score, rows)),
+            map(operator.neg, map(_importance, memories)),
+            map(operator.neg, map(_tick, memories)),
+            owners,
+            identifiers,
+            range(len(rows)),
+            strict=True,
+        )
+    )
+    keys.sort()
+    return list(map(rows.__getitem__, map(_last, keys)))
+
+
+_importance = operator.attrgetter("importance")
+_tick = operator.attrgetter("moment.tick")
+_owner = operator.attrgetter("owner_id")
+_identifier = operator.attrgetter("memory_id")
+_last = operator.itemgetter(-1)
 
 
 def _fusion_order(row: _Row) -> tuple[float, float, int, str, str]:
     """The sort key: higher score, then importance, then newer tick, then owner and memory
     id in ordinal (UTF-16) order. ``ordinal_key`` returns ASCII text as it is, so ASCII
     ids (the usual ones) are used as they are without the call: the same keys."""
-    memory = row.memory
+    memory = row[0]
     owner, identifier = memory.owner_id, memory.memory_id
     return (
-        -row.score,
+        -row[1],
         -memory.importance,
         -memory.moment.tick,
         owner if owner.isascii() else ordinal_key(owner),
         identifier if identifier.isascii() else ordinal_key(identifier),
     )
-
-
-@dataclass(slots=True)
-class _Row:
-    memory: GameMemory
-    score: float = 0.0
-    lexical_rank: int | None = None
-    vector_rank: int | None = None
-    lexical_score: float | None = None
-    vector_score: float | None = None
-    vector: npt.NDArray[np.float32] | None = None
 
 
 def _best_possible(options: FusionOptions, lexical: bool, vector: bool) -> float:

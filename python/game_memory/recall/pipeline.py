@@ -18,6 +18,7 @@ which backend it holds.
 from __future__ import annotations
 
 import asyncio
+import operator
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from game_memory.model import (
     MemoryVectorDiagnostic,
     RecallHit,
     RecallResult,
-    memory_matches_query,
+    memories_match_query,
 )
 from game_memory.recall.fusion import FusedCandidate, fuse
 from game_memory.recall.options import VectorMemoryStoreOptions
@@ -132,11 +133,10 @@ async def recall(
     limit = options.candidate_limit(query.limit)
     expanded = query.model_copy(update={"limit": limit})
     snapshot = await parts.store.snapshot(expanded, maximum_entries=bound)
-    lexical = [(hit.memory, hit.score) for hit in snapshot.lexical]
+    lexical = snapshot.lexical  # (memory, score) named tuples
     _validate_snapshot(snapshot, lexical, expanded, limit)
     stages = [
-        s.model_copy(update={"reused": True}) if s.stage is Stage.AUTHORITATIVE_SNAPSHOT else s
-        for s in snapshot.stages
+        s.as_reused() if s.stage is Stage.AUTHORITATIVE_SNAPSHOT else s for s in snapshot.stages
     ]
     vector: list[tuple[GameMemory, float]] = []
     vectors: list[np.ndarray] = []
@@ -187,10 +187,8 @@ async def recall(
         )
         fused = ranked
     hits = tuple(_hit(query, candidate) for candidate in fused[: query.limit])
-    result = GameMemorySearchSnapshot.model_construct(
-        memories=tuple(hit.memory for hit in hits),
-        authoritative_memories=snapshot.authoritative_memories,
-        stages=tuple(stages),
+    result = GameMemorySearchSnapshot.assembled(
+        tuple(hit.memory for hit in hits), snapshot.authoritative_memories, tuple(stages)
     )
     return RecallResult(result, hits, fallback)
 
@@ -222,22 +220,23 @@ def _validate_snapshot(
             query.owner_id is not None and view.owner_id != query.owner_id
         ):
             raise DerivedIndexError("the authoritative snapshot escaped the query's partition")
-    keys = {(m.owner_id, m.memory_id) for m, _ in lexical}
-    if len(lexical) > limit or len(keys) != len(lexical):
+    memories = [memory for memory, _ in lexical]
+    if len(lexical) > limit or len(set(map(_memory_key, memories))) != len(lexical):
         raise DerivedIndexError("the authoritative store returned too many or duplicate results")
-    if not all(memory_matches_query(m, query) for m, _ in lexical):
+    if not memories_match_query(memories, query):
         raise DerivedIndexError(
             "the authoritative store returned a memory outside the query's visibility filters"
         )
 
 
+_memory_key = operator.attrgetter("owner_id", "memory_id")
+
+
 def _validate_reranked(ranked: Sequence[FusedCandidate], fused: Sequence[FusedCandidate]) -> None:
-    known = {id(c) for c in fused}
-    seen: set[int] = set()
-    for candidate in ranked:
-        if id(candidate) not in known or id(candidate) in seen:
-            raise DerivedIndexError("the reranker returned an unknown or repeated candidate")
-        seen.add(id(candidate))
+    """The reranker must return each of its candidates at most once, and nothing else."""
+    seen = set(map(id, ranked))
+    if len(seen) != len(ranked) or not seen.issubset(map(id, fused)):
+        raise DerivedIndexError("the reranker returned an unknown or repeated candidate")
 
 
 def _read_parts(

@@ -53,8 +53,11 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import math
+import operator
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Annotated, Literal
 
 import numpy as np
@@ -152,7 +155,8 @@ class GameAwareMemoryReranker:
             return []
         options = self.options
         best = candidates[0].score
-        relevance = [self.relevance(c, best) for c in candidates]
+        relevance_of, recency_of = self.relevance, self.recency
+        relevance = list(map(relevance_of, candidates, repeat(best)))
         superseded: set[int] = set()
         if options.supersession_penalty > 0 or options.supersession_inherits:
             for older, newer in _versions(candidates, options):
@@ -162,20 +166,47 @@ class GameAwareMemoryReranker:
                 if options.supersession_inherits:
                     relevance[newer] = max(relevance[newer], relevance[older])
                 superseded.add(older)
-        base = [
-            options.relevance_weight * relevance[i]
-            + options.importance_weight * c.memory.importance
-            + options.recency_weight * self.recency(query, c)
-            - (options.supersession_penalty if i in superseded else 0.0)
-            for i, c in enumerate(candidates)
-        ]
-        traits = [(c.memory.scope, c.memory.kind, frozenset(c.memory.tags)) for c in candidates]
+        memories = list(map(_memory, candidates))
+        recency = list(map(recency_of, repeat(query), candidates))
+        # The terms as float64 columns: numpy's elementwise multiply, add and subtract are
+        # the IEEE operations Python's floats make, in the same order, so every base value
+        # is the float of the per-candidate expression
+        #   w_rel · relevance + w_imp · importance + w_rec · recency − penalty (or − 0.0).
+        base_column = (
+            options.relevance_weight * np.array(relevance, np.float64)
+            + options.importance_weight * np.array(list(map(_importance, memories)), np.float64)
+            + options.recency_weight * np.array(recency, np.float64)
+        )
+        lowered = np.zeros(len(candidates), np.float64)
+        if superseded:
+            lowered[list(superseded)] = options.supersession_penalty
+        base: list[float] = (base_column - lowered).tolist()
+        traits = list(
+            zip(
+                map(_scope, memories),
+                map(_kind, memories),
+                map(frozenset, map(_tags, memories)),
+                strict=True,
+            )
+        )
         rounds = min(len(candidates), options.maximum_greedy_selections)
         chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
 
 
 Traits = tuple[str, object, frozenset[str]]
+
+_memory = operator.attrgetter("memory")
+_vector = operator.attrgetter("vector")
+_importance = operator.attrgetter("importance")
+_scope = operator.attrgetter("scope")
+_kind = operator.attrgetter("kind")
+_tags = operator.attrgetter("tags")
+_owner = operator.attrgetter("owner_id")
+_timeline = operator.attrgetter("moment.timeline_id")
+_tick = operator.attrgetter("moment.tick")
+_belief_key = operator.attrgetter("belief_key")
+_second = operator.itemgetter(1)
 
 
 #: At most this many distinct trait sets: the grouped pass; more: the lazy one.
@@ -197,8 +228,11 @@ def greedy_order(
     :func:`_lazy_order`.
     """
     grouped: dict[Traits, list[int]] = {}
-    for index, trait in enumerate(traits):
-        grouped.setdefault(trait, []).append(index)
+    if traits and traits.count(traits[0]) == len(traits):
+        grouped[traits[0]] = list(range(len(traits)))  # one trait set (the common case)
+    else:
+        for index, trait in enumerate(traits):
+            grouped.setdefault(trait, []).append(index)
     if len(grouped) <= _FEW_GROUPS:
         return _grouped_order(grouped, base, penalty, rounds)
     return _lazy_order(traits, base, penalty, rounds)
@@ -211,23 +245,38 @@ def _grouped_order(
     ordered by ``(−base, index)`` and a round compares only each group's best: the same
     picks (ties included: within a group the best is the lowest index among those whose
     ``base − penalty · overlap`` equals the top one, as float subtraction may merge
-    values) in O(rounds × groups)."""
+    values) in O(rounds × groups).
+
+    A group's overlap changes only when a group is picked from for the first time, so it is
+    updated then only; and once the one group left with candidates has been picked from,
+    its overlap is final and so is every value in it: the rounds left pick its candidates
+    in the order of ``(−(base − lowered), index)``, one sort (with one group, the common
+    case, every round after the first).
+    """
     kinds = list(grouped)
-    members = [sorted(grouped[trait], key=lambda i: (-base[i], i)) for trait in kinds]
+    members = [_by_value(grouped[trait], base, 0.0) for trait in kinds]
     overlap = [0] * len(kinds)
+    lowered = [penalty * 0] * len(kinds)
+    picked = [False] * len(kinds)
     shared = [[len(a[2] & b[2]) + (a[0] == b[0]) + (a[1] == b[1]) for b in kinds] for a in kinds]
+    left = sum(1 for indexes in members if indexes)
     chosen: list[int] = []
-    for _ in range(rounds):
+    while len(chosen) < rounds:
+        if left == 1:
+            group = next(number for number, indexes in enumerate(members) if indexes)
+            if picked[group]:
+                _finish_group(members[group], base, lowered[group], rounds - len(chosen), chosen)
+                break
         best: tuple[float, int] | None = None
         best_group = best_at = 0
         for group, indexes in enumerate(members):
             if not indexes:
                 continue
-            lowered = penalty * overlap[group]
-            top = base[indexes[0]] - lowered
+            down = lowered[group]
+            top = base[indexes[0]] - down
             pick, at = indexes[0], 0
             for position in range(1, len(indexes)):
-                if base[indexes[position]] - lowered != top:
+                if base[indexes[position]] - down != top:
                     break
                 if indexes[position] < pick:
                     pick, at = indexes[position], position
@@ -235,12 +284,36 @@ def _grouped_order(
                 best, best_group, best_at = (top, -pick), group, at
         if best is None:
             break
-        chosen.append(members[best_group].pop(best_at))
-        overlap = [
-            max(known, count) for known, count in zip(overlap, shared[best_group], strict=True)
-        ]
+        indexes = members[best_group]
+        chosen.append(indexes.pop(best_at))
+        left -= not indexes
+        if not picked[best_group]:
+            picked[best_group] = True
+            overlap = [
+                max(known, count) for known, count in zip(overlap, shared[best_group], strict=True)
+            ]
+            lowered = [penalty * known for known in overlap]
     chosen.extend(sorted(index for indexes in members for index in indexes))
     return chosen
+
+
+def _finish_group(
+    indexes: list[int], base: Sequence[float], lowered: float, rounds: int, chosen: list[int]
+) -> None:
+    """Pick ``rounds`` of one group's ``indexes`` (removed from it) whose values are final:
+    highest ``base − lowered`` first, the lowest index among equal values, as the rounds of
+    :func:`_grouped_order` would pick them one by one."""
+    indexes[:] = _by_value(indexes, base, lowered)
+    chosen.extend(indexes[:rounds])
+    del indexes[:rounds]
+
+
+def _by_value(indexes: list[int], base: Sequence[float], lowered: float) -> list[int]:
+    """``sorted(indexes, key=lambda i: (-(base[i] - lowered), i))``, the keys built by
+    C-level maps. With ``lowered`` 0.0 that is the order of ``(−base[i], i)``: ``x − 0.0``
+    is ``x`` (and ``−0.0 − 0.0`` is ``−0.0``)."""
+    values = map(operator.sub, map(base.__getitem__, indexes), repeat(lowered))
+    return list(map(_second, sorted(zip(map(operator.neg, values), indexes, strict=True))))
 
 
 def _lazy_order(
@@ -341,12 +414,15 @@ def _versions(
     # A memory the game gave a belief_key has its versions named by the game (the store
     # recalls only the newest): it is never taken for a version of anything else, nor
     # anything else for a version of it, so it gets a group of its own.
-    memories = [candidate.memory for candidate in first]
-    keys: list[tuple[str, str] | int] = [
-        (memory.owner_id, memory.moment.timeline_id) if memory.belief_key is None else index
-        for index, memory in enumerate(memories)
-    ]
-    ticks = np.array([memory.moment.tick for memory in memories], np.int64)
+    memories = list(map(_memory, first))
+    keys: list[tuple[str, str] | int] = list(
+        zip(map(_owner, memories), map(_timeline, memories), strict=True)
+    )
+    beliefs = list(map(_belief_key, memories))
+    if beliefs.count(None) < n:
+        keys = [key if belief is None else index
+                for index, (key, belief) in enumerate(zip(keys, beliefs, strict=True))]  # fmt: skip
+    ticks = np.array(list(map(_tick, memories)), np.int64)
     # [older, newer]: same owner and timeline, the newer strictly later. When every key is
     # the first one (one owner and timeline, no belief_key: an NPC's own recall) there is
     # one group and the tick order alone decides.
@@ -361,7 +437,8 @@ def _versions(
     found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]] = []
     # Pairs of two candidates with a vector compare their cosines (a candidate only the
     # lexical channel returned has none: its pairs fall back to the overlap of words).
-    vectored = [index for index, candidate in enumerate(first) if candidate.vector is not None]
+    vectors = list(map(_vector, first))
+    vectored = list(itertools.compress(range(n), map(operator.is_not, vectors, repeat(None))))
     pending: npt.NDArray[np.bool_] | None = ordered
     if len(vectored) > 1:
         rows = np.array(vectored, np.intp)
@@ -373,7 +450,7 @@ def _versions(
             pending = ordered.copy()
             pending[square] = False
         if paired.any():
-            alike = _alike_vectors([first[index].vector for index in vectored], paired, options)
+            alike = _alike_vectors([vectors[index] for index in vectored], paired, options)
             if alike is not None:
                 older, newer = np.nonzero(alike)
                 found.append((rows[older], rows[newer]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,7 +13,13 @@ from game_memory.index.join import PartitionJoin
 from game_memory.model import GameMemory, ordinal_key
 from game_memory.store.view import PartitionView
 
-__all__ = ["SCORING_BLOCK_ROWS", "score_rows", "top_vector_candidates", "top_vector_hits"]
+__all__ = [
+    "SCORING_BLOCK_ROWS",
+    "score_rows",
+    "score_span",
+    "top_vector_candidates",
+    "top_vector_hits",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatVector = npt.NDArray[np.float32]
@@ -49,12 +57,40 @@ def score_rows(matrix: npt.NDArray[np.float32], query: FloatVector, rows: IntArr
     edges = np.flatnonzero(wanted[1:] != wanted[:-1])  # run starts and ends, in blocks
     scores = np.empty(count, dtype=np.float32)
     for start_block, end_block in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
-        start = start_block * SCORING_BLOCK_ROWS
-        end = min(end_block * SCORING_BLOCK_ROWS, count)
-        if end - start == 1 and start > 0:
-            start -= SCORING_BLOCK_ROWS  # not numpy's one-row dot path (see above)
+        start, end = _run(start_block, end_block, count)
         scores[start:end] = matrix[start:end] @ query
     return scores[rows]
+
+
+def score_span(
+    matrix: npt.NDArray[np.float32], query: FloatVector, start: int, stop: int
+) -> FloatVector:
+    """:func:`score_rows` of the rows ``start .. stop − 1``, bit for bit, without a gather.
+
+    Those rows' blocks are one run, multiplied as :func:`score_rows` multiplies it (the
+    same product, so the same scores); the result is a view of that product. A query as
+    of a moment usually sees such a run (a prefix of an NPC's rows), and then neither a
+    row index per visible row nor a gather of the scores through it is built.
+    """
+    count = matrix.shape[0]
+    if stop <= start:
+        return np.empty(0, dtype=np.float32)
+    first, last = start // SCORING_BLOCK_ROWS, (stop - 1) // SCORING_BLOCK_ROWS
+    whole = stop - start >= count or (first == 0 and last == -(-count // SCORING_BLOCK_ROWS) - 1)
+    if whole or not matrix.flags.c_contiguous:
+        return (matrix @ query)[start:stop]
+    begin, end = _run(first, last + 1, count)
+    return (matrix[begin:end] @ query)[start - begin : stop - begin]
+
+
+def _run(start_block: int, end_block: int, count: int) -> tuple[int, int]:
+    """The rows ``(start, end)`` multiplied for the run of blocks ``start_block ..
+    end_block − 1`` of a matrix of ``count`` rows (see :func:`score_rows`)."""
+    start = start_block * SCORING_BLOCK_ROWS
+    end = min(end_block * SCORING_BLOCK_ROWS, count)
+    if end - start == 1 and start > 0:
+        start -= SCORING_BLOCK_ROWS  # not numpy's one-row dot path (see score_rows)
+    return start, end
 
 
 def top_vector_hits(
@@ -83,51 +119,111 @@ def top_vector_candidates(
     query: npt.NDArray[np.float32],
     limit: int,
 ) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]]:
-    """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order."""
+    """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order.
+
+    A dense join (``PartitionJoin.dense``: row ``i`` is view position ``i``, the usual case)
+    whose visible rows form one run (a query as of a moment sees a prefix) is scored by
+    :func:`score_span` and carried as that run alone; any other as the rows it may see.
+    Either way only the few rows at or above the ``limit``-th best score get positions,
+    rows and sort keys.
+    """
     if limit <= 0:
         return [], []
-    scored: list[
-        tuple[PartitionView, IntArray, npt.NDArray[np.float32], IntArray, npt.NDArray[np.float32]]
-    ] = []
+    scored: list[_Scored] = []
     for joined, matrix, visible in parts:
         if joined.ready == 0 or joined.view is None:
             continue
-        keep = visible[joined.positions]
-        positions = joined.positions[keep]
-        rows = joined.rows[keep]
-        scores = score_rows(matrix, query, rows)
-        np.clip(scores, -1.0, 1.0, out=scores)
-        scored.append((joined.view, positions, scores, rows, matrix))
-    total = sum(entry[2].size for entry in scored)
+        scored.append(_score(joined, joined.view, matrix, visible, query))
+    total = sum(part[1].size for part in scored)
     if total == 0:
         return [], []
+    threshold: float | None = None
     if total > limit:
         everything = (
-            scored[0][2] if len(scored) == 1 else np.concatenate([entry[2] for entry in scored])
+            scored[0][1] if len(scored) == 1 else np.concatenate([part[1] for part in scored])
         )
         threshold = np.partition(everything, total - limit)[total - limit]
-        scored = [
-            (view, positions[chosen], scores[chosen], rows[chosen], matrix)
-            for view, positions, scores, rows, matrix in scored
-            if (chosen := scores >= threshold).any()
-        ]
     # Order on the views' columns, then read only the chosen memories (a view opened from
     # its read file decodes a memory when it is read).
     ranked: list[tuple[float, float, int, str, str, int, int, int]] = []
-    for number, (view, positions, scores, rows, _) in enumerate(scored):
-        columns, ids = view.columns, view.memory_ids
-        owner = ordinal_key(view.owner_id)
-        importance = columns.importance[positions].tolist()
-        ticks = columns.ticks[positions].tolist()
+    for number, (view, scores, places, first, _) in enumerate(scored):
+        if threshold is None:
+            chosen = np.arange(scores.size)
+        else:
+            chosen = np.flatnonzero(scores >= threshold)
+            if chosen.size == 0:
+                continue
+        if places is None:  # a dense run: the position is the row, from ``first`` on
+            at = chosen + first
+            picked = picked_rows = at.tolist()
+        else:
+            at = places[0][chosen]
+            picked, picked_rows = at.tolist(), places[1][chosen].tolist()
+        columns = view.columns
+        ids = view.memory_ids.picked(picked)
+        # ordinal_key returns ASCII text as it is: the same keys without the calls.
+        keys = ids if all(map(str.isascii, ids)) else list(map(ordinal_key, ids))
         ranked.extend(
-            (-v, -i, -t, owner, ordinal_key(ids[p]), number, p, r)
-            for p, v, r, i, t in zip(
-                positions.tolist(), scores.tolist(), rows.tolist(), importance, ticks, strict=True
+            zip(
+                map(operator.neg, scores[chosen].tolist()),
+                map(operator.neg, columns.importance[at].tolist()),
+                map(operator.neg, columns.ticks[at].tolist()),
+                itertools.repeat(ordinal_key(view.owner_id)),
+                keys,
+                itertools.repeat(number),
+                picked,
+                picked_rows,
+                strict=False,  # the repeats have no end
             )
         )
     ranked.sort()
-    chosen = ranked[:limit]
-    return (
-        [(scored[row[5]][0].memories[row[6]], -row[0]) for row in chosen],
-        [scored[row[5]][4][row[7]] for row in chosen],
-    )
+    kept = ranked[:limit]
+    if len(scored) == 1:  # one partition (one NPC's recall): its memories and rows at once
+        view, matrix = scored[0][0], scored[0][4]
+        memories = view.memories_at(list(map(_position, kept)))
+        rows = matrix[list(map(_row, kept))]
+        rows.flags.writeable = False
+        vectors: list[npt.NDArray[np.float32]] = list(rows)
+    else:
+        memories = [scored[row[5]][0].memories[row[6]] for row in kept]
+        vectors = [scored[row[5]][4][row[7]] for row in kept]
+    return list(zip(memories, map(operator.neg, map(_first, kept)), strict=True)), vectors
+
+
+_first = operator.itemgetter(0)
+_position = operator.itemgetter(6)
+_row = operator.itemgetter(7)
+
+
+#: A partition's visible rows scored: its view, the scores, the view position and row of
+#: each score (``None`` for a dense run: both are ``first`` + the score's index), ``first``
+#: and the matrix.
+_Scored = tuple[
+    PartitionView, FloatVector, tuple[IntArray, IntArray] | None, int, npt.NDArray[np.float32]
+]
+
+
+def _score(
+    joined: PartitionJoin,
+    view: PartitionView,
+    matrix: npt.NDArray[np.float32],
+    visible: npt.NDArray[np.bool_],
+    query: FloatVector,
+) -> _Scored:
+    """Score the rows of ``joined`` that ``visible`` shows, clipped to [-1, 1]."""
+    if joined.dense:
+        shown = visible[: joined.positions.size]  # position i is row i
+        count = int(np.count_nonzero(shown))
+        first = int(shown.argmax()) if count else 0
+        if bool(shown[first : first + count].all()):  # one run (count 0 included)
+            scores = score_span(matrix, query, first, first + count)
+            np.clip(scores, -1.0, 1.0, out=scores)
+            return view, scores, None, first, matrix
+        positions = rows = np.flatnonzero(shown)
+    else:
+        keep = visible[joined.positions]
+        positions = joined.positions[keep]
+        rows = joined.rows[keep]
+    scores = score_rows(matrix, query, rows)
+    np.clip(scores, -1.0, 1.0, out=scores)
+    return view, scores, (positions, rows), 0, matrix

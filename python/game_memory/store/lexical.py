@@ -22,9 +22,12 @@ the same order, so they give bit-identical scores.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
+import operator
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +47,7 @@ _CUT_MARGIN = 16
 #: A view whose postings for the query's terms are under 1/8 of its memories is scored
 #: over those documents only (else over the whole column, cheaper when most match).
 _SPARSE_FACTOR = 8
-_NO_DOCUMENTS: npt.NDArray[np.int64] = np.empty(0, np.int64)
+_Item = TypeVar("_Item", bound=np.generic)
 
 
 def sorted_unique(arrays: Sequence[npt.NDArray[np.int64]]) -> npt.NDArray[np.int64]:
@@ -156,7 +159,7 @@ def _search_columns(
 ) -> tuple[list[LexicalHit], int]:
     """The lexical search over numpy columns (large snapshots)."""
     masks = [view.mask(query) for view in views]
-    visible = sum(int(mask.sum()) for mask in masks)
+    visible = sum(int(np.count_nonzero(mask)) for mask in masks)
     if limit <= 0 or visible == 0:
         return [], visible
     base_bonus = TAG_BONUS * len(query.tags)
@@ -180,35 +183,45 @@ def _search_columns(
         # Each term's postings are read once per view (a restored index copies them out).
         postings = [[view.lexical.postings(term) for term in terms] for view in views]
         for view, mask, found in zip(views, masks, postings, strict=True):
-            total_length += float(np.maximum(view.lexical.lengths[mask], 1).sum())
+            # Integer sums and counts: exact in any order.
+            total_length += float(view.lexical.counted_lengths.sum(where=mask))
             for term, (documents, _) in zip(terms, found, strict=True):
-                frequencies[term] += int(mask[documents].sum())
+                frequencies[term] += int(np.count_nonzero(mask[documents]))
         average_length = total_length / visible
         idf = {
             term: math.log(1.0 + (visible - df + 0.5) / (df + 0.5))
             for term, df in frequencies.items()
         }
         for view, mask, found in zip(views, masks, postings, strict=True):
-            holding = [documents for documents, _ in found if documents.size]
-            if sum(documents.size for documents in holding) * _SPARSE_FACTOR < len(view):
+            held = [
+                (term, documents, tf)
+                for term, (documents, tf) in zip(terms, found, strict=True)
+                if documents.size
+            ]
+            documents = _joined([documents for _, documents, _ in held])
+            if documents.size * _SPARSE_FACTOR < len(view):
                 # Few documents hold a term: accumulate over those only (sorted, unique).
-                slots = sorted_unique(holding) if holding else _NO_DOCUMENTS
+                slots = sorted_unique([documents])
             else:
                 slots = None  # accumulate over the whole column
             partial = np.zeros(len(view) if slots is None else slots.size, dtype=np.float64)
-            lengths = view.lexical.lengths
-            for term, (documents, tf) in zip(terms, found, strict=True):
-                if documents.size == 0:
-                    continue
-                # The length norm of the documents holding the term only (elementwise, so
-                # the same value as over the whole column).
-                norms = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths[documents] / average_length)
+            if held:
+                # Every term's postings at once, in term order: each posting's value is the
+                # same elementwise expression as term by term (the idf repeated per posting),
+                # and ``add.at`` adds them in that order, so each document gets the same
+                # additions in the same (term) order.
+                tf = _joined([counts for _, _, counts in held])
+                sizes = [postings.size for _, postings, _ in held]
+                weights = np.repeat([idf[term] for term, _, _ in held], sizes)
+                # The length norm of the documents holding a term only (elementwise, so the
+                # same value as over the whole column).
+                lengths = view.lexical.lengths[documents]
+                norms = BM25_K1 * (1.0 - BM25_B + BM25_B * lengths / average_length)
                 at = documents if slots is None else np.searchsorted(slots, documents)
-                partial[at] += idf[term] * tf * (BM25_K1 + 1.0) / (tf + norms)
+                np.add.at(partial, at, weights * tf * (BM25_K1 + 1.0) / (tf + norms))
             if slots is None:
                 matched = np.zeros(len(view), dtype=np.bool_)
-                for documents in holding:
-                    matched[documents] = True
+                matched[documents] = True
                 indices = np.flatnonzero(matched & mask)
                 partial = partial[indices]
             else:
@@ -218,6 +231,13 @@ def _search_columns(
             # Per document the same additions in the same (term) order on either path.
             scores.append(view.columns.importance[indices] + base_bonus + partial)
     return _top(views, candidates, scores, limit), visible
+
+
+def _joined(arrays: list[npt.NDArray[_Item]]) -> npt.NDArray[_Item]:
+    """``arrays`` end to end (the one array itself when there is one)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
 
 
 def _contains(memory: GameMemory, needle: str) -> bool:
@@ -243,18 +263,31 @@ def _top(
         scores = [score[keep] for score, keep in zip(scores, kept, strict=True)]
     rows: list[tuple[float, tuple[int, str, str], int, int]] = []
     for number, (view, indices, score) in enumerate(zip(views, candidates, scores, strict=True)):
-        key = view.order_key
         rows.extend(
-            (-float(value), key(index), number, index)
-            for index, value in zip(indices.tolist(), score.tolist(), strict=True)
+            zip(
+                map(operator.neg, score.tolist()),
+                view.order_keys_at(indices),
+                itertools.repeat(number),
+                indices.tolist(),
+            )
         )
     # Order first, then read only the memories that are handed out (a view opened from its
     # read file decodes a memory when it is read).
     rows.sort()
-    return [
-        LexicalHit(views[number].memories[index], -negated)
-        for negated, _, number, index in rows[:limit]
-    ]
+    kept = rows[:limit]
+    if len(views) == 1:
+        memories = views[0].memories_at(list(map(_last, kept)))
+    else:
+        memories = [views[number].memories[index] for _, _, number, index in kept]
+    pairs = zip(memories, map(operator.neg, map(_first, kept)), strict=True)
+    return list(map(_lexical_hit, pairs))
+
+
+_first = operator.itemgetter(0)
+_last = operator.itemgetter(-1)
+#: ``LexicalHit`` of a ``(memory, score)`` pair, made by ``tuple.__new__`` (what the named
+#: tuple's own constructor calls) without a Python call per hit.
+_lexical_hit = functools.partial(tuple.__new__, LexicalHit)
 
 
 def _ordered(

@@ -10,6 +10,8 @@ documents, frequencies) and restored from them without tokenizing anything
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -76,16 +78,21 @@ class TermTable(Sequence[str]):
         return self._bytes(index).decode("utf-8")
 
     def find(self, term: str) -> int | None:
-        """The index of ``term``, or ``None``."""
+        """The index of ``term``, or ``None``.
+
+        A binary search (``bisect``, over the indexes, keyed by the term's bytes) reading
+        each probed term's bounds with ``ndarray.item`` (a Python int, no numpy scalar): a
+        recall looks up each query word once per view.
+        """
         wanted = term.encode("utf-8")
-        low, high = 0, len(self)
-        while low < high:
-            middle = (low + high) // 2
-            if self._bytes(middle) < wanted:
-                low = middle + 1
-            else:
-                high = middle
-        return low if low < len(self) and self._bytes(low) == wanted else None
+        blob, offset = self._blob, self._offsets.item
+
+        def term_at(index: int) -> bytes:
+            return blob[offset(index) : offset(index + 1)]
+
+        count = len(self)
+        low = bisect.bisect_left(range(count), wanted, key=term_at)
+        return low if low < count and term_at(low) == wanted else None
 
 
 class _Rows:
@@ -252,6 +259,13 @@ class LexicalIndex:
             np.concatenate(frequencies).astype(np.int32) if terms else np.empty(0, np.int32),
             self.lengths,
         )
+
+    @functools.cached_property
+    def counted_lengths(self) -> IntArray:
+        """``max(1, length)`` per memory: the lengths BM25's average reads (read-only)."""
+        counted = np.maximum(self.lengths, 1)
+        counted.flags.writeable = False
+        return counted
 
     def postings(self, term: str) -> tuple[IntArray, FloatArray]:
         """Documents containing ``term`` and the term's frequency in each."""

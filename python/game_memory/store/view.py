@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -163,6 +164,14 @@ class IdList(Sequence[str]):
 
     def __len__(self) -> int:
         return self._length
+
+    def picked(self, indexes: Sequence[int]) -> list[str]:
+        """The ids at ``indexes`` (each in ``0 .. len − 1``), in that order: one bounds
+        check for all of them instead of one :meth:`__getitem__` call each (a recall reads
+        a few dozen ids this way, by the positions numpy chose)."""
+        if indexes and (min(indexes) < 0 or max(indexes) >= self._length):
+            raise IndexError("memory id index out of range")
+        return list(map(self._items.__getitem__, indexes))
 
     def __iter__(self) -> Iterator[str]:
         return itertools.islice(self._items, self._length)
@@ -451,6 +460,26 @@ class PartitionView:
             return self.order_keys[position]
         tick = int(self.columns.ticks[position])
         return (-tick, ordinal_key(self.memory_ids[position]), ordinal_key(self.owner_id))
+
+    def order_keys_at(self, positions: IntArray) -> list[tuple[int, str, str]]:
+        """``[self.order_key(p) for p in positions]``, read from the columns at once (a
+        recall orders a few dozen candidates this way)."""
+        if "order_keys" in self.__dict__:
+            return list(map(self.order_keys.__getitem__, positions.tolist()))
+        ticks = map(operator.neg, self.columns.ticks[positions].tolist())
+        ids = self.memory_ids.picked(positions.tolist())
+        # ordinal_key returns ASCII text as it is: the same keys without the calls.
+        keys = ids if all(map(str.isascii, ids)) else list(map(ordinal_key, ids))
+        owner = ordinal_key(self.owner_id)
+        return list(zip(ticks, keys, itertools.repeat(owner), strict=False))
+
+    def memories_at(self, positions: Sequence[int]) -> list[GameMemory]:
+        """``[self.memories[p] for p in positions]``; of a lazy view, with one bounds check
+        (only these memories are decoded)."""
+        memories = self.memories
+        if isinstance(memories, LazyMemories):
+            return memories.picked(positions)
+        return [memories[position] for position in positions]
 
     @cached_property
     def _sorted(self) -> tuple[list[str], list[int]]:
