@@ -40,7 +40,8 @@ from game_memory.store.appends import plan_segments, write_planned
 from game_memory.store.capacity import full_message
 from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
-from game_memory.store.ledger import MAXIMUM_GROUP, LedgerEntry
+from game_memory.store.group_writes import Held
+from game_memory.store.ledger import MAXIMUM_GROUP, RECORD_BYTES, LedgerEntry
 from game_memory.store.partitions import PartitionState, identity_hash, partition_hash
 from game_memory.store.records import HEADER_BYTES
 
@@ -95,8 +96,8 @@ def write_batch(
     engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()
-        engine.recover(checkpoint=False)
-        marks = engine.refresh()
+        held = engine.recover(checkpoint=False)
+        marks = engine.refresh(held)
         partitions: dict[tuple[str, str], _Partition] = {}
         accepted: list[tuple[int, tuple[str, str]]] = []
         for position, memory in enumerate(memories):
@@ -139,7 +140,7 @@ def write_batch(
                 continue
             partition.pending[memory.memory_id] = memory
             accepted.append((position, key))
-        count = engine.ledger.count()
+        count = 0 if held.ledger is None else held.ledger.st_size // RECORD_BYTES
         room = engine.maximum_entries - count
         if len(accepted) > room:
             error = CapacityExceededError(
@@ -160,7 +161,7 @@ def write_batch(
         elif any(memories[position].belief_key is not None for position, _ in accepted):
             engine.layout.require_format(2)
         if accepted and (len(accepted) == 1 or not atomic):
-            _group(engine, memories, records, accepted, partitions, outcomes, atomic=atomic)
+            _group(engine, memories, records, accepted, partitions, outcomes, held, atomic=atomic)
         elif accepted:
             engine.checkpoint()  # the journal's batch writes intents the marker does not name
             _commit(engine, memories, records, accepted, partitions, count)
@@ -176,11 +177,13 @@ def _group(
     accepted: list[tuple[int, tuple[str, str]]],
     partitions: dict[tuple[str, str], _Partition],
     outcomes: list[Outcome | None],
+    held: Held,
     *,
     atomic: bool,
 ) -> None:
     """Group-commit the accepted memories (``group_writes.py``), in as few groups as the
-    rule allows that a group writes one log segment per partition.
+    rule allows that a group writes one log segment per partition. ``held``: the ledgers
+    and the marker as recovery left them.
 
     A group never appends to a segment *and* starts the next one of the same partition:
     after a power loss the new segment could then survive while the old one's unsynced
@@ -217,7 +220,7 @@ def _group(
             entry = LedgerEntry(key[0], key[1], identity_hash(memories[position].memory_id))
             items.append((entry, record, state))
         try:
-            engine.write_new(items)
+            held = engine.write_new(items, held)
         except Exception as exc:
             if atomic:
                 raise

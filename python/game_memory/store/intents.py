@@ -103,14 +103,18 @@ class LedgerIndex:
 
     # -- refresh ------------------------------------------------------------------------
 
-    def refresh(self) -> LedgerMark:
+    def refresh(self, info: os.stat_result | None = None, *, stated: bool = False) -> LedgerMark:
         """Bring the index up to date with the ledger file; return what it now covers.
+
+        With ``stated``, ``info`` is the ledger's ``Ledger.stat`` just taken under the
+        writer lock (``None``: no ledger), which nothing else changes meanwhile.
 
         Raises:
             PersistenceError: the ledger is a link or not a regular file.
         """
         with self._lock:
-            info = self._ledger.stat()
+            if not stated:
+                info = self._ledger.stat()
             if info is None:
                 if self._inode is not None or self._parsed:
                     self._reset(None)
@@ -138,6 +142,39 @@ class LedgerIndex:
             self._seen = seen
             self._seen_stat = info
             return self._mark(info.st_ino)
+
+    def absorb(self, first: int, data: bytes, info: os.stat_result | None) -> None:
+        """Index the intents this process just appended under the writer lock (``data``,
+        framed, from position ``first``) as the next refresh would, without reading them
+        back.
+
+        Only when the index covers exactly the ledger before them (the inode and the
+        ``first`` whole records its last refresh saw) and the file is now that plus
+        ``data`` (``info``: its ``lstat`` after the write): nothing else writes the ledger
+        under the lock, so those are the bytes a read would find, and ``info`` is what a
+        refresh right then would have seen. Otherwise nothing changes, and the next
+        refresh reads the file as before.
+        """
+        count = len(data) // RECORD_BYTES
+        if info is None or not count or len(data) != count * RECORD_BYTES:
+            return
+        with self._lock:
+            seen = self._seen
+            if (
+                seen is None
+                or seen[:2] != (info.st_ino, first * RECORD_BYTES)
+                or self._inode != info.st_ino
+                or self._parsed != first
+                or info.st_size != (first + count) * RECORD_BYTES
+            ):
+                return
+            self._index(data, first, first + count)
+            self._crc = zlib.crc32(data, self._crc)
+            self._last = _record(data, count - 1)
+            self._parsed = first + count
+            self._persist(info)
+            self._seen = (info.st_ino, info.st_size, info.st_ctime_ns)
+            self._seen_stat = info
 
     def _mark(self, inode: int) -> LedgerMark:
         newest = self._parsed - 1
