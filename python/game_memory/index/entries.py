@@ -137,12 +137,15 @@ def encode_entry(record: EntryRecord, tag: int) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def decode_entries(data: bytes, trusted: int = 0) -> tuple[np.ndarray, int]:
+def decode_entries(
+    data: bytes, trusted: int = 0, *, checked: bool = False
+) -> tuple[np.ndarray, int]:
     """Parse whole records of ``data``; return them and the torn tail's length.
 
     ``trusted`` leading records are not checked against their CRC-32 one by one: the caller
     has checked their bytes as a whole against a verified stamp (``stamps.py``). Magic and
-    state are checked for every record.
+    state are checked for every record, unless ``checked``: the bytes are the caller's
+    own :func:`encode_entry` output (a writer caching what it just appended).
 
     Raises:
         ValueError: a complete record has a bad magic, state or checksum (the message names
@@ -150,7 +153,7 @@ def decode_entries(data: bytes, trusted: int = 0) -> tuple[np.ndarray, int]:
     """
     whole = len(data) // ENTRY_BYTES * ENTRY_BYTES
     records = np.frombuffer(data, dtype=ENTRY_DTYPE, count=whole // ENTRY_BYTES)
-    if records.size:
+    if records.size and not checked:
         bad_magic = records["magic"] != _MAGIC
         bad_state = (records["state"] < 1) | (records["state"] > 4)
         if bad_magic.any() or bad_state.any():

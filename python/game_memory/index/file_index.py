@@ -28,7 +28,12 @@ from game_memory.index.engine import IndexEngine, check_capacity
 from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests, memory_hash
 from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.legacy import has_legacy_index, migrate_legacy_index
-from game_memory.index.partition import FloatMatrix, PartitionReplacedError, derived_error
+from game_memory.index.partition import (
+    FloatMatrix,
+    IndexPartition,
+    PartitionReplacedError,
+    derived_error,
+)
 from game_memory.index.protocol import OrphanCandidates
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.store.view import PartitionView
@@ -213,13 +218,14 @@ class FileVectorMemoryIndex:
                     EntryRecord(EntryState.READY, code, offset, hashed, digest, "")
                     for offset, (hashed, digest) in enumerate(digests)
                 ]
-                self._check_capacity(session_hash, owner_hash, records)
-                engine.append(
+                current = self._check_capacity(session_hash, owner_hash, records)
+                engine.append_to(
+                    current,
                     session_hash,
                     owner_hash,
                     records,
                     {code: rows[positions].astype(np.float32, copy=False)},
-                    durable=self._durable,
+                    self._durable,
                 )
 
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
@@ -244,16 +250,19 @@ class FileVectorMemoryIndex:
 
     def _check_capacity(
         self, session_hash: str, owner_hash: str, records: list[EntryRecord]
-    ) -> None:
+    ) -> IndexPartition | None:
+        """Raise ``CapacityExceededError`` if ``records`` do not fit; the partition as read
+        (under the lock: the append writes on top of it)."""
         partition = self.engine.partition(session_hash, owner_hash)
         if partition is not None and partition.records + len(records) <= self._capacity:
             # Live memories never outnumber the records read, so this fits without the
             # memory-to-slot dictionary (an append would otherwise build it: O(partition)).
-            return
+            return partition
         new = sum(
             1 for r in records if partition is None or r.memory_hash not in partition.position
         )
         check_capacity(partition, new, self._capacity)
+        return partition
 
     # -- maintenance --------------------------------------------------------------------
 
