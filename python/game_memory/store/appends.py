@@ -66,7 +66,7 @@ def append_records(
 
 
 def plan_segments(
-    directory: Path,
+    directory: str | Path,
     state: PartitionState,
     records: list[bytes],
     *,

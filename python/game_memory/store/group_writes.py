@@ -129,16 +129,20 @@ def write_group(
         files: list[Path] = []
         single = len(grouped) == 1
         for (session_hash, _owner_hash), (state, records) in grouped.items():
-            folder = directory(session_hash)
-            if state.folder is None and fs.ensure_directory(folder, durable=False):
-                folders.add(folder.parent)
+            if state.folder is not None:
+                # Read under this hold of the lock, which nothing else deletes it under.
+                folder: str | Path = state.folder[0]
+            else:
+                folder = directory(session_hash)
+                if fs.ensure_directory(folder, durable=False):
+                    folders.add(folder.parent)
             plan = plan_segments(folder, state, records, maximum_file_bytes=maximum_file_bytes)
             plan = [part for part in plan if part[2]]  # a rollover leaves the old tail alone
             if len(plan) != 1:
                 raise ValueError("a group writes one log segment per partition")
             plans.append(plan)
             if any(before < 0 for _, before, _ in plan):
-                folders.add(folder)
+                folders.add(Path(folder))
             if single and not folders:
                 # The usual single append: written and fsynced through one descriptor.
                 write_planned(state, plan, durable=True)

@@ -111,11 +111,11 @@ class Growing:
     """An int64 buffer with spare room: the versions of one column (a segment's record
     offsets) are read-only prefixes of it, and the newest is extended in place."""
 
-    __slots__ = ("_buffer", "_filled")
+    __slots__ = ("_buffer", "_newest")
 
     def __init__(self, buffer: npt.NDArray[np.int64], filled: int) -> None:
         self._buffer = buffer
-        self._filled = filled
+        self._newest = _prefix(buffer, filled)  # the one version extended in place
 
     @staticmethod
     def extend(
@@ -125,24 +125,16 @@ class Growing:
         version and its room. A full buffer grows by half (at least 256 values)."""
         count, added = int(array.size), int(more.size)
         with _EXTENDING:
-            if (
-                room is not None
-                and room._filled == count
-                and count + added <= room._buffer.size
-                and _is_prefix(array, room._buffer)
-            ):
+            if room is not None and array is room._newest and count + added <= room._buffer.size:
                 room._buffer[count : count + added] = more
-                room._filled = count + added
-                return _prefix(room._buffer, count + added), room
+                room._newest = _prefix(room._buffer, count + added)
+                return room._newest, room
         size = count + added
         buffer = np.empty(max(size + size // 2, size + _MINIMUM_ROOM), np.int64)
         buffer[:count] = array
         buffer[count:size] = more
-        return _prefix(buffer, size), Growing(buffer, size)
-
-
-def _is_prefix(array: npt.NDArray[np.int64], buffer: npt.NDArray[np.int64]) -> bool:
-    return array.base is buffer and array.ctypes.data == buffer.ctypes.data
+        grown = Growing(buffer, size)
+        return grown._newest, grown
 
 
 def _prefix(buffer: npt.NDArray[np.int64], count: int) -> npt.NDArray[np.int64]:
