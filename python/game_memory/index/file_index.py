@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from game_memory.durable import fs
-from game_memory.durable.names import identity_hash
+from game_memory.durable.names import identity_hash, partition_hash
 from game_memory.errors import (
     DerivedIndexError,
     InvalidArgumentError,
@@ -436,5 +436,6 @@ def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:
     by_ids: dict[tuple[str, str], list[int]] = {}
     for position, memory in enumerate(memories):
         by_ids.setdefault((memory.session_id, memory.owner_id), []).append(position)
-    # One hash per partition, not two per memory (a batch is mostly one or a few owners).
-    return {(identity_hash(s), identity_hash(o)): found for (s, o), found in by_ids.items()}
+    # One hash per partition, not two per memory (a batch is mostly one or a few owners),
+    # memoized (``partition_hash``: the ids repeat on every write).
+    return {(partition_hash(s), partition_hash(o)): found for (s, o), found in by_ids.items()}
