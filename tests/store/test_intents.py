@@ -106,3 +106,27 @@ def test_a_replaced_ledger_is_never_absorbed_into(tmp_path: Path) -> None:
     assert index.positions(session, identity_hash("npc"), mark) == []
     assert index.positions(session, identity_hash("guard"), mark) == [0, 1, 2, 3]
     assert mark.inode == os.lstat(ledger.path).st_ino
+
+
+def test_a_large_batch_of_intents_is_indexed_by_partition_as_a_refresh_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = Ledger(tmp_path / "ledger.log", 10_000)
+    ledger.append(_entries("npc", 3), first_index=0, durable=False)
+    index = LedgerIndex(ledger)
+    index.refresh()
+    owners = ("npc", "guard", "smith")
+    entries = [
+        LedgerEntry(identity_hash("session"), identity_hash(owners[n % 3]), identity_hash(f"b{n}"))
+        for n in range(500)
+    ]
+    data = ledger.encode(entries, 3)
+    ledger.append_encoded(data, durable=False)
+    index.absorb(3, data, ledger.stat())
+    with monkeypatch.context() as patched:
+        _no_reads(index, patched)
+        absorbed = _state(index)
+    assert absorbed == _state(LedgerIndex(ledger))
+    mark = index.refresh()
+    smith = index.positions(identity_hash("session"), identity_hash("smith"), mark)
+    assert smith == [3 + n for n in range(2, 500, 3)]

@@ -57,7 +57,13 @@ from game_memory.index.stamps import (
     trusted_records,
     write_stamp,
 )
-from game_memory.index.writer import append_files, check_capacity, compact_files, remove_files
+from game_memory.index.writer import (
+    append_files,
+    append_ready,
+    check_capacity,
+    compact_files,
+    remove_files,
+)
 
 __all__ = ["INDEX_FOLDER", "IndexEngine", "check_capacity", "identity_dimensions"]
 
@@ -352,6 +358,25 @@ class IndexEngine(IndexLayout):
         if current is not None:
             self._install(current, data, info)
         return placed
+
+    def append_ready(
+        self,
+        current: IndexPartition | None,
+        session_hash: str,
+        owner_hash: str,
+        code: int,
+        matrix: FloatMatrix,
+        digests: list[tuple[bytes, bytes]],
+        durable: bool,
+    ) -> None:
+        """:meth:`append_to` of one ready record per row of ``matrix`` (``digests``: each
+        memory's hash and content digest), framed in one pass (``writer.append_ready``)."""
+        self._written.add((session_hash, owner_hash))
+        data, info = append_ready(
+            self, session_hash, owner_hash, current, code, matrix, digests, durable=durable
+        )
+        if current is not None:
+            self._install(current, data, info)
 
     def _install(self, current: IndexPartition, data: bytes, info: os.stat_result) -> None:
         """Cache ``current`` grown by the entry bytes this writer just appended, as a read

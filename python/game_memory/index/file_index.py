@@ -214,17 +214,15 @@ class FileVectorMemoryIndex:
             assert code is not None
             for (session_hash, owner_hash), positions in _groups(memories).items():
                 digests = self._digests.get_many([memories[p] for p in positions])
-                records = [
-                    EntryRecord(EntryState.READY, code, offset, hashed, digest, "")
-                    for offset, (hashed, digest) in enumerate(digests)
-                ]
-                current = self._check_capacity(session_hash, owner_hash, records)
-                engine.append_to(
+                current = self._check_capacity(session_hash, owner_hash, digests)
+                matrix = rows if len(positions) == len(rows) else rows[positions]
+                engine.append_ready(
                     current,
                     session_hash,
                     owner_hash,
-                    records,
-                    {code: rows[positions].astype(np.float32, copy=False)},
+                    code,
+                    matrix.astype(np.float32, copy=False),
+                    digests,
                     self._durable,
                 )
 
@@ -249,17 +247,18 @@ class FileVectorMemoryIndex:
                 engine.append(session_hash, owner_hash, records, durable=self._durable)
 
     def _check_capacity(
-        self, session_hash: str, owner_hash: str, records: list[EntryRecord]
+        self, session_hash: str, owner_hash: str, digests: list[tuple[bytes, bytes]]
     ) -> IndexPartition | None:
-        """Raise ``CapacityExceededError`` if ``records`` do not fit; the partition as read
-        (under the lock: the append writes on top of it)."""
+        """Raise ``CapacityExceededError`` if entries for ``digests`` (each memory's hash and
+        content digest) do not fit; the partition as read (under the lock: the append
+        writes on top of it)."""
         partition = self.engine.partition(session_hash, owner_hash)
-        if partition is not None and partition.records + len(records) <= self._capacity:
+        if partition is not None and partition.records + len(digests) <= self._capacity:
             # Live memories never outnumber the records read, so this fits without the
             # memory-to-slot dictionary (an append would otherwise build it: O(partition)).
             return partition
         new = sum(
-            1 for r in records if partition is None or r.memory_hash not in partition.position
+            1 for hashed, _ in digests if partition is None or hashed not in partition.position
         )
         check_capacity(partition, new, self._capacity)
         return partition

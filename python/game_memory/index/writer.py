@@ -18,7 +18,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +31,13 @@ from game_memory.index.entries import (
     EntryRecord,
     EntryState,
     encode_entry,
+    encode_ready,
     row_checksums,
 )
 from game_memory.index.layout import ROWS_NAME, IndexLayout, identity_dimensions, list_names
 from game_memory.index.partition import FloatMatrix, IndexPartition, derived_error, new_tag
 
-__all__ = ["append_files", "check_capacity", "compact_files", "remove_files"]
+__all__ = ["append_files", "append_ready", "check_capacity", "compact_files", "remove_files"]
 
 #: ``rows(code, dimensions)``: the matrix of identity ``code`` of the partition.
 Rows = Callable[[int, int], FloatMatrix]
@@ -84,21 +85,59 @@ def append_files(
             else EntryRecord(r.state, NO_VALUE, NO_VALUE, r.memory_hash, r.digest, r.code)
             for r in records
         ]
-        path = layout.entries_path(session_hash, owner_hash)
         data = b"".join(encode_entry(r, tag) for r in placed)
-        fd, _size = _open_whole(path, ENTRY_BYTES)
-        try:
-            _write_all(fd, data)
-            if durable:
-                os.fsync(fd)
-            info = os.fstat(fd)
-        finally:
-            os.close(fd)
+        info = _append_entries(layout.entries_path(session_hash, owner_hash), data, durable)
     except PersistenceError as exc:
         raise derived_error(exc) from exc
     except OSError as exc:
         raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
     return placed, data, info
+
+
+def append_ready(
+    layout: IndexLayout,
+    session_hash: str,
+    owner_hash: str,
+    current: IndexPartition | None,
+    code: int,
+    matrix: FloatMatrix,
+    digests: Sequence[tuple[bytes, bytes]],
+    *,
+    durable: bool,
+) -> tuple[bytes, os.stat_result]:
+    """:func:`append_files` of one ready record per row of ``matrix`` (identity ``code``;
+    ``digests``: each memory's hash and content digest), the records framed in one pass
+    (``entries.encode_ready``); the bytes appended to the entries file and its ``fstat``
+    after. The same files, order and bytes as :func:`append_files` of those records."""
+    tag = current.tag if current is not None and current.records else new_tag(0)
+    try:
+        if current is None:
+            fs.ensure_directory(layout.session_directory(session_hash))
+        sums = row_checksums(matrix)
+        first = _append_rows(
+            layout.vectors_path(session_hash, owner_hash, code, tag), matrix, durable
+        )
+        hashes = [hashed for hashed, _ in digests]
+        contents = [content for _, content in digests]
+        data = encode_ready(code, first, hashes, contents, sums, tag)
+        info = _append_entries(layout.entries_path(session_hash, owner_hash), data, durable)
+    except PersistenceError as exc:
+        raise derived_error(exc) from exc
+    except OSError as exc:
+        raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+    return data, info
+
+
+def _append_entries(path: str, data: bytes, durable: bool) -> os.stat_result:
+    """Append entry records (after the rows they point at); the file's ``fstat`` after."""
+    fd, _size = _open_whole(path, ENTRY_BYTES)
+    try:
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def compact_files(
