@@ -17,6 +17,7 @@ from game_memory.index.entries import (
     content_digest,
     decode_entries,
     encode_entry,
+    encode_ready,
     memory_hash,
     row_checksums,
 )
@@ -133,3 +134,21 @@ def test_a_row_checksum_changes_when_any_byte_of_the_row_changes() -> None:
         damaged[position] ^= 0x80
         changed = row_checksums(np.frombuffer(bytes(damaged), dtype=np.float32).reshape(2, 8))
         assert changed[0] != expected[0] and changed[1] == expected[1]
+
+
+def test_ready_records_framed_in_one_pass_are_the_bytes_of_each_framed_alone() -> None:
+    rng = np.random.default_rng(3)
+    hashes = [memory_hash(f"m{n}") for n in range(70)]
+    digests = [rng.bytes(32) for _ in hashes]
+    checksums = rng.integers(0, 2**32, len(hashes), dtype=np.uint64).astype(np.uint32)
+    framed = encode_ready(2, 5, hashes, digests, checksums, 0xDEADBEEF)
+    alone = b"".join(
+        encode_entry(
+            EntryRecord(EntryState.READY, 2, 5 + n, hashes[n], digests[n], "", int(checksums[n])),
+            0xDEADBEEF,
+        )
+        for n in range(len(hashes))
+    )
+    assert framed == alone
+    records, torn = decode_entries(framed)
+    assert torn == 0 and records["row"].tolist() == list(range(5, 75))

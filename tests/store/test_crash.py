@@ -119,26 +119,32 @@ async def test_writers_killed_at_random_moments_lose_no_acknowledged_append(
     [("intent", False), ("torn", False), ("record", True)],
     ids=["after the ledger intent", "half the record written", "after the record, before the ack"],
 )
+@pytest.mark.parametrize(
+    "at",
+    [3, 9],
+    ids=["into a new partition", "onto a partition's tail (written and fsynced on one descriptor)"],
+)
 async def test_a_writer_killed_at_each_step_of_an_append_leaves_it_whole_or_absent(
-    tmp_path: Path, point: str, landed: bool
+    tmp_path: Path, point: str, landed: bool, at: int
 ) -> None:
     save = tmp_path / "save"
-    process = start("append", str(save), "d", "10", point)
+    process = start("append", str(save), "d", "12", point, str(at))
     output, errors = process.communicate(timeout=120)
     assert process.returncode == -signal.SIGKILL, errors
-    assert acked(output) == ["d-0", "d-1"]
-    victim = "d-2"
-    await assert_sound(save, {"d-0", "d-1"}, {"d-0", "d-1", victim})
+    before = {f"d-{n}" for n in range(at - 1)}
+    assert acked(output) == [f"d-{n}" for n in range(at - 1)]
+    victim = f"d-{at - 1}"
+    await assert_sound(save, before, before | {victim})
     ids = {memory.memory_id for memory in await stored(save)}
     assert (victim in ids) is landed
     async with FileGameMemoryStore(save) as store:
         # Retrying the interrupted append is safe either way; the next writer recovers first.
         assert await store.append(expected_memory(victim)) is (not landed)
-        assert await store.append(expected_memory("d-3")) is True
-        assert await store.count() == 4
+        assert await store.append(expected_memory(f"d-{at}")) is True
+        assert await store.count() == at + 1
         report = await store.check()
         assert report.ok, report.problems
-        assert report.memories == report.ledger_entries == 4
+        assert report.memories == report.ledger_entries == at + 1
 
 
 @pytest.mark.parametrize("phase", ["journal", "ledger", "pack", "sync", "commit", "backup"])

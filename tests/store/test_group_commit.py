@@ -367,3 +367,85 @@ async def test_a_read_file_written_meanwhile_does_not_make_the_next_batch_read_b
     assert reads == []
     assert state.memory_count == 40 and state.read_file_count == 20
     assert partitions.is_current(state)
+
+
+async def test_a_single_append_whose_fsync_fails_is_not_acknowledged_and_leaves_nothing(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = make_store()
+    assert await store.append(make_memory("m0"))  # the partition is named by the marker
+
+    def failing(fd: Any) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(PersistenceError):
+        await store.append(make_memory("m1"))
+    monkeypatch.undo()
+    assert await store.count() == len(await store.enumerate("session")) == 1
+    assert await store.append(make_memory("m1")) is True
+    assert (await store.check()).ok
+
+
+async def test_an_append_after_its_own_reads_back_no_ledger_record(
+    tmp_path: Path, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from game_memory.store.intents import LedgerIndex
+
+    engine = _engine(tmp_path / "save")
+    for number in range(2):  # the first creates the ledger, the second reads it once
+        assert write_batch(engine, [make_memory(f"m{number}")], atomic=False) == [True]
+    reads: list[str] = []
+    real_tail, real_read = Ledger.unwritten_tail, LedgerIndex._read
+
+    def tail(ledger: Ledger, info: Any = None) -> int:
+        reads.append("unwritten_tail")
+        return real_tail(ledger, info)
+
+    def read(index: LedgerIndex, start: int, stop: int) -> bytes:
+        reads.append(f"read {start}..{stop}")
+        return real_read(index, start, stop)
+
+    monkeypatch.setattr(Ledger, "unwritten_tail", tail)
+    monkeypatch.setattr(LedgerIndex, "_read", read)
+    for number in range(2, 5):
+        assert write_batch(engine, [make_memory(f"m{number}")], atomic=False) == [True]
+    assert reads == []  # the ledger is what this process wrote: nothing to read back
+    mark = engine.refresh()
+    assert mark[0].count == 5
+    assert engine.intents.intents(identity_hash("session"), identity_hash("owner"), mark[0]) == 5
+
+
+async def test_another_writers_appends_between_two_of_ours_are_read_and_counted(
+    tmp_path: Path, make_memory: MemoryFactory
+) -> None:
+    ours, theirs = _engine(tmp_path / "save"), _engine(tmp_path / "save")
+    assert write_batch(ours, [make_memory("a0")], atomic=False) == [True]
+    assert write_batch(theirs, [make_memory("b0", owner_id="guard")], atomic=False) == [True]
+    assert write_batch(theirs, [make_memory("b1")], atomic=False) == [True]
+    assert write_batch(ours, [make_memory("a1")], atomic=False) == [True]
+    marks = ours.refresh()
+    session = identity_hash("session")
+    assert marks[0].count == 4
+    assert ours.intents.intents(session, identity_hash("owner"), marks[0]) == 3
+    assert ours.intents.intents(session, identity_hash("guard"), marks[0]) == 1
+    async with FileGameMemoryStore(tmp_path / "save") as store:
+        assert await store.count() == len(await store.enumerate("session")) == 4
+        assert (await store.check()).ok
+
+
+async def test_zeros_after_the_intents_a_writer_verified_are_still_cut(
+    tmp_path: Path, make_memory: MemoryFactory
+) -> None:
+    engine = _engine(tmp_path / "save")
+    assert write_batch(engine, [make_memory("m0")], atomic=False) == [True]
+    ledger = tmp_path / "save" / DATA / "ledger.log"
+    with open(ledger, "ab") as zeros:  # what a power loss leaves after an unsynced append
+        zeros.write(bytes(2 * RECORD_BYTES))
+    assert write_batch(engine, [make_memory("m1")], atomic=False) == [True]
+    assert ledger.stat().st_size == 2 * RECORD_BYTES
+    records = Ledger(ledger, 1_000).read()
+    assert [record.memory_hash for record in records] == [
+        identity_hash("m0"),
+        identity_hash("m1"),
+    ]

@@ -209,15 +209,20 @@ async def test_new_memories_cost_a_part_of_their_own_and_closing_merges_nothing(
         digested.append(len(memories))
         return content_digests(memories)
 
-    real_tokenize = read_parts.tokenize
+    real_tokenize, real_joined = read_parts.tokenize, read_parts.tokenize_joined
 
     def counted_tokenize(text: str | None) -> list[str]:
         tokenized.append(1)
         return real_tokenize(text)
 
+    def counted_joined(joined: str) -> list[str]:  # the texts of a batch, scanned at once
+        tokenized.extend([1] * (joined.count("\x00") + 1))
+        return real_joined(joined)
+
     real_merge = read_parts.merge
     monkeypatch.setattr(read_path, "merge", lambda found: merged.append(1) or real_merge(found))
     monkeypatch.setattr(read_parts, "tokenize", counted_tokenize)
+    monkeypatch.setattr(read_parts, "tokenize_joined", counted_joined)
     from game_memory.store import partitions
 
     monkeypatch.setattr(partitions, "content_digests", counted_digests)
@@ -581,3 +586,39 @@ async def test_a_copy_s_first_open_writes_its_intent_file_anew(
     await second.snapshot(query("dragon"))
     await second.aclose()
     assert hashed == []
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [None, "a \x00 b", "word " * 5_000, "x" * 100_001, "naïve"],
+    ids=["all ascii", "a separator inside", "too many tokens", "too long", "not ascii"],
+)
+def test_a_part_s_postings_of_ascii_texts_scanned_at_once_equal_the_lexical_index_s(
+    make_memory: MemoryFactory, odd: str | None
+) -> None:
+    """ASCII texts are tokenized in one scan (``tokenizer.tokenize_joined``); a text that
+    the per-text tokenizer cuts or reads otherwise sends the batch through it instead."""
+    import numpy as np
+
+    from game_memory.store.postings import LexicalIndex
+    from game_memory.store.read_parts import postings_of
+
+    rng = random.Random(5)
+    memories = [
+        make_memory(
+            f"m{n}",
+            text=" ".join(rng.choice([*WORDS, "Sword", "x_1", "42", "A-b"]) for _ in range(9)),
+            payload_json=f'{{"n": {n}}}',
+        )
+        for n in range(80)
+    ]
+    memories.insert(3, make_memory("blank", text=None, payload_json="{}"))
+    if odd is not None:
+        memories.insert(40, make_memory("odd", text=odd))
+    terms, offsets, documents, frequencies, lengths = LexicalIndex(memories).export()
+    mine = postings_of(memories, 11)
+    assert mine[0] == list(terms)
+    assert mine[1].tolist() == offsets.tolist()
+    assert mine[2].tolist() == (documents.astype(np.int64) + 11).tolist()
+    assert mine[3].tolist() == frequencies.tolist()
+    assert mine[4].tolist() == lengths.tolist()

@@ -2,10 +2,11 @@
 
 Modes:
 
-* ``append SAVE PREFIX COUNT [CRASH]``: append ``PREFIX-0`` ... and print ``ack <id>``
+* ``append SAVE PREFIX COUNT [CRASH [AT]]``: append ``PREFIX-0`` ... and print ``ack <id>``
   (flushed) after each append returns. ``CRASH`` makes the process SIGKILL itself at one
-  deterministic point of the ``CRASH_AT``-th append: ``intent`` (after the ledger intent),
-  ``torn`` (half the record's bytes written), ``record`` (after the record, before the ack).
+  deterministic point of the ``AT``-th append (default ``CRASH_AT``): ``intent`` (after the
+  ledger intent), ``torn`` (half the record's bytes written), ``record`` (after the record,
+  before the ack).
 * ``migrate SAVE [PHASE]``: run the legacy migration, SIGKILLing itself at ``PHASE``
   (``journal``, ``ledger``, ``pack``, ``sync``, ``commit``, ``backup``), else print
   ``migrated <n> <count>``.
@@ -55,12 +56,12 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def arm_append_crash(point: str) -> None:
-    """Patch the engine so the ``CRASH_AT``-th append dies at ``point``."""
+def arm_append_crash(point: str, at: int = CRASH_AT) -> None:
+    """Patch the engine so the ``at``-th append dies at ``point``."""
     calls = {"n": 0}
 
     def armed() -> bool:
-        return calls["n"] == CRASH_AT
+        return calls["n"] == at
 
     original_append = Ledger.append_encoded
     original_write = group_writes.write_planned
@@ -72,8 +73,8 @@ def arm_append_crash(point: str) -> None:
         if point == "intent" and armed():
             die()
 
-    def write_records(state: Any, plan: Any) -> None:
-        original_write(state, plan)
+    def write_records(state: Any, plan: Any, **options: Any) -> None:
+        original_write(state, plan, **options)
         if point == "record" and armed():
             die()
 
@@ -118,9 +119,9 @@ def arm_migration_crash(phase: str) -> None:
     setattr(owner, name, dying)
 
 
-async def append(save: str, prefix: str, count: int, crash: str | None) -> None:
+async def append(save: str, prefix: str, count: int, crash: str | None, at: int) -> None:
     if crash is not None:
-        arm_append_crash(crash)
+        arm_append_crash(crash, at)
     async with FileGameMemoryStore(save, lock_timeout=60) as store:
         for number in range(count):
             memory_id = f"{prefix}-{number}"
@@ -165,7 +166,8 @@ def main(argv: list[str]) -> None:
     mode, save = argv[0], argv[1]
     if mode == "append":
         crash = argv[4] if len(argv) > 4 else None
-        asyncio.run(append(save, argv[2], int(argv[3]), crash))
+        at = int(argv[5]) if len(argv) > 5 else CRASH_AT
+        asyncio.run(append(save, argv[2], int(argv[3]), crash, at))
     elif mode == "migrate":
         asyncio.run(migrate(save, argv[2] if len(argv) > 2 else None))
     elif mode == "read":

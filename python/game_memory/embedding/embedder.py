@@ -72,7 +72,30 @@ class Embedder:
                 f"{what}: the provider returned an invalid batch size "
                 f"({'none' if vectors is None else len(vectors)} vectors for {len(texts)} texts)"
             )
-        return np.stack([self._normalize(vector) for vector in vectors])
+        return self._normalize_rows(vectors)
+
+    def _normalize_rows(self, vectors: Sequence[EmbeddingVector]) -> npt.NDArray[np.float32]:
+        """:meth:`_normalize` of each vector, as one matrix: the checks and the division
+        run once over the batch (a bulk append embeds hundreds per call), with the same
+        arithmetic per row (so the same float32 values) and the same errors."""
+        dimensions = self.identity.dimensions
+        try:
+            matrix = np.asarray(vectors, dtype=np.float64)
+        except (TypeError, ValueError):  # ragged or not numbers: the per-vector checks say
+            matrix = None
+        if (
+            matrix is None
+            or matrix.shape != (len(vectors), dimensions)
+            or not np.isfinite(matrix).all()
+        ):
+            return np.stack([self._normalize(vector) for vector in vectors])
+        norms = [math.sqrt(float(row @ row)) for row in matrix]
+        if 0.0 in norms:
+            raise EmbeddingUnavailableError("the provider returned an all-zero vector")
+        normalized: npt.NDArray[np.float32] = (
+            matrix / np.array(norms, dtype=np.float64)[:, None]
+        ).astype(np.float32)
+        return normalized
 
     def _normalize(self, vector: EmbeddingVector) -> npt.NDArray[np.float32]:
         array = np.asarray(vector, dtype=np.float64)

@@ -57,7 +57,13 @@ from game_memory.index.stamps import (
     trusted_records,
     write_stamp,
 )
-from game_memory.index.writer import append_files, check_capacity, compact_files, remove_files
+from game_memory.index.writer import (
+    append_files,
+    append_ready,
+    check_capacity,
+    compact_files,
+    remove_files,
+)
 
 __all__ = ["INDEX_FOLDER", "IndexEngine", "check_capacity", "identity_dimensions"]
 
@@ -134,14 +140,17 @@ class IndexEngine(IndexLayout):
         session_hash: str,
         owner_hash: str,
         path: str,
+        *,
+        own: bool = False,
     ) -> IndexPartition:
         """The partition of ``base`` and the records of ``data`` (the file from ``base``'s end,
         or the whole file): a whole file's leading records a verified stamp vouches for
-        (``stamps.py``) are not checked one by one."""
+        (``stamps.py``) are not checked one by one, nor records this writer just encoded
+        (``own``)."""
         stamp = read_stamp(stamp_path(path), session_hash, owner_hash) if base is None else None
         trusted = trusted_records(stamp, data, opened) if stamp is not None else 0
         try:
-            records, torn = decode_entries(data, trusted)
+            records, torn = decode_entries(data, trusted, checked=own)
             partition = extend_partition(base, records, session_hash, owner_hash, opened)
         except ValueError as exc:
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
@@ -328,32 +337,63 @@ class IndexEngine(IndexLayout):
         entries that point at them.
         """
         current = self.partition(session_hash, owner_hash)
+        return self.append_to(current, session_hash, owner_hash, records, vectors, durable)
+
+    def append_to(
+        self,
+        current: IndexPartition | None,
+        session_hash: str,
+        owner_hash: str,
+        records: list[EntryRecord],
+        vectors: dict[int, FloatMatrix] | None,
+        durable: bool,
+    ) -> list[EntryRecord]:
+        """:meth:`append` onto ``current``, the partition as :meth:`partition` returned it
+        under this hold of the lock (a writer that read it already: nothing appends
+        meanwhile)."""
         self._written.add((session_hash, owner_hash))
-        placed, data = append_files(
+        placed, data, info = append_files(
             self, session_hash, owner_hash, current, records, vectors, durable=durable
         )
         if current is not None:
-            self._install(current, data)
+            self._install(current, data, info)
         return placed
 
-    def _install(self, current: IndexPartition, data: bytes) -> None:
+    def append_ready(
+        self,
+        current: IndexPartition | None,
+        session_hash: str,
+        owner_hash: str,
+        code: int,
+        matrix: FloatMatrix,
+        digests: list[tuple[bytes, bytes]],
+        durable: bool,
+    ) -> None:
+        """:meth:`append_to` of one ready record per row of ``matrix`` (``digests``: each
+        memory's hash and content digest), framed in one pass (``writer.append_ready``)."""
+        self._written.add((session_hash, owner_hash))
+        data, info = append_ready(
+            self, session_hash, owner_hash, current, code, matrix, digests, durable=durable
+        )
+        if current is not None:
+            self._install(current, data, info)
+
+    def _install(self, current: IndexPartition, data: bytes, info: os.stat_result) -> None:
         """Cache ``current`` grown by the entry bytes this writer just appended, as a read
         of the file would (``_decode`` of the same bytes), without reading them back.
 
-        Only when the file is ``current``'s plus exactly ``data`` (same inode, that size):
-        under the writer lock nothing else appends, so that is what a read would find;
-        otherwise nothing is installed and the next read reads the file as before.
+        Only when the file (``info``: its ``fstat`` after the write) is ``current``'s plus
+        exactly ``data`` (same inode, that size): under the writer lock nothing else
+        appends, so that is what a read would find; otherwise nothing is installed and the
+        next read reads the file as before. The records are this writer's own encoding, so
+        they are not checked again (a read of the file checks them).
         """
-        path = self.entries_path(current.session_hash, current.owner_hash)
-        try:
-            info = os.lstat(path)
-        except OSError:
-            return
         if info.st_ino != current.inode or info.st_size != current.size + len(data):
             return
+        path = self.entries_path(current.session_hash, current.owner_hash)
         try:
             grown = self._decode(
-                current, data, info, current.session_hash, current.owner_hash, path
+                current, data, info, current.session_hash, current.owner_hash, path, own=True
             )
         except DerivedIndexError:
             return  # what the next read will find and name

@@ -55,6 +55,7 @@ __all__ = [
     "content_digest",
     "decode_entries",
     "encode_entry",
+    "encode_ready",
     "memory_hash",
     "row_checksums",
 ]
@@ -137,12 +138,44 @@ def encode_entry(record: EntryRecord, tag: int) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
-def decode_entries(data: bytes, trusted: int = 0) -> tuple[np.ndarray, int]:
+def encode_ready(
+    identity: int,
+    first_row: int,
+    hashes: Sequence[bytes],
+    digests: Sequence[bytes],
+    checksums: npt.NDArray[np.uint32],
+    tag: int,
+) -> bytes:
+    """The records of ready vectors of identity ``identity`` in rows ``first_row...``, one
+    per memory hash, framed in one pass: the bytes :func:`encode_entry` gives for each
+    (tested), without an :class:`EntryRecord` per memory (a bulk append writes hundreds)."""
+    count = len(hashes)
+    records = np.zeros(count, ENTRY_DTYPE)
+    records["magic"] = _MAGIC
+    records["state"] = int(EntryState.READY)
+    records["identity"] = identity
+    records["row"] = np.arange(first_row, first_row + count, dtype=np.uint32)
+    records["memory"] = np.frombuffer(b"".join(hashes), dtype="V32")
+    records["digest"] = np.frombuffer(b"".join(digests), dtype="V32")
+    records["tag"] = tag
+    records["checksum"] = checksums
+    body = memoryview(records.tobytes())
+    crc32, size = zlib.crc32, ENTRY_BYTES - 4
+    records["crc"] = [
+        crc32(body[at : at + size]) for at in range(0, count * ENTRY_BYTES, ENTRY_BYTES)
+    ]
+    return records.tobytes()
+
+
+def decode_entries(
+    data: bytes, trusted: int = 0, *, checked: bool = False
+) -> tuple[np.ndarray, int]:
     """Parse whole records of ``data``; return them and the torn tail's length.
 
     ``trusted`` leading records are not checked against their CRC-32 one by one: the caller
     has checked their bytes as a whole against a verified stamp (``stamps.py``). Magic and
-    state are checked for every record.
+    state are checked for every record, unless ``checked``: the bytes are the caller's
+    own :func:`encode_entry` output (a writer caching what it just appended).
 
     Raises:
         ValueError: a complete record has a bad magic, state or checksum (the message names
@@ -150,7 +183,7 @@ def decode_entries(data: bytes, trusted: int = 0) -> tuple[np.ndarray, int]:
     """
     whole = len(data) // ENTRY_BYTES * ENTRY_BYTES
     records = np.frombuffer(data, dtype=ENTRY_DTYPE, count=whole // ENTRY_BYTES)
-    if records.size:
+    if records.size and not checked:
         bad_magic = records["magic"] != _MAGIC
         bad_state = (records["state"] < 1) | (records["state"] > 4)
         if bad_magic.any() or bad_state.any():

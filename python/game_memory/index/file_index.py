@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from game_memory.durable import fs
-from game_memory.durable.names import identity_hash
+from game_memory.durable.names import identity_hash, partition_hash
 from game_memory.errors import (
     DerivedIndexError,
     InvalidArgumentError,
@@ -28,7 +28,12 @@ from game_memory.index.engine import IndexEngine, check_capacity
 from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests, memory_hash
 from game_memory.index.join import JoinCache, PartitionJoin
 from game_memory.index.legacy import has_legacy_index, migrate_legacy_index
-from game_memory.index.partition import FloatMatrix, PartitionReplacedError, derived_error
+from game_memory.index.partition import (
+    FloatMatrix,
+    IndexPartition,
+    PartitionReplacedError,
+    derived_error,
+)
 from game_memory.index.protocol import OrphanCandidates
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.store.view import PartitionView
@@ -209,17 +214,16 @@ class FileVectorMemoryIndex:
             assert code is not None
             for (session_hash, owner_hash), positions in _groups(memories).items():
                 digests = self._digests.get_many([memories[p] for p in positions])
-                records = [
-                    EntryRecord(EntryState.READY, code, offset, hashed, digest, "")
-                    for offset, (hashed, digest) in enumerate(digests)
-                ]
-                self._check_capacity(session_hash, owner_hash, records)
-                engine.append(
+                current = self._check_capacity(session_hash, owner_hash, digests)
+                matrix = rows if len(positions) == len(rows) else rows[positions]
+                engine.append_ready(
+                    current,
                     session_hash,
                     owner_hash,
-                    records,
-                    {code: rows[positions].astype(np.float32, copy=False)},
-                    durable=self._durable,
+                    code,
+                    matrix.astype(np.float32, copy=False),
+                    digests,
+                    self._durable,
                 )
 
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
@@ -243,17 +247,21 @@ class FileVectorMemoryIndex:
                 engine.append(session_hash, owner_hash, records, durable=self._durable)
 
     def _check_capacity(
-        self, session_hash: str, owner_hash: str, records: list[EntryRecord]
-    ) -> None:
+        self, session_hash: str, owner_hash: str, digests: list[tuple[bytes, bytes]]
+    ) -> IndexPartition | None:
+        """Raise ``CapacityExceededError`` if entries for ``digests`` (each memory's hash and
+        content digest) do not fit; the partition as read (under the lock: the append
+        writes on top of it)."""
         partition = self.engine.partition(session_hash, owner_hash)
-        if partition is not None and partition.records + len(records) <= self._capacity:
+        if partition is not None and partition.records + len(digests) <= self._capacity:
             # Live memories never outnumber the records read, so this fits without the
             # memory-to-slot dictionary (an append would otherwise build it: O(partition)).
-            return
+            return partition
         new = sum(
-            1 for r in records if partition is None or r.memory_hash not in partition.position
+            1 for hashed, _ in digests if partition is None or hashed not in partition.position
         )
         check_capacity(partition, new, self._capacity)
+        return partition
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -427,5 +435,6 @@ def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:
     by_ids: dict[tuple[str, str], list[int]] = {}
     for position, memory in enumerate(memories):
         by_ids.setdefault((memory.session_id, memory.owner_id), []).append(position)
-    # One hash per partition, not two per memory (a batch is mostly one or a few owners).
-    return {(identity_hash(s), identity_hash(o)): found for (s, o), found in by_ids.items()}
+    # One hash per partition, not two per memory (a batch is mostly one or a few owners),
+    # memoized (``partition_hash``: the ids repeat on every write).
+    return {(partition_hash(s), partition_hash(o)): found for (s, o), found in by_ids.items()}

@@ -15,8 +15,10 @@ order of every write is what makes a crash harmless:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
-from collections.abc import Callable
+import stat
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +31,13 @@ from game_memory.index.entries import (
     EntryRecord,
     EntryState,
     encode_entry,
+    encode_ready,
     row_checksums,
 )
 from game_memory.index.layout import ROWS_NAME, IndexLayout, identity_dimensions, list_names
 from game_memory.index.partition import FloatMatrix, IndexPartition, derived_error, new_tag
 
-__all__ = ["append_files", "check_capacity", "compact_files", "remove_files"]
+__all__ = ["append_files", "append_ready", "check_capacity", "compact_files", "remove_files"]
 
 #: ``rows(code, dimensions)``: the matrix of identity ``code`` of the partition.
 Rows = Callable[[int, int], FloatMatrix]
@@ -49,9 +52,9 @@ def append_files(
     vectors: dict[int, FloatMatrix] | None,
     *,
     durable: bool,
-) -> tuple[list[EntryRecord], bytes]:
+) -> tuple[list[EntryRecord], bytes, os.stat_result]:
     """Append vectors (per identity code) and entry records; return the records with
-    their rows and the bytes appended to the entries file.
+    their rows, the bytes appended to the entries file and that file's ``fstat`` after.
 
     Each ready record's ``row`` is an offset into the ``vectors`` rows of its identity
     given here; it is rewritten to the row's position in the partition's row file.
@@ -82,19 +85,59 @@ def append_files(
             else EntryRecord(r.state, NO_VALUE, NO_VALUE, r.memory_hash, r.digest, r.code)
             for r in records
         ]
-        path = layout.entries_path(session_hash, owner_hash)
-        _cut_torn(path, ENTRY_BYTES)
         data = b"".join(encode_entry(r, tag) for r in placed)
-        with fs.open_append(path) as (fd, _):
-            if durable:
-                fs.append_bytes(fd, data, Path(path))
-            else:
-                _write_all(fd, data)
+        info = _append_entries(layout.entries_path(session_hash, owner_hash), data, durable)
     except PersistenceError as exc:
         raise derived_error(exc) from exc
     except OSError as exc:
         raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
-    return placed, data
+    return placed, data, info
+
+
+def append_ready(
+    layout: IndexLayout,
+    session_hash: str,
+    owner_hash: str,
+    current: IndexPartition | None,
+    code: int,
+    matrix: FloatMatrix,
+    digests: Sequence[tuple[bytes, bytes]],
+    *,
+    durable: bool,
+) -> tuple[bytes, os.stat_result]:
+    """:func:`append_files` of one ready record per row of ``matrix`` (identity ``code``;
+    ``digests``: each memory's hash and content digest), the records framed in one pass
+    (``entries.encode_ready``); the bytes appended to the entries file and its ``fstat``
+    after. The same files, order and bytes as :func:`append_files` of those records."""
+    tag = current.tag if current is not None and current.records else new_tag(0)
+    try:
+        if current is None:
+            fs.ensure_directory(layout.session_directory(session_hash))
+        sums = row_checksums(matrix)
+        first = _append_rows(
+            layout.vectors_path(session_hash, owner_hash, code, tag), matrix, durable
+        )
+        hashes = [hashed for hashed, _ in digests]
+        contents = [content for _, content in digests]
+        data = encode_ready(code, first, hashes, contents, sums, tag)
+        info = _append_entries(layout.entries_path(session_hash, owner_hash), data, durable)
+    except PersistenceError as exc:
+        raise derived_error(exc) from exc
+    except OSError as exc:
+        raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+    return data, info
+
+
+def _append_entries(path: str, data: bytes, durable: bool) -> os.stat_result:
+    """Append entry records (after the rows they point at); the file's ``fstat`` after."""
+    fd, _size = _open_whole(path, ENTRY_BYTES)
+    try:
+        _write_all(fd, data)
+        if durable:
+            os.fsync(fd)
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
 
 
 def compact_files(
@@ -189,28 +232,54 @@ def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None)
 
 def _append_rows(path: str, matrix: FloatMatrix, durable: bool) -> int:
     row_bytes = int(matrix.shape[1]) * 4
-    _cut_torn(path, row_bytes)
-    with fs.open_append(path) as (fd, _):
-        first = os.fstat(fd).st_size // row_bytes
-        data = np.ascontiguousarray(matrix, dtype="<f4").tobytes()
-        if durable:
-            fs.append_bytes(fd, data, Path(path))
-        else:
-            _write_all(fd, data)
-    return first
-
-
-def _cut_torn(path: str, unit: int) -> None:
+    fd, size = _open_whole(path, row_bytes)
     try:
-        info = os.lstat(path)
+        _write_all(fd, np.ascontiguousarray(matrix, dtype="<f4").tobytes())
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return size // row_bytes
+
+
+def _open_whole(path: str, unit: int) -> tuple[int, int]:
+    """Open a partition file for appending (created if missing; links refused), with a torn
+    tail (a record or row a killed writer left unfinished) cut back to whole ``unit``s;
+    the descriptor and the file's size. A file it creates has its folder fsynced, durable
+    writes or not (as before: once per file, so its name outlives a power loss).
+
+    Raises:
+        PersistenceError: a link or not a regular file.
+        OSError: the file could not be opened, inspected or cut.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    created = False
+    try:
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        return
-    if info.st_size % unit:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            os.ftruncate(fd, info.st_size - info.st_size % unit)
-        finally:
-            os.close(fd)
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            created = True
+        except FileExistsError:  # another writer created it meanwhile (not under our lock)
+            fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PersistenceError(f"refusing to append to {path}: it is a symbolic link") from exc
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PersistenceError(f"{path} should be a regular file")
+        size = info.st_size
+        if size % unit:
+            size -= size % unit
+            os.ftruncate(fd, size)
+        if created:
+            fs.fsync_directory(Path(os.path.dirname(path)))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, size
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -66,7 +66,7 @@ def append_records(
 
 
 def plan_segments(
-    directory: Path,
+    directory: str | Path,
     state: PartitionState,
     records: list[bytes],
     *,
@@ -97,8 +97,12 @@ def plan_segments(
     return plan
 
 
-def write_planned(state: PartitionState, plan: list[tuple[str, int, list[bytes]]]) -> None:
-    """Write a :func:`plan_segments` plan without fsync (a batch's barrier flushes it).
+def write_planned(
+    state: PartitionState, plan: list[tuple[str, int, list[bytes]]], *, durable: bool = False
+) -> None:
+    """Write a :func:`plan_segments` plan, without fsync (a batch's barrier flushes it) or,
+    with ``durable``, fsyncing each segment through the descriptor it was written with (a
+    segment the plan creates still needs its folder fsynced: the caller's).
 
     Cuts a torn tail off the last segment first (durably: it was never acknowledged).
     """
@@ -108,7 +112,7 @@ def write_planned(state: PartitionState, plan: list[tuple[str, int, list[bytes]]
     for name, _before, records in plan:
         path = Path(name)
         with fs.open_append(path, durable=False) as (fd, _):
-            fs.append_bytes(fd, b"".join(records), path, durable=False)
+            fs.append_bytes(fd, b"".join(records), path, durable=durable)
 
 
 def cut_tail(path: str, end: int) -> None:

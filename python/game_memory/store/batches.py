@@ -29,6 +29,7 @@ of one in either mode.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +41,8 @@ from game_memory.store.appends import plan_segments, write_planned
 from game_memory.store.capacity import full_message
 from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
-from game_memory.store.ledger import MAXIMUM_GROUP, LedgerEntry
+from game_memory.store.group_writes import Held
+from game_memory.store.ledger import MAXIMUM_GROUP, RECORD_BYTES, LedgerEntry
 from game_memory.store.partitions import PartitionState, identity_hash, partition_hash
 from game_memory.store.records import HEADER_BYTES
 
@@ -90,13 +92,14 @@ def write_batch(
                 raise
             records.append(None)
             outcomes[position] = exc
-    # For the index's write and the read files of the same objects (``digests.py``).
-    encoded_digests.remember_many(memories, records, HEADER_BYTES)
+    # For the index's write and the read files of the same objects (``digests.py``); the
+    # ``sha256(memory_id)`` of each is its ledger intent's too.
+    hashed = encoded_digests.remember_many(memories, records, HEADER_BYTES)
     engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         engine.layout.guard()
-        engine.recover(checkpoint=False)
-        marks = engine.refresh()
+        held = engine.recover(checkpoint=False)
+        marks = engine.refresh(held)
         partitions: dict[tuple[str, str], _Partition] = {}
         accepted: list[tuple[int, tuple[str, str]]] = []
         for position, memory in enumerate(memories):
@@ -139,7 +142,7 @@ def write_batch(
                 continue
             partition.pending[memory.memory_id] = memory
             accepted.append((position, key))
-        count = engine.ledger.count()
+        count = 0 if held.ledger is None else held.ledger.st_size // RECORD_BYTES
         room = engine.maximum_entries - count
         if len(accepted) > room:
             error = CapacityExceededError(
@@ -160,10 +163,10 @@ def write_batch(
         elif any(memories[position].belief_key is not None for position, _ in accepted):
             engine.layout.require_format(2)
         if accepted and (len(accepted) == 1 or not atomic):
-            _group(engine, memories, records, accepted, partitions, outcomes, atomic=atomic)
+            _group(engine, memories, records, accepted, partitions, outcomes, held, atomic=atomic)
         elif accepted:
             engine.checkpoint()  # the journal's batch writes intents the marker does not name
-            _commit(engine, memories, records, accepted, partitions, count)
+            _commit(engine, memories, records, hashed, accepted, partitions, count)
             for position, _key in accepted:
                 outcomes[position] = True
     return [False if outcome is None else outcome for outcome in outcomes]
@@ -176,11 +179,13 @@ def _group(
     accepted: list[tuple[int, tuple[str, str]]],
     partitions: dict[tuple[str, str], _Partition],
     outcomes: list[Outcome | None],
+    held: Held,
     *,
     atomic: bool,
 ) -> None:
     """Group-commit the accepted memories (``group_writes.py``), in as few groups as the
-    rule allows that a group writes one log segment per partition.
+    rule allows that a group writes one log segment per partition. ``held``: the ledgers
+    and the marker as recovery left them.
 
     A group never appends to a segment *and* starts the next one of the same partition:
     after a power loss the new segment could then survive while the old one's unsynced
@@ -217,7 +222,7 @@ def _group(
             entry = LedgerEntry(key[0], key[1], identity_hash(memories[position].memory_id))
             items.append((entry, record, state))
         try:
-            engine.write_new(items)
+            held = engine.write_new(items, held)
         except Exception as exc:
             if atomic:
                 raise
@@ -240,19 +245,31 @@ def _commit(
     engine: StoreEngine,
     memories: Sequence[GameMemory],
     records: list[bytes | None],
+    hashed: list[bytes | None],
     accepted: list[tuple[int, tuple[str, str]]],
     partitions: dict[tuple[str, str], _Partition],
     count: int,
 ) -> None:
-    """Journal, intents, records, one barrier, commit (see the module docstring)."""
-    entries: list[LedgerEntry] = []
+    """Journal, intents, records, one barrier, commit (see the module docstring).
+
+    ``hashed``: each memory's ``sha256(memory_id)`` where the encoding computed it."""
+    digests: list[tuple[bytes, bytes, bytes]] = []
+    raw: dict[tuple[str, str], tuple[bytes, bytes]] = {}
     for position, key in accepted:
         partition = partitions[key]
         record = records[position]
         assert record is not None
         partition.records.append(record)
-        partition.memories.append(memories[position])
-        entries.append(LedgerEntry(key[0], key[1], identity_hash(memories[position].memory_id)))
+        memory = memories[position]
+        partition.memories.append(memory)
+        names = raw.get(key)
+        if names is None:
+            names = raw[key] = (bytes.fromhex(key[0]), bytes.fromhex(key[1]))
+        memory_hash = hashed[position]
+        if memory_hash is None:
+            memory_hash = hashlib.sha256(memory.memory_id.encode("utf-8")).digest()
+        digests.append((*names, memory_hash))
+    intents = engine.ledger.encode_digests(digests, count)
     plans: list[tuple[PartitionState, list[tuple[str, int, list[bytes]]]]] = []
     journaled: list[tuple[str, int]] = []
     for (session_hash, _owner_hash), partition in partitions.items():
@@ -270,7 +287,7 @@ def _commit(
     if engine.ledger.stat() is None:
         folders.add(engine.data)  # the ledger file is new: its name must last too
     engine.journal.write(count, [], journaled)
-    engine.ledger.append(entries, first_index=count, durable=False)
+    engine.ledger.append_encoded(intents, durable=False)
     for state, plan in plans:
         directory = engine.session_directory(state.session_hash)
         if fs.ensure_directory(directory, durable=False):
@@ -281,7 +298,8 @@ def _commit(
     files = [engine.ledger.path] + [Path(path) for _, plan in plans for path, _, _ in plan]
     fs.sync_all(files, sorted(folders))
     engine.journal.commit()
-    engine.note_verified(engine.ledger)
+    # The intents just written are what the next refresh would read: index them now.
+    engine.intents.absorb(count, intents, engine.note_verified(engine.ledger))
     # As after a group: the next batch (a bulk ingest's next 10,000) reads nothing back.
     for state, plan in plans:
         partition = partitions[(state.session_hash, state.owner_hash)]

@@ -46,26 +46,33 @@ class EncodedDigests:
 
     def remember_many(
         self, memories: Sequence[GameMemory], encoded: Sequence[bytes | None], skip: int
-    ) -> None:
+    ) -> list[bytes | None]:
         """Keep each memory's digests from its encoding (``encoded[i][skip:]`` is its record
-        payload; ``None``: not encoded), under one lock.
+        payload; ``None``: not encoded), under one lock; return each memory's
+        ``sha256(memory_id)`` as computed (``None`` where it was not: the caller's ledger
+        intents need it too).
 
         Only for a plain ``GameMemory`` (a subclass may serialize otherwise than the
         digest's definition), whose payload holds the memory's JSON at its fixed place.
         """
         sha256 = hashlib.sha256
         found = []
+        hashes: list[bytes | None] = []
         for memory, data in zip(memories, encoded, strict=True):
             if data is None or type(memory) is not GameMemory or data[-1:] != b"}":
+                hashes.append(None)
                 continue
             digest = sha256(memoryview(data)[skip + _PREFIX : -1]).digest()
-            found.append((memory, sha256(memory.memory_id.encode("utf-8")).digest(), digest))
+            hashed = sha256(memory.memory_id.encode("utf-8")).digest()
+            hashes.append(hashed)
+            found.append((memory, hashed, digest))
         with self._lock:
             cache = self._cache
             for entry in found:
                 cache[id(entry[0])] = entry
             while len(cache) > self._maximum:
                 cache.popitem(last=False)
+        return hashes
 
     def clear(self) -> None:
         """Forget every memory (a store closed: its memories are not kept alive here)."""

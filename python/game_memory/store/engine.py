@@ -32,6 +32,7 @@ The read path, checked against the ledgers, is :class:`~game_memory.store.reader
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -40,7 +41,7 @@ from game_memory.model import GameMemory
 from game_memory.store.appends import append_records, cut_tail
 from game_memory.store.capacity import full_message
 from game_memory.store.documents import encode_document
-from game_memory.store.group_writes import write_group
+from game_memory.store.group_writes import Held, write_group
 from game_memory.store.layout import DATA_FOLDER, STORE_FORMAT_VERSION
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.packs import plan_packs
@@ -89,8 +90,7 @@ class StoreEngine(StoreReader):
     ) -> tuple[PartitionState, Marks]:
         """Under the lock: recover, then read a partition checked against the ledgers."""
         self.layout.guard()
-        self.recover(checkpoint=False)
-        marks = self.refresh()
+        marks = self.refresh(self.recover(checkpoint=False))
         state = self.read_partition(session_hash, owner_hash)
         session_id = owner_id = None
         if memory is not None:
@@ -151,25 +151,40 @@ class StoreEngine(StoreReader):
         self.write_new([(entry, record, state)])
         return True
 
-    def write_new(self, items: Sequence[tuple[LedgerEntry, bytes, PartitionState]]) -> None:
+    def write_new(
+        self,
+        items: Sequence[tuple[LedgerEntry, bytes, PartitionState]],
+        held: Held | None = None,
+    ) -> Held:
         """Group-commit new memories, decided and counted (``group_writes.py``); under the lock.
+
+        ``held``: the ledgers and the marker as this hold of the lock knows them (from
+        :meth:`recover`, or the previous group's return); ``None`` reads them.
+
+        Returns:
+            The ledgers and the marker after the group, for the next group of this hold.
 
         Raises:
             PersistenceError: a write or fsync failed: none of ``items`` was acknowledged.
         """
         try:
-            write_group(
+            written = write_group(
                 self.ledger,
                 self.unsynced,
                 items,
                 directory=self.session_directory,
                 maximum_file_bytes=self.maximum_file_bytes,
                 checkpoint=self.checkpoint,
+                held=held,
             )
         except BaseException:
             self._verified.pop(self.ledger.kind, None)  # the next recovery reconciles
             raise
-        self.note_verified(self.ledger)
+        after = self.note_verified(self.ledger)
+        # The intents just written are what the next refresh would read: index them now.
+        self.intents.absorb(written.first, written.intents, after)
+        retractions = held.retractions if held is not None else self.retraction_ledger.stat()
+        return Held(after, retractions, written.unsynced)
 
     def install_written(
         self, state: PartitionState, records: Sequence[bytes], memories: Sequence[GameMemory]
@@ -244,19 +259,25 @@ class StoreEngine(StoreReader):
             if checkpoint:
                 self.checkpoint()
 
-    def _reconcile(self, unsynced: Unsynced, *, force: bool) -> None:
+    def _reconcile(
+        self, unsynced: Unsynced, *, force: bool, info: os.stat_result | None = None
+    ) -> bool:
         """Reconcile the add ledger with the marker's partitions, if it changed since this
-        process last verified it (``reconcile.py``)."""
-        info = self.ledger.stat()
+        process last verified it (``reconcile.py``); whether it was looked at (the ledger
+        may have changed then). ``info``: the ledger's stat just taken, if the caller has
+        it."""
+        if info is None:
+            info = self.ledger.stat()
         if (
             not force
             and info is not None
             and ((info.st_ino, info.st_size) == self._verified.get(self.ledger.kind))
         ):
-            return
+            return False
         dropped, added = reconcile(self.ledger, self.intents, self.read_partition, unsynced)
         self.reconciled = (self.reconciled[0] + dropped, self.reconciled[1] + added)
         self.note_verified(self.ledger)
+        return True
 
     def write_records(
         self, state: PartitionState, records: list[bytes], *, durable: bool, series: str = "o"
@@ -277,7 +298,7 @@ class StoreEngine(StoreReader):
 
     # -- recovery -----------------------------------------------------------------------
 
-    def recover(self, *, force: bool = False, checkpoint: bool = True) -> None:
+    def recover(self, *, force: bool = False, checkpoint: bool = True) -> Held:
         """Resolve what a crashed writer left behind. Call under the lock.
 
         Cuts a torn record (or zeros a power loss left for one) off either ledger; rolls
@@ -293,27 +314,43 @@ class StoreEngine(StoreReader):
         append, which keeps the marker's generation going) it then makes every intent
         durable and empties the marker.
 
+        Returns:
+            The ledgers and the marker as recovery left them (``group_writes.Held``), for the
+            rest of this hold of the lock: nothing else writes them meanwhile.
+
         Raises:
             PersistenceError: the newest intent itself, or a journal, is corrupt.
         """
         if force:
             self._verified.clear()
-        for ledger in (self.ledger, self.retraction_ledger):
-            unwritten = ledger.unwritten_tail()
+        ledgers = (self.ledger, self.retraction_ledger)
+        infos = [ledger.stat() for ledger in ledgers]
+        for number, ledger in enumerate(ledgers):
+            info = infos[number]
+            if info is None:
+                continue
+            if (info.st_ino, info.st_size) == self._verified.get(ledger.kind):
+                # Unchanged since this process verified its newest intent (its own write
+                # or a recovery): its end holds that intent. Zeros at the end are what a
+                # power loss leaves, and a power loss ends this process too.
+                continue
+            unwritten = ledger.unwritten_tail(info)
             if unwritten:
-                info = ledger.stat()
-                if info is not None:
-                    ledger.truncate((info.st_size - unwritten) // RECORD_BYTES)
+                ledger.truncate((info.st_size - unwritten) // RECORD_BYTES)
+                infos[number] = ledger.stat()
         if self.journal.roll_back():
             self._verified.clear()
+            infos = [ledger.stat() for ledger in ledgers]
         if self.finish_rewrite():
             self._verified.clear()
+            infos = [ledger.stat() for ledger in ledgers]
         unsynced = self.unsynced.read()
-        for ledger in (self.ledger, self.retraction_ledger):
-            info = ledger.stat()
+        for number, ledger in enumerate(ledgers):
+            info = infos[number]
             verified = self._verified.get(ledger.kind)
             if ledger is self.ledger and unsynced is not None:
-                self._reconcile(unsynced, force=info is None)
+                if self._reconcile(unsynced, force=info is None, info=info):
+                    infos[number] = ledger.stat()
                 continue
             if info is None or (info.st_ino, info.st_size) == verified:
                 continue
@@ -326,9 +363,11 @@ class StoreEngine(StoreReader):
                     present = True  # damaged: never drop what may have been acknowledged
                 if not present:
                     ledger.truncate(count - 1)
-            self.note_verified(ledger)
+            infos[number] = self.note_verified(ledger)
         if checkpoint and unsynced is not None:
             self.checkpoint()
+            unsynced = None
+        return Held(infos[0], infos[1], unsynced)
 
     def is_present(self, entry: LedgerEntry, ledger: Ledger, *, newest: bool = False) -> bool:
         """Whether the record an intent of ``ledger`` promises is in its partition."""
@@ -375,7 +414,13 @@ class StoreEngine(StoreReader):
         first = len(self.cache.pack_indexes(directory)) + 1
         return plan_packs(directory, first, groups, self.maximum_file_bytes)
 
-    def note_verified(self, ledger: Ledger) -> None:
-        """Remember the ledger as verified (its newest intent has its record)."""
-        info = ledger.stat()
+    def note_verified(
+        self, ledger: Ledger, info: os.stat_result | None = None
+    ) -> os.stat_result | None:
+        """Remember the ledger as verified (its newest intent has its record); its stat.
+
+        ``info``: the ledger's stat just taken under the lock, if the caller has it."""
+        if info is None:
+            info = ledger.stat()
         self._verified[ledger.kind] = None if info is None else (info.st_ino, info.st_size)
+        return info

@@ -12,7 +12,9 @@ a group of at most :data:`~game_memory.store.ledger.MAXIMUM_GROUP` memories is w
    group never appends to a segment and starts the next one of the same partition, or a
    power loss could keep the new segment and not the old one's unsynced end);
 4. **the commit**: every segment written (and every folder that got a new entry) is fsynced,
-   from a small thread pool when there are several; then the group is acknowledged.
+   from a small thread pool when there are several (a group of one partition that made no
+   new entry fsyncs its segment through the descriptor it wrote with); then the group is
+   acknowledged.
 
 Why this is crash safe. A ``kill -9`` at any instant: the kernel keeps every write, and the
 intents were written before the records, so at most this group's intents lack their records
@@ -30,21 +32,46 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 from game_memory.store.appends import plan_segments, write_planned
-from game_memory.store.ledger import MAXIMUM_GROUP, Ledger, LedgerEntry
+from game_memory.store.ledger import MAXIMUM_GROUP, RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.state import PartitionState
 from game_memory.store.unsynced import (
     MAXIMUM_PARTITIONS,
     MAXIMUM_UNSYNCED_INTENTS,
+    Unsynced,
     UnsyncedMarker,
 )
 
-__all__ = ["write_group"]
+__all__ = ["Held", "Written", "write_group"]
 
 _Plan = list[tuple[str, int, list[bytes]]]
+
+
+class Held(NamedTuple):
+    """The ledgers and the unsynced marker as one hold of the writer lock knows them.
+
+    Taken by recovery (``StoreEngine.recover``) and kept up to date by the writes of the
+    same hold, so a group does not ask the files again: while the lock is held nothing
+    else writes them. ``ledger`` and ``retractions`` are the ledgers' ``lstat`` (``None``:
+    no such file), ``unsynced`` the marker's generation (``None``: empty).
+    """
+
+    ledger: os.stat_result | None
+    retractions: os.stat_result | None
+    unsynced: Unsynced | None
+
+
+class Written(NamedTuple):
+    """What :func:`write_group` appended to the ledger (``intents``, framed, from position
+    ``first``) and the marker's generation after it."""
+
+    first: int
+    intents: bytes
+    unsynced: Unsynced | None
 
 
 def write_group(
@@ -55,11 +82,16 @@ def write_group(
     directory: Callable[[str], Path],
     maximum_file_bytes: int,
     checkpoint: Callable[[], None],
-) -> None:
+    held: Held | None = None,
+) -> Written:
     """Durably add the new memories ``items`` (intent, framed record, partition as read).
 
     Call under the writer lock, after recovery, with the capacity checked. ``checkpoint``
-    makes every intent durable and empties the marker (the engine's).
+    makes every intent durable and empties the marker (the engine's). ``held``: the ledger
+    and the marker as this hold of the lock left them (``None``: read them).
+
+    Returns:
+        The intents written and the marker's generation after the group.
 
     Raises:
         PersistenceError: a write or fsync failed; nothing of the group is acknowledged.
@@ -68,12 +100,13 @@ def write_group(
     """
     if len(items) > MAXIMUM_GROUP:
         raise ValueError(f"a group commit holds at most {MAXIMUM_GROUP} memories")
-    count = ledger.count()
+    info = held.ledger if held is not None else ledger.stat()
+    count = 0 if info is None else info.st_size // RECORD_BYTES
     grouped: dict[tuple[str, str], tuple[PartitionState, list[bytes]]] = {}
     for entry, record, state in items:
         key = (entry.session_hash, entry.owner_hash)
         grouped.setdefault(key, (state, []))[1].append(record)
-    current = marker.read()
+    current = held.unsynced if held is not None else marker.read()
     if current is not None and (
         len(set(current.partitions) | set(grouped)) > MAXIMUM_PARTITIONS
         or count + len(items) - current.watermark > MAXIMUM_UNSYNCED_INTENTS
@@ -83,32 +116,44 @@ def write_group(
     named = set(current.partitions) if current is not None else set()
     missing = [key for key in grouped if key not in named]
     folders: set[Path] = set()
-    if ledger.stat() is None:
+    if info is None:
         folders.add(ledger.path.parent)  # the ledger's own name, once
     if missing:
-        marker.add(current.watermark if current is not None else count, missing)
+        watermark = current.watermark if current is not None else count
+        marker.add(watermark, missing)
+        current = Unsynced(watermark, [*(current.partitions if current else ()), *missing])
     plans: list[_Plan] = []
     try:
         intents = ledger.encode_group([item[0] for item in items], count)
         ledger.append_encoded(intents, durable=False)
         files: list[Path] = []
+        single = len(grouped) == 1
         for (session_hash, _owner_hash), (state, records) in grouped.items():
-            folder = directory(session_hash)
-            if fs.ensure_directory(folder, durable=False):
-                folders.add(folder.parent)
+            if state.folder is not None:
+                # Read under this hold of the lock, which nothing else deletes it under.
+                folder: str | Path = state.folder[0]
+            else:
+                folder = directory(session_hash)
+                if fs.ensure_directory(folder, durable=False):
+                    folders.add(folder.parent)
             plan = plan_segments(folder, state, records, maximum_file_bytes=maximum_file_bytes)
             plan = [part for part in plan if part[2]]  # a rollover leaves the old tail alone
             if len(plan) != 1:
                 raise ValueError("a group writes one log segment per partition")
             plans.append(plan)
             if any(before < 0 for _, before, _ in plan):
-                folders.add(folder)
+                folders.add(Path(folder))
+            if single and not folders:
+                # The usual single append: written and fsynced through one descriptor.
+                write_planned(state, plan, durable=True)
+                continue
             write_planned(state, plan)
             files.extend(Path(path) for path, _, _ in plan)
         fs.sync_all(files, sorted(folders))
     except BaseException:
         _undo(ledger, count, plans)
         raise
+    return Written(count, intents, current)
 
 
 def _undo(ledger: Ledger, count: int, plans: list[_Plan]) -> None:

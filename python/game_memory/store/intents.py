@@ -32,6 +32,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from game_memory.errors import PersistenceError
 from game_memory.store.intent_files import (
     PERSIST_MINIMUM,
@@ -48,6 +50,8 @@ _HEAD = struct.Struct("<4sIQ")
 _CRC = struct.Struct("<I")
 _ZERO = bytes(RECORD_BYTES)
 _CHUNK_RECORDS = 1 << 16
+#: From this many intents on, the writer's own are indexed with numpy (``_index_own``).
+_GROUPED_MINIMUM = 64
 
 
 def _record(data: bytes, index: int) -> bytes:
@@ -103,14 +107,18 @@ class LedgerIndex:
 
     # -- refresh ------------------------------------------------------------------------
 
-    def refresh(self) -> LedgerMark:
+    def refresh(self, info: os.stat_result | None = None, *, stated: bool = False) -> LedgerMark:
         """Bring the index up to date with the ledger file; return what it now covers.
+
+        With ``stated``, ``info`` is the ledger's ``Ledger.stat`` just taken under the
+        writer lock (``None``: no ledger), which nothing else changes meanwhile.
 
         Raises:
             PersistenceError: the ledger is a link or not a regular file.
         """
         with self._lock:
-            info = self._ledger.stat()
+            if not stated:
+                info = self._ledger.stat()
             if info is None:
                 if self._inode is not None or self._parsed:
                     self._reset(None)
@@ -138,6 +146,39 @@ class LedgerIndex:
             self._seen = seen
             self._seen_stat = info
             return self._mark(info.st_ino)
+
+    def absorb(self, first: int, data: bytes, info: os.stat_result | None) -> None:
+        """Index the intents this process just appended under the writer lock (``data``,
+        framed, from position ``first``) as the next refresh would, without reading them
+        back.
+
+        Only when the index covers exactly the ledger before them (the inode and the
+        ``first`` whole records its last refresh saw) and the file is now that plus
+        ``data`` (``info``: its ``lstat`` after the write): nothing else writes the ledger
+        under the lock, so those are the bytes a read would find, and ``info`` is what a
+        refresh right then would have seen. Otherwise nothing changes, and the next
+        refresh reads the file as before.
+        """
+        count = len(data) // RECORD_BYTES
+        if info is None or not count or len(data) != count * RECORD_BYTES:
+            return
+        with self._lock:
+            seen = self._seen
+            if (
+                seen is None
+                or seen[:2] != (info.st_ino, first * RECORD_BYTES)
+                or self._inode != info.st_ino
+                or self._parsed != first
+                or info.st_size != (first + count) * RECORD_BYTES
+            ):
+                return
+            self._index_own(data, first, first + count)
+            self._crc = zlib.crc32(data, self._crc)
+            self._last = _record(data, count - 1)
+            self._parsed = first + count
+            self._persist(info)
+            self._seen = (info.st_ino, info.st_size, info.st_ctime_ns)
+            self._seen_stat = info
 
     def _mark(self, inode: int) -> LedgerMark:
         newest = self._parsed - 1
@@ -271,6 +312,35 @@ class LedgerIndex:
                     self._persist(self._seen_stat, closing=True)
         except PersistenceError as exc:
             _LOG.info("an intent file was not written at close (%s)", exc)
+
+    def _index_own(self, data: bytes, start: int, stop: int) -> None:
+        """:meth:`_index` of records this process just encoded (valid by construction, so
+        not checked again), grouped by partition with numpy when there are many (a batch
+        of 10,000 intents is mostly one partition's)."""
+        count = stop - start
+        if count < _GROUPED_MINIMUM:
+            self._index(data, start, stop)
+            return
+        keys = (
+            np.frombuffer(data, np.uint8, count * RECORD_BYTES)
+            .reshape(count, RECORD_BYTES)[:, 16:80]
+            .copy()
+            .view(np.dtype((np.void, 64)))
+            .ravel()
+        )
+        unique, inverse = np.unique(keys, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.concatenate(([0], np.cumsum(np.bincount(inverse, minlength=unique.size))))
+        positions, owners = self._positions, self._owners
+        for number, value in enumerate(unique):
+            key = value.tobytes()
+            added = (order[bounds[number] : bounds[number + 1]] + start).tolist()
+            found = positions.get(key)
+            if found is None:
+                positions[key] = added
+                owners.setdefault(key[:32], set()).add(key[32:])
+            else:
+                found.extend(added)
 
     def _index(self, data: bytes, start: int, stop: int) -> None:
         view = memoryview(data)

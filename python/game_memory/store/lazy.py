@@ -30,6 +30,7 @@ from typing import TypeVar, cast, overload
 
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.store.growing import Appended, appended
 from game_memory.store.records import HEADER_BYTES, MAGIC
 
 __all__ = [
@@ -204,12 +205,15 @@ class LazyMemories(Sequence[GameMemory]):
         records: _Records,
         start: int,
         stop: int,
-        tail: tuple[GameMemory, ...] = (),
+        tail: Sequence[GameMemory] = (),
     ) -> None:
         self._records = records
         self._start = start
         self._stop = stop
-        self._tail = tail
+        # Shared with the sequences this one extends or is extended by (``growing.py``):
+        # an append adds to it in place instead of copying every memory appended since
+        # the read file was written.
+        self._tail: Appended[GameMemory] = tail if isinstance(tail, Appended) else Appended([*tail])
 
     @classmethod
     def of(
@@ -288,7 +292,7 @@ class LazyMemories(Sequence[GameMemory]):
         return [get(start + index) if index < lazy else tail[index - lazy] for index in indexes]
 
     def __add__(self, other: Sequence[GameMemory]) -> LazyMemories:
-        return LazyMemories(self._records, self._start, self._stop, self._tail + tuple(other))
+        return LazyMemories(self._records, self._start, self._stop, self._tail.extended(other))
 
     def __eq__(self, other: object) -> bool:
         return _equal(self, other)
@@ -309,7 +313,9 @@ class LazyMemories(Sequence[GameMemory]):
             return False
         if prefix._stop != self._stop or len(prefix._tail) > len(self._tail):
             return False
-        return all(a is b for a, b in zip(prefix._tail, self._tail, strict=False))
+        return self._tail.starts(prefix._tail) or all(
+            a is b for a, b in zip(prefix._tail, self._tail, strict=False)
+        )
 
 
 class Reordered(Sequence[GameMemory]):
@@ -368,17 +374,21 @@ def _equal(sequence: Sequence[GameMemory], other: object) -> bool:
 
 
 def concatenated(base: Sequence[_T], more: Sequence[_T]) -> Sequence[_T]:
-    """``base`` followed by ``more``, lazily when ``base`` is lazy (nothing decoded)."""
+    """``base`` followed by ``more``, lazily when ``base`` is lazy (nothing decoded), and in
+    place when ``base`` is the newest version of its buffer (``growing.py``)."""
     if isinstance(base, LazyMemories):
         return cast("Sequence[_T]", base + cast("Sequence[GameMemory]", more))
-    return tuple(base) + tuple(more)
+    return appended(base, more)
 
 
 def same_prefix(memories: Sequence[object], prefix: Sequence[object]) -> bool:
-    """Whether ``prefix`` is the start of ``memories`` (equal items), cheaply if lazy."""
+    """Whether ``prefix`` is the start of ``memories`` (equal items), cheaply if lazy or a
+    version of one shared buffer."""
     count = len(prefix)
     if len(memories) < count:
         return False
+    if isinstance(memories, Appended) and memories.starts(prefix):
+        return True
     if isinstance(memories, LazyMemories) or isinstance(prefix, LazyMemories):
         # Only a lazy sequence built on ``prefix`` is known to start with it; anything
         # else is treated as another read (correct, only slower: its caller rebuilds).

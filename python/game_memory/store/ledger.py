@@ -276,9 +276,10 @@ class Ledger:
         info = self.stat()
         return 0 if info is None else info.st_size % RECORD_BYTES
 
-    def unwritten_tail(self) -> int:
+    def unwritten_tail(self, info: os.stat_result | None = None) -> int:
         """Bytes at the end that hold no intent: an incomplete record and, before it, whole
-        records of zeros.
+        records of zeros. ``info``: the ledger's :meth:`stat` just taken, if the caller has
+        it (under the writer lock, where nothing else writes it).
 
         A power loss can keep the size an append gave the file without its data (file
         systems that write metadata before data), which reads as zeros. Zeros are never a
@@ -286,7 +287,8 @@ class Ledger:
         lost this way (a group commit does not fsync its intents) has it written again by
         recovery from its durable record (``unsynced.py``, ``reconcile.py``).
         """
-        info = self.stat()
+        if info is None:
+            info = self.stat()
         if info is None:
             return 0
         whole = info.st_size // RECORD_BYTES

@@ -24,7 +24,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -36,7 +36,9 @@ from game_memory.durable.names import identity_hash, partition_hash, segment_pat
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
-from game_memory.store.lazy import LazyPositions, concatenated, same_prefix
+from game_memory.store.growing import Growing
+from game_memory.store.grown import Part, build_view, grown_state
+from game_memory.store.lazy import concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -56,12 +58,13 @@ from game_memory.store.state import (
     is_current,
     session_folder,
 )
-from game_memory.store.view import IdPositions, PartitionView
 
 # identity_hash, partition_hash, segment_path and PartitionState are re-exported: other
 # layers import them from here.
 __all__ = ["PartitionCache", "PartitionState", "identity_hash", "partition_hash", "segment_path"]
 
+#: The view builder under its old name here (``tests/store/test_view.py`` imports it).
+_build_view = build_view
 _LOG = logging.getLogger("game_memory.store")
 _SEGMENT = re.compile(r"^[or]-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
@@ -196,11 +199,11 @@ class PartitionCache:
                     )
         retracted_items = tuple(item for segment in retractions for item in segment.items)
         if extends and cached is not None:
-            view = _build_view(cached.view, appended or [], session_directory, retracted_items)
+            view = build_view(cached.view, appended or [], session_directory, retracted_items)
         else:
             everything = [m for part in packs for m in part.memories]
             everything.extend(m for segment in segments for m in segment.items)
-            view = _build_view(None, everything, session_directory, retracted_items)
+            view = build_view(None, everything, session_directory, retracted_items)
         state = PartitionState(
             session_hash,
             owner_hash,
@@ -221,7 +224,7 @@ class PartitionCache:
         self,
         session_directory: str | Path,
         state: PartitionState,
-        parts: Sequence[tuple[str, int, Sequence[bytes], Sequence[GameMemory]]],
+        parts: Sequence[Part],
     ) -> bool:
         """Cache ``state`` grown by what a writer just wrote, without reading it back.
 
@@ -243,90 +246,9 @@ class PartitionCache:
             return False
         # ``current`` is ``state`` itself or ``state`` marked covered by a read file written
         # meanwhile (``_covered``): grow that one, so the coverage is not forgotten.
-        state = current
-        segments = list(state.segments)
-        probes = list(state.probes)
-        # New segments' probes go where a read puts them: after the memory log's, before
-        # the retraction log's (a read lists packs, then each series in order).
-        logged = {segment.path for segment in state.segments}
-        retracting = {segment.path for segment in state.retraction_segments}
-        ours = [at for at, probe in enumerate(probes) if probe[0] in logged]
-        theirs = [at for at, probe in enumerate(probes) if probe[0] in retracting]
-        insert_at = ours[-1] + 1 if ours else (theirs[0] if theirs else len(probes))
-        grown_by: list[GameMemory] = []
-        for number, (path, before, records, memories) in enumerate(parts):
-            lengths = np.fromiter((len(record) for record in records), np.int64, len(records))
-            offsets = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
-            written = int(lengths.sum())
-            info = lstat_regular(path)
-            if info is None:
-                return False
-            probe = (path, info.st_ino, info.st_size, info.st_ctime_ns)
-            if before >= 0:
-                tail = segments[-1] if segments and number == 0 else None
-                if tail is None or tail.path != path or tail.end != before:
-                    return False
-                if tail.torn_bytes or tail.size != tail.end:
-                    return False
-                if (info.st_ino, info.st_dev) != (tail.inode, tail.device):
-                    return False
-                if info.st_size != tail.end + written:
-                    return False
-                segments[-1] = Segment(
-                    path,
-                    tail.device,
-                    tail.inode,
-                    info.st_size,
-                    info.st_size,
-                    0,
-                    concatenated(tail.items, memories),
-                    np.concatenate((tail.starts, tail.end + offsets)),
-                )
-                probes = [probe if old[0] == path else old for old in probes]
-            else:
-                expected = segment_path(session_directory, state.owner_hash, len(segments))
-                if path != expected or info.st_size != written:
-                    return False
-                segments.append(
-                    Segment(
-                        path,
-                        info.st_dev,
-                        info.st_ino,
-                        written,
-                        written,
-                        0,
-                        tuple(memories),
-                        offsets,
-                    )
-                )
-                probes.insert(insert_at, probe)
-                insert_at += 1
-            grown_by.extend(memories)
-        next_before = segment_path(session_directory, state.owner_hash, len(state.segments))
-        if len(segments) != len(state.segments) and next_before not in state.absent:
-            return False  # not the absent set a read builds: let the next read build it
-        next_now = segment_path(session_directory, state.owner_hash, len(segments))
-        absent = tuple(next_now if path == next_before else path for path in state.absent)
-        folder = state.folder
-        if folder is None:
-            # The partition's first write created its session folder: name it as a read
-            # would, so a folder swapped for another is noticed (``is_current``).
-            folder_inode = session_folder(session_directory)
-            if folder_inode is None:
-                return False
-            folder = (os.fspath(session_directory), folder_inode)
-        if state.view is not None:
-            view = _build_view(state.view, grown_by, session_directory, state.view.retractions)
-        else:  # an empty partition (its first batch): built as a read of the files would
-            view = _build_view(None, grown_by, session_directory, state.retractions)
-        grown = dataclasses.replace(
-            state,
-            segments=tuple(segments),
-            view=view,
-            probes=tuple(probes),
-            absent=absent,
-            folder=folder,
-        )
+        grown = grown_state(current, parts, session_directory)
+        if grown is None:
+            return False
         with self._lock:
             if self._states.get(key) is not current:
                 return False  # replaced meanwhile: the next read reads the files
@@ -560,9 +482,10 @@ class PartitionCache:
         for number, payload in enumerate(scan.payloads):
             starts[number] = position
             position += HEADER_BYTES + len(payload)
+        room: Growing | None = None
         if same_file and previous is not None:
             items = concatenated(previous.items, new)
-            starts = np.concatenate((previous.starts, starts))
+            starts, room = Growing.extend(previous.starts, previous.room, starts)
         else:
             items = tuple(new)
         segment = Segment(
@@ -574,6 +497,7 @@ class PartitionCache:
             scan.torn_bytes,
             items,
             starts,
+            room,
         )
         return segment, same_file
 
@@ -648,50 +572,3 @@ def _retraction(payload: bytes, path: str) -> Retraction:
         return decode_retraction(payload)
     except DocumentError as exc:
         raise PersistenceError(f"{path} holds an unreadable retraction: {exc}") from exc
-
-
-def _positions(base: PartitionView | None) -> Mapping[str, int] | None:
-    """``base``'s id positions for ``IdPositions.extending`` (of a lazy view: its built dict,
-    which ``extending`` copies once; an ``IdPositions`` is shared, not copied)."""
-    if base is None:
-        return None
-    if isinstance(base.positions, LazyPositions):
-        return base.positions.positions()
-    return base.positions
-
-
-def _build_view(
-    base: PartitionView | None,
-    memories: list[GameMemory],
-    folder: str | Path,
-    retractions: tuple[Retraction, ...] = (),
-) -> PartitionView | None:
-    """Extend ``base`` with ``memories`` (or build from scratch when ``base`` is None).
-
-    An equal second copy of a memory is skipped (a rewrite interrupted part-way leaves
-    copies of the records it moved; see ``rewriting.py``); a different one is corruption.
-    """
-    # The base's id map is shared, not copied (``IdPositions``): an append costs its ids.
-    shared, fresh = IdPositions.extending(_positions(base))
-    known: Sequence[GameMemory] = base.memories if base is not None else ()
-    added: list[GameMemory] = []
-    for memory in memories:
-        position = fresh.get(memory.memory_id)
-        if position is None and fresh is not shared:
-            position = shared.get(memory.memory_id)
-        if position is not None:
-            held = known[position] if position < len(known) else added[position - len(known)]
-            if held != memory:
-                raise PersistenceError(
-                    f"a partition in {folder} holds two different memories with one id "
-                    f"{memory.memory_id!r}; the save is corrupt"
-                )
-            continue
-        fresh[memory.memory_id] = len(known) + len(added)
-        added.append(memory)
-    ordered = concatenated(known, added)
-    if not ordered:
-        return None
-    first = ordered[0]
-    positions = IdPositions.of(shared, fresh)
-    return PartitionView(first.session_id, first.owner_id, ordered, positions, base, retractions)

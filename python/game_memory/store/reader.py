@@ -21,6 +21,7 @@ from pathlib import Path
 from game_memory.durable.lock import ProcessLock
 from game_memory.errors import CapacityExceededError, InvalidArgumentError, PersistenceError
 from game_memory.model import check_bounded_id, ordinal_key
+from game_memory.store.group_writes import Held
 from game_memory.store.intents import LedgerIndex, LedgerMark
 from game_memory.store.journal import MigrationJournal
 from game_memory.store.layout import SaveLayout
@@ -142,9 +143,15 @@ class StoreReader:
         """Read one owner partition (through the cache), unchecked against the ledger."""
         return self.cache.read(self.session_folder(session_hash), session_hash, owner_hash)
 
-    def refresh(self) -> Marks:
-        """Bring both ledger indexes up to date (before reading partitions)."""
-        return self.intents.refresh(), self.retraction_intents.refresh()
+    def refresh(self, held: Held | None = None) -> Marks:
+        """Bring both ledger indexes up to date (before reading partitions). ``held``: the
+        ledgers as this hold of the writer lock knows them (``StoreEngine.recover``)."""
+        if held is None:
+            return self.intents.refresh(), self.retraction_intents.refresh()
+        return (
+            self.intents.refresh(held.ledger, stated=True),
+            self.retraction_intents.refresh(held.retractions, stated=True),
+        )
 
     def views(self, session_id: str, owner_id: str | None, bound: int) -> list[PartitionView]:
         """The partition views of a session (or one owner), in owner order.

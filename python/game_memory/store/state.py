@@ -23,6 +23,7 @@ import numpy.typing as npt
 from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.store.growing import Growing
 from game_memory.store.packs import PackIndex
 from game_memory.store.retractions import Retraction
 from game_memory.store.view import PartitionView
@@ -54,6 +55,9 @@ class Segment(Generic[_Item]):
     items: Sequence[_Item]
     #: Where each item's record starts (records are contiguous from byte 0 to ``end``).
     starts: npt.NDArray[np.int64] = field(default_factory=_no_starts)
+    #: The buffer ``starts`` is a prefix of, which the next version may extend in place
+    #: (``growing.Growing``); ``None``: extending copies.
+    room: Growing | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
