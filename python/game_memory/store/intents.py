@@ -147,6 +147,24 @@ class LedgerIndex:
             self._seen_stat = info
             return self._mark(info.st_ino)
 
+    def unchanged(self) -> LedgerMark | None:
+        """What :meth:`refresh` would return, when it would read nothing: the ledger is
+        the file, at the size and change time, the index's last refresh saw (or there is
+        none and the index is empty). ``None`` otherwise (a refresh must read the ledger).
+        One ``lstat``; for a caller that may not block on the file (``StoreReader.
+        cached_views``).
+
+        Raises:
+            PersistenceError: the ledger is a link or not a regular file.
+        """
+        info = self._ledger.stat()
+        with self._lock:
+            if info is None:
+                return LedgerMark(0, 0) if self._inode is None and not self._parsed else None
+            if (info.st_ino, info.st_size, info.st_ctime_ns) != self._seen:
+                return None
+            return self._mark(info.st_ino)
+
     def absorb(self, first: int, data: bytes, info: os.stat_result | None) -> None:
         """Index the intents this process just appended under the writer lock (``data``,
         framed, from position ``first``) as the next refresh would, without reading them

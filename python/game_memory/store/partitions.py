@@ -126,6 +126,19 @@ class PartitionCache:
 
     # -- reading ------------------------------------------------------------------------
 
+    def current(self, session_hash: str, owner_hash: str) -> PartitionState | None:
+        """The cached state of a partition if its files are still the ones it was read
+        from (``is_current``: a few ``lstat`` calls), else ``None``; never reads a file."""
+        key = (session_hash, owner_hash)
+        with self._lock:
+            cached = self._states.get(key)
+        if cached is None or not is_current(cached):
+            return None
+        with self._lock:
+            if key in self._states:
+                self._states.move_to_end(key)
+        return cached
+
     def read(
         self, session_directory: str | Path, session_hash: str, owner_hash: str
     ) -> PartitionState:

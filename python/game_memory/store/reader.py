@@ -188,6 +188,45 @@ class StoreReader:
             self.finish_rewrite()
             return self._views(session_id, owner_id, session_hash, owner_hash, bound, True)
 
+    def cached_views(self, session_id: str, owner_id: str, most: int) -> list[PartitionView] | None:
+        """:meth:`views` of one owner, answered from memory alone, or ``None``.
+
+        For a caller that should not wait on the disk or on another writer (the event loop,
+        for a small read: a hop into the thread pool and back costs more than the read). It
+        answers only when :meth:`views` would read nothing and take no lock: no rewrite in
+        progress, both ledgers as their indexes last saw them, the partition cached and
+        current, its counts at least its intents (the check :meth:`verify_partition` makes
+        first), and at most ``most`` memories. Every other case, errors included, is
+        ``None``: the caller then calls :meth:`views` (in the pool), which reads, checks
+        again under the writer lock, or raises, as always. A few ``lstat`` calls; never
+        reads a file, never blocks on the writer lock.
+        """
+        try:
+            session_hash = partition_hash(validated_id(session_id, "session_id"))
+            owner_hash = partition_hash(validated_id(owner_id, "owner_id"))
+            self.layout.guard()
+            if self.rewrites.current() is not None:
+                return None
+            mark = self.intents.unchanged()
+            retraction_mark = self.retraction_intents.unchanged()
+            if mark is None or retraction_mark is None:
+                return None
+            state = self.cache.current(session_hash, owner_hash)
+            if state is None:
+                return None
+            if state.memory_count < self.intents.intents(
+                session_hash, owner_hash, mark
+            ) or state.retraction_count < self.retraction_intents.intents(
+                session_hash, owner_hash, retraction_mark
+            ):
+                return None
+        except (InvalidArgumentError, PersistenceError):
+            return None
+        view = state.view
+        if view is None:
+            return []
+        return [view] if len(view) <= most else None
+
     def _views(
         self,
         session_id: str,
