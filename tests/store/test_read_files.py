@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import os
 import shutil
 import threading
@@ -35,6 +36,7 @@ from game_memory.store import read_files as read_file_module
 from game_memory.store import read_path
 from game_memory.store.lazy import LazyMemories, LazyPositions
 from game_memory.store.read_path import content_digests
+from game_memory.store.view import IdPositions
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path
 
@@ -458,7 +460,7 @@ async def test_the_read_file_is_fsynced_before_its_stamp_is_written(
 # -- id positions (lazy.py: the dict is built on the first lookup, not at open) -------------
 
 
-async def test_recalls_from_a_read_file_build_no_id_dict_and_an_append_builds_it(
+async def test_recalls_build_no_id_dict_and_appends_find_ids_by_their_hashes(
     make_store: StoreFactory, make_memory: MemoryFactory
 ) -> None:
     first = make_store()
@@ -468,13 +470,83 @@ async def test_recalls_from_a_read_file_build_no_id_dict_and_an_append_builds_it
     second = make_store()
     assert await answers(second) == expected
     view = (await second.snapshot(query())).views[0]
-    assert isinstance(view.positions, LazyPositions) and not view.positions.built
-    assert list(view.positions) == [f"m{n:03d}" for n in range(SIZE)]  # from the list
-    with pytest.raises(MemoryConflictError):  # the id is found: the dict is built
+    positions = view.positions
+    assert isinstance(positions, LazyPositions) and not positions.built
+    assert positions.background is not None  # the store's read-file thread
+    positions.background = None  # here: no build off the lookups' thread
+    assert list(positions) == [f"m{n:03d}" for n in range(SIZE)]  # from the list
+    with pytest.raises(MemoryConflictError):  # the id is found by its hash, no dict built
         await second.append(make_memory("m005", owner_id="npc", text="another text"))
-    assert view.positions.built and view.positions["m005"] == 5
+    assert not positions.built
     await second.append(make_memory("late", owner_id="npc", text="dragon river late"))
+    assert not positions.built
+    grown = (await second.snapshot(query())).views[0].positions
+    assert grown.get("late") == SIZE and grown.get("m005") == 5 and "m095" in grown
+    assert "nobody" not in grown and grown.get("nobody") is None
     assert "late" in {m.memory_id for m in await second.enumerate("session", "npc")}
+    # Every lookup answers as the dict would, and once lookups are many the dict is built.
+    for number in range(LazyPositions.SCANS + 1):
+        assert positions.get(f"m{number % SIZE:03d}") == number % SIZE
+    assert 12 not in positions and positions.get("late") is None
+    with pytest.raises(KeyError):
+        positions["late"]
+    assert positions.built and positions["m005"] == 5
+
+
+async def test_the_first_lookup_has_the_read_file_thread_build_the_id_dict(
+    make_store: StoreFactory, make_memory: MemoryFactory
+) -> None:
+    first = make_store()
+    await fill(first, make_memory)
+    await first.aclose()
+    second = make_store()
+    positions = (await second.snapshot(query())).views[0].positions
+    assert isinstance(positions, LazyPositions) and not positions.built
+    await second.append(make_memory("late", owner_id="npc", text="dragon"))  # a lookup
+    for _ in range(200):  # the build is queued on the store's read-file thread
+        if positions.built:
+            break
+        await asyncio.sleep(0.01)
+    assert positions.built and positions["m042"] == 42 and len(positions) == SIZE
+    with pytest.raises(MemoryConflictError):
+        await second.append(make_memory("m042", owner_id="npc", text="other"))
+
+
+def test_a_background_build_that_finds_an_id_twice_leaves_the_error_to_a_lookup() -> None:
+    ids = ["a", "b", "a"]
+    hashes = b"".join(hashlib.sha256(i.encode()).digest() for i in ids)
+    jobs: list[Callable[[], None]] = []
+    positions = LazyPositions(ids, "part-0", hashes)
+    positions.background = jobs.append
+    with pytest.raises(PersistenceError, match="twice"):
+        positions.get("a")  # found twice by the hashes
+    assert positions.get("b") == 1 and len(jobs) == 1
+    jobs[0]()  # the build finds "a" twice: nothing installed, the next lookup raises
+    assert not positions.built
+    with pytest.raises(PersistenceError, match="twice"):
+        positions.get("b")
+
+
+async def test_appends_onto_a_lazy_view_merge_its_ids_once_they_are_many(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grown view shares the lazy view's ids without building their dict; the merge that
+    copies them (after ``IdPositions.MERGE`` appends) builds it, and every id is found."""
+    monkeypatch.setattr(IdPositions, "MERGE", 3)
+    first = make_store()
+    await fill(first, make_memory)
+    await first.aclose()
+    second = make_store()
+    lazy = (await second.snapshot(query())).views[0].positions
+    assert isinstance(lazy, LazyPositions)
+    for number in range(5):
+        await second.append(make_memory(f"new{number}", owner_id="npc", text="dragon"))
+    assert lazy.built  # the merge after three appends copied the whole dict
+    grown = (await second.snapshot(query())).views[0].positions
+    assert [grown.get(f"new{n}") for n in range(5)] == [SIZE + n for n in range(5)]
+    assert grown.get("m000") == 0 and grown.get("m095") == 95 and len(grown) == SIZE + 5
+    with pytest.raises(MemoryConflictError):
+        await second.append(make_memory("new1", owner_id="npc", text="other"))
 
 
 async def test_a_read_file_naming_an_id_twice_is_refused_at_the_first_lookup(

@@ -23,7 +23,7 @@ from game_memory.durable.names import segment_path
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.growing import Appended, Growing
-from game_memory.store.lazy import LazyPositions, concatenated
+from game_memory.store.lazy import concatenated
 from game_memory.store.retractions import Retraction
 from game_memory.store.state import PartitionState, Segment, session_folder
 from game_memory.store.view import IdPositions, PartitionView
@@ -163,13 +163,9 @@ def _new_segment_probe(state: PartitionState, probes: list[tuple[str, int, int, 
 
 
 def _positions(base: PartitionView | None) -> Mapping[str, int] | None:
-    """``base``'s id positions for ``IdPositions.extending`` (of a lazy view: its built dict,
-    which ``extending`` copies once; an ``IdPositions`` is shared, not copied)."""
-    if base is None:
-        return None
-    if isinstance(base.positions, LazyPositions):
-        return base.positions.positions()
-    return base.positions
+    """``base``'s id positions for ``IdPositions.extending`` (an ``IdPositions`` or a lazy
+    view's ``LazyPositions`` is shared, not copied)."""
+    return None if base is None else base.positions
 
 
 def build_view(

@@ -38,7 +38,7 @@ from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
 from game_memory.store.growing import Growing
 from game_memory.store.grown import Part, build_view, grown_state
-from game_memory.store.lazy import concatenated, same_prefix
+from game_memory.store.lazy import LazyPositions, concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
     PackIndex,
@@ -169,6 +169,10 @@ class PartitionCache:
                 lambda number: segment_path(session_directory, owner_hash, number),
                 lambda data, path: _decode(data, path, session_hash, owner_hash),
             )
+            if cached is not None and cached.view is not None:
+                positions = cached.view.positions
+                if isinstance(positions, LazyPositions):
+                    positions.background = self.background  # builds its dict there
         packs = self._read_packs(indexes, owner_hash, session_hash, cached)
         same_packs = cached is not None and len(packs) == len(cached.packs)
         if cached is not None and same_packs:

@@ -254,8 +254,9 @@ def _seeded(
     # same files hashes none of them (``covered_stamps.py``).
     for at, seen in restamp:
         write_covered(read_file_path(session_directory, owner_hash, at), chain[at].header_crc, seen)
-    # Built on the first lookup (the first recall makes none); a repeated id raises then.
-    positions = LazyPositions(ids, str(path))
+    # Found by the ids' hashes at first, the dict built once lookups are many (the first
+    # recall makes none); a repeated id raises then.
+    positions = LazyPositions(ids, str(path), prefix.hashes)
     head = memories[0]  # the session and owner ids come from the save itself
     view = PartitionView(head.session_id, head.owner_id, memories, positions, prefix=prefix)
     return PartitionState(

@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
 from game_memory.store.columns import BoolArray, PredicateColumns
-from game_memory.store.lazy import LazyMemories, Reordered
+from game_memory.store.lazy import LazyMemories, LazyPositions, Reordered
 from game_memory.store.postings import LexicalIndex, document_text
 from game_memory.store.tokenizer import tokenize
 
@@ -82,25 +82,31 @@ class IdPositions(Mapping[str, int]):
     #: How many ids a map keeps beside the shared dictionary before merging them.
     MERGE = 1_024
 
-    def __init__(self, shared: dict[str, int], added: dict[str, int] | None = None) -> None:
+    def __init__(self, shared: Mapping[str, int], added: dict[str, int] | None = None) -> None:
         self._shared = shared
         self._added = added if added is not None else {}
 
     @classmethod
-    def extending(cls, base: Mapping[str, int] | None) -> tuple[dict[str, int], dict[str, int]]:
+    def extending(cls, base: Mapping[str, int] | None) -> tuple[Mapping[str, int], dict[str, int]]:
         """``(shared, added)`` to extend ``base`` with: new ids go into ``added`` (the
         caller's own), looked up there first; ``added is shared`` when nothing is shared
-        (a first build, or a merge): wrap them with :meth:`of` once extended."""
+        (a first build, or a merge): wrap them with :meth:`of` once extended. A lazy view's
+        ``LazyPositions`` is shared as it is (it builds its dict only when lookups are
+        many), and its dict is what a merge copies."""
         if isinstance(base, IdPositions):
             if len(base._added) < cls.MERGE:
                 return base._shared, dict(base._added)
-            merged = {**base._shared, **base._added}
+            shared = base._shared
+            whole = shared.positions() if isinstance(shared, LazyPositions) else shared
+            merged = {**whole, **base._added}
             return merged, merged
+        if isinstance(base, LazyPositions):
+            return base, {}
         built = dict(base) if base is not None else {}
         return built, built
 
     @classmethod
-    def of(cls, shared: dict[str, int], added: dict[str, int]) -> IdPositions:
+    def of(cls, shared: Mapping[str, int], added: dict[str, int]) -> IdPositions:
         """The map of :meth:`extending`'s pair, once extended."""
         return cls(shared, None if added is shared else added)
 
