@@ -125,10 +125,10 @@ class LazyPositions(Mapping[str, int]):
 
     #: Lookups answered from the hashes at most, before a lookup builds the dict itself.
     SCANS = 256
-    #: Ids added to the dict per step of a background build (about 0.2 ms each), and the
-    #: pause between steps (seconds): a thread waiting for the GIL waits one step at most.
-    CHUNK = 2_048
-    PAUSE = 0.000_5
+    #: Ids added to the dict per step of a background build (about 0.1 ms each), and the
+    #: pause before each step (seconds): a thread waiting for the GIL waits one step at most.
+    CHUNK = 1_024
+    PAUSE = 0.001
 
     def __init__(self, ids: Sequence[str], where: str, hashes: bytes | None = None) -> None:
         self._ids = ids
@@ -209,8 +209,7 @@ class LazyPositions(Mapping[str, int]):
         ends the scans, so the next lookup builds the dict itself and raises."""
         ids, found = self._ids, dict[str, int]()
         for start in range(0, len(ids), self.CHUNK):
-            if start:
-                time.sleep(self.PAUSE)  # gives up the GIL: the caller's work goes first
+            time.sleep(self.PAUSE)  # gives up the GIL: the caller's work goes first
             stop = min(start + self.CHUNK, len(ids))
             found.update(zip(ids[start:stop], range(start, stop), strict=True))
         with self._lock:
