@@ -57,6 +57,19 @@ def test_a_newer_version_extends_the_buffers_in_place_and_older_versions_stay_as
     assert 400 <= columns.capacity <= 400 + max(400 // 2, 256)
 
 
+def test_a_large_read_has_room_so_its_first_appends_copy_nothing() -> None:
+    columns, first = EntryColumns.of(records(0, 6_000))
+    assert columns.capacity == 9_000  # half as many again, allocated, not written
+    expect(first, records(0, 6_000))
+    buffers = dict(columns._buffers)
+    lineage, arrays = columns.extended(6_000, records(6_000, 3))
+    assert lineage is columns and all(
+        columns._buffers[name] is buffer for name, buffer in buffers.items()
+    )  # written in place: no grown copy
+    expect(arrays, records(0, 6_003))
+    expect(first, records(0, 6_000))  # the read's version is unchanged
+
+
 def test_extending_an_older_version_forks_so_neither_overwrites_the_other() -> None:
     columns, _ = EntryColumns.of(records(0, 5))
     _, newer = columns.extended(5, records(5, 3))

@@ -12,8 +12,9 @@ Only one lineage extends a buffer in place: the version whose length is the buff
 filled end. Extending any other version (two readers that decoded the same growth, or an
 older version kept somewhere) copies its prefix into new buffers, so versions never share
 a slot that one of them could overwrite. A buffer that is full grows by half (at least
-256 records): the spare room is bounded by half the columns' size, and a copy happens
-once per that many appends instead of once per append.
+256 records), and a large partition's columns read from its file start with that room
+(allocated, not written): the spare room is bounded by half the columns' size, and a
+copy happens once per that many appends instead of once per append.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ __all__ = ["ColumnArrays", "EntryColumns"]
 #: dtype of each column (``memory`` and ``digest`` as 32 bytes per record).
 _FIELDS = ("state", "identity", "row", "checksum", "memory", "digest", "code")
 _MINIMUM_GROWTH = 256
+#: From this many records on, buffers read from a file get room for half as many again.
+_ROOMY = 4_096
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +69,20 @@ class EntryColumns:
 
     @classmethod
     def of(cls, records: np.ndarray) -> tuple[EntryColumns, ColumnArrays]:
-        """New buffers holding exactly ``records`` (entry records, ``ENTRY_DTYPE``)."""
-        buffers = {name: _column(records, name).copy() for name in _FIELDS}
-        columns = cls(buffers, int(records.size))
-        return columns, columns._arrays(int(records.size))
+        """New buffers holding ``records`` (entry records, ``ENTRY_DTYPE``).
+
+        From :data:`_ROOMY` records on, with room for half as many again: the first append
+        after a large partition was read then writes into that room instead of copying
+        every column into grown buffers (4 to 20 ms at 100k records, most of it faulting
+        in the new pages, on the append's path). The room is allocated, not written, so it
+        costs address space, not memory, until appends fill it. Smaller reads get exactly
+        their records (growing those is cheap, and many small partitions stay cached).
+        """
+        count = int(records.size)
+        size = count + count // 2 if count >= _ROOMY else count
+        buffers = {name: _filled(_column(records, name), size) for name in _FIELDS}
+        columns = cls(buffers, count)
+        return columns, columns._arrays(count)
 
     @property
     def capacity(self) -> int:
@@ -126,6 +139,13 @@ def _column(records: np.ndarray, name: str) -> np.ndarray:
     if name in ("memory", "digest"):
         return np.ascontiguousarray(values).view(np.uint8).reshape(-1, 32)
     return values
+
+
+def _filled(values: np.ndarray, size: int) -> np.ndarray:
+    """A new buffer of ``size`` records whose first ones are a copy of ``values``."""
+    buffer = np.empty((size, *values.shape[1:]), values.dtype)
+    buffer[: len(values)] = values
+    return buffer
 
 
 def _grown(buffer: np.ndarray, keep: int, size: int) -> np.ndarray:
