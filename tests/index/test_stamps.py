@@ -254,7 +254,8 @@ _KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
 from game_memory.durable.names import identity_hash
-from game_memory.index import engine as engine_module, stamps
+from game_memory.durable import fs
+from game_memory.index import engine as engine_module
 from game_memory.index.file_index import FileVectorMemoryIndex
 
 def dying(path, data):
@@ -263,7 +264,7 @@ def dying(path, data):
     os.kill(os.getpid(), signal.SIGKILL)
 
 engine_module.STAMP_MINIMUM = 1
-stamps.fs.atomic_write = dying
+fs.atomic_write = dying  # the stamp's atomic write (durable/framed_json.py)
 engine = FileVectorMemoryIndex(sys.argv[1]).engine
 partition = engine.partition(identity_hash("session"), identity_hash("owner"))
 engine.matrix(partition, 0, 256)

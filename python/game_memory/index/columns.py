@@ -80,7 +80,7 @@ class EntryColumns:
         """
         count = int(records.size)
         size = count + count // 2 if count >= _ROOMY else count
-        buffers = {name: _filled(_column(records, name), size) for name in _FIELDS}
+        buffers = {name: _grown(_column(records, name), count, size) for name in _FIELDS}
         columns = cls(buffers, count)
         return columns, columns._arrays(count)
 
@@ -139,13 +139,6 @@ def _column(records: np.ndarray, name: str) -> np.ndarray:
     if name in ("memory", "digest"):
         return np.ascontiguousarray(values).view(np.uint8).reshape(-1, 32)
     return values
-
-
-def _filled(values: np.ndarray, size: int) -> np.ndarray:
-    """A new buffer of ``size`` records whose first ones are a copy of ``values``."""
-    buffer = np.empty((size, *values.shape[1:]), values.dtype)
-    buffer[: len(values)] = values
-    return buffer
 
 
 def _grown(buffer: np.ndarray, keep: int, size: int) -> np.ndarray:

@@ -40,15 +40,13 @@ Layout: ``GMSTAMP1`` (8) · CRC-32 of the body u32 · body (JSON).
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable.framed_json import read_framed, write_framed
 from game_memory.errors import PersistenceError
 
 __all__ = [
@@ -69,7 +67,6 @@ __all__ = [
 STAMP_MINIMUM = 1_024
 FORMAT_VERSION = 1
 _MAGIC = b"GMSTAMP1"
-_HEAD = struct.Struct("<8sI")
 _MAXIMUM_BYTES = 1 << 16
 _LOG = logging.getLogger("game_memory.index")
 
@@ -139,18 +136,9 @@ def trusted_records(stamp: Stamp | None, data: bytes, info: os.stat_result) -> i
 def read_stamp(path: str, session_hash: str, owner_hash: str) -> Stamp | None:
     """The partition's stamp, or ``None`` when absent, damaged or another partition's."""
     try:
-        read = fs.read_file(Path(path), _MAXIMUM_BYTES)
-    except PersistenceError:
-        return None
-    if read is None:
-        return None
-    data = read[0]
-    try:
-        magic, crc = _HEAD.unpack_from(data)
-        body = data[_HEAD.size :]
-        if magic != _MAGIC or zlib.crc32(body) != crc:
-            raise ValueError("it fails its checksum")
-        document = json.loads(body)
+        document = read_framed(Path(path), _MAGIC, _MAXIMUM_BYTES)
+        if document is None:
+            return None
         if document["format_version"] != FORMAT_VERSION:
             raise ValueError(f"format version {document['format_version']!r}")
         if (document["session"], document["owner"]) != (session_hash, owner_hash):
@@ -161,7 +149,7 @@ def read_stamp(path: str, session_hash: str, owner_hash: str) -> Stamp | None:
             for code, (tag, identity, checked) in document["rows"].items()
         }
         return Stamp(EntriesStamp(_identity(file), int(records), int(entries_crc)), rows)
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         _LOG.info("the stamp %s is unusable (%s); the partition is checked in full", path, exc)
         return None
 
@@ -185,9 +173,8 @@ def write_stamp(path: str, session_hash: str, owner_hash: str, stamp: Stamp) -> 
             for code, rows in sorted(stamp.rows.items())
         },
     }
-    body = json.dumps(document, separators=(",", ":")).encode("ascii")
     try:
-        fs.atomic_write(Path(path), _HEAD.pack(_MAGIC, zlib.crc32(body)) + body)
+        write_framed(Path(path), _MAGIC, document)
     except (PersistenceError, OSError) as exc:
         _LOG.info("the stamp %s was not written (%s)", path, exc)
         return False

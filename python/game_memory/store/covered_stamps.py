@@ -25,20 +25,16 @@ per range its identity, or ``null``).
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable.framed_json import read_framed, write_framed
 from game_memory.errors import PersistenceError
 
 __all__ = ["covered_path", "read_covered", "write_covered"]
 
 _MAGIC = b"GMRCOV01"
-_HEAD = struct.Struct("<8sI")
 _MAXIMUM_BYTES = 1 << 24
 _LOG = logging.getLogger("game_memory.store")
 
@@ -55,18 +51,9 @@ def read_covered(part: Path, header_crc: int, ranges: int) -> list[Identity | No
     """The identities a covered stamp records for the part whose header CRC-32 is
     ``header_crc`` and which covers ``ranges`` ranges; ``None`` if there is no usable one."""
     try:
-        found = fs.read_file(covered_path(part), _MAXIMUM_BYTES)
-    except PersistenceError:
-        return None
-    if found is None:
-        return None
-    data = found[0]
-    try:
-        magic, crc = _HEAD.unpack_from(data)
-        body = data[_HEAD.size :]
-        if magic != _MAGIC or zlib.crc32(body) != crc:
-            raise ValueError("it fails its checksum")
-        document = json.loads(body)
+        document = read_framed(covered_path(part), _MAGIC, _MAXIMUM_BYTES)
+        if document is None:
+            return None
         if document["part"] != header_crc or len(document["ranges"]) != ranges:
             return None  # another part's, or stale: not an error
         identities: list[Identity | None] = []
@@ -79,19 +66,19 @@ def read_covered(part: Path, header_crc: int, ranges: int) -> list[Identity | No
             else:
                 raise ValueError("a range's identity is not five numbers")
         return identities
-    except (ValueError, KeyError, TypeError, struct.error) as exc:
+    except (ValueError, KeyError, TypeError) as exc:
         _LOG.info("the covered stamp of %s is unusable (%s); its ranges are hashed", part, exc)
         return None
 
 
 def write_covered(part: Path, header_crc: int, identities: Sequence[Identity | None]) -> bool:
     """Replace the part's covered stamp atomically; whether it was written (never raises)."""
-    body = json.dumps(
-        {"part": header_crc, "ranges": [None if at is None else list(at) for at in identities]},
-        separators=(",", ":"),
-    ).encode("ascii")
+    document = {
+        "part": header_crc,
+        "ranges": [None if at is None else list(at) for at in identities],
+    }
     try:
-        fs.atomic_write(covered_path(part), _HEAD.pack(_MAGIC, zlib.crc32(body)) + body)
+        write_framed(covered_path(part), _MAGIC, document)
     except (PersistenceError, OSError) as exc:
         _LOG.info("the covered stamp of %s was not written (%s)", part, exc)
         return False

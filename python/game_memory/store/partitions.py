@@ -148,14 +148,12 @@ class PartitionCache:
             PersistenceError: a link, a corrupt record or pack, a record in the wrong
                 partition, or one id holding two different memories.
         """
+        current = self.current(session_hash, owner_hash)
+        if current is not None:
+            return current
         key = (session_hash, owner_hash)
         with self._lock:
             cached = self._states.get(key)
-        if cached is not None and is_current(cached):
-            with self._lock:
-                if key in self._states:
-                    self._states.move_to_end(key)
-            return cached
         folder_inode = session_folder(session_directory)
         indexes = self.pack_indexes(session_directory)
         if cached is None and folder_inode is not None:

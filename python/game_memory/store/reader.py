@@ -212,13 +212,7 @@ class StoreReader:
             if mark is None or retraction_mark is None:
                 return None
             state = self.cache.current(session_hash, owner_hash)
-            if state is None:
-                return None
-            if state.memory_count < self.intents.intents(
-                session_hash, owner_hash, mark
-            ) or state.retraction_count < self.retraction_intents.intents(
-                session_hash, owner_hash, retraction_mark
-            ):
+            if state is None or not self._counts_cover(state, (mark, retraction_mark)):
                 return None
         except (InvalidArgumentError, PersistenceError):
             return None
@@ -290,14 +284,11 @@ class StoreReader:
             PersistenceError: acknowledged memories or retractions of the partition are
                 missing.
         """
+        if self._counts_cover(state, marks):
+            return
         mark, retraction_mark = marks
         session, owner = state.session_hash, state.owner_hash
         memories_ok = state.memory_count >= self.intents.intents(session, owner, mark)
-        retractions_ok = state.retraction_count >= self.retraction_intents.intents(
-            session, owner, retraction_mark
-        )
-        if memories_ok and retractions_ok:
-            return
         batch = None
         if not memories_ok:
             journal = self.journal.read()
@@ -326,6 +317,14 @@ class StoreReader:
             "cut short, deleted or damaged. It fails closed rather than answer without them. "
             f"{damage_advice(self.root)}."
         )
+
+    def _counts_cover(self, state: PartitionState, marks: Marks) -> bool:
+        """Whether ``state`` holds at least as many memories and retractions as the ledgers
+        have intents for its partition before ``marks`` (the usual case: nothing lost)."""
+        session, owner = state.session_hash, state.owner_hash
+        return state.memory_count >= self.intents.intents(
+            session, owner, marks[0]
+        ) and state.retraction_count >= self.retraction_intents.intents(session, owner, marks[1])
 
     def finish_rewrite(self) -> bool:
         """Finish an erase or compaction a dead writer left (under the lock); whether one was."""
