@@ -275,3 +275,44 @@ async def test_a_closed_index_refuses_every_operation(
             call()
     with pytest.raises(StoreClosedError):
         await index.migrate_legacy_index()
+
+
+def cached_or_none(index: VectorIndex, snapshot: PartitionView) -> tuple[object, bytes] | None:
+    """``cached_vectors`` as (the join, its rows' bytes), checked against the blocking calls."""
+    cached = index.cached_vectors(snapshot, V1.identity)
+    if cached is None:
+        return None
+    joined, matrix = cached
+    assert joined is index.join(snapshot, V1.identity)  # the very join, unchanged
+    assert not matrix.flags.writeable
+    assert matrix.tobytes() == index.vectors(joined, V1.identity).tobytes()
+    return joined, matrix.tobytes()
+
+
+async def test_cached_vectors_answer_only_what_join_and_vectors_would(
+    index: VectorIndex, make_memory: MemoryFactory
+) -> None:
+    """``None`` is always allowed; an answer is the current join and its checked rows, and
+    a change on either side (a write, a grown view, a compaction) is never answered from
+    before it."""
+    memories = [make_memory(f"m{i}", text=f"cat {i}") for i in range(4)]
+    index.write(memories[:2], embed(memories[:2]), V1.identity)
+    snapshot = view(memories[:2])
+    assert index.cached_vectors(view(memories[2:]), V1.identity) is None  # nothing written
+    index.vectors(index.join(snapshot, V1.identity), V1.identity)
+    first = cached_or_none(index, snapshot)
+    index.write(memories[2:], embed(memories[2:]), V1.identity)
+    grown = view(memories)
+    if first is not None:
+        assert index.cached_vectors(snapshot, V1.identity) is None  # the entries grew
+    assert index.cached_vectors(grown, V1.identity) is None  # never joined
+    index.vectors(index.join(grown, V1.identity), V1.identity)
+    again = cached_or_none(index, grown)
+    assert again is None or again[1] == embed(memories).tobytes()
+    for _ in range(2):
+        index.write(memories, embed(memories), V1.identity)
+    assert index.remove_orphans(index.orphans("session", [grown]), [grown]) == 0
+    assert index.cached_vectors(grown, V1.identity) is None  # compacted: join again
+    assert index.cached_vectors(grown, V2.identity) is None  # an identity never written
+    await index.aclose()
+    assert index.cached_vectors(grown, V1.identity) is None  # closed: never an answer

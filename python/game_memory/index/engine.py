@@ -132,6 +132,40 @@ class IndexEngine(IndexLayout):
         self._remember(key, partition)
         return partition
 
+    def cached_partition(self, session_hash: str, owner_hash: str) -> IndexPartition | None:
+        """The cached partition when its entries file is unchanged since it was read (one
+        ``lstat``, as :meth:`partition` makes), else ``None``: nothing is read."""
+        try:
+            info = lstat_regular(self.entries_path(session_hash, owner_hash))
+        except PersistenceError:
+            return None
+        if info is None:
+            return None
+        with self._cache_lock:
+            cached = self._partitions.get((session_hash, owner_hash))
+        if (
+            cached is None
+            or cached.inode != info.st_ino
+            or cached.size != info.st_size // ENTRY_BYTES * ENTRY_BYTES
+            or cached.changed != info.st_ctime_ns
+        ):
+            return None
+        return cached
+
+    def cached_matrix(
+        self, partition: IndexPartition, code: int, dimensions: int
+    ) -> FloatMatrix | None:
+        """What :meth:`matrix` returns when it would read, verify and stamp nothing (the rows
+        are held and every record was checked), else ``None``. Never waits for a lock."""
+        needed = partition.rows_needed(code)
+        if needed == 0:
+            return np.empty((0, dimensions), dtype=np.float32)
+        with self._cache_lock:
+            buffer = self._row_buffers.get((partition.session_hash, partition.owner_hash, code))
+        if buffer is None or buffer.tag != partition.tag or buffer.dimensions != dimensions:
+            return None
+        return buffer.checked_rows(partition, needed)
+
     def _decode(
         self,
         base: IndexPartition | None,

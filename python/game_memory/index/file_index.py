@@ -163,6 +163,28 @@ class FileVectorMemoryIndex:
             raise DerivedIndexError("the joined partition has no vectors of the active model")
         return self.engine.matrix(joined.partition, joined.active, identity.dimensions)
 
+    def cached_vectors(
+        self, view: PartitionView, identity: MemoryEmbeddingIdentity
+    ) -> tuple[PartitionJoin, FloatMatrix] | None:
+        """The join and rows of ``view`` when this process holds both, current and checked
+        (one ``lstat`` of the entries file; nothing read, no lock waited for), else ``None``."""
+        if self._closed or not self._opened:
+            return None
+        engine = self._engine
+        active = engine.known_identity_code(identity)
+        if active is None:
+            return None
+        partition = engine.cached_partition(
+            identity_hash(view.session_id), identity_hash(view.owner_id)
+        )
+        if partition is None:
+            return None
+        joined = self._joins.cached(view, partition, active)
+        if joined is None:
+            return None
+        matrix = engine.cached_matrix(partition, active, identity.dimensions)
+        return None if matrix is None else (joined, matrix)
+
     def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
         """Whether ``memory`` has a ready vector of ``identity`` for its content (blocking)."""
         engine = self.engine

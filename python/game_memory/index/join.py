@@ -462,6 +462,31 @@ class JoinCache:
         self._remember(key, joined)
         return joined
 
+    def cached(
+        self, view: PartitionView, partition: IndexPartition | None, active: int | None
+    ) -> PartitionJoin | None:
+        """The cached join of exactly ``view`` and ``partition`` under ``active``, or ``None``.
+
+        Never joins nor extends: what :meth:`join` returns without work, for a caller that
+        must not block (a recall on the event loop). The lock is only tried.
+        """
+        key = (identity_hash(view.session_id), identity_hash(view.owner_id))
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            cached = self._joins.get(key)
+            if (
+                cached is None
+                or cached.active != active
+                or cached.view is not view
+                or cached.partition is not partition
+            ):
+                return None
+            self._joins.move_to_end(key)
+            return cached
+        finally:
+            self._lock.release()
+
     def _claim(self, key: tuple[str, str], cached: PartitionJoin) -> bool:
         """Take ``cached``'s state for an extension, unless another thread already did."""
         with self._lock:

@@ -169,6 +169,13 @@ class IndexLayout:
         self._identities = names
         return names
 
+    def known_identity_code(self, identity: MemoryEmbeddingIdentity) -> int | None:
+        """The code of ``identity`` if this process already read it, else ``None`` (nothing
+        is read: for callers that must not block)."""
+        names = self._identities
+        name = str(identity)
+        return names.index(name) if name in names else None
+
     def identity_code(self, identity: MemoryEmbeddingIdentity, *, create: bool) -> int | None:
         """The code of ``identity``; with ``create`` (under the lock) add it if new."""
         name = str(identity)

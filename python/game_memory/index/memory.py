@@ -203,6 +203,33 @@ class InMemoryVectorIndex:
         matrix.flags.writeable = False  # a view: the buffer itself keeps growing
         return matrix
 
+    def cached_vectors(
+        self, view: PartitionView, identity: MemoryEmbeddingIdentity
+    ) -> tuple[PartitionJoin, FloatMatrix] | None:
+        """The join and rows of ``view`` when both are current and checked, without joining,
+        extending or verifying anything and without waiting for a lock; else ``None``."""
+        if self._closed or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            active = self._code(identity, create=False)
+            key = (identity_hash(view.session_id), identity_hash(view.owner_id))
+            slot = self._slots.get(key)
+            if slot is None or active is None:
+                return None
+            partition, buffer = slot.partition, slot.rows.get(active)
+        finally:
+            self._lock.release()
+        joined = self._joins.cached(view, partition, active)
+        if joined is None or partition is None:
+            return None
+        needed = partition.rows_needed(active)
+        if needed == 0:
+            return joined, np.empty((0, identity.dimensions), dtype=np.float32)
+        if buffer is None or buffer.dimensions != identity.dimensions:
+            return None
+        matrix = buffer.checked_rows(partition, needed)
+        return None if matrix is None else (joined, matrix)
+
     def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
         """Whether ``memory`` has a ready vector of ``identity`` for its current content."""
         self._check_open()

@@ -310,6 +310,22 @@ class RowBuffer:
             )
         return self.array[:needed]
 
+    def checked_rows(self, partition: IndexPartition, needed: int) -> FloatMatrix | None:
+        """The first ``needed`` rows, read-only, when they are held and every record of
+        ``partition`` was verified: what :meth:`load` and :meth:`verify` would give without
+        reading or checking anything. ``None`` otherwise, or while another thread holds the
+        lock (it is only tried: the caller must not block)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if self.rows < needed or self.checked < partition.records:
+                return None
+            matrix = self.array[:needed].view()
+        finally:
+            self.lock.release()
+        matrix.flags.writeable = False
+        return matrix
+
     def verify(self, partition: IndexPartition, code: int, path: str) -> int:
         """Check the rows that records after ``checked`` refer to against their checksums.
 

@@ -87,6 +87,20 @@ class VectorIndex(Protocol):
         """
         ...
 
+    def cached_vectors(
+        self, view: PartitionView, identity: MemoryEmbeddingIdentity
+    ) -> tuple[PartitionJoin, FloatMatrix] | None:
+        """:meth:`join` and :meth:`vectors` of ``view``, answered from memory, or ``None``.
+
+        Called on the event loop, so it must not block: it returns the join and rows only
+        when they are already held, current (nothing changed since they were read, as
+        :meth:`join` would see it) and checked, without reading, joining, verifying or
+        waiting for a lock. ``None`` is always a correct answer; the caller then makes the
+        blocking calls off the loop. Never raises for damaged data (the blocking calls
+        report it).
+        """
+        ...
+
     def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
         """Whether ``memory`` has a ready vector of ``identity`` for its current content."""
         ...

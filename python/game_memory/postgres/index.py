@@ -223,6 +223,13 @@ class PostgresVectorIndex:
             raise DerivedIndexError("the joined partition has no vectors of the active model")
         return self._loads.matrix(joined.partition, joined.active, identity.dimensions)
 
+    def cached_vectors(
+        self, view: PartitionView, identity: MemoryEmbeddingIdentity
+    ) -> tuple[PartitionJoin, FloatMatrix] | None:
+        """Always ``None``: whether this process's load is current is the database's to say,
+        so a recall asks it off the event loop (:meth:`join`)."""
+        return None
+
     def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
         """Whether ``memory`` has a ready vector of ``identity`` for its content (blocking)."""
 
