@@ -133,11 +133,16 @@ class EntryColumns:
         )
 
 
+#: A 32-byte field's values seen as 32 bytes each: a view of the records, not a copy.
+_BYTES_32 = np.dtype((np.uint8, (32,)))
+
+
 def _column(records: np.ndarray, name: str) -> np.ndarray:
-    """One field of the records as a plain array (32-byte fields as ``(n, 32)`` uint8)."""
+    """One field of the records as a view (32-byte fields as ``(n, 32)`` uint8), which
+    the caller copies into its buffer: one copy per column, no intermediate array."""
     values = records[name]
     if name in ("memory", "digest"):
-        return np.ascontiguousarray(values).view(np.uint8).reshape(-1, 32)
+        return values.view(_BYTES_32)
     return values
 
 
