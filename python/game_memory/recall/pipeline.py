@@ -294,7 +294,7 @@ def _cached_parts(
     rows in memory and they are few (:data:`INLINE_ROWS`); ``None`` when the blocking path
     must run (anything to read, check or report, or more rows)."""
     identity = embedder.identity
-    parts: list[tuple[PartitionJoin, FloatMatrix, np.ndarray]] = []
+    held: list[tuple[PartitionJoin, FloatMatrix, PartitionView]] = []
     entries = rows = 0
     for view in views:
         cached = index.cached_vectors(view, identity)
@@ -305,11 +305,11 @@ def _cached_parts(
             return None
         entries += joined.entries
         rows += matrix.shape[0]
-        parts.append((joined, matrix, view.mask(query)))
+        held.append((joined, matrix, view))
     too_many = entries * identity.dimensions > options.maximum_vector_comparisons_per_search
-    if not parts or too_many or rows > INLINE_ROWS:
+    if not held or too_many or rows > INLINE_ROWS:
         return None
-    return parts
+    return [(joined, matrix, view.mask(query)) for joined, matrix, view in held]
 
 
 async def _vector_recall(
