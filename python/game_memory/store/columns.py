@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +70,50 @@ class _Codes:
         return codes
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a mask may skip, for one version of the columns: ``timeline`` is the code every
+    memory's timeline has (``-1``: several, or no memory), ``expiring`` whether any memory
+    has an expiry, ``ascending`` whether the ticks never decrease in append order (a game
+    records its memories as its time passes: then "at or before a tick" is a prefix)."""
+
+    timeline: int
+    expiring: bool
+    ascending: bool
+    last_tick: int
+
+    @classmethod
+    def of(cls, ticks: IntArray, timelines: npt.NDArray[np.int32], expiry: BoolArray) -> _Shape:
+        """The shape of whole columns (a few passes over them)."""
+        if not ticks.size:
+            return cls(-1, False, True, 0)
+        first = int(timelines[0])
+        single = bool((timelines == first).all())
+        return cls(
+            first if single else -1,
+            bool(expiry.any()),
+            bool((ticks[1:] >= ticks[:-1]).all()),
+            int(ticks[-1]),
+        )
+
+    def extended(
+        self, start: int, ticks: IntArray, timelines: npt.NDArray[np.int32], expiry: BoolArray
+    ) -> _Shape:
+        """The shape once ``start`` memories of this shape are followed by these columns
+        (passes over the new memories only)."""
+        if not ticks.size:
+            return self
+        new = _Shape.of(ticks, timelines, expiry)
+        if not start:
+            return new
+        return _Shape(
+            self.timeline if self.timeline == new.timeline else -1,
+            self.expiring or new.expiring,
+            self.ascending and new.ascending and int(ticks[0]) >= self.last_tick,
+            new.last_tick,
+        )
+
+
 class PredicateColumns:
     """The visibility predicate's inputs as numpy columns, for whole-partition masks."""
 
@@ -76,6 +121,7 @@ class PredicateColumns:
     _timelines: _Codes
     _scopes: _Codes
     _beliefs: _Codes
+    _shape: _Shape | None
 
     def __init__(
         self, memories: Sequence[GameMemory], base: PredicateColumns | None = None
@@ -106,6 +152,11 @@ class PredicateColumns:
         for index, memory in enumerate(new, start):
             for tag in memory.tags:
                 tag_lists.setdefault(tag, []).append(index)
+        self._shape = (
+            base._shape.extended(start, ticks, timelines, has_expiry)
+            if base is not None and base._shape is not None
+            else None
+        )
         if base is None:
             self.ticks, self.importance, self.timeline_codes = ticks, importance, timelines
             self.has_expiry, self.expiry_ticks = has_expiry, expiry
@@ -182,8 +233,17 @@ class PredicateColumns:
             tag: documents[int(offsets[i]) : int(offsets[i + 1])] for i, tag in enumerate(tags)
         }
         columns.count = count
+        columns._shape = None
         columns._index_versions()
         return columns
+
+    def shape(self) -> _Shape:
+        """The columns' :class:`_Shape`, computed on first use (then kept: the columns of a
+        version never change, and a grown version extends it from the new memories)."""
+        shape = self._shape
+        if shape is None:
+            shape = self._shape = _Shape.of(self.ticks, self.timeline_codes, self.has_expiry)
+        return shape
 
     @property
     def has_beliefs(self) -> bool:
@@ -243,9 +303,17 @@ class PredicateColumns:
             code = self._timelines.get(at.timeline_id)
             if code is None:
                 return np.zeros(self.count, dtype=np.bool_)
-            mask &= self.timeline_codes == code
-            mask &= self.ticks <= at.tick
-            mask &= ~self.has_expiry | (at.tick < self.expiry_ticks)
+            # The same mask with the passes the columns' shape shows to change nothing
+            # skipped: every memory on the query's timeline, no expiry, ticks in order.
+            shape = self.shape()
+            if shape.timeline != code:
+                mask &= self.timeline_codes == code
+            if shape.ascending:
+                mask[int(np.searchsorted(self.ticks, at.tick, side="right")) :] = False
+            else:
+                mask &= self.ticks <= at.tick
+            if shape.expiring:
+                mask &= ~self.has_expiry | (at.tick < self.expiry_ticks)
         if self._versions.size:
             mask &= ~self.superseded(query, retracted)
         return mask
