@@ -42,6 +42,10 @@ def document_text(memory: GameMemory) -> str:
     return (memory.searchable_text or "") + "\n" + memory.payload_json
 
 
+#: Most term lookups a :class:`TermTable` keeps (a few hundred kilobytes at most).
+FOUND_TERMS = 4_096
+
+
 class TermTable(Sequence[str]):
     """Sorted terms as one UTF-8 blob and offsets: found by binary search, decoded on demand.
 
@@ -57,6 +61,7 @@ class TermTable(Sequence[str]):
             raise ValueError("the term offsets do not match the terms")
         self._blob = blob
         self._offsets = offsets
+        self._found: dict[str, int] = {}  # term -> index, -1 when absent
 
     def __len__(self) -> int:
         return int(self._offsets.size) - 1
@@ -82,8 +87,20 @@ class TermTable(Sequence[str]):
 
         A binary search (``bisect``, over the indexes, keyed by the term's bytes) reading
         each probed term's bounds with ``ndarray.item`` (a Python int, no numpy scalar): a
-        recall looks up each query word once per view.
+        recall looks up each query word once per view. The answers are kept (at most
+        :data:`FOUND_TERMS`, then forgotten all at once): an NPC is asked about the same
+        names and places again and again, and a kept answer costs a dictionary lookup
+        instead of about 15 probes (5 µs).
         """
+        found = self._found.get(term)
+        if found is None:
+            if len(self._found) >= FOUND_TERMS:
+                self._found = {}
+            searched = self._search(term)
+            found = self._found[term] = -1 if searched is None else searched
+        return None if found < 0 else found
+
+    def _search(self, term: str) -> int | None:
         wanted = term.encode("utf-8")
         blob, offset = self._blob, self._offsets.item
 
