@@ -81,8 +81,11 @@ def variants() -> dict[str, Decoder]:
     from game_memory.store import plain_document
     from game_memory.store.documents import _decode_through_model, decode_document
 
+    def loads(payload: bytes, cache_strings: bool) -> Any:
+        return json.loads(payload)
+
     def plain_with_json_loads(payload: bytes) -> Any:
-        plain_document.from_json = json.loads  # type: ignore[assignment]
+        plain_document.from_json = loads  # type: ignore[assignment]
         try:
             return plain_document.decode_plain_document(payload)
         finally:
@@ -93,7 +96,7 @@ def variants() -> dict[str, Decoder]:
         "decode_document": decode_document,
         "plain_with_json_loads": plain_with_json_loads,
         "json.loads": json.loads,
-        "from_json": from_json,
+        "from_json": lambda payload: from_json(payload, cache_strings=False),
     }
 
 

@@ -114,7 +114,7 @@ def same_json(a: Any, b: Any) -> bool:
 def assert_parsers_agree(data: bytes) -> None:
     """If from_json accepts ``data``, json.loads does too and gives the same value."""
     try:
-        fast = from_json(data)
+        fast = from_json(data, cache_strings=False)  # as plain_document parses
     except ValueError:
         return
     slow = json.loads(data)
@@ -524,7 +524,7 @@ def test_from_json_parses_numbers_as_json_loads_does(number: str) -> None:
 def test_importances_written_by_the_serializer_read_back_bit_for_bit(value: float) -> None:
     written = to_json({"x": value})  # pydantic-core's float writing, as in encode_document
     assert_parsers_agree(written)
-    assert from_json(written)["x"] == value
+    assert from_json(written, cache_strings=False)["x"] == value
 
 
 ESCAPE = st.sampled_from(
