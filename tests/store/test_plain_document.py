@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pydantic import ConfigDict, field_validator
 from pydantic_core import from_json, to_json
 
 from game_memory import GameMemory, GameMemoryKind, GameMoment
@@ -193,6 +194,32 @@ def test_every_valid_memory_takes_the_fast_path_and_comes_back_identical(
 def test_the_fast_path_is_on() -> None:
     # Off means GameMemory or GameMoment changed under plain_document.py: update its rules.
     assert plain_document.PLAIN_PATH_ENABLED
+
+
+def test_the_fast_path_would_notice_a_new_validator_or_default() -> None:
+    class Stricter(GameMemory):
+        @field_validator("scope")
+        @classmethod
+        def _lowercase(cls, value: str) -> str:
+            return value.lower()
+
+    class Heavier(GameMemory):
+        importance: float = 0.75
+
+    class Looser(GameMemory):
+        model_config = ConfigDict(extra="ignore")
+
+    class Calendared(GameMoment):
+        calendar_json: str | None = "{}"
+
+    assert plain_document._model_matches(GameMemory, GameMoment)
+    for memory_model, moment_model in [
+        (Stricter, GameMoment),
+        (Heavier, GameMoment),
+        (Looser, GameMoment),
+        (GameMemory, Calendared),
+    ]:
+        assert not plain_document._model_matches(memory_model, moment_model)
 
 
 # -- damaged and unusual documents ---------------------------------------------------------

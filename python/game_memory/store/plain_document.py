@@ -119,17 +119,19 @@ def _rules(model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
     return rules
 
 
-def _model_matches() -> bool:
+def _model_matches(
+    memory_model: type[BaseModel] = GameMemory, moment_model: type[BaseModel] = GameMoment
+) -> bool:
     """Whether the models still have exactly the fields, defaults and validators written
     for here (a changed validator body is the property tests' to catch)."""
-    memory, moment = GameMemory.model_fields, GameMoment.model_fields
+    memory, moment = memory_model.model_fields, moment_model.model_fields
     if tuple(memory) != _MEMORY_FIELDS or tuple(moment) != _MOMENT_FIELDS:
         return False
-    if _rules(GameMemory) != _MEMORY_RULES or _rules(GameMoment) != _MOMENT_RULES:
+    if _rules(memory_model) != _MEMORY_RULES or _rules(moment_model) != _MOMENT_RULES:
         return False
-    if GameMemory.__new__ is not object.__new__ or GameMoment.__new__ is not object.__new__:
+    if memory_model.__new__ is not object.__new__ or moment_model.__new__ is not object.__new__:
         return False
-    configs = (GameMemory.model_config, GameMoment.model_config)
+    configs = (memory_model.model_config, moment_model.model_config)
     if any(config != {"frozen": True, "extra": "forbid"} for config in configs):
         return False
     if [name for name, field in memory.items() if field.is_required()] != list(_MEMORY_FIELDS[:7]):
@@ -158,7 +160,7 @@ _DEFAULT_IMPORTANCE: float = _MEMORY_DEFAULTS["importance"]
 _KINDS = {kind.value: kind for kind in GameMemoryKind}
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
-# BaseModel's slots, set through their descriptors: what model_fields.assemble_validated
+# BaseModel's slots, set through their descriptors: what model.fields.assemble_validated
 # does through object.__setattr__, in 60% of the time (it is done twice per record).
 _SLOTS = BaseModel.__dict__
 _set_dict = _SLOTS["__dict__"].__set__
