@@ -21,6 +21,21 @@ decodes N passes without timing; run it under ``valgrind --tool=callgrind`` with
 and divide the difference by N x size.
 Usage: ``PYTHONPATH=python python benchmarks/decode_documents.py [--size 10000] [--rounds
 15] [--only decode_document --passes 3]``.
+
+Measured 2026-12-04 on the shared 2-core machine (load average 2), ``--rounds 15``, CPU
+microseconds per record, median (min-max):
+
+==========================  ==================  ==================
+variant                     npc (405 bytes)     rich (550 bytes)
+==========================  ==================  ==================
+model (before)              12.2 (11.5-13.1)    18.5 (17.6-20.0)
+decode_document (after)     6.6 (6.2-7.0)       12.1 (11.4-12.4)
+plain_with_json_loads       8.8 (8.6-9.1)       14.6 (14.1-15.2)
+json.loads alone            3.8                 5.3
+from_json alone             1.6                 2.5
+==========================  ==================  ==================
+
+Under callgrind (``--size 10000``, a pass minus no pass), 135k -> 84k instructions a record.
 """
 
 from __future__ import annotations
