@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from game_memory.model import GameMemory, GameMemoryKind, GameMoment
+from game_memory.store.plain_document import decode_plain_document
 from game_memory.store.plain_legacy import decode_plain_legacy
 from game_memory.strict_json import parse_strict_json
 
@@ -54,7 +55,31 @@ def encode_document(memory: GameMemory) -> bytes:
 
 
 def decode_document(payload: bytes) -> GameMemory:
-    """Decode and fully validate a record payload written by :func:`encode_document`."""
+    """Decode and fully validate a record payload written by :func:`encode_document`.
+
+    A payload of the plain, common shape is checked by ``plain_document`` (the model's
+    rules, faster); any other, and any the fast path is unsure of, goes through
+    ``json.loads`` and the memory model, which name the damage.
+
+    Raises:
+        DocumentError: invalid JSON, an unreadable format version, an invalid memory, or
+            a format-1 record holding a ``belief_key`` or ``consolidates``.
+    """
+    plain = decode_plain_document(payload)
+    if plain is not None:
+        version, memory = plain
+        if version in _READABLE_VERSIONS and _fits_version(version, memory):
+            return memory
+    return _decode_through_model(payload)
+
+
+def _fits_version(version: object, memory: GameMemory) -> bool:
+    """Format 1 predates ``belief_key`` and ``consolidates``: a record of it holding one is
+    damage."""
+    return version != 1 or (memory.belief_key is None and not memory.consolidates)
+
+
+def _decode_through_model(payload: bytes) -> GameMemory:
     try:
         document = json.loads(payload)
     except (ValueError, RecursionError) as exc:  # RecursionError: absurdly deep nesting
@@ -71,7 +96,7 @@ def decode_document(payload: bytes) -> GameMemory:
         memory = GameMemory.model_validate(document.get("memory"))
     except ValidationError as exc:
         raise DocumentError(f"the record holds an invalid memory: {exc}") from exc
-    if version == 1 and (memory.belief_key is not None or memory.consolidates):
+    if not _fits_version(version, memory):
         raise DocumentError("a format-1 record cannot hold a belief_key or consolidates")
     return memory
 
