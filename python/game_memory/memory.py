@@ -81,6 +81,10 @@ def _closed() -> StoreClosedError:
     return StoreClosedError("the vector memory store is closed; open a new one")
 
 
+def _started() -> None:
+    """The job that starts a thread of the pool ahead of real work (it does nothing)."""
+
+
 class VectorMemoryStore(MemoryOverTime):
     """A save opened for recall: hybrid with a provider, lexical without; a GameMemoryStore user.
 
@@ -156,6 +160,7 @@ class VectorMemoryStore(MemoryOverTime):
         )
         self._diagnostics = DiagnosticDispatcher(diagnostics, self.options.diagnostic_timeout)
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="game-memory-vectors")
+        self._pool_started = False
         self._parts = RecallParts(
             authoritative, index, self._embedder, reranker, self.options, self._run, self._report
         )
@@ -193,6 +198,14 @@ class VectorMemoryStore(MemoryOverTime):
         if self._state is _State.CLOSED:
             raise _closed()
 
+    def _start_pool(self) -> None:
+        """Start a thread of the pool ahead of its first job (hybrid mode, once): a thread
+        starts while the store reads the save, instead of on the first recall's or
+        append's path into the index (about 0.25 ms)."""
+        if not self._pool_started and self._embedder is not None:
+            self._pool_started = True
+            self._executor.submit(_started)
+
     async def _run(self, function: Callable[[], _T]) -> _T:
         """Run ``function`` in this object's thread pool and await its result (as the file
         store does, ``store/pool.py``); a recall makes this hop once, an append twice."""
@@ -225,6 +238,7 @@ class VectorMemoryStore(MemoryOverTime):
             ``EmbeddingUnavailableError`` only with ``fail_when_embedding_unavailable``.
         """
         self._check_open()
+        self._start_pool()
         created = await self.authoritative.append(memory)
         if created:
             await self._evict(memory)
@@ -301,6 +315,7 @@ class VectorMemoryStore(MemoryOverTime):
             raise InvalidArgumentError("recall takes a GameMemoryQuery")
         if require_semantic and self._embedder is None:
             raise EmbeddingUnavailableError(_NO_MODEL)
+        self._start_pool()
         result = await recall(query, self._parts, maximum_snapshot_entries=maximum_snapshot_entries)
         if require_semantic and result.fallback:
             status = await self.get_status(query.session_id)

@@ -85,6 +85,10 @@ def _check_range(name: str, value: int, low: int, high: int) -> int:
     return value
 
 
+def _nothing(report: MigrationReport | None, ready: float) -> None:
+    """What :meth:`FileGameMemoryStore._ensure_ready` does once ready: nothing more."""
+
+
 class FileGameMemoryStore:
     """The authoritative file store of one save.
 
@@ -196,24 +200,51 @@ class FileGameMemoryStore:
         """
         if self._ready:
             return None
-        async with self._ready_lock:
-            if self._ready:
-                return None
+        first, _ = await self._ready_then(_nothing)
+        return first
 
-            def prepare() -> MigrationReport:
-                self.created = self._engine.open_layout(create=self._create)
-                # What a crashed group commit left is reconciled before the first read,
-                # so count() and enumerate agree from the start (store/reconcile.py).
-                self._engine.settle(checkpoint=False)
-                if has_legacy_layout(self.directory):
-                    return migrate_legacy_layout(self._engine)
-                return MigrationReport(
-                    migrated_entries=0, partitioned_entries=self._engine.ledger.count()
-                )
+    async def _ready_then(
+        self, then: Callable[[MigrationReport | None, float], _T]
+    ) -> tuple[MigrationReport | None, _T]:
+        """:meth:`_ensure_ready`, then ``then(first use, when it was ready)`` in the pool.
 
-            result = await self._run(prepare)
-            self._ready = True
-            return result
+        When the store was not ready yet (the first read of an opened save) both run in one
+        job: one hop into a new thread and back instead of two (about 0.25 ms). Returns the
+        first use's report (``None`` afterwards) and what ``then`` returned. The store is
+        ready once the layout opened, even when ``then`` raised.
+        """
+        if not self._ready:
+            async with self._ready_lock:
+                if not self._ready:
+
+                    def job() -> tuple[MigrationReport, Callable[[], _T]]:
+                        report = self._prepare()
+                        try:
+                            result = then(report, time.perf_counter())
+                        except BaseException as exc:  # raised once the store is marked ready
+                            error = exc
+
+                            def fail() -> _T:
+                                raise error
+
+                            return report, fail
+                        return report, lambda: result
+
+                    report, outcome = await self._run(job)
+                    self._ready = True
+                    return report, outcome()
+        ready = time.perf_counter()
+        return None, await self._run(lambda: then(None, ready))
+
+    def _prepare(self) -> MigrationReport:
+        """Open the layout, reconcile what a crashed group commit left (before the first
+        read, so count() and enumerate agree from the start: ``store/reconcile.py``) and
+        migrate a legacy layout (blocking)."""
+        self.created = self._engine.open_layout(create=self._create)
+        self._engine.settle(checkpoint=False)
+        if has_legacy_layout(self.directory):
+            return migrate_legacy_layout(self._engine)
+        return MigrationReport(migrated_entries=0, partitioned_entries=self._engine.ledger.count())
 
     # -- public API ---------------------------------------------------------------------
 
@@ -292,10 +323,12 @@ class FileGameMemoryStore:
             _check_range("maximum_entries", maximum_entries, 1, MAXIMUM_SNAPSHOT_LIMIT)
             bound = min(bound, maximum_entries)
         started = time.perf_counter()
-        first_use = await self._ensure_ready()
-        ready = time.perf_counter()
 
-        def read(views: list[PartitionView] | None = None) -> StoreSnapshot:
+        def read(
+            first_use: MigrationReport | None,
+            ready: float,
+            views: list[PartitionView] | None = None,
+        ) -> StoreSnapshot:
             if first_use is not None:
                 migrated, partitioned = first_use.migrated_entries, first_use.partitioned_entries
             else:
@@ -329,7 +362,7 @@ class FileGameMemoryStore:
             )
             return StoreSnapshot(tuple(views), tuple(hits), visible, stages)
 
-        if first_use is None and query.owner_id is not None and self._state is _State.OPEN:
+        if self._ready and query.owner_id is not None and self._state is _State.OPEN:
             # An owner whose partition is cached and unchanged, and small, is answered here:
             # the read is pure CPU then (tens of microseconds for a few hundred memories),
             # less than the hop into the pool and back (see INLINE_MEMORIES).
@@ -337,8 +370,9 @@ class FileGameMemoryStore:
                 query.session_id, query.owner_id, min(bound, INLINE_MEMORIES)
             )
             if cached is not None:
-                return read(cached)
-        return await self._run(read)
+                return read(None, time.perf_counter(), cached)
+        _, snapshot = await self._ready_then(read)
+        return snapshot
 
     async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
         """Every memory of a session (or of one owner), ordered by owner then memory id.
