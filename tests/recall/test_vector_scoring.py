@@ -210,3 +210,43 @@ def test_top_candidates_equal_a_plain_reference_on_random_partitions(
             for (memory, score), vector in zip(hits, vectors, strict=True)
         ]
         assert found == _reference(parts, query, limit)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_one_partition_is_ordered_by_its_scores_alone_only_when_they_differ(
+    make_memory: MemoryFactory, seed: int
+) -> None:
+    """One NPC's recall (one partition) orders its candidates by the scores alone when the
+    best ``limit`` + 1 all differ, and by the tie-breaks when two tie: the same hits and
+    vectors as the plain reference either way."""
+    rng = np.random.default_rng(100 + seed)
+    dimensions = 4
+    count = int(rng.integers(1, 3 * SCORING_BLOCK_ROWS))
+    memories = [
+        make_memory(
+            f"m{index:05d}",
+            tick=index if seed % 2 else int(rng.integers(0, count)),
+            importance=float(rng.choice([0.0, 0.5, 1.0])),
+        )
+        for index in range(count)
+    ]
+    if seed % 4 < 2:  # distinct vectors: distinct cosines
+        matrix = rng.standard_normal((count, dimensions))
+    else:  # a few distinct vectors: many cosines tie
+        palette = rng.standard_normal((3, dimensions))
+        matrix = palette[rng.integers(0, 3, count)]
+    matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+    order = np.arange(count) if seed < 6 else rng.permutation(count)
+    joined = _part(memories, order.tolist(), matrix)
+    ticks = np.array([memory.moment.tick for memory in memories])
+    visible = ticks <= int(rng.integers(0, count + 1))
+    query = rng.standard_normal(dimensions).astype(np.float32)
+    query /= np.linalg.norm(query)
+    for limit in (1, 2, 8, 32, 10_000):
+        hits, vectors = top_vector_candidates([(joined, matrix, visible)], query, limit)
+        found = [
+            (memory.memory_id, score, vector.tolist())
+            for (memory, score), vector in zip(hits, vectors, strict=True)
+        ]
+        assert found == _reference([(joined, matrix, visible)], query, limit)
+        assert all(not vector.flags.writeable for vector in vectors)

@@ -143,6 +143,10 @@ def top_vector_candidates(
             scored[0][1] if len(scored) == 1 else np.concatenate([part[1] for part in scored])
         )
         threshold = np.partition(everything, total - limit)[total - limit]
+    if len(scored) == 1:
+        distinct = _distinct_top(scored[0], threshold, limit)
+        if distinct is not None:
+            return distinct
     # Order on the views' columns, then read only the chosen memories (a view opened from
     # its read file decodes a memory when it is read).
     ranked: list[tuple[float, float, int, str, str, int, int, int]] = []
@@ -188,6 +192,36 @@ def top_vector_candidates(
         memories = [scored[row[5]][0].memories[row[6]] for row in kept]
         vectors = [scored[row[5]][4][row[7]] for row in kept]
     return list(zip(memories, map(operator.neg, map(_first, kept)), strict=True)), vectors
+
+
+def _distinct_top(
+    scored: _Scored, threshold: float | None, limit: int
+) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]] | None:
+    """:func:`top_vector_candidates` of one partition when no two of its best ``limit`` + 1
+    scores tie (nor is one NaN), else ``None``.
+
+    The full order (score, then importance, tick, owner and memory id) is then the order of
+    the scores alone, so the tie-break keys (ids, importance and tick columns, a tuple per
+    candidate) are never built: the usual case, as cosines of distinct memories rarely tie.
+    """
+    view, scores, places, first, matrix = scored
+    chosen = np.arange(scores.size) if threshold is None else np.flatnonzero(scores >= threshold)
+    values = scores[chosen]
+    order = np.argsort(-values, kind="stable")
+    best = values[order[: limit + 1]]
+    if best.size > 1 and not bool((best[1:] < best[:-1]).all()):
+        return None  # a tie or a NaN among them: the tie-breaks decide
+    if best.size == 1 and np.isnan(best[0]):
+        return None
+    kept = chosen[order[:limit]]
+    if places is None:
+        positions = rows = (kept + first).tolist()
+    else:
+        positions, rows = places[0][kept].tolist(), places[1][kept].tolist()
+    memories = view.memories_at(positions)
+    picked = matrix[rows]
+    picked.flags.writeable = False
+    return list(zip(memories, best[:limit].tolist(), strict=True)), list(picked)
 
 
 _first = operator.itemgetter(0)
