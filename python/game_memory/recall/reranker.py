@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from game_memory.model import GameMemoryQuery
 from game_memory.recall.fusion import FusedCandidate
-from game_memory.recall.versions import Fields, implicit_versions
+from game_memory.recall.versions import implicit_versions
 
 __all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions", "greedy_order"]
 
@@ -163,13 +163,16 @@ class GameAwareMemoryReranker:
         best = candidates[0].score
         fields = list(map(_fields, map(_memory, candidates)))
         moments = list(map(_fields, map(_moment, fields)))
+        ticks = list(map(_tick, moments))
+        timelines = list(map(_timeline, moments))
         relevance = self._relevance_column(candidates, best)
         lowered = [0.0] * count
         if options.supersession_penalty > 0 or options.supersession_inherits:
             first = options.supersession_candidates
             versions = implicit_versions(
                 fields[:first],
-                moments[:first],
+                ticks[:first],
+                timelines[:first],
                 list(map(_vector, candidates[:first])),
                 options.supersession_similarity,
                 options.supersession_standing,
@@ -181,7 +184,7 @@ class GameAwareMemoryReranker:
                 if options.supersession_inherits:
                     relevance[newer] = max(relevance[newer], relevance[older])
                 lowered[older] = options.supersession_penalty
-        recency = self._recency_column(query, candidates, moments)
+        recency = self._recency_column(query, candidates, ticks, timelines)
         # Every base value is the float of the per-candidate expression, its IEEE operations
         # in this order (as the float64 columns computed it before):
         #   w_rel · relevance + w_imp · importance + w_rec · recency − penalty (or − 0.0).
@@ -198,21 +201,16 @@ class GameAwareMemoryReranker:
             )
         ]
         rounds = min(count, options.maximum_greedy_selections)
-        scopes = list(map(_scope, fields))
-        kinds = list(map(_kind, fields))
-        tags = list(map(_tags, fields))
-        if (
-            scopes.count(scopes[0]) == count
-            and kinds.count(kinds[0]) == count
-            and tags.count(tags[0]) == count
-        ):
+        marks = list(map(_traits, fields))  # (scope, kind, tags as given)
+        if marks.count(marks[0]) == count:
             # One trait set (an NPC's memories of one scope and kind): equal tag tuples are
             # equal tag sets, so greedy_order would find one group.
-            trait = (scopes[0], kinds[0], frozenset(tags[0]))
+            scope, kind, tags = marks[0]
+            trait = (scope, kind, frozenset(tags))
             lowest = options.diversity_penalty * _shared(trait, trait)
             chosen = _one_group_order(base, lowest, rounds)
         else:
-            traits = list(zip(scopes, kinds, map(frozenset, tags), strict=True))
+            traits = [(scope, kind, frozenset(tags)) for scope, kind, tags in marks]
             chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
 
@@ -227,21 +225,25 @@ class GameAwareMemoryReranker:
         return [0.0] * len(candidates)
 
     def _recency_column(
-        self, query: GameMemoryQuery, candidates: Sequence[FusedCandidate], moments: list[Fields]
+        self,
+        query: GameMemoryQuery,
+        candidates: Sequence[FusedCandidate],
+        ticks: list[int],
+        timelines: list[str],
     ) -> list[float]:
-        """:meth:`recency` of every candidate (``moments`` holds their moments' fields)."""
+        """:meth:`recency` of every candidate (whose moments are ``ticks`` on ``timelines``)."""
         if getattr(self.recency, "__func__", None) is not _RECENCY:
             return list(map(float, map(self.recency, repeat(query), candidates)))
         at = query.at_or_before
         if at is None:
             return [0.0] * len(candidates)
-        timeline, tick = at.timeline_id, at.tick
+        at_timeline, at_tick = at.timeline_id, at.tick
         half_life = self.options.recency_half_life_ticks
         return [
             0.0
-            if timeline != moment["timeline_id"] or moment["tick"] > tick
-            else math.pow(0.5, (tick - moment["tick"]) / half_life)
-            for moment in moments
+            if at_timeline != timeline or tick > at_tick
+            else math.pow(0.5, (at_tick - tick) / half_life)
+            for tick, timeline in zip(ticks, timelines, strict=True)
         ]
 
 
@@ -257,9 +259,9 @@ _relevance = operator.attrgetter("relevance")
 _fields = operator.attrgetter("__dict__")
 _moment = operator.itemgetter("moment")
 _importance = operator.itemgetter("importance")
-_scope = operator.itemgetter("scope")
-_kind = operator.itemgetter("kind")
-_tags = operator.itemgetter("tags")
+_tick = operator.itemgetter("tick")
+_timeline = operator.itemgetter("timeline_id")
+_traits = operator.itemgetter("scope", "kind", "tags")
 _second = operator.itemgetter(1)
 
 
@@ -315,9 +317,13 @@ def _one_group_order(base: Sequence[float], lowered: float, rounds: int) -> list
     rest = [*range(first), *range(first + 1, count)]
     if rounds == 1:
         return [first, *rest]
-    ordered = _by_value(rest, base, lowered)
+    # A stable sort of ascending indexes by −(base − lowered) alone keeps equal values in
+    # index order: the order of (−(base − lowered), index), with float keys compared
+    # directly instead of tuples.
+    keys = list(map(operator.neg, map(operator.sub, base, repeat(lowered))))
+    rest.sort(key=keys.__getitem__)
     picked = rounds - 1
-    return [first, *ordered[:picked], *sorted(ordered[picked:])]
+    return [first, *rest[:picked], *sorted(rest[picked:])]
 
 
 def _grouped_order(
@@ -452,9 +458,11 @@ def _versions(
     :meth:`GameAwareMemoryReranker.rank` finds them."""
     first = candidates[: options.supersession_candidates]
     fields = list(map(_fields, map(_memory, first)))
+    moments = list(map(_fields, map(_moment, fields)))
     return implicit_versions(
         fields,
-        list(map(_fields, map(_moment, fields))),
+        list(map(_tick, moments)),
+        list(map(_timeline, moments)),
         list(map(_vector, first)),
         options.supersession_similarity,
         options.supersession_standing,

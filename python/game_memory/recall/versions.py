@@ -47,10 +47,7 @@ __all__ = ["WORD_CACHE_ENTRIES", "Fields", "implicit_versions"]
 #: on the same layout).
 Fields = Mapping[str, Any]
 
-_tick = operator.itemgetter("tick")
-_timeline = operator.itemgetter("timeline_id")
-_owner = operator.itemgetter("owner_id")
-_belief_key = operator.itemgetter("belief_key")
+_owner_and_belief = operator.itemgetter("owner_id", "belief_key")
 
 Pairs = list[tuple[int, int]]
 Vectors = Sequence[npt.NDArray[np.float32] | None]
@@ -58,14 +55,15 @@ Vectors = Sequence[npt.NDArray[np.float32] | None]
 
 def implicit_versions(
     fields: Sequence[Fields],
-    moments: Sequence[Fields],
+    ticks: Sequence[int],
+    timelines: Sequence[str],
     vectors: Vectors,
     similarity: float,
     standing: float,
 ) -> Pairs:
     """``(older, newer)`` index pairs of the memories given that are versions of one belief.
 
-    ``fields[i]`` and ``moments[i]`` are the fields of memory ``i`` and of its moment,
+    ``fields[i]`` are memory ``i``'s fields, ``ticks[i]`` and ``timelines[i]`` its moment's,
     ``vectors[i]`` its unit vector or ``None``. Sorted by the older one's tick, then its
     index, then the newer one's index, so that a chain of versions hands its relevance on
     to the newest. ``similarity`` is in [0, 1], ``standing`` in [0, 100]
@@ -74,24 +72,15 @@ def implicit_versions(
     n = len(fields)
     if n < 2:
         return []
-    ticks: list[int] = list(map(_tick, moments))
-    owners = list(map(_owner, fields))
-    timelines = list(map(_timeline, moments))
-    beliefs = list(map(_belief_key, fields))
-    if (
-        beliefs.count(None) == n
-        and owners.count(owners[0]) == n
-        and timelines.count(timelines[0]) == n
-    ):
+    owned = list(map(_owner_and_belief, fields))
+    if owned.count(owned[0]) == n and owned[0][1] is None and timelines.count(timelines[0]) == n:
         if min(ticks) == max(ticks):
             return []  # one group, one tick: no pair is ordered
         found = _one_group(fields, ticks, vectors, similarity, standing)
     else:
         keys: list[tuple[str, str] | int] = [
             (owner, timeline) if belief is None else index
-            for index, (owner, timeline, belief) in enumerate(
-                zip(owners, timelines, beliefs, strict=True)
-            )
+            for index, ((owner, belief), timeline) in enumerate(zip(owned, timelines, strict=True))
         ]
         found = _groups(fields, ticks, keys, vectors, similarity, standing)
     if len(found) > 1:
@@ -101,7 +90,7 @@ def implicit_versions(
 
 def _one_group(
     fields: Sequence[Fields],
-    ticks: list[int],
+    ticks: Sequence[int],
     vectors: Vectors,
     similarity: float,
     standing: float,
@@ -139,7 +128,7 @@ def _one_group(
     if similarity <= 0.0:
         # Every overlap, even of two memories without words (0), is at least 0.
         return found + _indexed_pairs(_pending(involved, ticks, flags), involved)
-    by_words = _alike_words([_text(fields[index]) for index in involved], similarity)
+    by_words = _alike_words(_texts(fields, involved), similarity)
     if by_words is None:
         return found
     members = [involved[place] for place in by_words[0]]
@@ -150,7 +139,7 @@ def _one_group(
 
 def _groups(
     fields: Sequence[Fields],
-    ticks: list[int],
+    ticks: Sequence[int],
     keys: list[tuple[str, str] | int],
     vectors: Vectors,
     similarity: float,
@@ -194,7 +183,7 @@ def _groups(
     if similarity <= 0.0:
         return found + _indexed_pairs(pending, range(n))
     involved: list[int] = np.flatnonzero((pending | pending.T).any(axis=0)).tolist()
-    by_words = _alike_words([_text(fields[index]) for index in involved], similarity)
+    by_words = _alike_words(_texts(fields, involved), similarity)
     if by_words is None:
         return found
     members = [involved[place] for place in by_words[0]]
@@ -204,13 +193,14 @@ def _groups(
     return found + _indexed_pairs(block, members)
 
 
-def _text(fields: Fields) -> str:
-    """The text whose words a memory is compared by: its searchable text, else its payload."""
-    text: str = fields["searchable_text"] or fields["payload_json"]
-    return text
+def _texts(fields: Sequence[Fields], involved: list[int]) -> list[str]:
+    """The texts whose words the ``involved`` memories are compared by: each one's
+    searchable text, else its payload."""
+    chosen = fields if len(involved) == len(fields) else [fields[index] for index in involved]
+    return [field["searchable_text"] or field["payload_json"] for field in chosen]
 
 
-def _ordered(times: list[int]) -> npt.NDArray[np.bool_]:
+def _ordered(times: Sequence[int]) -> npt.NDArray[np.bool_]:
     """``[older, newer]``: whether ``times[newer] > times[older]``."""
     moments = np.array(times, np.int64)
     ordered: npt.NDArray[np.bool_] = moments[None, :] > moments[:, None]
@@ -218,7 +208,7 @@ def _ordered(times: list[int]) -> npt.NDArray[np.bool_]:
 
 
 def _pending(
-    members: list[int], ticks: list[int], vectored: list[bool] | None
+    members: list[int], ticks: Sequence[int], vectored: list[bool] | None
 ) -> npt.NDArray[np.bool_]:
     """``[older, newer]`` among ``members`` of one group: ordered pairs compared by words,
     so not both with a vector when ``vectored`` (flags by index) is given."""
@@ -276,19 +266,25 @@ WORD_CACHE_ENTRIES = 4_096
 
 
 @functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
-def _text_words(text: str) -> npt.NDArray[np.int64]:
-    """The distinct tokens of ``text`` as a sorted array of their 64-bit string hashes.
+def _text_words(text: str) -> tuple[int, bytes]:
+    """How many distinct tokens ``text`` has, and their 64-bit string hashes (sorted) as the
+    bytes of an int64 array.
 
     Cached: the same memories are compared recall after recall (an NPC's recent
     candidates), and tokenizing 32 of them per recall cost more than the rest of the
     reranker. Bounded by :data:`WORD_CACHE_ENTRIES` texts (each at most 4,096 tokens);
     keyed by the text itself, so a memory is never given another's words. Two distinct
     words share a hash with a probability of about 2⁻⁶⁴ per pair (it would count them as
-    one shared word in one overlap); the arrays let one call compare all pairs' words.
+    one shared word in one overlap). Bytes, so that the words of all the memories compared
+    become one array by a ``bytes.join`` and one ``np.frombuffer`` (a sixth of the cost of
+    concatenating 32 arrays).
     """
-    words = np.array(sorted({hash(token) for token in tokenize(text)}), np.int64)
-    words.flags.writeable = False
-    return words
+    words = sorted({hash(token) for token in tokenize(text)})
+    return len(words), np.array(words, np.int64).tobytes()
+
+
+_count = operator.itemgetter(0)
+_blob = operator.itemgetter(1)
 
 
 def _alike_words(
@@ -308,13 +304,13 @@ def _alike_words(
     and is left out. ``r`` comes from one sort of all the words: a word held by another
     memory is one that occurs twice among them (each memory's words are distinct).
 
-    The overlaps of those that may reach it come from one product of a word-incidence
-    matrix whose columns are only the words more than one memory holds (a word of one
-    memory adds to no pair). Counts and sums are small integers, exact in float64, so each
-    overlap is the same float as from a full incidence matrix of every word.
+    The overlaps of those that may reach it come from one product of their word-incidence
+    matrix, set only for words more than one memory holds (a word of one memory adds to no
+    pair). Counts and sums are small integers, exact in float64, so each overlap is the
+    same float as from a full incidence matrix of every word.
     """
     held = list(map(_text_words, texts))
-    lengths = list(map(len, held))
+    lengths = list(map(_count, held))
     places = list(range(len(held)))
     if 0 in lengths:
         places = [place for place in places if lengths[place]]
@@ -322,17 +318,19 @@ def _alike_words(
         lengths = [lengths[place] for place in places]
     if len(held) < 2:
         return None
-    words = np.concatenate(held)
-    in_order = np.sort(words)
-    later = in_order[1:]
-    repeated = later[later == in_order[:-1]]
-    if not len(repeated):
+    words = np.frombuffer(b"".join(map(_blob, held)), np.int64)
+    # A word held by another memory occurs twice among all the words (each memory's are
+    # distinct): equal to a neighbour once they are sorted.
+    order = words.argsort()
+    ranked = words[order]
+    same = ranked[1:] == ranked[:-1]
+    if not same.any():
         return None  # no word in two memories: every overlap is 0
-    # Each occurrence of a repeated word maps to its first place in ``repeated`` (a word
-    # of k memories is repeated k − 1 times there; its later columns stay empty).
-    column = repeated.searchsorted(words)
-    np.minimum(column, len(repeated) - 1, out=column)
-    many = repeated[column] == words
+    repeated = np.zeros(len(words), np.bool_)
+    repeated[1:] = same
+    repeated[:-1] |= same
+    many = np.empty(len(words), np.bool_)  # by occurrence, in the memories' order
+    many[order] = repeated
     starts = list(itertools.accumulate(lengths[:-1], initial=0))
     reach = np.add.reduceat(many, starts, dtype=np.int64).tolist()
     rows = [
@@ -342,10 +340,18 @@ def _alike_words(
     ]
     if len(rows) < 2:
         return None
-    incidence = np.zeros((len(rows), len(repeated)), np.float64)
-    for line, row in enumerate(rows):
-        span = slice(starts[row], starts[row] + lengths[row])
-        incidence[line, column[span][many[span]]] = 1.0
+    # Each occurrence's column: its word's place among the distinct words (in sorted
+    # order); only repeated words of the memories kept are set.
+    distinct = np.zeros(len(words), np.intp)
+    np.cumsum(~same, out=distinct[1:])
+    column = np.empty(len(words), np.intp)
+    column[order] = distinct
+    line = np.full(len(held), -1, np.intp)  # each memory's line in the incidence, or -1
+    line[rows] = np.arange(len(rows))
+    holder = np.repeat(line, lengths)
+    counted = many & (holder >= 0)
+    incidence = np.zeros((len(rows), int(distinct[-1]) + 1), np.float64)
+    incidence[holder[counted], column[counted]] = 1.0
     shared_words = incidence @ incidence.T
     sizes = np.array([lengths[row] for row in rows], np.float64)
     union = sizes[:, None] + sizes[None, :] - shared_words
