@@ -17,7 +17,9 @@ few Python comparisons is not asked of numpy:
 * the cosines' mean and deviation are computed only when some pair's cosine reaches
   ``similarity`` (the standing can only raise the threshold);
 * the word overlaps are computed only for memories a bound lets reach ``similarity``
-  (:func:`_alike_words`), usually none or two.
+  (:func:`_alike_words`), usually none or two;
+* whether a boolean array holds a ``True`` is asked of ``np.count_nonzero`` (C), not of
+  ``ndarray.any`` (a Python-level wrapper, twice the cost at this size).
 
 Every pair found, and its order, is that of the detector before these shortcuts
 (``tests/recall/test_versions_equivalence.py`` keeps it as the reference).
@@ -156,7 +158,7 @@ def _groups(
     group = np.array([code[key] for key in keys], np.int64)
     ordered = _ordered(ticks)
     ordered &= group[None, :] == group[:, None]
-    if not ordered.any():
+    if not np.count_nonzero(ordered):
         return []
     found: Pairs = []
     # Pairs of two candidates with a vector compare their cosines (a candidate only the
@@ -172,13 +174,13 @@ def _groups(
         else:
             pending = ordered.copy()
             pending[square] = False
-        if paired.any():
+        if np.count_nonzero(paired):
             alike = _alike_vectors(
                 [vectors[index] for index in vectored], paired, standing, similarity
             )
             if alike is not None:
                 found += _indexed_pairs(alike, vectored)
-    if pending is None or not pending.any():
+    if pending is None or not np.count_nonzero(pending):
         return found
     if similarity <= 0.0:
         return found + _indexed_pairs(pending, range(n))
@@ -249,7 +251,7 @@ def _alike_vectors(
     gram = (stacked @ stacked.T).astype(np.float64)
     needed = similarity
     alike = paired & (gram >= needed)
-    if not alike.any():
+    if not np.count_nonzero(alike):
         return None
     # Among p pairs the most alike stands at most sqrt(p − 1) deviations out: with too
     # few pairs to reach the standing asked for, the absolute similarity alone decides.
@@ -266,9 +268,9 @@ WORD_CACHE_ENTRIES = 4_096
 
 
 @functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
-def _text_words(text: str) -> tuple[int, bytes]:
-    """How many distinct tokens ``text`` has, and their 64-bit string hashes (sorted) as the
-    bytes of an int64 array.
+def _text_words(text: str) -> bytes:
+    """The distinct tokens of ``text`` as the bytes of a sorted int64 array of their 64-bit
+    string hashes (8 bytes a word).
 
     Cached: the same memories are compared recall after recall (an NPC's recent
     candidates), and tokenizing 32 of them per recall cost more than the rest of the
@@ -279,12 +281,7 @@ def _text_words(text: str) -> tuple[int, bytes]:
     become one array by a ``bytes.join`` and one ``np.frombuffer`` (a sixth of the cost of
     concatenating 32 arrays).
     """
-    words = sorted({hash(token) for token in tokenize(text)})
-    return len(words), np.array(words, np.int64).tobytes()
-
-
-_count = operator.itemgetter(0)
-_blob = operator.itemgetter(1)
+    return np.array(sorted({hash(token) for token in tokenize(text)}), np.int64).tobytes()
 
 
 def _alike_words(
@@ -310,7 +307,7 @@ def _alike_words(
     same float as from a full incidence matrix of every word.
     """
     held = list(map(_text_words, texts))
-    lengths = list(map(_count, held))
+    lengths = list(map(operator.rshift, map(len, held), repeat(3)))  # words: 8 bytes each
     places = list(range(len(held)))
     if 0 in lengths:
         places = [place for place in places if lengths[place]]
@@ -318,13 +315,13 @@ def _alike_words(
         lengths = [lengths[place] for place in places]
     if len(held) < 2:
         return None
-    words = np.frombuffer(b"".join(map(_blob, held)), np.int64)
+    words = np.frombuffer(b"".join(held), np.int64)
     # A word held by another memory occurs twice among all the words (each memory's are
     # distinct): equal to a neighbour once they are sorted.
     order = words.argsort()
     ranked = words[order]
     same = ranked[1:] == ranked[:-1]
-    if not same.any():
+    if not np.count_nonzero(same):
         return None  # no word in two memories: every overlap is 0
     repeated = np.zeros(len(words), np.bool_)
     repeated[1:] = same
