@@ -287,3 +287,21 @@ def test_a_memory_keeps_its_fields_in_its_instance_dictionary(make_memory: Memor
         assert vars(memory)[name] is getattr(memory, name)
     for name in type(memory.moment).model_fields:
         assert vars(memory.moment)[name] is getattr(memory.moment, name)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_versions_of_long_texts_equal_040bcd1(make_memory: MemoryFactory, seed: int) -> None:
+    """Hundreds of words a memory, most of them shared: the exact overlaps of many long
+    texts (their incidence has a column per repeated word only)."""
+    rng = random.Random(seed)
+    vocabulary = [f"w{index}" for index in range(1_500)]
+    candidates = []
+    for index in range(40):
+        text = " ".join(rng.sample(vocabulary, rng.randint(300, 900)))
+        memory = make_memory(f"m{index}", tick=rng.randint(0, 30), text=text)
+        candidates.append(FusedCandidate(memory, 0.5, 1, 1, 1.0, 0.5, 0.5, None))
+    for similarity in (0.1, 0.2, 0.3, 0.45):
+        options = GameAwareMemoryRerankerOptions(
+            supersession_similarity=similarity, supersession_candidates=40
+        )
+        assert reranker._versions(candidates, options) == before._versions(candidates, options)

@@ -337,18 +337,15 @@ def _alike_words(
     ]
     if len(rows) < 2:
         return None
-    # Each occurrence's column: its word's place among the distinct words (in sorted
-    # order); only repeated words of the memories kept are set.
-    distinct = np.zeros(len(words), np.intp)
-    np.cumsum(~same, out=distinct[1:])
-    column = np.empty(len(words), np.intp)
-    column[order] = distinct
+    # The incidence of the memories kept over the repeated words they hold: one column a
+    # word (its place among those words), as many columns as such words at most.
     line = np.full(len(held), -1, np.intp)  # each memory's line in the incidence, or -1
     line[rows] = np.arange(len(rows))
     holder = np.repeat(line, lengths)
     counted = many & (holder >= 0)
-    incidence = np.zeros((len(rows), int(distinct[-1]) + 1), np.float64)
-    incidence[holder[counted], column[counted]] = 1.0
+    columns, column = np.unique(words[counted], return_inverse=True)
+    incidence = np.zeros((len(rows), len(columns)), np.float64)
+    incidence[holder[counted], column] = 1.0
     shared_words = incidence @ incidence.T
     sizes = np.array([lengths[row] for row in rows], np.float64)
     union = sizes[:, None] + sizes[None, :] - shared_words
