@@ -455,7 +455,8 @@ def _versions(
 ) -> list[tuple[int, int]]:
     """``(older, newer)`` index pairs among the first ``supersession_candidates`` that are
     versions of one belief (:func:`game_memory.recall.versions.implicit_versions`), as
-    :meth:`GameAwareMemoryReranker.rank` finds them."""
+    :meth:`GameAwareMemoryReranker.rank` finds them, from the candidates alone (``rank``
+    reads the same columns once for all its terms). The equivalence tests call it."""
     first = candidates[: options.supersession_candidates]
     fields = list(map(_fields, map(_memory, first)))
     moments = list(map(_fields, map(_moment, fields)))
