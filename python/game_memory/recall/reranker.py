@@ -51,9 +51,7 @@ reranker returns the fusion's order exactly; the benchmark confirms it.
 
 from __future__ import annotations
 
-import functools
 import heapq
-import itertools
 import math
 import operator
 from collections.abc import Sequence
@@ -64,9 +62,9 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from game_memory.model import GameMemory, GameMemoryQuery
+from game_memory.model import GameMemoryQuery
 from game_memory.recall.fusion import FusedCandidate
-from game_memory.store.tokenizer import tokenize
+from game_memory.recall.versions import implicit_versions
 
 __all__ = ["GameAwareMemoryReranker", "GameAwareMemoryRerankerOptions", "greedy_order"]
 
@@ -150,62 +148,120 @@ class GameAwareMemoryReranker:
     def rank(
         self, query: GameMemoryQuery, candidates: Sequence[FusedCandidate]
     ) -> list[FusedCandidate]:
-        """Order ``candidates`` (given best first by fusion) for ``query``."""
+        """Order ``candidates`` (given best first by fusion) for ``query``.
+
+        Each memory's fields (and its moment's) are read once, from its instance dictionary
+        (see :data:`game_memory.recall.versions.Fields`), for every term and the search for
+        versions. The terms are :meth:`relevance` and :meth:`recency`, computed here in one
+        pass each unless a subclass or the instance replaces either method (then it is
+        called per candidate, as the pass would).
+        """
         if not candidates:
             return []
         options = self.options
+        count = len(candidates)
         best = candidates[0].score
-        relevance_of, recency_of = self.relevance, self.recency
-        relevance = list(map(relevance_of, candidates, repeat(best)))
-        superseded: set[int] = set()
+        fields = list(map(_fields, map(_memory, candidates)))
+        moments = list(map(_fields, map(_moment, fields)))
+        ticks = list(map(_tick, moments))
+        timelines = list(map(_timeline, moments))
+        relevance = self._relevance_column(candidates, best)
+        lowered = [0.0] * count
         if options.supersession_penalty > 0 or options.supersession_inherits:
-            for older, newer in _versions(candidates, options):
+            first = options.supersession_candidates
+            versions = implicit_versions(
+                fields[:first],
+                ticks[:first],
+                timelines[:first],
+                list(map(_vector, candidates[:first])),
+                options.supersession_similarity,
+                options.supersession_standing,
+            )
+            for older, newer in versions:
                 # The newer version answers whatever the older one answered: it takes the
                 # older one's relevance ("Who owns the inn?" finds "Mira owns the inn" by
                 # its words; "Mira sold her tavern to Bertram", its newer version, answers).
                 if options.supersession_inherits:
                     relevance[newer] = max(relevance[newer], relevance[older])
-                superseded.add(older)
-        memories = list(map(_memory, candidates))
-        recency = list(map(recency_of, repeat(query), candidates))
-        # The terms as float64 columns: numpy's elementwise multiply, add and subtract are
-        # the IEEE operations Python's floats make, in the same order, so every base value
-        # is the float of the per-candidate expression
+                lowered[older] = options.supersession_penalty
+        recency = self._recency_column(query, candidates, ticks, timelines)
+        # Every base value is the float of the per-candidate expression, its IEEE operations
+        # in this order (as the float64 columns computed it before):
         #   w_rel · relevance + w_imp · importance + w_rec · recency − penalty (or − 0.0).
-        base_column = (
-            options.relevance_weight * np.array(relevance, np.float64)
-            + options.importance_weight * np.array(list(map(_importance, memories)), np.float64)
-            + options.recency_weight * np.array(recency, np.float64)
-        )
-        lowered = np.zeros(len(candidates), np.float64)
-        if superseded:
-            lowered[list(superseded)] = options.supersession_penalty
-        base: list[float] = (base_column - lowered).tolist()
-        traits = list(
-            zip(
-                map(_scope, memories),
-                map(_kind, memories),
-                map(frozenset, map(_tags, memories)),
-                strict=True,
+        relevance_weight = options.relevance_weight
+        importance_weight = options.importance_weight
+        recency_weight = options.recency_weight
+        base = [
+            relevance_weight * term
+            + importance_weight * importance
+            + recency_weight * recent
+            - down
+            for term, importance, recent, down in zip(
+                relevance, map(_importance, fields), recency, lowered, strict=True
             )
-        )
-        rounds = min(len(candidates), options.maximum_greedy_selections)
-        chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
+        ]
+        rounds = min(count, options.maximum_greedy_selections)
+        marks = list(map(_traits, fields))  # (scope, kind, tags as given)
+        if marks.count(marks[0]) == count:
+            # One trait set (an NPC's memories of one scope and kind): equal tag tuples are
+            # equal tag sets, so greedy_order would find one group.
+            scope, kind, tags = marks[0]
+            trait = (scope, kind, frozenset(tags))
+            lowest = options.diversity_penalty * _shared(trait, trait)
+            chosen = _one_group_order(base, lowest, rounds)
+        else:
+            traits = [(scope, kind, frozenset(tags)) for scope, kind, tags in marks]
+            chosen = greedy_order(traits, base, options.diversity_penalty, rounds)
         return [candidates[i] for i in chosen]
 
+    def _relevance_column(self, candidates: Sequence[FusedCandidate], best: float) -> list[float]:
+        """:meth:`relevance` of every candidate, as floats (as a float64 column held them)."""
+        if getattr(self.relevance, "__func__", None) is not _RELEVANCE:
+            return list(map(float, map(self.relevance, candidates, repeat(best))))
+        if self.options.relevance == "absolute":
+            return list(map(float, map(_relevance, candidates)))
+        if best > 0:
+            return list(map(float, map(operator.truediv, map(_score, candidates), repeat(best))))
+        return [0.0] * len(candidates)
+
+    def _recency_column(
+        self,
+        query: GameMemoryQuery,
+        candidates: Sequence[FusedCandidate],
+        ticks: list[int],
+        timelines: list[str],
+    ) -> list[float]:
+        """:meth:`recency` of every candidate (whose moments are ``ticks`` on ``timelines``)."""
+        if getattr(self.recency, "__func__", None) is not _RECENCY:
+            return list(map(float, map(self.recency, repeat(query), candidates)))
+        at = query.at_or_before
+        if at is None:
+            return [0.0] * len(candidates)
+        at_timeline, at_tick = at.timeline_id, at.tick
+        half_life = self.options.recency_half_life_ticks
+        return [
+            0.0
+            if at_timeline != timeline or tick > at_tick
+            else math.pow(0.5, (at_tick - tick) / half_life)
+            for tick, timeline in zip(ticks, timelines, strict=True)
+        ]
+
+
+_RELEVANCE = GameAwareMemoryReranker.relevance
+_RECENCY = GameAwareMemoryReranker.recency
 
 Traits = tuple[str, object, frozenset[str]]
 
 _memory = operator.attrgetter("memory")
 _vector = operator.attrgetter("vector")
-_importance = operator.attrgetter("importance")
-_scope = operator.attrgetter("scope")
-_kind = operator.attrgetter("kind")
-_tags = operator.attrgetter("tags")
-_owner = operator.attrgetter("owner_id")
-_timeline = operator.attrgetter("moment.timeline_id")
-_tick = operator.attrgetter("moment.tick")
-_belief_key = operator.attrgetter("belief_key")
+_score = operator.attrgetter("score")
+_relevance = operator.attrgetter("relevance")
+_fields = operator.attrgetter("__dict__")
+_moment = operator.itemgetter("moment")
+_importance = operator.itemgetter("importance")
+_tick = operator.itemgetter("tick")
+_timeline = operator.itemgetter("timeline_id")
+_traits = operator.itemgetter("scope", "kind", "tags")
 _second = operator.itemgetter(1)
 
 
@@ -223,19 +279,51 @@ def greedy_order(
     shares with an index already picked; the unpicked follow in index order. ``base``
     holds finite values (bounded weights times terms in [0, 1]) and ``penalty ≥ 0``.
 
-    Two exact ways, by how many distinct trait sets the candidates have: few (the common
-    case: one scope and kind, no or few tags), :func:`_grouped_order`; more,
-    :func:`_lazy_order`.
+    Exact ways by how many distinct trait sets the candidates have: one (the common case:
+    one scope and kind, the same tags), :func:`_one_group_order`; few, :func:`_grouped_order`;
+    more, :func:`_lazy_order`.
     """
-    grouped: dict[Traits, list[int]] = {}
     if traits and traits.count(traits[0]) == len(traits):
-        grouped[traits[0]] = list(range(len(traits)))  # one trait set (the common case)
-    else:
-        for index, trait in enumerate(traits):
-            grouped.setdefault(trait, []).append(index)
+        # One trait set (the common case).
+        return _one_group_order(base, penalty * _shared(traits[0], traits[0]), rounds)
+    grouped: dict[Traits, list[int]] = {}
+    for index, trait in enumerate(traits):
+        grouped.setdefault(trait, []).append(index)
     if len(grouped) <= _FEW_GROUPS:
         return _grouped_order(grouped, base, penalty, rounds)
     return _lazy_order(traits, base, penalty, rounds)
+
+
+def _shared(a: Traits, b: Traits) -> int:
+    """How many traits two candidates share: tags, plus one for the scope, one for the kind."""
+    return len(a[2] & b[2]) + (a[0] == b[0]) + (a[1] == b[1])
+
+
+def _one_group_order(base: Sequence[float], lowered: float, rounds: int) -> list[int]:
+    """The picks of :func:`_grouped_order` when every candidate has the same traits, and
+    ``lowered`` is ``penalty`` times what each shares with itself.
+
+    The first round picks the highest ``base`` (the lowest index among equal values:
+    ``max`` keeps the first of equal values and ``index`` finds it), as that pass does from
+    its group ordered by ``(−base, index)``; from then on every candidate's overlap is
+    final, ``lowered``, so the rounds left pick in the order of
+    ``(−(base − lowered), index)`` (:func:`_finish_group`) and the unpicked follow in index
+    order. One sort instead of two, and no groups built.
+    """
+    count = len(base)
+    if count == 0 or rounds < 1:
+        return list(range(count))
+    first = base.index(max(base))
+    rest = [*range(first), *range(first + 1, count)]
+    if rounds == 1:
+        return [first, *rest]
+    # A stable sort of ascending indexes by −(base − lowered) alone keeps equal values in
+    # index order: the order of (−(base − lowered), index), with float keys compared
+    # directly instead of tuples.
+    keys = list(map(operator.neg, map(operator.sub, base, repeat(lowered))))
+    rest.sort(key=keys.__getitem__)
+    picked = rounds - 1
+    return [first, *rest[:picked], *sorted(rest[picked:])]
 
 
 def _grouped_order(
@@ -258,7 +346,7 @@ def _grouped_order(
     overlap = [0] * len(kinds)
     lowered = [penalty * 0] * len(kinds)
     picked = [False] * len(kinds)
-    shared = [[len(a[2] & b[2]) + (a[0] == b[0]) + (a[1] == b[1]) for b in kinds] for a in kinds]
+    shared = [[_shared(a, b) for b in kinds] for a in kinds]
     left = sum(1 for indexes in members if indexes)
     chosen: list[int] = []
     while len(chosen) < rounds:
@@ -362,189 +450,21 @@ def _shared_traits(traits: Sequence[Traits]) -> npt.NDArray[np.int64]:
     return shared
 
 
-#: Word sets of recently compared texts (see :func:`_text_words`).
-WORD_CACHE_ENTRIES = 4_096
-
-
-@functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
-def _text_words(text: str) -> npt.NDArray[np.int64]:
-    """The distinct tokens of ``text`` as a sorted array of their 64-bit string hashes.
-
-    Cached: the same memories are compared recall after recall (an NPC's recent
-    candidates), and tokenizing 32 of them per recall cost more than the rest of the
-    reranker. Bounded by :data:`WORD_CACHE_ENTRIES` texts (each at most 4,096 tokens);
-    keyed by the text itself, so a memory is never given another's words. Two distinct
-    words share a hash with a probability of about 2⁻⁶⁴ per pair (it would count them as
-    one shared word in one overlap); the arrays let one call compare all pairs' words.
-    """
-    words = np.array(sorted({hash(token) for token in tokenize(text)}), np.int64)
-    words.flags.writeable = False
-    return words
-
-
-@functools.lru_cache(maxsize=512)
-def _upper_indices(size: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
-    """``np.triu_indices(size, 1)``, cached: at most 512 sizes (the candidates compared)."""
-    return np.triu_indices(size, 1)
-
-
 def _versions(
     candidates: Sequence[FusedCandidate], options: GameAwareMemoryRerankerOptions
 ) -> list[tuple[int, int]]:
-    """``(older, newer)`` index pairs among the first candidates that are versions of one belief.
-
-    Two memories are versions when neither carries a ``belief_key`` (the game names those
-    versions itself), they share owner and timeline, the newer has a later tick, and they
-    are alike: their cosine is at least ``supersession_similarity`` and
-    stands ``supersession_standing`` deviations above the mean cosine of the candidates'
-    pairs (when there are pairs enough to stand that far), or, when either has no vector,
-    the overlap of their words is at least ``supersession_similarity``. Sorted by the older
-    one's tick (then index), so a chain of versions hands its relevance on to the newest.
-
-    At 32 candidates the fixed cost of each numpy call, not the arithmetic, is what a recall
-    pays, so work that cannot change the answer is skipped: the cosines' mean and deviation
-    when no pair's cosine reaches ``supersession_similarity`` (the standing can only raise
-    the threshold); the words when ``supersession_similarity`` is 0 (every overlap
-    passes); the word overlaps when a bound shows no pair can reach it (``_alike_words``).
-    """
+    """``(older, newer)`` index pairs among the first ``supersession_candidates`` that are
+    versions of one belief (:func:`game_memory.recall.versions.implicit_versions`), as
+    :meth:`GameAwareMemoryReranker.rank` finds them, from the candidates alone (``rank``
+    reads the same columns once for all its terms). The equivalence tests call it."""
     first = candidates[: options.supersession_candidates]
-    n = len(first)
-    if n < 2:
-        return []
-    # A memory the game gave a belief_key has its versions named by the game (the store
-    # recalls only the newest): it is never taken for a version of anything else, nor
-    # anything else for a version of it, so it gets a group of its own.
-    memories = list(map(_memory, first))
-    keys: list[tuple[str, str] | int] = list(
-        zip(map(_owner, memories), map(_timeline, memories), strict=True)
+    fields = list(map(_fields, map(_memory, first)))
+    moments = list(map(_fields, map(_moment, fields)))
+    return implicit_versions(
+        fields,
+        list(map(_tick, moments)),
+        list(map(_timeline, moments)),
+        list(map(_vector, first)),
+        options.supersession_similarity,
+        options.supersession_standing,
     )
-    beliefs = list(map(_belief_key, memories))
-    if beliefs.count(None) < n:
-        keys = [key if belief is None else index
-                for index, (key, belief) in enumerate(zip(keys, beliefs, strict=True))]  # fmt: skip
-    ticks = np.array(list(map(_tick, memories)), np.int64)
-    # [older, newer]: same owner and timeline, the newer strictly later. When every key is
-    # the first one (one owner and timeline, no belief_key: an NPC's own recall) there is
-    # one group and the tick order alone decides.
-    ordered = ticks[None, :] > ticks[:, None]
-    if keys.count(keys[0]) < n:
-        code = {key: index for index, key in enumerate(keys)}
-        group = np.array([code[key] for key in keys], np.int64)
-        ordered &= group[None, :] == group[:, None]
-    if not ordered.any():
-        return []
-    similarity = options.supersession_similarity
-    found: list[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]] = []
-    # Pairs of two candidates with a vector compare their cosines (a candidate only the
-    # lexical channel returned has none: its pairs fall back to the overlap of words).
-    vectors = list(map(_vector, first))
-    vectored = list(itertools.compress(range(n), map(operator.is_not, vectors, repeat(None))))
-    pending: npt.NDArray[np.bool_] | None = ordered
-    if len(vectored) > 1:
-        rows = np.array(vectored, np.intp)
-        square = (rows[:, None], rows)
-        paired = ordered[square]
-        if len(vectored) == n:
-            pending = None
-        else:
-            pending = ordered.copy()
-            pending[square] = False
-        if paired.any():
-            alike = _alike_vectors([vectors[index] for index in vectored], paired, options)
-            if alike is not None:
-                older, newer = np.nonzero(alike)
-                found.append((rows[older], rows[newer]))
-    if pending is not None and pending.any():
-        if similarity <= 0.0:
-            # Every overlap, even of two memories without words (0), is at least 0.
-            older, newer = np.nonzero(pending)
-            found.append((older, newer))
-        else:
-            involved = np.flatnonzero((pending | pending.T).any(axis=0))
-            if len(involved) < n:
-                pending = pending[involved[:, None], involved]
-            alike = _alike_words([memories[index] for index in involved], similarity)
-            if alike is not None:
-                older, newer = np.nonzero(pending & alike)
-                found.append((involved[older], involved[newer]))
-    if not found:
-        return []
-    older = np.concatenate([pair[0] for pair in found])
-    newer = np.concatenate([pair[1] for pair in found])
-    order = np.lexsort((newer, older, ticks[older]))
-    return [(int(older[i]), int(newer[i])) for i in order]
-
-
-def _alike_vectors(
-    vectors: list[npt.NDArray[np.float32] | None],
-    paired: npt.NDArray[np.bool_],
-    options: GameAwareMemoryRerankerOptions,
-) -> npt.NDArray[np.bool_] | None:
-    """Which ``paired`` pairs of ``vectors`` (all given) are alike, or ``None`` if none.
-
-    The threshold is ``supersession_similarity``, raised to the mean of the upper-triangle
-    cosines plus ``supersession_standing`` deviations when there are pairs enough to stand
-    that far. It is never below ``supersession_similarity``, so when no paired cosine
-    reaches that, none reaches the threshold and the mean and deviation are not computed;
-    when one does, they are computed as always (the same reductions of the same values).
-    """
-    stacked = np.array(vectors, np.float32)
-    gram = (stacked @ stacked.T).astype(np.float64)
-    needed = options.supersession_similarity
-    alike = paired & (gram >= needed)
-    if not alike.any():
-        return None
-    # Among p pairs the most alike stands at most sqrt(p − 1) deviations out: with too
-    # few pairs to reach the standing asked for, the absolute similarity alone decides.
-    count = len(vectors) * (len(vectors) - 1) // 2
-    if 0.0 < options.supersession_standing <= math.sqrt(count - 1):
-        upper = gram[_upper_indices(len(vectors))]
-        needed = max(needed, float(upper.mean() + options.supersession_standing * upper.std()))
-        alike = paired & (gram >= needed)
-    return alike
-
-
-def _alike_words(memories: list[GameMemory], similarity: float) -> npt.NDArray[np.bool_] | None:
-    """Which two ``memories`` share words enough: overlap (shared / all distinct words of
-    the two, a float64 division of the two counts) at least ``similarity`` (above 0). The
-    diagonal is not meaningful. ``None`` when no two can reach it.
-
-    The shared counts come from one product of a word-incidence matrix whose columns are
-    only the words more than one memory holds (a word of one memory adds to no pair): a
-    few dozen columns instead of every distinct word, found from one sort of all the
-    words. Counts and sums are small integers, exact in float64, so each overlap is the
-    same float as from a full incidence matrix.
-
-    Before the product, a bound: a memory with ``L`` words of which ``r`` are held by
-    another memory shares at most ``r`` with any other, whose union with it has at least
-    ``L`` words, so each of its overlaps is at most ``r / L``; rounding is monotone, so no
-    computed overlap exceeds the computed ``r / L`` either. A pair passes only if both of
-    its memories' bounds reach ``similarity``: with fewer than two such memories, none does.
-    """
-    held = [_text_words(memory.searchable_text or memory.payload_json) for memory in memories]
-    words = np.concatenate(held)
-    in_order = np.sort(words)
-    repeated = in_order[1:][in_order[1:] == in_order[:-1]]
-    if not len(repeated):
-        return None  # no word in two memories: every overlap is 0
-    # Each occurrence of a repeated word maps to its first place in ``repeated`` (a word
-    # of k memories is repeated k − 1 times there; its later columns stay empty).
-    column = np.searchsorted(repeated, words)
-    np.minimum(column, len(repeated) - 1, out=column)
-    many = repeated[column] == words
-    lengths = list(map(len, held))
-    holder = np.repeat(np.arange(len(held)), lengths)[many]
-    # At least 1: a memory without words shares none (r = 0), and 0 / 1 is 0.
-    sizes = np.maximum(np.array(lengths, np.float64), 1.0)
-    reach = np.bincount(holder, minlength=len(held)) / sizes
-    if np.count_nonzero(reach >= similarity) < 2:
-        return None
-    incidence = np.zeros((len(held), len(repeated)), np.float64)
-    incidence[holder, column[many]] = 1.0
-    shared = incidence @ incidence.T
-    # Every union is the true one, except with a memory without words (counted as 1
-    # word): that shares 0 with every memory, and 0 over any union is 0, as before.
-    union = sizes[:, None] + sizes[None, :] - shared
-    overlap = shared / union
-    alike: npt.NDArray[np.bool_] = overlap >= similarity
-    return alike
