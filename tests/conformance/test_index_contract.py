@@ -316,3 +316,22 @@ async def test_cached_vectors_answer_only_what_join_and_vectors_would(
     assert index.cached_vectors(grown, V2.identity) is None  # an identity never written
     await index.aclose()
     assert index.cached_vectors(grown, V1.identity) is None  # closed: never an answer
+
+
+async def test_write_now_writes_what_write_writes_or_nothing(
+    index: VectorIndex, make_memory: MemoryFactory
+) -> None:
+    """``False`` (nothing written) is always allowed; ``True`` means the very records and
+    rows :meth:`write` would have written."""
+    memories = [make_memory(f"m{i}", text=f"cat {i}") for i in range(4)]
+    index.write(memories[:2], embed(memories[:2]), V1.identity)
+    index.vectors(index.join(view(memories[:2]), V1.identity), V1.identity)  # held now
+    if not index.write_now(memories[2:3], embed(memories[2:3]), V1.identity):
+        index.write(memories[2:3], embed(memories[2:3]), V1.identity)
+    index.write(memories[3:], embed(memories[3:]), V1.identity)
+    rows = scored_rows(index, view(memories))
+    assert {k: v.tobytes() for k, v in rows.items()} == {
+        m.memory_id: embed([m])[0].tobytes() for m in memories
+    }
+    assert counts(index, view(memories)) == (4, 0, 0, 0, 0)
+    assert not index.write_now([], np.empty((0, 32), np.float32), V1.identity)

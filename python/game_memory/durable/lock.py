@@ -68,6 +68,34 @@ class ProcessLock:
             raise
         self._fd = fd
 
+    def try_acquire(self) -> bool:
+        """Take the lock if no thread or process holds it, without waiting; whether taken.
+
+        Raises:
+            PersistenceError: the lock file cannot be opened (as :meth:`acquire`).
+        """
+        if not self._thread_lock.acquire(blocking=False):
+            return False
+        try:
+            fd = os.open(
+                self._path,
+                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC,
+                0o644,
+            )
+        except OSError as exc:
+            self._thread_lock.release()
+            raise PersistenceError(
+                f"could not open the lock file {self._path}: {exc.strerror or exc}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by another process (or refused): not taken
+            os.close(fd)
+            self._thread_lock.release()
+            return False
+        self._fd = fd
+        return True
+
     def release(self) -> None:
         """Release the lock (closing the descriptor drops the ``flock``)."""
         fd, self._fd = self._fd, None

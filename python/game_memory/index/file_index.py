@@ -248,6 +248,50 @@ class FileVectorMemoryIndex:
                     self._durable,
                 )
 
+    def write_now(
+        self,
+        memories: Sequence[GameMemory],
+        vectors: FloatMatrix,
+        identity: MemoryEmbeddingIdentity,
+    ) -> bool:
+        """:meth:`write` of one partition's memories when it needs no wait: the index open,
+        the identity known, the partition cached and current (nothing to read), the writer
+        lock free, and writes not fsynced (``durable_writes`` off). Then the same records
+        and rows are written as :meth:`write` writes them, and the same errors raised;
+        otherwise nothing is done and ``False`` returned (call :meth:`write` off the loop).
+        """
+        if self._closed or not self._opened or self._durable or not memories:
+            return False
+        engine = self._engine
+        code = engine.known_identity_code(identity)
+        groups = _groups(memories)
+        if code is None or len(groups) != 1:
+            return False
+        session_hash, owner_hash = next(iter(groups))
+        rows = np.asarray(vectors)
+        if rows.shape != (len(memories), identity.dimensions) or not np.isfinite(rows).all():
+            return False  # write() names the error
+        if engine.cached_partition(session_hash, owner_hash) is None:
+            return False
+        lock = engine.locked()
+        if not lock.try_acquire():
+            return False
+        try:
+            digests = self._digests.get_many(memories)
+            current = self._check_capacity(session_hash, owner_hash, digests)
+            engine.append_ready(
+                current,
+                session_hash,
+                owner_hash,
+                code,
+                rows.astype(np.float32, copy=False),
+                digests,
+                False,
+            )
+        finally:
+            lock.release()
+        return True
+
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
         """Record that ``memories`` have no usable vector (blocking; under the index lock).
 

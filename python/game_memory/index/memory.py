@@ -291,6 +291,16 @@ class InMemoryVectorIndex:
                     ]
                 )
 
+    def write_now(
+        self,
+        memories: Sequence[GameMemory],
+        vectors: FloatMatrix,
+        identity: MemoryEmbeddingIdentity,
+    ) -> bool:
+        """Always ``False``: an in-memory write takes the index's lock, which another
+        thread may hold, so it is made by :meth:`write` off the loop."""
+        return False
+
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
         """Record that ``memories`` have no usable vector (``FAILED`` or ``PENDING``).
 

@@ -120,6 +120,22 @@ class VectorIndex(Protocol):
         """
         ...
 
+    def write_now(
+        self,
+        memories: Sequence[GameMemory],
+        vectors: FloatMatrix,
+        identity: MemoryEmbeddingIdentity,
+    ) -> bool:
+        """:meth:`write`, on the event loop, when it needs no wait; whether it wrote.
+
+        An implementation writes here only when that takes no more than a few unsynced
+        writes to files it holds open or cached: nothing to read first, no lock to wait for,
+        nothing to fsync. It then writes and raises exactly as :meth:`write`. ``False``
+        (nothing done) is always a correct answer: the caller then calls :meth:`write` off
+        the loop.
+        """
+        ...
+
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
         """Record that ``memories`` have no usable vector (``FAILED`` or ``PENDING``, with a
         diagnostic code), so status counts them and a rebuild retries them."""

@@ -289,6 +289,16 @@ class PostgresVectorIndex:
 
         self._call("writing vectors", write)
 
+    def write_now(
+        self,
+        memories: Sequence[GameMemory],
+        vectors: FloatMatrix,
+        identity: MemoryEmbeddingIdentity,
+    ) -> bool:
+        """Always ``False``: a write is a database round trip, made by :meth:`write` off
+        the event loop."""
+        return False
+
     def mark(self, memories: Sequence[GameMemory], state: EntryState, code: str) -> None:
         """Record that ``memories`` have no usable vector (one transaction per partition)."""
 
