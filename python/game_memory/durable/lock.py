@@ -38,21 +38,7 @@ class ProcessLock:
         deadline = time.monotonic() + self._timeout
         if not self._thread_lock.acquire(timeout=self._timeout):
             raise self._busy()
-        try:
-            fd = os.open(
-                self._path,
-                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC,
-                0o644,
-            )
-        except OSError as exc:
-            self._thread_lock.release()
-            if exc.errno == errno.ELOOP:
-                raise PersistenceError(
-                    f"refusing to use the lock file {self._path}: it is a symbolic link"
-                ) from exc
-            raise PersistenceError(
-                f"could not open the lock file {self._path}: {exc.strerror or exc}"
-            ) from exc
+        fd = self._open()
         try:
             while True:
                 try:
@@ -76,25 +62,34 @@ class ProcessLock:
         """
         if not self._thread_lock.acquire(blocking=False):
             return False
+        fd = self._open()
         try:
-            fd = os.open(
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held by another process (or refused: acquire() names why)
+            os.close(fd)
+            self._thread_lock.release()
+            return False
+        self._fd = fd
+        return True
+
+    def _open(self) -> int:
+        """Open the lock file (this thread holds the thread lock); on failure release the
+        thread lock and raise ``PersistenceError``."""
+        try:
+            return os.open(
                 self._path,
                 os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC,
                 0o644,
             )
         except OSError as exc:
             self._thread_lock.release()
+            if exc.errno == errno.ELOOP:
+                raise PersistenceError(
+                    f"refusing to use the lock file {self._path}: it is a symbolic link"
+                ) from exc
             raise PersistenceError(
                 f"could not open the lock file {self._path}: {exc.strerror or exc}"
             ) from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held by another process (or refused): not taken
-            os.close(fd)
-            self._thread_lock.release()
-            return False
-        self._fd = fd
-        return True
 
     def release(self) -> None:
         """Release the lock (closing the descriptor drops the ``flock``)."""
