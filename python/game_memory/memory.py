@@ -21,6 +21,7 @@ recall pipeline):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -204,7 +205,8 @@ class VectorMemoryStore(MemoryOverTime):
         append's path into the index (about 0.25 ms)."""
         if not self._pool_started and self._embedder is not None:
             self._pool_started = True
-            self._executor.submit(_started)
+            with contextlib.suppress(RuntimeError):  # shut down by a racing close: the
+                self._executor.submit(_started)  # work's own hop names that
 
     async def _run(self, function: Callable[[], _T]) -> _T:
         """Run ``function`` in this object's thread pool and await its result (as the file
