@@ -110,7 +110,7 @@ class IndexEngine(IndexLayout):
             cached = self._partitions.get(key)
         whole = info.st_size // ENTRY_BYTES * ENTRY_BYTES
         base = cached if cached is not None and cached.inode == info.st_ino else None
-        if base is not None and base.size == whole and base.changed == info.st_ctime_ns:
+        if base is not None and _unchanged(base, info):
             return base
         if base is not None and (
             base.size > whole or (base.records and self._first_tag(path) != base.tag)
@@ -143,14 +143,7 @@ class IndexEngine(IndexLayout):
             return None
         with self._cache_lock:
             cached = self._partitions.get((session_hash, owner_hash))
-        if (
-            cached is None
-            or cached.inode != info.st_ino
-            or cached.size != info.st_size // ENTRY_BYTES * ENTRY_BYTES
-            or cached.changed != info.st_ctime_ns
-        ):
-            return None
-        return cached
+        return cached if cached is not None and _unchanged(cached, info) else None
 
     def cached_matrix(
         self, partition: IndexPartition, code: int, dimensions: int
@@ -520,6 +513,16 @@ class IndexEngine(IndexLayout):
             self._partitions.pop((session_hash, owner_hash), None)
             for key in [k for k in self._row_buffers if k[:2] == (session_hash, owner_hash)]:
                 del self._row_buffers[key]
+
+
+def _unchanged(cached: IndexPartition, info: os.stat_result) -> bool:
+    """Whether ``info`` (an ``lstat`` of the entries file) is the file ``cached`` was read
+    from, as it was: the same inode, the same whole records, the same change time."""
+    return (
+        cached.inode == info.st_ino
+        and cached.size == info.st_size // ENTRY_BYTES * ENTRY_BYTES
+        and cached.changed == info.st_ctime_ns
+    )
 
 
 def _trust_stamp(buffer: RowBuffer, partition: IndexPartition, code: int) -> None:

@@ -224,11 +224,11 @@ class FileVectorMemoryIndex:
             InvalidArgumentError: ``vectors`` is not one finite row of ``identity``'s width
                 per memory.
         """
-        rows = np.asarray(vectors)
-        if rows.shape != (len(memories), identity.dimensions) or not np.isfinite(rows).all():
+        rows = _rows(memories, vectors, identity)
+        if rows is None:
             raise InvalidArgumentError(
                 f"write takes one finite row of {identity.dimensions} values per memory; got "
-                f"an array of shape {rows.shape} for {len(memories)} memories"
+                f"an array of shape {np.shape(vectors)} for {len(memories)} memories"
             )
         engine = self.engine
         with engine.locked():
@@ -268,8 +268,8 @@ class FileVectorMemoryIndex:
         if code is None or len(groups) != 1:
             return False
         session_hash, owner_hash = next(iter(groups))
-        rows = np.asarray(vectors)
-        if rows.shape != (len(memories), identity.dimensions) or not np.isfinite(rows).all():
+        rows = _rows(memories, vectors, identity)
+        if rows is None:
             return False  # write() names the error
         if engine.cached_partition(session_hash, owner_hash) is None:
             return False
@@ -494,6 +494,17 @@ class FileVectorMemoryIndex:
         if self._opened:
             await asyncio.to_thread(self._engine.stamp_written)
         self._closed = True
+
+
+def _rows(
+    memories: Sequence[GameMemory], vectors: FloatMatrix, identity: MemoryEmbeddingIdentity
+) -> np.ndarray | None:
+    """``vectors`` as an array when it is one finite row of ``identity``'s width per memory,
+    else ``None``."""
+    rows = np.asarray(vectors)
+    if rows.shape != (len(memories), identity.dimensions) or not np.isfinite(rows).all():
+        return None
+    return rows
 
 
 def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:
