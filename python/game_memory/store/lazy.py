@@ -159,6 +159,11 @@ class LazyPositions(Mapping[str, int]):
         return built
 
     @property
+    def ids(self) -> Sequence[str]:
+        """The ids in append order (as given: a read file's, often packed)."""
+        return self._ids
+
+    @property
     def built(self) -> bool:
         """Whether the dict was built yet."""
         return self._built is not None

@@ -27,6 +27,7 @@ from game_memory.model import GameMemory
 from game_memory.store.columns import PredicateColumns
 from game_memory.store.covered_stamps import Identity, read_covered, write_covered
 from game_memory.store.lazy import LazyMemories, LazyPositions, RecordFile
+from game_memory.store.packed_ids import joined_ids
 from game_memory.store.packs import PackIndex
 from game_memory.store.postings import LexicalIndex, TermTable
 from game_memory.store.read_files import (
@@ -221,7 +222,7 @@ def _seeded(
         opened.append(RecordFile(full, fd))
     offsets = np.concatenate([part.location_offsets for part in parts]).astype(np.int64)
     lengths = np.concatenate([part.location_lengths for part in parts])
-    ids = [memory_id for part in parts for memory_id in part.ids]
+    ids = joined_ids([part.ids for part in parts])
     count = len(ids)
     if not count:
         return None

@@ -41,7 +41,9 @@ old file, the new one, or a temporary file readers never look at.
 load has checked them all, a stamp ``o-<sha256(owner)>.verified`` beside the read file
 records the read file's identity (device, inode, size, modification and change times, as
 ``fstat`` saw it before the check) and its header's CRC-32; a later load of the very same
-file (equal identity and header CRC) skips the arrays' CRCs. The stamp is written only
+file (equal identity and header CRC) skips the arrays' CRCs and the checks that scan an
+array's values (postings and tags name memories the part holds, locations name files it
+covers: the checked load made them on these very bytes). The stamp is written only
 after the read file is fsynced (its bytes as checked are then durable: a power loss cannot
 give the stamped file other bytes) and only if the file's identity did not change while it
 was checked and synced; the stamp itself is written atomically and durably (temporary file,
@@ -82,6 +84,7 @@ import numpy.typing as npt
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
+from game_memory.store.packed_ids import PackedIds, unpacked_ids
 from game_memory.store.read_stamps import map_file, read_stamp, stamp_path, write_stamp
 
 __all__ = [
@@ -186,7 +189,7 @@ class Part:
     start: int
     count: int
     files: tuple[Covered, ...]
-    ids: list[str]
+    ids: Sequence[str]
     location_files: npt.NDArray[np.uint32]
     location_offsets: npt.NDArray[np.int64]
     location_lengths: npt.NDArray[np.uint32]
@@ -482,7 +485,11 @@ def _decode(
         tag_documents.size
     ):
         raise ValueError("its tag columns do not match their table")
-    if tag_documents.size and (int(tag_documents.min()) < first or int(tag_documents.max()) >= end):
+    if (
+        verify
+        and tag_documents.size
+        and (int(tag_documents.min()) < first or int(tag_documents.max()) >= end)
+    ):
         raise ValueError("a tag names a memory the part does not hold")
     term_offsets = arrays["term_offsets"].astype(np.int64)
     posting_offsets = arrays["posting_offsets"].astype(np.int64)
@@ -495,12 +502,13 @@ def _decode(
         posting_offsets.size and int(posting_offsets[-1]) != documents.size
     ):
         raise ValueError("its postings do not match their terms")
-    if documents.size and (int(documents.min()) < first or int(documents.max()) >= end):
+    if verify and documents.size and (int(documents.min()) < first or int(documents.max()) >= end):
         raise ValueError("its postings name memories the part does not hold")
+    ids: Sequence[str]
     if header["ids_separated"] is True:
-        ids = arrays["id_blob"].tobytes().decode("utf-8").split("\0")
-        if ids.pop() != "":
-            raise ValueError("its ids do not end with a separator")
+        blob = arrays["id_blob"].tobytes()
+        packed = PackedIds.of_blob(blob)
+        ids = packed if packed is not None else unpacked_ids(blob)
     else:
         ids = _unstrings(arrays["id_blob"], arrays["id_offsets"])
     if any(len(entry) != 9 for entry in header["files"]):
@@ -509,7 +517,7 @@ def _decode(
     location_files = arrays["location_files"]
     if len(ids) != count or location_files.size != count:
         raise ValueError("its ids or locations do not match its count")
-    if count and int(location_files.max()) >= len(files):
+    if verify and count and int(location_files.max()) >= len(files):
         raise ValueError("a location names a file it does not cover")
     hashes, digests = arrays["hashes"].tobytes(), arrays["digests"].tobytes()
     if len(hashes) != 32 * count or len(digests) != 32 * count:

@@ -129,29 +129,37 @@ class IdPositions(Mapping[str, int]):
 
 
 class IdList(Sequence[str]):
-    """The first ``length`` ids of a list shared by the versions of a view; immutable.
+    """The first ``length`` ids of ``base`` followed by a list shared by the versions of a
+    view; immutable.
 
-    A grown view's ids extend its base's list in place when the base is its newest version
-    (nobody extended that list past it yet), so the first recall after an append no longer
-    copies every id (0.3-1.5 ms at 100k); otherwise the prefix is copied. Items before
-    ``length`` are never written again, so every version reads its own ids only.
+    ``base`` is the ids a view was restored with (a read file's, kept packed: see
+    ``packed_ids.py``), never written. A grown view's ids extend its base view's list in
+    place when the base is its newest version (nobody extended that list past it yet), so
+    the first recall after an append no longer copies every id (0.3-1.5 ms at 100k);
+    otherwise the list's prefix is copied. Items before ``length`` are never written
+    again, so every version reads its own ids only.
     """
 
-    __slots__ = ("_items", "_length")
+    __slots__ = ("_base", "_items", "_length")
 
     _extending = threading.Lock()
 
-    def __init__(self, items: list[str], length: int | None = None) -> None:
+    def __init__(
+        self, items: list[str], length: int | None = None, base: Sequence[str] = ()
+    ) -> None:
+        self._base = base
         self._items = items
-        self._length = len(items) if length is None else length
+        self._length = len(base) + len(items) if length is None else length
 
     def extended(self, more: Sequence[str]) -> IdList:
         """These ids followed by ``more``."""
+        base = self._base
+        kept = self._length - len(base)
         with IdList._extending:
-            if len(self._items) == self._length:
+            if len(self._items) == kept:
                 self._items.extend(more)
-                return IdList(self._items, len(self._items))
-        return IdList([*self._items[: self._length], *more])
+                return IdList(self._items, len(base) + len(self._items), base)
+        return IdList([*self._items[:kept], *more], None, base)
 
     @overload
     def __getitem__(self, index: int) -> str: ...
@@ -161,12 +169,16 @@ class IdList(Sequence[str]):
 
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
-            return self._items[slice(*index.indices(self._length))]
+            start, stop, step = index.indices(self._length)
+            if step == 1 and stop <= len(self._base):
+                return list(self._base[start:stop])
+            return [self[position] for position in range(start, stop, step)]
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
             raise IndexError("memory id index out of range")
-        return self._items[index]
+        restored = len(self._base)
+        return self._base[index] if index < restored else self._items[index - restored]
 
     def __len__(self) -> int:
         return self._length
@@ -177,10 +189,13 @@ class IdList(Sequence[str]):
         a few dozen ids this way, by the positions numpy chose)."""
         if indexes and (min(indexes) < 0 or max(indexes) >= self._length):
             raise IndexError("memory id index out of range")
-        return list(map(self._items.__getitem__, indexes))
+        if not self._base:
+            return list(map(self._items.__getitem__, indexes))
+        return list(map(self.__getitem__, indexes))
 
     def __iter__(self) -> Iterator[str]:
-        return itertools.islice(self._items, self._length)
+        kept = self._length - len(self._base)
+        return itertools.chain(self._base, itertools.islice(self._items, kept))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, IdList | list | tuple):
@@ -456,6 +471,8 @@ class PartitionView:
             base, self._base_ids = self._base_ids, None
         if base is not None:
             return base.extended([memory.memory_id for memory in self.memories[len(base) :]])
+        if isinstance(self.positions, LazyPositions):  # restored: the read file's ids
+            return IdList([], None, self.positions.ids)
         if isinstance(self.memories, LazyMemories):
             return IdList(list(self.positions))  # built in append order (partitions.py)
         return IdList([memory.memory_id for memory in self.memories])

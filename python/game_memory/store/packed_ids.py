@@ -1,0 +1,128 @@
+"""Memory ids kept as the one text a read file stores them in, each cut out when asked for.
+
+A read file holds a partition's ids as one blob, each id followed by a NUL. Splitting it
+made one string object per id on the first read of a save (about 0.5 ms per 10k ids, the
+largest single cost of loading a read file), yet the first recall looks at a few dozen
+ids. :class:`PackedIds` keeps the decoded text and where each id ends, and cuts an id out
+when it is read: one slice. Iterating or slicing a range splits only that range (the
+background build of the id → position dict reads it in chunks, ``lazy.LazyPositions``).
+
+Only ASCII blobs are kept packed (a character per byte, so byte offsets are character
+offsets); others are split at once (:func:`unpacked_ids`), as before.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["PackedIds", "joined_ids", "unpacked_ids"]
+
+_SEPARATOR = "\0"
+
+
+class PackedIds(Sequence[str]):
+    """``len(ends)`` ids: id ``i`` is ``text[ends[i - 1] + 1 : ends[i]]`` (from 0 for the
+    first), and ``text[ends[i]]`` is a NUL. Immutable."""
+
+    __slots__ = ("_ends", "_text")
+
+    def __init__(self, text: str, ends: npt.NDArray[np.int64]) -> None:
+        self._text = text
+        self._ends = ends
+
+    @classmethod
+    def of_blob(cls, blob: bytes) -> PackedIds | None:
+        """The ids of a blob of NUL-terminated ASCII ids; ``None`` when it holds another
+        byte above 127 (split those with :func:`unpacked_ids`).
+
+        Raises:
+            ValueError: the blob does not end with a separator (a writer ends every id
+                with one).
+        """
+        if not blob.isascii():
+            return None
+        if blob and blob[-1] != 0:
+            raise ValueError("its ids do not end with a separator")
+        ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0).astype(np.int64, copy=False)
+        return cls(blob.decode("ascii"), ends)
+
+    @classmethod
+    def joined(cls, parts: Sequence[PackedIds]) -> PackedIds:
+        """The ids of ``parts`` one after the other."""
+        ends: list[npt.NDArray[np.int64]] = []
+        shift = 0
+        for part in parts:
+            ends.append(part._ends + shift)
+            shift += len(part._text)
+        text = "".join(part._text for part in parts)
+        return cls(text, np.concatenate(ends) if ends else np.empty(0, np.int64))
+
+    def _start(self, index: int) -> int:
+        return int(self._ends[index - 1]) + 1 if index else 0
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
+        count = len(self._ends)
+        if isinstance(index, slice):
+            start, stop, step = index.indices(count)
+            if step != 1:
+                return [self[position] for position in range(start, stop, step)]
+            if start >= stop:
+                return []
+            return self._text[self._start(start) : int(self._ends[stop - 1])].split(_SEPARATOR)
+        if index < 0:
+            index += count
+        if not 0 <= index < count:
+            raise IndexError("memory id index out of range")
+        return self._text[self._start(index) : int(self._ends[index])]
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self[:])
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to ids of the same values in the same order (packed, a list, a tuple)."""
+        if isinstance(other, PackedIds):
+            return self._text == other._text
+        if isinstance(other, list | tuple):
+            return len(other) == len(self) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedIds({len(self)} ids)"
+
+
+def unpacked_ids(blob: bytes) -> list[str]:
+    """The ids of a blob of NUL-terminated UTF-8 ids, split at once.
+
+    Raises:
+        ValueError: the blob is not UTF-8 or does not end with a separator.
+    """
+    ids = blob.decode("utf-8").split(_SEPARATOR)
+    if ids.pop() != "":
+        raise ValueError("its ids do not end with a separator")
+    return ids
+
+
+def joined_ids(parts: Sequence[Sequence[str]]) -> Sequence[str]:
+    """The ids of several parts in order: a part's own ids when there is one, packed
+    when every part is, else one list."""
+    if len(parts) == 1:
+        return parts[0]
+    if parts and all(isinstance(part, PackedIds) for part in parts):
+        return PackedIds.joined([part for part in parts if isinstance(part, PackedIds)])
+    return list(itertools.chain.from_iterable(parts))
