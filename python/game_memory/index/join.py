@@ -154,7 +154,7 @@ def view_digests(
     hashes: list[bytes] = []
     contents: list[bytes] = []
     if prefix is not None and start < known:
-        blob, more = prefix.hashes, prefix.digests
+        blob, more = bytes(prefix.hashes), bytes(prefix.digests)  # bytes slices: dict keys
         hashes = [blob[at : at + 32] for at in range(start * 32, known * 32, 32)]
         contents = [more[at : at + 32] for at in range(start * 32, known * 32, 32)]
     rest = view.memories[max(start, known) :]
@@ -165,24 +165,32 @@ def view_digests(
     return hashes, contents
 
 
-def _view_blobs(view: PartitionView, digests: MemoryDigests, start: int = 0) -> tuple[bytes, bytes]:
-    """:func:`view_digests` as two byte strings (32 bytes per memory), without a list."""
+def _view_blobs(
+    view: PartitionView, digests: MemoryDigests, start: int = 0
+) -> tuple[bytes | memoryview, bytes | memoryview]:
+    """:func:`view_digests` as two byte strings (32 bytes per memory), without a list:
+    views of the read file's map when the view's memories from ``start`` are all restored."""
     prefix = view.prefix
     known = min(prefix.count, len(view)) if prefix is not None else 0
-    hashes, contents = b"", b""
+    hashes: bytes | memoryview = b""
+    contents: bytes | memoryview = b""
     if prefix is not None and start < known:
         hashes = prefix.hashes[start * 32 : known * 32]
         contents = prefix.digests[start * 32 : known * 32]
     rest = view.memories[max(start, known) :]
     if rest:
         pairs = digests.get_many(rest)
-        hashes += b"".join(hashed for hashed, _ in pairs)
-        contents += b"".join(digest for _, digest in pairs)
+        hashes = b"".join((hashes, *(hashed for hashed, _ in pairs)))
+        contents = b"".join((contents, *(digest for _, digest in pairs)))
     return hashes, contents
 
 
 def _kinds(
-    partition: IndexPartition, start: int, stop: int, contents: bytes, active: int | None
+    partition: IndexPartition,
+    start: int,
+    stop: int,
+    contents: bytes | memoryview,
+    active: int | None,
 ) -> npt.NDArray[np.int64]:
     """The class of slots ``start..stop``, each the entry of the view's memory at its slot
     (``contents``: those memories' digests)."""
@@ -198,7 +206,7 @@ def _kinds(
     ).astype(np.int64)
 
 
-def _same_bytes(stored: bytes | memoryview, wanted: bytes) -> bool:
+def _same_bytes(stored: bytes | memoryview, wanted: bytes | memoryview) -> bool:
     """Whether ``stored`` (an index partition's bytes, a read-only view of its columns,
     ``index/columns.py``) holds exactly ``wanted``.
 

@@ -132,7 +132,9 @@ class LazyPositions(Mapping[str, int]):
     CHUNK = 2_048
     PAUSE = 0.000_5
 
-    def __init__(self, ids: Sequence[str], where: str, hashes: bytes | None = None) -> None:
+    def __init__(
+        self, ids: Sequence[str], where: str, hashes: bytes | memoryview | None = None
+    ) -> None:
         self._ids = ids
         self._where = where
         self._built: dict[str, int] | None = None
@@ -254,7 +256,7 @@ class LazyPositions(Mapping[str, int]):
         return len(self._ids)
 
 
-def _hash_keys(ids: Sequence[str], hashes: bytes) -> npt.NDArray[np.uint32] | None:
+def _hash_keys(ids: Sequence[str], hashes: bytes | memoryview) -> npt.NDArray[np.uint32] | None:
     """The first 4 bytes of each id's 32-byte hash, contiguous for the compare; ``None``
     when a sample of the ids (65 spread over the list, first and last included) does not
     hash to what ``hashes`` says: a read file whose hashes do not line up with its ids

@@ -322,8 +322,11 @@ def _prefix(parts: Sequence[Part], count: int) -> ReadPrefix:
         ],
         count,
     )
-    hashes = b"".join(part.hashes for part in parts)
-    digests = b"".join(part.digests for part in parts)
+    if len(parts) == 1:  # the part's own views of its map: nothing copied
+        hashes, digests = parts[0].hashes, parts[0].digests
+    else:
+        hashes = b"".join(part.hashes for part in parts)
+        digests = b"".join(part.digests for part in parts)
     return ReadPrefix(count, columns, lexical, _scan_of(parts[-1].scan), hashes, digests)
 
 

@@ -193,8 +193,8 @@ class Part:
     location_files: npt.NDArray[np.uint32]
     location_offsets: npt.NDArray[np.int64]
     location_lengths: npt.NDArray[np.uint32]
-    hashes: bytes
-    digests: bytes
+    hashes: bytes | memoryview
+    digests: bytes | memoryview
     columns: dict[str, npt.NDArray[Any]]
     tables: dict[str, list[str]]
     term_blob: bytes
@@ -519,7 +519,8 @@ def _decode(
         raise ValueError("its ids or locations do not match its count")
     if verify and count and int(location_files.max()) >= len(files):
         raise ValueError("a location names a file it does not cover")
-    hashes, digests = arrays["hashes"].tobytes(), arrays["digests"].tobytes()
+    # Views of the map, not copies: the first recall compares them once (index/join.py).
+    hashes, digests = arrays["hashes"].data, arrays["digests"].data
     if len(hashes) != 32 * count or len(digests) != 32 * count:
         raise ValueError("its digests do not match its count")
     part = Part(

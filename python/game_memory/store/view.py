@@ -216,15 +216,16 @@ class ReadPrefix:
     the partition's read file (``read_files.py``) instead of computed from the memories.
 
     ``hashes`` and ``digests`` are 32 bytes per memory: ``sha256(memory_id)`` and the content
-    digest the derived vector index compares (``index/entries.py``).
+    digest the derived vector index compares (``index/entries.py``); read-only views of the
+    read file's map when restored from one part (nothing copied at open).
     """
 
     count: int
     columns: PredicateColumns
     lexical: LexicalIndex
     scan: _Scan
-    hashes: bytes
-    digests: bytes
+    hashes: bytes | memoryview
+    digests: bytes | memoryview
 
 
 class _Lineage:
