@@ -118,15 +118,16 @@ class IndexEngine(IndexLayout):
             # Shrunk in place (not something a writer does), or another file that reuses
             # the inode number of a replaced one: read it whole.
             base = None
-        offset = base.size if base is not None else 0
+        if base is None:
+            return self._read_whole(session_hash, owner_hash, path)
         try:
-            read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES, offset=offset)
+            read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES, offset=base.size)
         except PersistenceError as exc:
             raise derived_error(exc) from exc
         if read is None:
             return None
         data, opened = read
-        if base is not None and opened.st_ino != base.inode:
+        if opened.st_ino != base.inode:
             return self._reload(session_hash, owner_hash, path)
         partition = self._decode(base, data, opened, session_hash, owner_hash, path)
         self._remember(key, partition)
@@ -162,7 +163,7 @@ class IndexEngine(IndexLayout):
     def _decode(
         self,
         base: IndexPartition | None,
-        data: bytes,
+        data: bytes | memoryview,
         opened: os.stat_result,
         session_hash: str,
         owner_hash: str,
@@ -194,14 +195,21 @@ class IndexEngine(IndexLayout):
     def _reload(self, session_hash: str, owner_hash: str, path: str) -> IndexPartition | None:
         with self._cache_lock:
             self._partitions.pop((session_hash, owner_hash), None)
+        return self._read_whole(session_hash, owner_hash, path)
+
+    def _read_whole(self, session_hash: str, owner_hash: str, path: str) -> IndexPartition | None:
+        """The partition decoded from its whole entries file, mapped rather than copied
+        (the columns copy what they keep, ``index/columns.py``; 10k records are 1.3 MB).
+        Writers append to an entries file, cut only a torn tail or replace it whole, so the
+        records mapped stay in the file while they are decoded."""
         try:
-            read = fs.read_file(path, _MAXIMUM_ENTRIES_BYTES)
+            with fs.mapped_file(path, _MAXIMUM_ENTRIES_BYTES) as read:
+                if read is None:
+                    return None
+                data, opened = read
+                partition = self._decode(None, data, opened, session_hash, owner_hash, path)
         except PersistenceError as exc:
             raise derived_error(exc) from exc
-        if read is None:
-            return None
-        data, opened = read
-        partition = self._decode(None, data, opened, session_hash, owner_hash, path)
         self._remember((session_hash, owner_hash), partition)
         return partition
 

@@ -168,14 +168,15 @@ def encode_ready(
 
 
 def decode_entries(
-    data: bytes, trusted: int = 0, *, checked: bool = False
+    data: bytes | memoryview, trusted: int = 0, *, checked: bool = False
 ) -> tuple[np.ndarray, int]:
     """Parse whole records of ``data``; return them and the torn tail's length.
 
-    ``trusted`` leading records are not checked against their CRC-32 one by one: the caller
-    has checked their bytes as a whole against a verified stamp (``stamps.py``). Magic and
-    state are checked for every record, unless ``checked``: the bytes are the caller's
-    own :func:`encode_entry` output (a writer caching what it just appended).
+    ``trusted`` leading records are not checked: the caller has checked their bytes as a
+    whole against a verified stamp (``stamps.py``), which vouches that these very bytes
+    passed every check of a record (magic, state, CRC-32). The others are checked, unless
+    ``checked``: the bytes are the caller's own :func:`encode_entry` output (a writer
+    caching what it just appended).
 
     Raises:
         ValueError: a complete record has a bad magic, state or checksum (the message names
@@ -183,11 +184,13 @@ def decode_entries(
     """
     whole = len(data) // ENTRY_BYTES * ENTRY_BYTES
     records = np.frombuffer(data, dtype=ENTRY_DTYPE, count=whole // ENTRY_BYTES)
-    if records.size and not checked:
-        bad_magic = records["magic"] != _MAGIC
-        bad_state = (records["state"] < 1) | (records["state"] > 4)
+    if records.size > trusted and not checked:
+        rest = records[trusted:]
+        bad_magic = rest["magic"] != _MAGIC
+        bad_state = (rest["state"] < 1) | (rest["state"] > 4)
         if bad_magic.any() or bad_state.any():
-            raise ValueError(f"record {int(np.flatnonzero(bad_magic | bad_state)[0])} is malformed")
+            bad = trusted + int(np.flatnonzero(bad_magic | bad_state)[0])
+            raise ValueError(f"record {bad} is malformed")
         view = memoryview(data)
         crc32 = zlib.crc32
         body = ENTRY_BYTES - 4

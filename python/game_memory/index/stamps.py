@@ -111,7 +111,7 @@ def stamp_path(entries_path: str) -> str:
     return entries_path[: -len(".entries")] + ".verified"
 
 
-def trusted_records(stamp: Stamp | None, data: bytes, info: os.stat_result) -> int:
+def trusted_records(stamp: Stamp | None, data: bytes | memoryview, info: os.stat_result) -> int:
     """How many leading records of ``data`` (the entries file, read whole) ``stamp`` vouches for.
 
     ``info`` is the file as opened for that read. Zero when the stamp is absent or names
