@@ -288,7 +288,7 @@ async def test_ids_of_any_text_come_back_from_the_read_file(
 
 
 class CountingCrc:
-    """``zlib`` for ``read_files``, counting CRC-32 calls (one per array when checked)."""
+    """The CRC-32 of ``read_files``, counting its calls (one per array when checked)."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -315,11 +315,12 @@ def load(
 ) -> tuple[read_file_module.ReadFile | None, bool]:
     """Load the read file at ``path``; whether its arrays' CRCs were computed."""
     counter = CountingCrc()
-    monkeypatch.setattr(read_file_module, "zlib", counter)
+    original = read_file_module.crc32
+    monkeypatch.setattr(read_file_module, "crc32", counter.crc32)
     try:
         found = load_owned(path)
     finally:
-        monkeypatch.setattr(read_file_module, "zlib", zlib)
+        monkeypatch.setattr(read_file_module, "crc32", original)
     arrays = 20  # a read file holds more arrays than this; header and stamp are 1 each
     return found, counter.calls >= arrays
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
 __all__ = ["read_framed", "write_framed"]
@@ -42,7 +42,7 @@ def read_framed(path: Path, magic: bytes, maximum_bytes: int) -> Any | None:
     except struct.error as exc:
         raise ValueError("it is too short") from exc
     body = data[_HEAD.size :]
-    if found_magic != magic or zlib.crc32(body) != crc:
+    if found_magic != magic or crc32(body) != crc:
         raise ValueError("it fails its checksum")
     return json.loads(body)
 
@@ -54,4 +54,4 @@ def write_framed(path: Path, magic: bytes, document: object) -> None:
         PersistenceError, OSError: it could not be written (nothing replaced then).
     """
     body = json.dumps(document, separators=(",", ":")).encode("ascii")
-    fs.atomic_write(path, _HEAD.pack(magic, zlib.crc32(body)) + body)
+    fs.atomic_write(path, _HEAD.pack(magic, crc32(body)) + body)

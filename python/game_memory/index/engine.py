@@ -25,13 +25,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import zlib
 from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.entries import ENTRY_BYTES, EntryRecord, EntryState, decode_entries
@@ -184,9 +184,9 @@ class IndexEngine(IndexLayout):
             raise DerivedIndexError(f"{path} is corrupt ({exc}); rebuild the index") from exc
         whole = memoryview(data)[: len(data) - torn]
         if stamp is not None and trusted and trusted == stamp.entries.records:
-            partition.crc = zlib.crc32(whole[trusted * ENTRY_BYTES :], stamp.entries.crc)
+            partition.crc = crc32(whole[trusted * ENTRY_BYTES :], stamp.entries.crc)
         else:
-            partition.crc = zlib.crc32(whole, base.crc if base is not None else 0)
+            partition.crc = crc32(whole, base.crc if base is not None else 0)
         partition.file = file_identity(opened)
         partition.trusted = trusted if base is None else base.trusted
         partition.stamp = stamp if base is None else base.stamp

@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable.checksum import crc32
 from game_memory.model import GameMemory
 from game_memory.store.digests import encoded_digests
 
@@ -135,7 +135,7 @@ def encode_entry(record: EntryRecord, tag: int) -> bytes:
         tag,
         record.checksum,
     )
-    return body + struct.pack("<I", zlib.crc32(body))
+    return body + struct.pack("<I", crc32(body))
 
 
 def encode_ready(
@@ -160,7 +160,7 @@ def encode_ready(
     records["tag"] = tag
     records["checksum"] = checksums
     body = memoryview(records.tobytes())
-    crc32, size = zlib.crc32, ENTRY_BYTES - 4
+    size = ENTRY_BYTES - 4
     records["crc"] = [
         crc32(body[at : at + size]) for at in range(0, count * ENTRY_BYTES, ENTRY_BYTES)
     ]
@@ -192,7 +192,6 @@ def decode_entries(
             bad = trusted + int(np.flatnonzero(bad_magic | bad_state)[0])
             raise ValueError(f"record {bad} is malformed")
         view = memoryview(data)
-        crc32 = zlib.crc32
         body = ENTRY_BYTES - 4
         for index, expected in enumerate(records["crc"][trusted:].tolist(), trusted):
             start = index * ENTRY_BYTES

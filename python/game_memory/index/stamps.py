@@ -42,10 +42,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from game_memory.durable.checksum import crc32
 from game_memory.durable.framed_json import read_framed, write_framed
 from game_memory.errors import PersistenceError
 
@@ -128,7 +128,7 @@ def trusted_records(stamp: Stamp | None, data: bytes | memoryview, info: os.stat
     # Another state of the file, or another file (a copy of the index: other device and
     # inode): the records checked were exactly these bytes if their CRC-32 holds, and a
     # record's check is a function of its bytes alone.
-    if zlib.crc32(memoryview(data)[:end]) != entries.crc:
+    if crc32(memoryview(data)[:end]) != entries.crc:
         return 0
     return entries.records
 

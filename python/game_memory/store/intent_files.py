@@ -42,13 +42,13 @@ import json
 import logging
 import os
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.read_files import file_crc
 
@@ -131,7 +131,7 @@ def _decode(data: bytes, name: str) -> Intents:
     if magic != _MAGIC:
         raise ValueError("not an intent file")
     encoded = data[_HEAD.size : _HEAD.size + length]
-    if len(encoded) != length or zlib.crc32(encoded) != crc:
+    if len(encoded) != length or crc32(encoded) != crc:
         raise ValueError("its header fails its checksum")
     header = json.loads(encoded)
     if header["format_version"] != FORMAT_VERSION or header["ledger"] != name:
@@ -140,7 +140,7 @@ def _decode(data: bytes, name: str) -> Intents:
     arrays = {}
     for key, (offset, nbytes, checksum) in header["arrays"].items():
         chunk = data[start + offset : start + offset + nbytes]
-        if len(chunk) != nbytes or zlib.crc32(chunk) != checksum:
+        if len(chunk) != nbytes or crc32(chunk) != checksum:
             raise ValueError(f"{key} fails its checksum")
         arrays[key] = chunk
     keys = arrays["keys"]
@@ -186,7 +186,7 @@ def write_intents(ledger: Path, info: os.stat_result, intents: Intents) -> bool:
     body: list[bytes] = []
     position = 0
     for name, chunk in parts.items():
-        described[name] = [position, len(chunk), zlib.crc32(chunk)]
+        described[name] = [position, len(chunk), crc32(chunk)]
         body.append(chunk)
         position += len(chunk)
     header = {
@@ -201,7 +201,7 @@ def write_intents(ledger: Path, info: os.stat_result, intents: Intents) -> bool:
         "arrays": described,
     }
     encoded = json.dumps(header, separators=(",", ":")).encode("ascii")
-    data = _HEAD.pack(_MAGIC, len(encoded), zlib.crc32(encoded)) + encoded + b"".join(body)
+    data = _HEAD.pack(_MAGIC, len(encoded), crc32(encoded)) + encoded + b"".join(body)
     path = intent_file_path(ledger)
     try:
         fs.ensure_directory(path.parent, durable=False)

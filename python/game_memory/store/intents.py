@@ -28,12 +28,12 @@ import os
 import stat
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.intent_files import (
     PERSIST_MINIMUM,
@@ -191,7 +191,7 @@ class LedgerIndex:
             ):
                 return
             self._index_own(data, first, first + count)
-            self._crc = zlib.crc32(data, self._crc)
+            self._crc = crc32(data, self._crc)
             self._last = _record(data, count - 1)
             self._parsed = first + count
             self._persist(info)
@@ -242,7 +242,7 @@ class LedgerIndex:
             if available == 0:
                 return
             self._index(data, start, start + available)
-            self._crc = zlib.crc32(memoryview(data)[: available * RECORD_BYTES], self._crc)
+            self._crc = crc32(memoryview(data)[: available * RECORD_BYTES], self._crc)
             self._last = _record(data, available - 1)
             self._parsed = start + available
             if start + available < stop:
@@ -372,7 +372,7 @@ class LedgerIndex:
                 magic != b"GML\x01"
                 or kind != kind_wanted
                 or sequence != index
-                or zlib.crc32(view[offset : offset + 112]) != checksum
+                or crc32(view[offset : offset + 112]) != checksum
             ):
                 damaged.append(index)
                 continue

@@ -26,13 +26,13 @@ import operator
 import os
 import threading
 import time
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.growing import Appended, appended
@@ -83,13 +83,13 @@ class RecordFile:
             raise PersistenceError(f"could not read {self.path}: {exc.strerror}") from exc
         payload = frame[HEADER_BYTES:]
         length_field = frame[4:8]
-        length_check = zlib.crc32(length_field)
+        length_check = crc32(length_field)
         if (
             len(frame) != length
             or frame[:4] != MAGIC
             or int.from_bytes(length_field, "little") != len(payload)
             or int.from_bytes(frame[8:12], "little") != length_check
-            or int.from_bytes(frame[12:16], "little") != zlib.crc32(payload, length_check)
+            or int.from_bytes(frame[12:16], "little") != crc32(payload, length_check)
         ):
             raise PersistenceError(
                 f"{self.path} is corrupt at byte {offset} (a record differs from what was "

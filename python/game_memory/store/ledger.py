@@ -32,12 +32,12 @@ from __future__ import annotations
 import os
 import stat
 import struct
-import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
 __all__ = [
@@ -71,7 +71,7 @@ def group_start(record: bytes, index: int) -> int:
     if len(record) < RECORD_BYTES:
         return index
     start, checksum = _GROUP.unpack_from(record, 116)
-    if checksum == 0 or zlib.crc32(record[:124]) != checksum:
+    if checksum == 0 or crc32(record[:124]) != checksum:
         return index
     if start > index or index - start >= MAXIMUM_GROUP:
         return index
@@ -188,7 +188,7 @@ class Ledger:
         chunks: list[bytes] = []
         for index, (session, owner, memory) in enumerate(digests, first_index):
             body = _BODY.pack(_MAGIC, self.kind, index, session, owner, memory)
-            chunks.append(body + _TRAILER.pack(zlib.crc32(body)))
+            chunks.append(body + _TRAILER.pack(crc32(body)))
         return b"".join(chunks)
 
     def encode_group(self, entries: list[LedgerEntry], first_index: int) -> bytes:
@@ -209,8 +209,8 @@ class Ledger:
                 bytes.fromhex(entry.owner_hash),
                 bytes.fromhex(entry.memory_hash),
             )
-            head = body + struct.pack("<IQ", zlib.crc32(body), first_index)
-            chunks.append(head + struct.pack("<I", zlib.crc32(head)))
+            head = body + struct.pack("<IQ", crc32(body), first_index)
+            chunks.append(head + struct.pack("<I", crc32(head)))
         return b"".join(chunks)
 
     def read_from(self, start: int) -> list[tuple[int, LedgerEntry | None, int]]:
@@ -304,7 +304,7 @@ class Ledger:
         body = record[: _BODY.size]
         magic, kind, sequence, session, owner, memory = _BODY.unpack(body)
         (checksum,) = struct.unpack_from("<I", record, _BODY.size)
-        if magic != _MAGIC or kind != self.kind or zlib.crc32(body) != checksum:
+        if magic != _MAGIC or kind != self.kind or crc32(body) != checksum:
             raise PersistenceError(
                 f"{self.path} is corrupt at record {index}; restore the save from a backup"
             )

@@ -24,11 +24,11 @@ import contextlib
 import os
 import re
 import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.records import RecordCorruption, scan_records
 
@@ -70,7 +70,7 @@ def encode_pack(groups: list[tuple[str, list[bytes]]]) -> bytes:
         body.append(data)
         offset += len(data)
     index_bytes = b"".join(index)
-    footer = _FOOTER.pack(offset, len(index), zlib.crc32(index_bytes), _END)
+    footer = _FOOTER.pack(offset, len(index), crc32(index_bytes), _END)
     return b"".join(body) + index_bytes + footer
 
 
@@ -173,7 +173,7 @@ def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> Pack
         raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
-    if header != _MAGIC or zlib.crc32(index) != checksum:
+    if header != _MAGIC or crc32(index) != checksum:
         raise PersistenceError(f"{path} is corrupt: its header or index checksum is wrong")
     ranges: dict[str, tuple[int, int, int]] = {}
     for position in range(0, index_length, _ENTRY.size):
@@ -216,7 +216,7 @@ def pack_records_region(data: bytes) -> tuple[int, int, str | None]:
         end != _END
         or index_offset < len(_MAGIC)
         or index_offset + index_length + _FOOTER.size != size
-        or zlib.crc32(data[index_offset : index_offset + index_length]) != checksum
+        or crc32(data[index_offset : index_offset + index_length]) != checksum
     ):
         return len(_MAGIC), size, "its footer or index is damaged"
     if data[: len(_MAGIC)] != _MAGIC:

@@ -73,7 +73,6 @@ import logging
 import os
 import struct
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +82,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.packed_ids import PackedIds, unpacked_ids
 from game_memory.store.read_stamps import map_file, read_stamp, stamp_path, write_stamp
@@ -279,7 +279,7 @@ def file_crc(path: str, start: int, end: int) -> int | None:
             chunk = os.pread(fd, min(_CHUNK, end - position), position)
             if not chunk:
                 return None
-            crc = zlib.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
             position += len(chunk)
         return crc
     except OSError:
@@ -356,7 +356,7 @@ def write_read_file(
         padding = -position % 8
         body.append(b"\0" * padding)
         position += padding
-        described[name] = [dtype, int(array.size), position, len(data), zlib.crc32(data)]
+        described[name] = [dtype, int(array.size), position, len(data), crc32(data)]
         body.append(data)
         position += len(data)
     header = {
@@ -373,7 +373,7 @@ def write_read_file(
         "arrays": described,
     }
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    header_crc = zlib.crc32(encoded)
+    header_crc = crc32(encoded)
     data = _HEAD.pack(_MAGIC, len(encoded), header_crc) + encoded + b"".join(body)
     try:
         fs.ensure_directory(path.parent.parent, durable=False)
@@ -451,7 +451,7 @@ def _decode(
     if magic != _MAGIC:
         raise ValueError("not a read file")
     encoded = bytes(data[_HEAD.size : _HEAD.size + length])
-    if len(encoded) != length or zlib.crc32(encoded) != crc:
+    if len(encoded) != length or crc32(encoded) != crc:
         raise ValueError("its header fails its checksum")
     header = json.loads(encoded)
     if header["format_version"] != FORMAT_VERSION:
@@ -463,7 +463,7 @@ def _decode(
     arrays: dict[str, npt.NDArray[Any]] = {}
     for name, (dtype, size, offset, nbytes, checksum) in header["arrays"].items():
         chunk = data[start + offset : start + offset + nbytes]
-        if len(chunk) != nbytes or (verify and zlib.crc32(chunk) != checksum):
+        if len(chunk) != nbytes or (verify and crc32(chunk) != checksum):
             raise ValueError(f"array {name} fails its checksum")
         array = np.frombuffer(chunk, np.dtype(dtype))
         if array.size != size:

@@ -18,10 +18,10 @@ import mmap
 import os
 import stat
 import struct
-import zlib
 from pathlib import Path
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
 __all__ = ["Identity", "map_file", "read_stamp", "stamp_path", "write_stamp"]
@@ -49,7 +49,7 @@ def read_stamp(path: Path) -> tuple[Identity, int] | None:
     if found is None or len(found[0]) != _STAMP_BYTES:
         return None
     body = found[0][: _STAMP.size]
-    if zlib.crc32(body) != int.from_bytes(found[0][_STAMP.size :], "little"):
+    if crc32(body) != int.from_bytes(found[0][_STAMP.size :], "little"):
         return None
     magic, device, inode, size, modified, changed, header_crc = _STAMP.unpack(body)
     if magic != _STAMP_MAGIC:
@@ -76,7 +76,7 @@ def write_stamp(path: Path, fd: int, identity: Identity, header_crc: int) -> boo
         return False
     body = _STAMP.pack(_STAMP_MAGIC, *identity, header_crc)
     try:
-        fs.atomic_write(stamp_path(path), body + zlib.crc32(body).to_bytes(4, "little"))
+        fs.atomic_write(stamp_path(path), body + crc32(body).to_bytes(4, "little"))
     except (PersistenceError, OSError) as exc:
         _LOG.info("the stamp of %s was not written (%s)", path, exc)
         return False

@@ -22,8 +22,9 @@ the record (and every later one) as "torn", and the next writer would cut them o
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
+
+from game_memory.durable.checksum import crc32
 
 __all__ = [
     "HEADER_BYTES",
@@ -61,8 +62,8 @@ class ScanResult:
 def encode_record(payload: bytes) -> bytes:
     """Frame ``payload`` as one record."""
     length = struct.pack("<I", len(payload))
-    length_check = zlib.crc32(length)
-    checksum = zlib.crc32(payload, length_check)
+    length_check = crc32(length)
+    checksum = crc32(payload, length_check)
     return _HEADER.pack(MAGIC, len(payload), length_check, checksum) + payload
 
 
@@ -97,7 +98,7 @@ def scan_records(data: bytes, *, base_offset: int = 0, maximum_payload: int) -> 
                 break  # zero-filled tail: an unacknowledged write after a power loss
             raise RecordCorruption(base_offset + position, "bad magic")
         length_bytes = data[position + 4 : position + 8]
-        if zlib.crc32(length_bytes) != length_check:
+        if crc32(length_bytes) != length_check:
             raise RecordCorruption(base_offset + position, "the length field is damaged")
         if length > maximum_payload:
             raise RecordCorruption(base_offset + position, f"declared length {length} too large")
@@ -108,7 +109,7 @@ def scan_records(data: bytes, *, base_offset: int = 0, maximum_payload: int) -> 
             if data.find(MAGIC, position + HEADER_BYTES) != -1:
                 raise RecordCorruption(base_offset + position, "a record is cut short")
             break  # incomplete record: torn tail
-        if zlib.crc32(view[position + HEADER_BYTES : end], length_check) != checksum:
+        if crc32(view[position + HEADER_BYTES : end], length_check) != checksum:
             raise RecordCorruption(base_offset + position, "checksum mismatch")
         payloads.append(bytes(view[position + HEADER_BYTES : end]))
         position = end
@@ -139,12 +140,12 @@ def _record_at(data: bytes, position: int, maximum_payload: int) -> int:
         return 0
     magic, length, length_check, checksum = _HEADER.unpack_from(data, position)
     length = int(length)
-    if magic != MAGIC or zlib.crc32(data[position + 4 : position + 8]) != length_check:
+    if magic != MAGIC or crc32(data[position + 4 : position + 8]) != length_check:
         return 0
     end = position + HEADER_BYTES + length
     if length > maximum_payload or end > len(data):
         return 0
-    if zlib.crc32(memoryview(data)[position + HEADER_BYTES : end], length_check) != checksum:
+    if crc32(memoryview(data)[position + HEADER_BYTES : end], length_check) != checksum:
         return 0
     return HEADER_BYTES + length
 

@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import os
 import struct
-import zlib
 from pathlib import Path
 
 from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
 __all__ = ["MAXIMUM_PARTITIONS", "MAXIMUM_UNSYNCED_INTENTS", "Unsynced", "UnsyncedMarker"]
@@ -90,7 +90,7 @@ class UnsyncedMarker:
             record = data[number * _RECORD_BYTES : (number + 1) * _RECORD_BYTES]
             magic, zero, mark, session, owner = _RECORD.unpack_from(record)
             (checksum,) = struct.unpack_from("<I", record, _RECORD.size)
-            if magic != _MAGIC or zero or zlib.crc32(record[: _RECORD.size]) != checksum:
+            if magic != _MAGIC or zero or crc32(record[: _RECORD.size]) != checksum:
                 break  # the last append never completed (only it can be unsynced)
             if watermark is not None and mark != watermark:
                 raise PersistenceError(
@@ -115,7 +115,7 @@ class UnsyncedMarker:
             body = _RECORD.pack(
                 _MAGIC, 0, watermark, bytes.fromhex(session_hash), bytes.fromhex(owner_hash)
             )
-            chunks.append(body + _TRAILER.pack(zlib.crc32(body)))
+            chunks.append(body + _TRAILER.pack(crc32(body)))
         data = b"".join(chunks)
         _, valid, size = self._parse()
         with fs.open_append(self.path) as (fd, _):
