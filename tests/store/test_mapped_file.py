@@ -74,3 +74,20 @@ def test_a_file_that_cannot_be_mapped_is_read(
     monkeypatch.setattr(fs.mmap, "mmap", refuse)
     with fs.mapped_file(path, 1 << 20) as mapped:
         assert mapped is not None and mapped[0] == b"abc" * 1000
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_a_file_crc_mapped_or_read_is_the_crc_of_the_range(tmp_path: Path, mapped: bool) -> None:
+    import zlib
+
+    from game_memory.store.read_files import file_crc
+
+    path = tmp_path / "records.log"
+    data = os.urandom(3 << 20)
+    path.write_bytes(data)
+    for start, end in ((0, len(data)), (5, 5), (100, 2_000_001), (len(data) - 1, len(data))):
+        assert file_crc(str(path), start, end, mapped=mapped) == zlib.crc32(data[start:end])
+    assert file_crc(str(path), 0, len(data) + 1, mapped=mapped) is None  # holds fewer bytes
+    assert file_crc(str(tmp_path / "absent"), 0, 1, mapped=mapped) is None
+    (tmp_path / "link").symlink_to(path)
+    assert file_crc(str(tmp_path / "link"), 0, 1, mapped=mapped) is None

@@ -359,9 +359,9 @@ async def test_a_copied_save_opens_from_its_chain_and_a_merge_names_the_copy_s_f
     hashed: list[str] = []
     real_crc = read_chain.file_crc
 
-    def counted(path: str, start: int, end: int) -> int | None:
+    def counted(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
         hashed.append(os.path.basename(path))
-        return real_crc(path, start, end)
+        return real_crc(path, start, end, mapped=mapped)
 
     monkeypatch.setattr(read_chain, "file_crc", counted)
     again = make_store(copy)
@@ -515,9 +515,9 @@ async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
     hashed: list[str] = []
     real_crc = read_chain.file_crc
 
-    def counted(path: str, start: int, end: int) -> int | None:
+    def counted(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
         hashed.append(os.path.basename(path))
-        return real_crc(path, start, end)
+        return real_crc(path, start, end, mapped=mapped)
 
     monkeypatch.setattr(read_chain, "file_crc", counted)
     first = make_store(copy, maximum_file_bytes=4_096)
@@ -549,6 +549,46 @@ async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
     damaged = make_store(copy, maximum_file_bytes=4_096)
     with pytest.raises(PersistenceError, match="checksum mismatch"):
         await damaged.snapshot(query("dragon"))
+
+
+async def test_a_copy_opened_while_its_files_are_fresh_records_no_covered_stamp(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Files changed within ``SETTLED_NS`` cannot be named by their identity (a write in
+    the same tick leaves it as it was), so a stamp would record nothing: none is written,
+    and the next open hashes the ranges again (and records them once they settled)."""
+    monkeypatch.setattr(read_chain, "SETTLED_NS", 10**15)
+    rng = random.Random(23)
+    save = tmp_path / "save"
+    store = make_store(save, maximum_file_bytes=4_096)
+    assert await store.append_many([memory(make_memory, n, rng) for n in range(40)]) == [True] * 40
+    expected = await answers(store)
+    await store.aclose()
+    copy = tmp_path / "copy"
+    shutil.copytree(save, copy)
+    hashed: list[str] = []
+    real_crc = read_chain.file_crc
+
+    def counted(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
+        hashed.append(os.path.basename(path))
+        return real_crc(path, start, end, mapped=mapped)
+
+    monkeypatch.setattr(read_chain, "file_crc", counted)
+    for _ in range(2):
+        hashed.clear()
+        opened = make_store(copy, maximum_file_bytes=4_096)
+        assert await answers(opened) == expected
+        await opened.aclose()
+        assert len(hashed) > 1
+        assert list((copy / DATA / "read").glob("s-*/o-*.covered")) == []
+    monkeypatch.setattr(read_chain, "SETTLED_NS", 0)
+    settled = make_store(copy, maximum_file_bytes=4_096)
+    assert await answers(settled) == expected
+    await settled.aclose()
+    assert len(list((copy / DATA / "read").glob("s-*/o-*.covered"))) == 1
 
 
 async def test_a_copy_s_first_open_writes_its_intent_file_anew(

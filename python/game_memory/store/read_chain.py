@@ -189,15 +189,15 @@ def _seeded(
                 or (vouched is not None and vouched[number] == now)
             )
             if not unchanged:
-                if file_crc(full, covered.start, covered.end) != covered.crc:
+                if file_crc(full, covered.start, covered.end, mapped=True) != covered.crc:
                     return _stale(path, f"the bytes of {covered.name} it covers changed")
                 hashed = True
             settled = now is not None and started - now[4] >= SETTLED_NS
             seen.append(now if settled else None)
             mapping.append(len(paths) - 1)
         numbers.append(np.asarray(mapping, np.int64))
-        if hashed:
-            restamp.append((at, seen))
+        if hashed and any(identity is not None for identity in seen):
+            restamp.append((at, seen))  # (files changed within SETTLED_NS: nothing to record)
     if packs != len(owned) and segment >= 0:
         return _stale(path, "its packs do not match the partition's")
     if segment >= 0:

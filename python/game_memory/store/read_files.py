@@ -113,6 +113,8 @@ _MAGIC = b"GMREAD01"
 _HEAD = struct.Struct("<8sII")
 _MAXIMUM_BYTES = 1 << 31
 _CHUNK = 1 << 20
+#: The largest file :func:`file_crc` maps (a record file is rolled over long before).
+_MAXIMUM_MAPPED = 1 << 40
 _LOG = logging.getLogger("game_memory.store")
 _TABLES = ("timelines", "scopes", "beliefs", "tags")
 
@@ -267,8 +269,23 @@ def remove_read_files(data: Path, session_hash: str) -> None:
             raise PersistenceError(f"could not remove {folder / name}: {exc.strerror}") from exc
 
 
-def file_crc(path: str, start: int, end: int) -> int | None:
-    """CRC-32 of bytes ``start..end`` of ``path``, or ``None`` if it holds fewer bytes."""
+def file_crc(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
+    """CRC-32 of bytes ``start..end`` of ``path``, or ``None`` if it holds fewer bytes (or
+    cannot be read).
+
+    ``mapped`` maps the file instead of reading it in chunks (a 4 MB record file of a
+    freshly opened copied save: 0.4 against 2.6 ms, the fresh memory of the chunks being
+    most of it); only for files no writer cuts in place (``fs.mapped_file``): record files,
+    never the ledger, whose recovery truncates it.
+    """
+    if mapped:
+        try:
+            with fs.mapped_file(path, _MAXIMUM_MAPPED) as found:
+                if found is None or len(found[0]) < end:
+                    return None
+                return crc32(memoryview(found[0])[start:end])
+        except PersistenceError:
+            return None
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
