@@ -491,6 +491,35 @@ def test_a_part_s_postings_equal_the_lexical_index_s(
         assert mine[2].dtype == np.int32 and mine[3].dtype == np.int32
 
 
+async def copied_save(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, count: int, seed: int
+) -> tuple[Path, list[list[tuple[str, float]]]]:
+    """A save of ``count`` memories in small record files, copied; the copy and its answers."""
+    rng = random.Random(seed)
+    save = tmp_path / "save"
+    store = make_store(save, maximum_file_bytes=4_096)
+    batch = [memory(make_memory, n, rng) for n in range(count)]
+    assert await store.append_many(batch) == [True] * count
+    expected = await answers(store)
+    await store.aclose()
+    copy = tmp_path / "copy"
+    shutil.copytree(save, copy)
+    return copy, expected
+
+
+def counted_hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the record files whose covered ranges opens hash from now on."""
+    hashed: list[str] = []
+    real_crc = read_chain.file_crc
+
+    def counted(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
+        hashed.append(os.path.basename(path))
+        return real_crc(path, start, end, mapped=mapped)
+
+    monkeypatch.setattr(read_chain, "file_crc", counted)
+    return hashed
+
+
 async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
     make_store: StoreFactory,
     make_memory: MemoryFactory,
@@ -503,23 +532,8 @@ async def test_a_copy_hashes_its_covered_bytes_at_its_first_open_only(
     from game_memory.store import covered_stamps
 
     monkeypatch.setattr(read_chain, "SETTLED_NS", 0)  # the copy's files count as settled
-    rng = random.Random(21)
-    save = tmp_path / "save"
-    store = make_store(save, maximum_file_bytes=4_096)
-    batch = [memory(make_memory, n, rng) for n in range(60)]
-    assert await store.append_many(batch) == [True] * 60
-    expected = await answers(store)
-    await store.aclose()
-    copy = tmp_path / "copy"
-    shutil.copytree(save, copy)
-    hashed: list[str] = []
-    real_crc = read_chain.file_crc
-
-    def counted(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
-        hashed.append(os.path.basename(path))
-        return real_crc(path, start, end, mapped=mapped)
-
-    monkeypatch.setattr(read_chain, "file_crc", counted)
+    copy, expected = await copied_save(make_store, make_memory, tmp_path, 60, seed=21)
+    hashed = counted_hashes(monkeypatch)
     first = make_store(copy, maximum_file_bytes=4_096)
     assert await answers(first) == expected
     await first.aclose()
@@ -561,22 +575,8 @@ async def test_a_copy_opened_while_its_files_are_fresh_records_no_covered_stamp(
     the same tick leaves it as it was), so a stamp would record nothing: none is written,
     and the next open hashes the ranges again (and records them once they settled)."""
     monkeypatch.setattr(read_chain, "SETTLED_NS", 10**15)
-    rng = random.Random(23)
-    save = tmp_path / "save"
-    store = make_store(save, maximum_file_bytes=4_096)
-    assert await store.append_many([memory(make_memory, n, rng) for n in range(40)]) == [True] * 40
-    expected = await answers(store)
-    await store.aclose()
-    copy = tmp_path / "copy"
-    shutil.copytree(save, copy)
-    hashed: list[str] = []
-    real_crc = read_chain.file_crc
-
-    def counted(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
-        hashed.append(os.path.basename(path))
-        return real_crc(path, start, end, mapped=mapped)
-
-    monkeypatch.setattr(read_chain, "file_crc", counted)
+    copy, expected = await copied_save(make_store, make_memory, tmp_path, 40, seed=23)
+    hashed = counted_hashes(monkeypatch)
     for _ in range(2):
         hashed.clear()
         opened = make_store(copy, maximum_file_bytes=4_096)
