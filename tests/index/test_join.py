@@ -322,3 +322,26 @@ def test_an_aligned_join_extended_then_broken_equals_joins_from_scratch(
             # rows and positions count up: no pending entry among them so far.
             assert joined.dense == fresh.dense == counts_up(joined), f"step {step}"
         assert not joined.dense or counts_up(joined)
+
+
+def test_a_join_state_s_grown_bytes_read_as_one_byte_string() -> None:
+    """``_Grown`` (an aligned join's hashes and digests: a shared head, then what appends
+    added) slices and joins exactly as the bytes it stands for."""
+    import random
+
+    from game_memory.index.join import _Grown
+
+    rng = random.Random(5)
+    for head_kind in (bytes, memoryview):
+        head = rng.randbytes(96)
+        grown = _Grown(head_kind(head))
+        whole = bytearray(head)
+        for more in (b"", rng.randbytes(32), memoryview(rng.randbytes(64))):
+            grown.extend(more)
+            whole += more
+            assert len(grown) == len(whole) and grown.whole() == bytes(whole)
+            for _ in range(40):
+                start = rng.randint(0, len(whole))
+                stop = rng.randint(start, len(whole))
+                assert grown.slice(start, stop) == bytes(whole[start:stop])
+    assert _Grown().whole() == b"" and len(_Grown()) == 0
