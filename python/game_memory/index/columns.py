@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable.buffers import empty_buffer
+
 __all__ = ["ColumnArrays", "EntryColumns"]
 
 #: The fields of the entry records (``entries.ENTRY_DTYPE``) kept as columns, and the
@@ -148,6 +150,6 @@ def _column(records: np.ndarray, name: str) -> np.ndarray:
 
 def _grown(buffer: np.ndarray, keep: int, size: int) -> np.ndarray:
     """A new buffer of ``size`` records holding the first ``keep`` of ``buffer``."""
-    grown = np.empty((size, *buffer.shape[1:]), buffer.dtype)
+    grown = empty_buffer((size, *buffer.shape[1:]), buffer.dtype)
     grown[:keep] = buffer[:keep]
     return grown

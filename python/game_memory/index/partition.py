@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable.buffers import empty_buffer
 from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.columns import EntryColumns
 from game_memory.index.entries import (
@@ -374,7 +375,7 @@ class RowBuffer:
         spare = self._spare
         if spare is None or spare.shape[0] < total:
             room = max(total + total // 8, total + 1_024)
-            grown = np.empty((room, self.dimensions), dtype=np.float32)
+            grown = empty_buffer((room, self.dimensions), np.float32)
             grown[: self.rows] = self.array[: self.rows]
             spare = self._spare = grown
         row_bytes = self.dimensions * 4

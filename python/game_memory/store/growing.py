@@ -24,6 +24,8 @@ from typing import TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable.buffers import empty_buffer
+
 __all__ = ["Appended", "Growing", "appended"]
 
 _T = TypeVar("_T")
@@ -130,7 +132,7 @@ class Growing:
                 room._newest = _prefix(room._buffer, count + added)
                 return room._newest, room
         size = count + added
-        buffer = np.empty(max(size + size // 2, size + _MINIMUM_ROOM), np.int64)
+        buffer = empty_buffer((max(size + size // 2, size + _MINIMUM_ROOM),), np.int64)
         buffer[:count] = array
         buffer[count:size] = more
         grown = Growing(buffer, size)
