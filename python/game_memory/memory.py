@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -80,6 +81,10 @@ class _State(enum.Enum):
 
 def _closed() -> StoreClosedError:
     return StoreClosedError("the vector memory store is closed; open a new one")
+
+
+#: Most owners a front door remembers having prefetched (``VectorMemoryStore._prefetch``).
+PREFETCHED_OWNERS = 4_096
 
 
 def _started() -> None:
@@ -162,6 +167,8 @@ class VectorMemoryStore(MemoryOverTime):
         self._diagnostics = DiagnosticDispatcher(diagnostics, self.options.diagnostic_timeout)
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="game-memory-vectors")
         self._pool_started = False
+        #: Owners whose first recall prefetched their index partition (``_prefetch``).
+        self._prefetched: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._parts = RecallParts(
             authoritative, index, self._embedder, reranker, self.options, self._run, self._report
         )
@@ -207,6 +214,28 @@ class VectorMemoryStore(MemoryOverTime):
             self._pool_started = True
             with contextlib.suppress(RuntimeError):  # shut down by a racing close: the
                 self._executor.submit(_started)  # work's own hop names that
+
+    def _prefetch(self, query: GameMemoryQuery) -> None:
+        """As an owner's first hybrid recall by this object begins, have a pool thread read
+        and check its index partition (``VectorIndex.prefetch``) while the store reads the
+        save: the work that releases the interpreter (file reads, checking rows against
+        their checksums) overlaps that read instead of following it. Later recalls of the
+        owner find the partition held; :data:`PREFETCHED_OWNERS` owners are remembered
+        (the oldest forgotten: its next recall prefetches again, finding it held)."""
+        embedder, index = self._embedder, self.index
+        if embedder is None or index is None or query.owner_id is None or query.limit == 0:
+            self._start_pool()
+            return
+        key = (query.session_id, query.owner_id)
+        if key in self._prefetched or not embedder.query_text(query).strip():
+            self._start_pool()
+            return
+        self._prefetched[key] = None
+        if len(self._prefetched) > PREFETCHED_OWNERS:
+            self._prefetched.popitem(last=False)
+        self._pool_started = True
+        with contextlib.suppress(RuntimeError):  # shut down by a racing close
+            self._executor.submit(index.prefetch, *key, embedder.identity)
 
     async def _run(self, function: Callable[[], _T]) -> _T:
         """Run ``function`` in this object's thread pool and await its result (as the file
@@ -317,7 +346,7 @@ class VectorMemoryStore(MemoryOverTime):
             raise InvalidArgumentError("recall takes a GameMemoryQuery")
         if require_semantic and self._embedder is None:
             raise EmbeddingUnavailableError(_NO_MODEL)
-        self._start_pool()
+        self._prefetch(query)
         result = await recall(query, self._parts, maximum_snapshot_entries=maximum_snapshot_entries)
         if require_semantic and result.fallback:
             status = await self.get_status(query.session_id)

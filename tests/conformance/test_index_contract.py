@@ -335,3 +335,27 @@ async def test_write_now_writes_what_write_writes_or_nothing(
     }
     assert counts(index, view(memories)) == (4, 0, 0, 0, 0)
     assert not index.write_now([], np.empty((0, 32), np.float32), V1.identity)
+
+
+async def test_a_prefetch_changes_no_answer_and_never_raises(
+    index: VectorIndex, make_memory: MemoryFactory
+) -> None:
+    """``prefetch`` only reads ahead: before anything is written, for owners and models it
+    does not hold, and between writes, the joins and rows answer as without it."""
+    index.prefetch("session", "owner", V1.identity)  # nothing written yet
+    memories = [make_memory(f"m{i}", text=f"cat {i}") for i in range(3)]
+    index.write(memories[:2], embed(memories[:2]), V1.identity)
+    for session_id, owner_id, identity in (
+        ("session", "owner", V1.identity),
+        ("session", "nobody", V1.identity),
+        ("another session", "owner", V1.identity),
+        ("session", "owner", V2.identity),
+    ):
+        index.prefetch(session_id, owner_id, identity)
+    joined = index.join(view(memories[:2]), V1.identity)
+    assert index.vectors(joined, V1.identity).tobytes() == embed(memories[:2]).tobytes()
+    index.write(memories[2:], embed(memories[2:]), V1.identity)
+    index.prefetch("session", "owner", V1.identity)
+    grown = index.join(view(memories), V1.identity)
+    assert grown.ready == 3
+    assert index.vectors(grown, V1.identity).tobytes() == embed(memories).tobytes()

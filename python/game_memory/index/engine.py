@@ -85,6 +85,8 @@ class IndexEngine(IndexLayout):
         self._partitions: OrderedDict[tuple[str, str], IndexPartition] = OrderedDict()
         self._row_buffers: dict[tuple[str, str, int], RowBuffer] = {}
         self._cache_lock = threading.Lock()
+        #: Partitions being read whole, each by one thread (``_read_whole``).
+        self._loading: dict[tuple[str, str], threading.Lock] = {}
         #: Partitions this engine appended to (stamped at close: ``stamp_written``).
         self._written: set[tuple[str, str]] = set()
 
@@ -201,17 +203,38 @@ class IndexEngine(IndexLayout):
         """The partition decoded from its whole entries file, mapped rather than copied
         (the columns copy what they keep, ``index/columns.py``; 10k records are 1.3 MB).
         Writers append to an entries file, cut only a torn tail or replace it whole, so the
-        records mapped stay in the file while they are decoded."""
+        records mapped stay in the file while they are decoded.
+
+        One thread reads a partition whole at a time (a search and the front door's
+        prefetch of it meet here): a thread that waited takes what the other just read
+        when the file did not change meanwhile."""
+        key = (session_hash, owner_hash)
+        with self._cache_lock:
+            loading = self._loading.setdefault(key, threading.Lock())
         try:
-            with fs.mapped_file(path, _MAXIMUM_ENTRIES_BYTES) as read:
-                if read is None:
-                    return None
-                data, opened = read
-                partition = self._decode(None, data, opened, session_hash, owner_hash, path)
-        except PersistenceError as exc:
-            raise derived_error(exc) from exc
-        self._remember((session_hash, owner_hash), partition)
-        return partition
+            with loading:
+                try:
+                    info = lstat_regular(path)
+                except PersistenceError as exc:
+                    raise derived_error(exc) from exc
+                with self._cache_lock:
+                    cached = self._partitions.get(key)
+                if info is not None and cached is not None and _unchanged(cached, info):
+                    return cached
+                try:
+                    with fs.mapped_file(path, _MAXIMUM_ENTRIES_BYTES) as read:
+                        if read is None:
+                            return None
+                        data, opened = read
+                        partition = self._decode(None, data, opened, session_hash, owner_hash, path)
+                except PersistenceError as exc:
+                    raise derived_error(exc) from exc
+                self._remember(key, partition)
+                return partition
+        finally:
+            with self._cache_lock:
+                if self._loading.get(key) is loading:
+                    del self._loading[key]
 
     def _remember(self, key: tuple[str, str], partition: IndexPartition) -> None:
         with self._cache_lock:

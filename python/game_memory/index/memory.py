@@ -203,6 +203,9 @@ class InMemoryVectorIndex:
         matrix.flags.writeable = False  # a view: the buffer itself keeps growing
         return matrix
 
+    def prefetch(self, session_id: str, owner_id: str, identity: MemoryEmbeddingIdentity) -> None:
+        """Nothing to read ahead: every vector is held in memory."""
+
     def cached_vectors(
         self, view: PartitionView, identity: MemoryEmbeddingIdentity
     ) -> tuple[PartitionJoin, FloatMatrix] | None:

@@ -101,6 +101,17 @@ class VectorIndex(Protocol):
         """
         ...
 
+    def prefetch(self, session_id: str, owner_id: str, identity: MemoryEmbeddingIdentity) -> None:
+        """Read and check ahead what a search of this owner's partition will need (blocking).
+
+        The front door calls it on a thread of its own as an owner's first recall begins,
+        while the save is read: work that releases the interpreter (reading files, checking
+        vectors against their checksums) then overlaps that read. Doing nothing is a correct
+        implementation. Never raises: whatever fails is left for the search, which meets
+        and names it.
+        """
+        ...
+
     def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
         """Whether ``memory`` has a ready vector of ``identity`` for its current content."""
         ...

@@ -223,6 +223,9 @@ class PostgresVectorIndex:
             raise DerivedIndexError("the joined partition has no vectors of the active model")
         return self._loads.matrix(joined.partition, joined.active, identity.dimensions)
 
+    def prefetch(self, session_id: str, owner_id: str, identity: MemoryEmbeddingIdentity) -> None:
+        """Nothing: what a search needs is the database's to say when it asks (:meth:`join`)."""
+
     def cached_vectors(
         self, view: PartitionView, identity: MemoryEmbeddingIdentity
     ) -> tuple[PartitionJoin, FloatMatrix] | None:
