@@ -26,16 +26,24 @@ async def filled(make_vector_store: VectorStoreFactory, make_memory: MemoryFacto
     await store.aclose()
 
 
+@pytest.fixture
+async def reopened(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> VectorMemoryStore:
+    """A save of one owner's three memories, written, closed and opened again."""
+    await filled(make_vector_store, make_memory)
+    return make_vector_store()
+
+
 def file_index(store: VectorMemoryStore) -> FileVectorMemoryIndex:
     assert isinstance(store.index, FileVectorMemoryIndex)
     return store.index
 
 
 async def test_a_prefetched_partition_is_held_with_its_rows_checked(
-    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+    reopened: VectorMemoryStore,
 ) -> None:
-    await filled(make_vector_store, make_memory)
-    store = make_vector_store()
+    store = reopened
     index = file_index(store)
     identity = store.active_identity
     assert identity is not None
@@ -71,12 +79,9 @@ async def test_a_prefetch_meeting_damage_raises_nothing_and_the_search_names_it(
 
 
 async def test_the_front_door_prefetches_an_owner_once_as_its_first_recall_begins(
-    make_vector_store: VectorStoreFactory,
-    make_memory: MemoryFactory,
-    monkeypatch: pytest.MonkeyPatch,
+    reopened: VectorMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await filled(make_vector_store, make_memory)
-    store = make_vector_store()
+    store = reopened
     asked: list[tuple[str, str]] = []
     real = FileVectorMemoryIndex.prefetch
 
@@ -97,14 +102,10 @@ async def test_the_front_door_prefetches_an_owner_once_as_its_first_recall_begin
 
 
 async def test_a_search_racing_a_prefetch_reads_the_partition_once(
-    make_vector_store: VectorStoreFactory,
-    make_memory: MemoryFactory,
-    monkeypatch: pytest.MonkeyPatch,
+    reopened: VectorMemoryStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two threads wanting one partition whole: one reads it, the other takes that read."""
-    await filled(make_vector_store, make_memory)
-    store = make_vector_store()
-    engine = file_index(store).engine
+    engine = file_index(reopened).engine
     decoded: list[int] = []
     started = threading.Event()
     proceed = threading.Event()
