@@ -277,10 +277,14 @@ class IndexEngine(IndexLayout):
             with buffer.lock:
                 matrix = buffer.load(path, needed).view()
                 _trust_stamp(buffer, partition, code)
-                if buffer.verify(partition, code, path) >= STAMP_MINIMUM and stamp:
-                    self._stamp(partition, code, buffer)
-                matrix.flags.writeable = False  # shared by every reader: read-only
-                return matrix
+                checked = buffer.verify(partition, code, path) >= STAMP_MINIMUM and stamp
+                rows = (buffer.file, buffer.checked)
+            # Written once the rows are free: a search waiting for them (a prefetch checked
+            # them) goes on while this thread writes and syncs the stamp.
+            if checked:
+                self._stamp(partition, code, rows)
+            matrix.flags.writeable = False  # shared by every reader: read-only
+            return matrix
         except FileNotFoundError:
             if self._replaced(partition):
                 raise PartitionReplacedError(
@@ -298,11 +302,16 @@ class IndexEngine(IndexLayout):
                 ) from None
             raise
 
-    def _stamp(self, partition: IndexPartition, code: int, buffer: RowBuffer) -> None:
-        """Record that ``partition``'s records and ``code``'s rows were checked in full."""
-        if partition.file is None or buffer.file is None or buffer.checked != partition.records:
+    def _stamp(
+        self, partition: IndexPartition, code: int, checked: tuple[FileIdentity | None, int]
+    ) -> None:
+        """Record that ``partition``'s records and ``code``'s rows were checked in full
+        (``checked``: the row file's identity and how many of its rows were checked, as
+        the row buffer held them)."""
+        file, count = checked
+        if partition.file is None or file is None or count != partition.records:
             return
-        rows = {code: RowsStamp(partition.tag, buffer.file, buffer.checked)}
+        rows = {code: RowsStamp(partition.tag, file, count)}
         with self._cache_lock:
             others = [
                 (key[2], other)
@@ -311,8 +320,9 @@ class IndexEngine(IndexLayout):
             ]
         for other_code, other in others:
             if other.file is not None and other.tag == partition.tag:
-                checked = min(other.checked, partition.records)
-                rows[other_code] = RowsStamp(other.tag, other.file, checked)
+                rows[other_code] = RowsStamp(
+                    other.tag, other.file, min(other.checked, partition.records)
+                )
         entries = EntriesStamp(partition.file, partition.records, partition.crc)
         path = stamp_path(self.entries_path(partition.session_hash, partition.owner_hash))
         write_stamp(path, partition.session_hash, partition.owner_hash, Stamp(entries, rows))
