@@ -40,6 +40,10 @@ def test_packed_ids_read_as_the_list_they_were_made_of(ids: list[str]) -> None:
         with pytest.raises(IndexError):
             found[wrong]
     assert found == unpacked_ids(blob_of(ids))
+    if ids:
+        positions = [rng.randrange(len(ids)) for _ in range(30)]
+        assert found.picked(positions) == [ids[p] for p in positions]
+    assert found.picked([]) == []
 
 
 def test_packed_ids_are_only_kept_for_ascii_and_need_their_last_separator() -> None:
@@ -87,6 +91,9 @@ def test_an_id_list_over_restored_ids_grows_and_reads_as_one_list(restored: list
         assert ids[1:-1] == want[1:-1] and ids[::2] == want[::2], name
         positions = list(range(len(want)))[::-1]
         assert ids.picked(positions) == [want[p] for p in positions], name
+        restored_only = list(range(len(restored)))[::2]
+        assert ids.picked(restored_only) == [want[p] for p in restored_only], name
+        assert ids.picked([]) == []
         with pytest.raises(IndexError):
             ids.picked([len(want)])
         with pytest.raises(IndexError):

@@ -47,6 +47,7 @@ import numpy.typing as npt
 from game_memory.model import GameMemory, GameMemoryQuery, GameMoment, ordinal_key
 from game_memory.store.columns import BoolArray, PredicateColumns
 from game_memory.store.lazy import LazyMemories, LazyPositions, Reordered
+from game_memory.store.packed_ids import PackedIds
 from game_memory.store.postings import LexicalIndex, document_text
 from game_memory.store.tokenizer import tokenize
 
@@ -187,10 +188,18 @@ class IdList(Sequence[str]):
         """The ids at ``indexes`` (each in ``0 .. len − 1``), in that order: one bounds
         check for all of them instead of one :meth:`__getitem__` call each (a recall reads
         a few dozen ids this way, by the positions numpy chose)."""
-        if indexes and (min(indexes) < 0 or max(indexes) >= self._length):
+        if not indexes:
+            return []
+        lowest, highest = min(indexes), max(indexes)
+        if lowest < 0 or highest >= self._length:
             raise IndexError("memory id index out of range")
-        if not self._base:
+        base = self._base
+        if not base:
             return list(map(self._items.__getitem__, indexes))
+        if highest < len(base):  # all restored (the usual case)
+            if isinstance(base, PackedIds):
+                return base.picked(indexes)
+            return list(map(base.__getitem__, indexes))
         return list(map(self.__getitem__, indexes))
 
     def __iter__(self) -> Iterator[str]:
