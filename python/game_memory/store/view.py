@@ -171,6 +171,8 @@ class IdList(Sequence[str]):
     def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
             start, stop, step = index.indices(self._length)
+            if step == 1 and not self._base:
+                return self._items[start:stop]
             if step == 1 and stop <= len(self._base):
                 return list(self._base[start:stop])
             return [self[position] for position in range(start, stop, step)]
