@@ -24,7 +24,7 @@ from game_memory import (
 from game_memory.index.entries import EntryState
 from game_memory.index.partition import PartitionReplacedError
 from game_memory.store.view import PartitionView
-from support.vectors import MemoryFactory
+from support.vectors import MemoryFactory, owner_view, unit_rows
 
 from .conftest import IndexOpener
 
@@ -33,21 +33,11 @@ V2 = HashingEmbeddingProvider(32, version="v2")
 Matrix = npt.NDArray[np.float32]
 
 
-def view(memories: Sequence[GameMemory]) -> PartitionView:
-    """The view a store would hand out for one owner's memories (in append order)."""
-    first = memories[0]
-    return PartitionView(
-        first.session_id,
-        first.owner_id,
-        tuple(memories),
-        {memory.memory_id: index for index, memory in enumerate(memories)},
-    )
+view = owner_view
 
 
 def embed(memories: Sequence[GameMemory], provider: HashingEmbeddingProvider = V1) -> Matrix:
-    rows = np.stack([provider.embed(m.searchable_text or m.memory_id) for m in memories])
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return (rows / np.where(norms == 0, 1, norms)).astype(np.float32)
+    return unit_rows(memories, provider)
 
 
 def scored_rows(index: VectorIndex, snapshot: PartitionView) -> dict[str, Matrix]:

@@ -17,26 +17,24 @@ import pytest
 
 from game_memory import CapacityExceededError, FileVectorMemoryIndex, HashingEmbeddingProvider
 from game_memory.model import GameMemory
-from game_memory.store.view import PartitionView
-from support.vectors import Diagnostics, MemoryFactory, VectorStoreFactory, query
+from support.vectors import (
+    Diagnostics,
+    MemoryFactory,
+    VectorStoreFactory,
+    owner_view,
+    query,
+    unit_rows,
+)
 
 _T = TypeVar("_T")
 V1 = HashingEmbeddingProvider(32)
 
 
-def view(memories: list[GameMemory]) -> PartitionView:
-    first = memories[0]
-    return PartitionView(
-        first.session_id,
-        first.owner_id,
-        tuple(memories),
-        {memory.memory_id: index for index, memory in enumerate(memories)},
-    )
+view = owner_view
 
 
 def embed(memories: list[GameMemory]) -> np.ndarray:
-    rows = np.stack([V1.embed(m.searchable_text or m.memory_id) for m in memories])
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+    return unit_rows(memories, V1)
 
 
 def held(index: FileVectorMemoryIndex, memories: list[GameMemory]) -> None:

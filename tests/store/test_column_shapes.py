@@ -24,6 +24,23 @@ from game_memory.store.columns import PredicateColumns
 _TIMELINES = ("main", "dream")
 
 
+def memory(
+    number: int, tick: int, timeline: str = "main", expires: int | None = None
+) -> GameMemory:
+    """Memory ``m<number>`` of one owner at ``tick`` on ``timeline``, expiring at ``expires``."""
+    return GameMemory(
+        memory_id=f"m{number}",
+        session_id="session",
+        owner_id="owner",
+        kind="fact",
+        scope="npc",
+        moment=GameMoment(timeline_id=timeline, tick=tick),
+        expires_at=None if expires is None else GameMoment(timeline_id=timeline, tick=expires),
+        payload_json="{}",
+        searchable_text=f"memory {number}",
+    )
+
+
 @st.composite
 def memories(draw: st.DrawFn) -> list[GameMemory]:
     count = draw(st.integers(0, 24))
@@ -37,21 +54,7 @@ def memories(draw: st.DrawFn) -> list[GameMemory]:
     for number, tick in enumerate(ticks):
         timeline = draw(st.sampled_from(_TIMELINES)) if several else "main"
         expires = draw(st.none() | st.integers(tick, 60)) if expiring else None
-        found.append(
-            GameMemory(
-                memory_id=f"m{number}",
-                session_id="session",
-                owner_id="owner",
-                kind="fact",
-                scope="npc",
-                moment=GameMoment(timeline_id=timeline, tick=tick),
-                expires_at=None
-                if expires is None
-                else GameMoment(timeline_id=timeline, tick=expires),
-                payload_json="{}",
-                searchable_text=f"memory {number}",
-            )
-        )
+        found.append(memory(number, tick, timeline, expires))
     return found
 
 
@@ -91,20 +94,6 @@ def test_a_mask_equals_the_predicate_however_the_columns_are_built(
 
 
 def test_the_shape_names_one_timeline_expiry_and_order() -> None:
-    def memory(
-        number: int, tick: int, timeline: str = "main", expires: int | None = None
-    ) -> GameMemory:
-        return GameMemory(
-            memory_id=f"m{number}",
-            session_id="session",
-            owner_id="owner",
-            kind="fact",
-            scope="npc",
-            moment=GameMoment(timeline_id=timeline, tick=tick),
-            expires_at=None if expires is None else GameMoment(timeline_id=timeline, tick=expires),
-            payload_json="{}",
-        )
-
     plain = PredicateColumns([memory(0, 1), memory(1, 1), memory(2, 5)]).shape()
     assert (plain.timeline, plain.expiring, plain.ascending) == (0, False, True)
     mixed = PredicateColumns([memory(0, 3), memory(1, 2, "dream", 9)]).shape()

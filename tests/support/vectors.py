@@ -8,10 +8,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from game_memory import (
@@ -19,11 +21,13 @@ from game_memory import (
     FileVectorMemoryIndex,
     GameMemory,
     GameMemoryQuery,
+    HashingEmbeddingProvider,
     MemoryVectorDiagnostic,
     VectorMemoryStore,
     VectorMemoryStoreOptions,
 )
 from game_memory.embedding.provider import EmbeddingProvider
+from game_memory.store.view import PartitionView
 from support.providers import FaultyProvider
 
 __all__ = [
@@ -31,7 +35,9 @@ __all__ = [
     "MemoryFactory",
     "VectorStoreFactory",
     "file_hashes",
+    "owner_view",
     "query",
+    "unit_rows",
     "until",
 ]
 
@@ -65,6 +71,26 @@ async def until(condition: Callable[[], bool], what: str) -> None:
             return
         await asyncio.sleep(0.001)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def owner_view(memories: Sequence[GameMemory]) -> PartitionView:
+    """The view a store would hand out for one owner's memories (in append order)."""
+    first = memories[0]
+    return PartitionView(
+        first.session_id,
+        first.owner_id,
+        tuple(memories),
+        {memory.memory_id: index for index, memory in enumerate(memories)},
+    )
+
+
+def unit_rows(
+    memories: Sequence[GameMemory], provider: HashingEmbeddingProvider
+) -> npt.NDArray[np.float32]:
+    """The memories' vectors by ``provider`` (of their text, else their id), unit length."""
+    rows = np.stack([provider.embed(m.searchable_text or m.memory_id) for m in memories])
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return (rows / np.where(norms == 0, 1, norms)).astype(np.float32)
 
 
 def file_hashes(folder: Path) -> dict[str, str]:

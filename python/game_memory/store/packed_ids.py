@@ -27,8 +27,8 @@ _SEPARATOR = "\0"
 
 
 class PackedIds(Sequence[str]):
-    """``len(ends)`` ids: id ``i`` is ``text[ends[i - 1] + 1 : ends[i]]`` (from 0 for the
-    first), and ``text[ends[i]]`` is a NUL. Immutable."""
+    """``len(ends)`` ids: ``text[ends[i]]`` is the NUL after id ``i``, which starts after
+    the NUL before it (at 0 for the first). Immutable."""
 
     __slots__ = ("_bounds", "_ends", "_text")
 
@@ -80,9 +80,6 @@ class PackedIds(Sequence[str]):
         text = "".join(part._text for part in parts)
         return cls(text, np.concatenate(ends) if ends else np.empty(0, np.int64))
 
-    def _start(self, index: int) -> int:
-        return int(self._ends[index - 1]) + 1 if index else 0
-
     @overload
     def __getitem__(self, index: int) -> str: ...
 
@@ -97,7 +94,8 @@ class PackedIds(Sequence[str]):
                 return [self[position] for position in range(start, stop, step)]
             if start >= stop:
                 return []
-            return self._text[self._start(start) : int(self._ends[stop - 1])].split(_SEPARATOR)
+            cuts = self._cuts()
+            return self._text[cuts[start] + 1 : cuts[stop]].split(_SEPARATOR)
         if index < 0:
             index += count
         if not 0 <= index < count:
