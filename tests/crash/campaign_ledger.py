@@ -292,6 +292,8 @@ async def _finish_erases(save: Path, index: Path, ledger: Ledger, findings: Find
                 ledger.erase_done(call, acknowledged=False)
     except GameMemoryError as exc:
         findings.problems.append(f"an interrupted erase does not finish: {exc}")
+        # Named once: a rerun rounds later would also erase what was appended since.
+        ledger.erasing.clear()
 
 
 async def _check_bytes(

@@ -84,3 +84,40 @@ async def test_an_erase_removes_the_temporary_file_a_killed_index_compaction_lef
         owner = None if shape == "session" else "mira"
         assert await memory.erase("slot", owner, ["m1"] if shape == "listed" else None) == 1
     assert _holding(index, vector) == []
+
+
+@pytest.mark.parametrize("shape", ["listed", "owner", "session"])
+async def test_an_erase_where_no_index_was_ever_written_erases_the_save_and_creates_nothing(
+    tmp_path: Path, shape: str
+) -> None:
+    """Found by the SIGKILL campaign (seed 2790277214): a sidecar killed before it made its
+    index folder left a save whose interrupted erase could not be run again, because the
+    rerun (a front door opened without ``create``) asked for the missing folder's lock."""
+    save, index = tmp_path / "save", tmp_path / "save.index"
+    async with await open_memory(save, model="lexical") as memory:
+        await memory.append(_memory("m1"))
+        await memory.append(_memory("m2"))
+    assert not index.exists()
+    async with await open_memory(save, index=index, model="hashing", create=False) as memory:
+        owner = None if shape == "session" else "mira"
+        erased = await memory.erase("slot", owner, ["m1"] if shape == "listed" else None)
+        assert erased == (1 if shape == "listed" else 2)
+        left = [m.memory_id for m in await memory.authoritative.enumerate("slot")]
+        assert left == (["m2"] if shape == "listed" else [])
+    assert not index.exists()
+
+
+async def test_a_write_into_a_missing_index_opened_without_create_names_why(
+    tmp_path: Path,
+) -> None:
+    from game_memory import DerivedIndexError
+    from game_memory.index.file_index import FileVectorMemoryIndex
+
+    item = _memory("m1")
+    index = FileVectorMemoryIndex(tmp_path / "save.index", create=False)
+    provider = HashingEmbeddingProvider()
+    vectors = np.ones((1, provider.identity.dimensions), dtype=np.float32)
+    with pytest.raises(DerivedIndexError, match=r"does not exist.*without create"):
+        index.write([item], vectors, provider.identity)
+    assert not (tmp_path / "save.index").exists()
+    await index.aclose()

@@ -248,7 +248,7 @@ class FileVectorMemoryIndex:
                 f"write takes one finite row of {identity.dimensions} values per memory; got "
                 f"an array of shape {np.shape(vectors)} for {len(memories)} memories"
             )
-        engine = self.engine
+        engine = self._writable()
         with engine.locked():
             code = engine.identity_code(identity, create=True)
             assert code is not None
@@ -321,7 +321,7 @@ class FileVectorMemoryIndex:
             raise InvalidArgumentError(f"mark records FAILED or PENDING entries, not {state!r}")
         if not code.isascii() or len(code) > 32:
             raise InvalidArgumentError("a mark's code is ASCII text of at most 32 characters")
-        engine = self.engine
+        engine = self._writable()
         with engine.locked():
             for (session_hash, owner_hash), positions in _groups(memories).items():
                 records = [
@@ -420,6 +420,8 @@ class FileVectorMemoryIndex:
     def remove_orphans(self, candidates: OrphanCandidates, views: Sequence[PartitionView]) -> int:
         """Delete confirmed orphans and compact the session (blocking; under the lock)."""
         engine = self.engine
+        if not engine.is_open:
+            return 0  # an index never written holds no orphans
         session_hash = identity_hash(candidates.session_id)
         alive = self._alive(views)
         removed = 0
@@ -454,9 +456,13 @@ class FileVectorMemoryIndex:
         """Drop entries and rows of a session, an owner or listed memories (blocking, locked).
 
         A whole partition's files are deleted; listed memories get tombstones and the
-        partition is compacted, which rewrites its row files without their vectors.
+        partition is compacted, which rewrites its row files without their vectors. An
+        index opened without ``create`` whose folder does not exist holds nothing to drop:
+        the erase does nothing (and creates nothing).
         """
         engine = self.engine
+        if not engine.is_open:
+            return
         session_hash = identity_hash(session_id)
         with engine.locked():
             owners = engine.owners_with_files(session_hash)  # orphan row files included
@@ -475,6 +481,17 @@ class FileVectorMemoryIndex:
                 ]
                 engine.append(session_hash, owner_hash, tombstones)
                 engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
+
+    def _writable(self) -> IndexEngine:
+        """The engine, for a write: an index opened without ``create`` whose folder does
+        not exist refuses writes with a clear error (instead of a missing lock file)."""
+        engine = self.engine
+        if not engine.is_open:
+            raise DerivedIndexError(
+                f"the index folder {self.directory} does not exist and this index was opened "
+                "without create: open it with create=True to write vectors"
+            )
+        return engine
 
     def _alive(self, views: Sequence[PartitionView]) -> dict[str, set[bytes]]:
         """``sha256(memory_id)`` of every memory of ``views``, per owner hash."""
