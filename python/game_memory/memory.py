@@ -170,7 +170,14 @@ class VectorMemoryStore(MemoryOverTime):
         #: Owners whose first recall prefetched their index partition (``_prefetch``).
         self._prefetched: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._parts = RecallParts(
-            authoritative, index, self._embedder, reranker, self.options, self._run, self._report
+            authoritative,
+            index,
+            self._embedder,
+            reranker,
+            self.options,
+            self._run,
+            self._report,
+            self._executor,
         )
         self._rebuilding: set[str] = set()
         self._warned_stale: set[str] = set()

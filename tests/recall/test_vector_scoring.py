@@ -10,9 +10,6 @@ with prefixes (a query as of an earlier moment), scattered rows and ties.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +36,7 @@ from game_memory.recall.vectors import (
     top_vector_candidates,
 )
 from game_memory.store.view import PartitionView
+from support.blas import run_with_one_blas_thread
 from support.vectors import MemoryFactory
 
 ACTIVE = 0
@@ -83,17 +81,8 @@ print(checked, spanned)
 
 
 def test_scores_are_bit_identical_to_the_product_over_the_whole_matrix() -> None:
-    root = Path(__file__).resolve().parents[2]
-    threads = dict.fromkeys(("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"), "1")
-    done = subprocess.run(
-        [sys.executable, "-c", _BIT_IDENTITY],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, **threads, "PYTHONPATH": str(root / "python")},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == [str(5 * 9 * 15), str(5 * 9 * 16)]
+    checked = run_with_one_blas_thread(_BIT_IDENTITY)
+    assert checked.split() == [str(5 * 9 * 15), str(5 * 9 * 16)]
 
 
 def test_a_span_multiplies_only_its_blocks() -> None:

@@ -21,6 +21,7 @@ import asyncio
 import operator
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -81,6 +82,8 @@ class RecallParts:
     options: VectorMemoryStoreOptions
     run: Runner
     report: Report
+    #: A pool a large matrix-vector product is shared with (``recall/product.py``).
+    helper: Executor | None = None
 
 
 class _Unavailable(Exception):
@@ -342,14 +345,14 @@ async def _vector_recall(
                     raise
         # One executor hop for both stages; each is timed where its work runs.
         read_at = time.perf_counter()
-        hits = top_vector_candidates(joined, vector, limit)
+        hits = top_vector_candidates(joined, vector, limit, parts.helper)
         ready = sum(j.ready for j, _, _ in joined)
         return hits, ready, read_at, time.perf_counter()
 
     cached = _cached_parts(index, embedder, parts.options, query, views)
     if cached is not None:  # held in memory and small: scored here, without a thread hop
         read_at = time.perf_counter()
-        hits = top_vector_candidates(cached, vector, limit)
+        hits = top_vector_candidates(cached, vector, limit, parts.helper)
         ready, scored_at = sum(j.ready for j, _, _ in cached), time.perf_counter()
     else:
         hits, ready, read_at, scored_at = await parts.run(read_and_score)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Sequence
+from concurrent.futures import Executor
 
 import numpy as np
 import numpy.typing as npt
 
 from game_memory.index.join import PartitionJoin
 from game_memory.model import GameMemory, ordinal_key
+from game_memory.recall.product import product
 from game_memory.store.view import PartitionView
 
 __all__ = [
@@ -31,7 +33,12 @@ FloatVector = npt.NDArray[np.float32]
 SCORING_BLOCK_ROWS = 256
 
 
-def score_rows(matrix: npt.NDArray[np.float32], query: FloatVector, rows: IntArray) -> FloatVector:
+def score_rows(
+    matrix: npt.NDArray[np.float32],
+    query: FloatVector,
+    rows: IntArray,
+    helper: Executor | None = None,
+) -> FloatVector:
     """``(matrix @ query)[rows]``, multiplying only the blocks of rows that hold a wanted row.
 
     The blocks are aligned to :data:`SCORING_BLOCK_ROWS` from row 0, consecutive wanted
@@ -43,34 +50,42 @@ def score_rows(matrix: npt.NDArray[np.float32], query: FloatVector, rows: IntArr
     one row is widened by a block. A multi-threaded BLAS splits a product among its threads
     by the product's size, so there (as for any product over a grown matrix) a score may
     differ from the whole-matrix product in its last float32 bit.
+
+    A large run is shared with ``helper`` (:func:`game_memory.recall.product.product`:
+    cut at a block boundary, so the same scores).
     """
     count = matrix.shape[0]
     if rows.size == 0:
         return np.empty(0, dtype=np.float32)
     if rows.size >= count or not matrix.flags.c_contiguous:
-        return (matrix @ query)[rows]
+        return product(matrix, query, 0, count, SCORING_BLOCK_ROWS, helper)[rows]
     blocks = -(-count // SCORING_BLOCK_ROWS)
     wanted = np.zeros(blocks + 2, dtype=np.bool_)
     wanted[rows // SCORING_BLOCK_ROWS + 1] = True
     if wanted[1:-1].all():
-        return (matrix @ query)[rows]
+        return product(matrix, query, 0, count, SCORING_BLOCK_ROWS, helper)[rows]
     edges = np.flatnonzero(wanted[1:] != wanted[:-1])  # run starts and ends, in blocks
     scores = np.empty(count, dtype=np.float32)
     for start_block, end_block in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
         start, end = _run(start_block, end_block, count)
-        scores[start:end] = matrix[start:end] @ query
+        scores[start:end] = product(matrix, query, start, end, SCORING_BLOCK_ROWS, helper)
     return scores[rows]
 
 
 def score_span(
-    matrix: npt.NDArray[np.float32], query: FloatVector, start: int, stop: int
+    matrix: npt.NDArray[np.float32],
+    query: FloatVector,
+    start: int,
+    stop: int,
+    helper: Executor | None = None,
 ) -> FloatVector:
     """:func:`score_rows` of the rows ``start .. stop − 1``, bit for bit, without a gather.
 
     Those rows' blocks are one run, multiplied as :func:`score_rows` multiplies it (the
     same product, so the same scores); the result is a view of that product. A query as
     of a moment usually sees such a run (a prefix of an NPC's rows), and then neither a
-    row index per visible row nor a gather of the scores through it is built.
+    row index per visible row nor a gather of the scores through it is built. A large
+    run is shared with ``helper``, as in :func:`score_rows`.
     """
     count = matrix.shape[0]
     if stop <= start:
@@ -78,9 +93,10 @@ def score_span(
     first, last = start // SCORING_BLOCK_ROWS, (stop - 1) // SCORING_BLOCK_ROWS
     whole = stop - start >= count or (first == 0 and last == -(-count // SCORING_BLOCK_ROWS) - 1)
     if whole or not matrix.flags.c_contiguous:
-        return (matrix @ query)[start:stop]
+        return product(matrix, query, 0, count, SCORING_BLOCK_ROWS, helper)[start:stop]
     begin, end = _run(first, last + 1, count)
-    return (matrix[begin:end] @ query)[start - begin : stop - begin]
+    scores = product(matrix, query, begin, end, SCORING_BLOCK_ROWS, helper)
+    return scores[start - begin : stop - begin]
 
 
 def _run(start_block: int, end_block: int, count: int) -> tuple[int, int]:
@@ -97,6 +113,7 @@ def top_vector_hits(
     parts: Sequence[tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]],
     query: npt.NDArray[np.float32],
     limit: int,
+    helper: Executor | None = None,
 ) -> list[tuple[GameMemory, float]]:
     """Score every visible joined row and return the best ``limit`` memories.
 
@@ -105,19 +122,22 @@ def top_vector_hits(
             and the view's visibility mask for the query.
         query: The L2-normalized query vector.
         limit: How many candidates to keep.
+        helper: A pool a large product is shared with (see
+            :func:`game_memory.recall.product.product`); the same results without it.
 
     Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
     One matrix-vector product per partition (over the blocks of rows the query may see);
     everything after it is vectorized except the final sort, which only sees the ``limit``
     best scores (and any ties with the last).
     """
-    return top_vector_candidates(parts, query, limit)[0]
+    return top_vector_candidates(parts, query, limit, helper)[0]
 
 
 def top_vector_candidates(
     parts: Sequence[tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]],
     query: npt.NDArray[np.float32],
     limit: int,
+    helper: Executor | None = None,
 ) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]]:
     """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order.
 
@@ -133,7 +153,7 @@ def top_vector_candidates(
     for joined, matrix, visible in parts:
         if joined.ready == 0 or joined.view is None:
             continue
-        scored.append(_score(joined, joined.view, matrix, visible, query))
+        scored.append(_score(joined, joined.view, matrix, visible, query, helper))
     total = sum(part[1].size for part in scored)
     if total == 0:
         return [], []
@@ -243,6 +263,7 @@ def _score(
     matrix: npt.NDArray[np.float32],
     visible: npt.NDArray[np.bool_],
     query: FloatVector,
+    helper: Executor | None,
 ) -> _Scored:
     """Score the rows of ``joined`` that ``visible`` shows, clipped to [-1, 1]."""
     if joined.dense:
@@ -250,7 +271,7 @@ def _score(
         count = int(np.count_nonzero(shown))
         first = int(shown.argmax()) if count else 0
         if bool(shown[first : first + count].all()):  # one run (count 0 included)
-            scores = score_span(matrix, query, first, first + count)
+            scores = score_span(matrix, query, first, first + count, helper)
             np.clip(scores, -1.0, 1.0, out=scores)
             return view, scores, None, first, matrix
         positions = rows = np.flatnonzero(shown)
@@ -258,6 +279,6 @@ def _score(
         keep = visible[joined.positions]
         positions = joined.positions[keep]
         rows = joined.rows[keep]
-    scores = score_rows(matrix, query, rows)
+    scores = score_rows(matrix, query, rows, helper)
     np.clip(scores, -1.0, 1.0, out=scores)
     return view, scores, (positions, rows), 0, matrix
