@@ -4,12 +4,13 @@ A warm hybrid recall of an NPC with 10k memories spends about 0.5 ms in one prod
 its rows (15 MB at 384 dimensions), bounded by how fast one core reads memory. Two cores
 read it faster: the product is cut at an aligned block boundary, a helper thread (the front
 door's pool) multiplies the first part while the caller multiplies the second, each into
-its slice of one output. Measured on a 2-core machine with a single-threaded BLAS (median
-of 300 products): 10k × 384 rows 0.50 → 0.35 ms, 16k 0.82 → 0.55 ms, 100k 9.1 → 4.2 ms;
-a warm recall of an NPC with 100k memories 7.6–7.9 → 4.9–5.8 ms. Below about 8k rows of
-384 the hand-off (waking the helper: 60–80 µs) costs what it saves: in recalls at 10k,
-which see 5k–9k rows as of their moments, sharing from 6k rows on was slower, hence
-:data:`SPLIT_VALUES`.
+its slice of one output. Measured on a 2-core machine with a single-threaded BLAS, each
+product after 1 ms idle (as a game's recalls come: a helper that slept that long wakes
+slowly), median of 60–200: 32k × 384 rows 1.84 → 1.13 ms, 50k 3.45 → 2.09 ms, 100k 9.4 →
+5.0 ms; but 24k 1.30 → 1.36 ms, 10k 0.48 → 0.54 ms and 8k 0.38 → 0.43 ms, slower: waking
+the helper costs about as much as half of such a product. Back to back (no idle time) the
+helper wakes fast and sharing wins from about 8k rows (10k 0.50 → 0.35 ms), but a threshold
+tuned to that would slow a game's sporadic recalls; hence :data:`SPLIT_VALUES`.
 
 The helper is never waited for idly: when the caller has finished its part and the helper
 has not started (its pool busy with other work), the job is withdrawn and the caller
@@ -37,9 +38,9 @@ import numpy.typing as npt
 
 __all__ = ["SPLIT_VALUES", "blas_is_single_threaded", "product"]
 
-#: Values (rows × columns) from which a product is shared with the helper: 8,192 rows of
-#: 384 (3.1 M values) is about where two threads start to win on a 2-core machine.
-SPLIT_VALUES = 3_000_000
+#: Values (rows × columns) from which a product is shared with the helper: about 31k rows
+#: of 384 (or 11.7k of 1,024), where two threads win even when the helper slept before.
+SPLIT_VALUES = 12_000_000
 
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
