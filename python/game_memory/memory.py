@@ -162,6 +162,7 @@ class VectorMemoryStore(MemoryOverTime):
                     self.options.maximum_concurrent_embedding_calls, self.options.embedding_timeout
                 ),
                 projector or MemoryTextProjector(),
+                query_cache=self.options.query_embedding_cache,
             )
         )
         self._diagnostics = DiagnosticDispatcher(diagnostics, self.options.diagnostic_timeout)

@@ -66,3 +66,94 @@ async def test_a_bad_vector_in_a_batch_fails_it_with_the_one_vector_message(
     embedder = _embedder([[1.0, 0.0, 0.0, 0.0], bad])
     with pytest.raises(EmbeddingUnavailableError, match=message):
         await embedder.embed_documents([make_memory("a"), make_memory("b")], "a batch")
+
+
+class _Counting:
+    """A provider whose query vector depends on the text, counting its calls."""
+
+    def __init__(self, failing: str = "") -> None:
+        self.calls: list[str] = []
+        self.failing = failing
+        self.identity = MemoryEmbeddingIdentity(
+            provider_id="counting", model_id="counting", version="1", dimensions=4
+        )
+
+    async def embed_query(self, text: str) -> Any:
+        self.calls.append(text)
+        if text == self.failing:
+            raise RuntimeError("the model failed")
+        return [float(len(text)), 1.0, 0.0, float(text.count("a"))]
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[Any]:
+        raise AssertionError("not used")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _cached(provider: _Counting, entries: int) -> Embedder:
+    gate = EmbeddingGate(1, 30.0)
+    return Embedder(provider, gate, MemoryTextProjector(), query_cache=entries)  # type: ignore[arg-type]
+
+
+async def test_a_question_asked_again_is_answered_without_the_model() -> None:
+    provider = _Counting()
+    embedder = _cached(provider, 2)
+    first = await embedder.embed_query("where is the ferry")
+    again = await embedder.embed_query("where is the ferry")
+    assert provider.calls == ["where is the ferry"]
+    assert again is first and not first.flags.writeable  # one read-only vector, shared
+    assert first.tobytes() == embedder._normalize([18.0, 1.0, 0.0, 0.0]).tobytes()
+    with pytest.raises(ValueError, match="read-only"):
+        first[0] = 2.0
+
+
+async def test_the_least_recently_used_question_is_forgotten_first() -> None:
+    provider = _Counting()
+    embedder = _cached(provider, 2)
+    for text in ("a", "b", "a", "c", "a", "b"):  # "b" is forgotten when "c" comes
+        await embedder.embed_query(text)
+    assert provider.calls == ["a", "b", "c", "b"]
+
+
+async def test_nothing_is_remembered_without_a_cache_a_long_text_or_a_failure() -> None:
+    provider = _Counting(failing="broken")
+    off = _cached(provider, 0)
+    await off.embed_query("twice")
+    await off.embed_query("twice")
+    long = "x" * 2_049
+    embedder = _cached(provider, 8)
+    await embedder.embed_query(long)
+    await embedder.embed_query(long)
+    for _ in range(2):
+        with pytest.raises(EmbeddingUnavailableError):
+            await embedder.embed_query("broken")
+    assert provider.calls == ["twice", "twice", long, long, "broken", "broken"]
+
+
+@pytest.mark.parametrize("entries", [1_024, 0])
+async def test_the_front_door_remembers_query_vectors_as_its_options_say(
+    tmp_path: Any, make_memory: MemoryFactory, entries: int
+) -> None:
+    from game_memory import GameMemoryQuery, VectorMemoryStoreOptions, open_memory
+    from game_memory.embedding.hashing import HashingEmbeddingProvider
+
+    class Counted(HashingEmbeddingProvider):
+        calls = 0
+
+        async def embed_query(self, text: str) -> Any:
+            Counted.calls += 1
+            return await super().embed_query(text)
+
+    options = VectorMemoryStoreOptions(query_embedding_cache=entries)
+    memory = await open_memory(tmp_path / "save", model=Counted(), options=options)
+    async with memory:
+        await memory.append(make_memory("m1", text="the well is dry"))
+        query = GameMemoryQuery(session_id="session", text="the well", limit=3)
+        first = await memory.recall(query)
+        again = await memory.recall(query)
+    assert not first.fallback and [h.memory.memory_id for h in first.hits] == ["m1"]
+    assert [(h.memory.memory_id, h.vector_score) for h in again.hits] == [
+        (h.memory.memory_id, h.vector_score) for h in first.hits
+    ]
+    assert Counted.calls == (1 if entries else 2)

@@ -9,6 +9,7 @@ vector it returns is L2-normalized float32, so a dot product is the cosine.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,7 +21,11 @@ from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
 from game_memory.errors import EmbeddingUnavailableError
 from game_memory.model import GameMemory, GameMemoryQuery, MemoryEmbeddingIdentity
 
-__all__ = ["Embedder"]
+__all__ = ["CACHED_QUERY_CHARACTERS", "Embedder"]
+
+#: Longest query text whose vector is remembered (bounds the cache's keys: 2 MiB at most
+#: for 1,024 texts); longer ones are embedded each time.
+CACHED_QUERY_CHARACTERS = 2_048
 
 
 class Embedder:
@@ -30,29 +35,54 @@ class Embedder:
         provider: The embedding model.
         gate: Bounds concurrent calls and gives each a deadline.
         projector: What text of a memory or query is embedded.
+        query_cache: How many query vectors to remember, by text (least recently used
+            forgotten; 0: none). An NPC is asked the same questions again and again, and
+            a model takes milliseconds per question where a lookup takes microseconds; the
+            vector of a text is the same each time (the identity is fixed, and a query is
+            embedded alone), so a remembered one is the one the model would return.
     """
 
     def __init__(
-        self, provider: EmbeddingProvider, gate: EmbeddingGate, projector: MemoryTextProjector
+        self,
+        provider: EmbeddingProvider,
+        gate: EmbeddingGate,
+        projector: MemoryTextProjector,
+        *,
+        query_cache: int = 0,
     ) -> None:
         self.provider = provider
         self.identity: MemoryEmbeddingIdentity = provider.identity
         self.projector = projector
         self._gate = gate
+        self._query_cache = query_cache
+        self._queries: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
 
     def query_text(self, query: GameMemoryQuery) -> str:
         """The text embedded for ``query`` (empty without text: vector recall is skipped)."""
         return self.projector.project_query(query)
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
-        """Embed a query text through the gate; one normalized vector.
+        """Embed a query text through the gate; one normalized vector (read-only).
+
+        A text embedded before is answered from the query cache (see the class), without
+        a provider call; only vectors that passed the checks are remembered.
 
         Raises:
             EmbeddingTimeoutError: the queue or the call exceeded the deadline.
             EmbeddingUnavailableError: the provider failed or returned a bad vector.
         """
+        remembered = self._queries.get(text)
+        if remembered is not None:
+            self._queries.move_to_end(text)
+            return remembered
         embedded = await self._gate.call(lambda: self.provider.embed_query(text), "the query")
-        return self._normalize(embedded)
+        vector = self._normalize(embedded)
+        vector.flags.writeable = False
+        if self._query_cache and len(text) <= CACHED_QUERY_CHARACTERS:
+            self._queries[text] = vector
+            if len(self._queries) > self._query_cache:
+                self._queries.popitem(last=False)
+        return vector
 
     async def embed_documents(
         self, memories: Sequence[GameMemory], what: str

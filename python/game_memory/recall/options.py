@@ -25,6 +25,10 @@ class VectorMemoryStoreOptions(BaseModel):
         maximum_candidates: ... but never more than this, 1..100,000.
         rebuild_batch_size: Memories embedded per provider call during a rebuild.
         maximum_concurrent_embedding_calls: Provider calls in flight at once.
+        query_embedding_cache: Query vectors remembered by their text (texts of up to
+            2,048 characters; least recently used forgotten), 0..65,536 (0: none): a
+            question asked again is not embedded again. At most 1,024 × (dimensions × 4
+            bytes + 2 KiB) by default (3.5 MiB at 384 dimensions).
         embedding_timeout: Seconds one embedding call may take, queueing included.
         diagnostic_timeout: Seconds a diagnostic sink may take before it is dropped.
         fail_when_embedding_unavailable: Raise instead of falling back to lexical recall.
@@ -47,6 +51,7 @@ class VectorMemoryStoreOptions(BaseModel):
     maximum_candidates: Annotated[int, Field(ge=1, le=100_000)] = 512
     rebuild_batch_size: Annotated[int, Field(ge=1, le=1_024)] = 32
     maximum_concurrent_embedding_calls: Annotated[int, Field(ge=1, le=256)] = 4
+    query_embedding_cache: Annotated[int, Field(ge=0, le=65_536)] = 1_024
     embedding_timeout: Annotated[float, Field(ge=0.001, le=600.0)] = 30.0
     diagnostic_timeout: Annotated[float, Field(ge=0.001, le=30.0)] = 0.5
     fail_when_embedding_unavailable: bool = False
