@@ -65,3 +65,18 @@ def test_models_info_reports_an_intact_model(
     home = prepared_default_model.parent.parent
     assert run_info(argparse.Namespace(home=str(home))) == 0
     assert "prepared and intact" in capsys.readouterr().out
+
+
+async def test_loading_the_model_ends_with_a_full_collection(prepared_default_model: Path) -> None:
+    """The full collection that loading onnxruntime and a model make due runs as the model
+    loads, not inside the first recall (``game_memory.models``): right after the load
+    no collection of the older generations is pending."""
+    import gc
+
+    from game_memory.models import load_model
+
+    choice = await load_model(str(prepared_default_model))
+    counts = gc.get_count()
+    assert choice.provider is not None
+    await choice.provider.aclose()
+    assert counts[1:] == (0, 0), counts
