@@ -31,6 +31,7 @@ sidecar a game ships sets ``OPENBLAS_NUM_THREADS=1``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from concurrent.futures import Executor
 
 import numpy as np
@@ -45,13 +46,13 @@ SPLIT_VALUES = 12_000_000
 _THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
-def blas_is_single_threaded(environment: dict[str, str] | None = None) -> bool:
+def blas_is_single_threaded(environment: Mapping[str, str] | None = None) -> bool:
     """Whether numpy's BLAS runs one thread and this process may use a second core.
 
     Read from the variables OpenBLAS reads at load (the first one set decides), and from
     the CPUs this process may run on.
     """
-    variables = os.environ if environment is None else environment
+    variables: Mapping[str, str] = os.environ if environment is None else environment
     for name in _THREAD_VARIABLES:
         value = variables.get(name, "").strip()
         if value:
