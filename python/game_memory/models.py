@@ -16,6 +16,7 @@ lexical sidecar never pays for onnxruntime.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 from dataclasses import dataclass
@@ -71,7 +72,7 @@ async def load_model(model: str, home: str | os.PathLike[str] | None = None) -> 
     if model not in _PREPARED_MODELS:
         from game_memory import onnx
 
-        return ModelChoice(_collected(await onnx.load_provider_from_directory(model)))
+        return ModelChoice(await _ready(await onnx.load_provider_from_directory(model)))
     try:
         from game_memory import onnx
     except ImportError as exc:  # a broken install: keep the game working, say why
@@ -82,19 +83,26 @@ async def load_model(model: str, home: str | os.PathLike[str] | None = None) -> 
     except EmbeddingUnavailableError as exc:
         kind = getattr(exc, "kind", None)
         return ModelChoice(None, _notice(model, str(exc), getattr(kind, "value", None)))
-    return ModelChoice(_collected(provider))
+    return ModelChoice(await _ready(provider))
 
 
-def _collected(provider: EmbeddingProvider) -> EmbeddingProvider:
-    """``provider``, after a full garbage collection.
+async def _ready(provider: EmbeddingProvider) -> EmbeddingProvider:
+    """``provider``, after one query embedded and a full garbage collection: the one-time
+    costs of a model's first run and of the collection its loading makes due, paid while
+    the model loads instead of inside the first answer. A game loads a model behind a
+    loading screen and asks its first question later.
 
-    Importing onnxruntime and loading a model leave the collector's counters such that the
-    first recall's allocations set off a full collection of every object the process holds:
-    measured with the default model on a 3k-memory save, a 12–15 ms pause inside the first
-    recall (26.5–30.3 ms, against 14.2–17.2 ms with this collection; its own cost, about
-    12 ms, moves into loading the model, which takes 100–180 ms). A game loads a model
-    behind a loading screen and asks its first question later: the pause belongs there.
+    Measured with the default model (fresh process each): its first query took 3.2–6.4 ms
+    against 1.7–1.9 ms for the next, and 2.0–2.6 ms after a one-word query at load (which
+    took 2.7–8.9 ms). Importing onnxruntime and loading a model leave the collector's
+    counters such that the first recall's allocations set off a full collection of every
+    object the process holds: on a 3k-memory save a 12–15 ms pause inside the first recall
+    (25.1–32.1 ms, against 12.0–22.7 ms with the collection here, which adds about 10 ms to
+    a load of 100–180 ms). A provider that fails the first query is returned as it is: the
+    first recall reports the failure as it would have.
     """
+    with contextlib.suppress(Exception):
+        await provider.embed_query("warm up")
     gc.collect()
     return provider
 

@@ -80,3 +80,27 @@ async def test_loading_the_model_ends_with_a_full_collection(prepared_default_mo
     assert choice.provider is not None
     await choice.provider.aclose()
     assert counts[1:] == (0, 0), counts
+
+
+@pytest.mark.parametrize("fails", [False, True])
+async def test_loading_the_model_runs_one_query_and_keeps_a_model_that_fails_it(
+    prepared_default_model: Path, monkeypatch: pytest.MonkeyPatch, fails: bool
+) -> None:
+    """The first run's one-time costs are paid as the model loads; a model that cannot
+    embed is still returned, for the first recall to report as before."""
+    from game_memory.models import load_model
+
+    asked: list[str] = []
+    real = MiniLmOnnxEmbeddingProvider.embed_query
+
+    async def counted(self: MiniLmOnnxEmbeddingProvider, text: str) -> np.ndarray:
+        asked.append(text)
+        if fails:
+            raise RuntimeError("the model cannot run")
+        return await real(self, text)
+
+    monkeypatch.setattr(MiniLmOnnxEmbeddingProvider, "embed_query", counted)
+    choice = await load_model(str(prepared_default_model))
+    assert isinstance(choice.provider, MiniLmOnnxEmbeddingProvider) and choice.notice is None
+    assert asked == ["warm up"]
+    await choice.provider.aclose()
