@@ -99,10 +99,14 @@ async def _ready(provider: EmbeddingProvider) -> EmbeddingProvider:
     object the process holds: on a 3k-memory save a 12–15 ms pause inside the first recall
     (25.1–32.1 ms, against 12.0–22.7 ms with the collection here, which adds about 10 ms to
     a load of 100–180 ms). A provider that fails the first query is returned as it is: the
-    first recall reports the failure as it would have.
+    first recall reports the failure as it would have; one cancelled meanwhile is closed.
     """
-    with contextlib.suppress(Exception):
-        await provider.embed_query("warm up")
+    try:
+        with contextlib.suppress(Exception):
+            await provider.embed_query("warm up")
+    except BaseException:
+        await provider.aclose()  # cancelled: nobody else holds the provider to close it
+        raise
     gc.collect()
     return provider
 

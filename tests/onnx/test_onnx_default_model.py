@@ -104,3 +104,33 @@ async def test_loading_the_model_runs_one_query_and_keeps_a_model_that_fails_it(
     assert isinstance(choice.provider, MiniLmOnnxEmbeddingProvider) and choice.notice is None
     assert asked == ["warm up"]
     await choice.provider.aclose()
+
+
+async def test_a_load_cancelled_while_the_model_warms_up_closes_it(
+    prepared_default_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from game_memory.models import load_model
+
+    started = asyncio.Event()
+    closed: list[bool] = []
+    real_close = MiniLmOnnxEmbeddingProvider.aclose
+
+    async def stuck(self: MiniLmOnnxEmbeddingProvider, text: str) -> np.ndarray:
+        started.set()
+        await asyncio.Event().wait()  # never set: the load is cancelled here
+        raise AssertionError("unreachable")
+
+    async def recorded(self: MiniLmOnnxEmbeddingProvider) -> None:
+        closed.append(True)
+        await real_close(self)
+
+    monkeypatch.setattr(MiniLmOnnxEmbeddingProvider, "embed_query", stuck)
+    monkeypatch.setattr(MiniLmOnnxEmbeddingProvider, "aclose", recorded)
+    loading = asyncio.ensure_future(load_model(str(prepared_default_model)))
+    await asyncio.wait_for(started.wait(), 30)
+    loading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loading
+    assert closed == [True]
