@@ -354,7 +354,9 @@ class VectorMemoryStore(MemoryOverTime):
             raise InvalidArgumentError("recall takes a GameMemoryQuery")
         if require_semantic and self._embedder is None:
             raise EmbeddingUnavailableError(_NO_MODEL)
-        self._prefetch(query)
+        # After the store's read was handed to its thread (the recall's first hop): starting
+        # the prefetch's thread first would delay the read, the longer of the two.
+        asyncio.get_running_loop().call_soon(self._prefetch, query)
         result = await recall(query, self._parts, maximum_snapshot_entries=maximum_snapshot_entries)
         if require_semantic and result.fallback:
             status = await self.get_status(query.session_id)

@@ -598,7 +598,9 @@ async def test_a_copy_s_first_open_writes_its_intent_file_anew(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An intent file accepted by the CRC of a copied ledger is written again naming the
-    copy's ledger, so later opens hash no ledger byte."""
+    copy's ledger when the store closes (not during the first read, which it would slow),
+    so later opens hash no ledger byte; a store that never closed leaves the old file, and
+    the next open checks it by its CRC again."""
     from game_memory.store import intent_files, intents
 
     monkeypatch.setattr(intents, "PERSIST_MINIMUM", 8)
@@ -617,15 +619,24 @@ async def test_a_copy_s_first_open_writes_its_intent_file_anew(
         return real(path, start, end)
 
     monkeypatch.setattr(intent_files, "file_crc", counted)
+    written = (copy / DATA / "read" / "ledger.intents").read_bytes()
+    unclosed = make_store(copy)
+    await unclosed.snapshot(query("dragon"))
+    await unclosed.snapshot(query("dragon"))
+    assert hashed == [20 * 128]
+    assert (copy / DATA / "read" / "ledger.intents").read_bytes() == written  # not yet
+    hashed.clear()
     first = make_store(copy)
     await first.snapshot(query("dragon"))
+    assert hashed == [20 * 128]  # the unclosed store named nothing: checked again
     await first.aclose()
-    assert hashed == [20 * 128]
+    assert (copy / DATA / "read" / "ledger.intents").read_bytes() != written
     hashed.clear()
     second = make_store(copy)
     await second.snapshot(query("dragon"))
     await second.aclose()
     assert hashed == []
+    await unclosed.aclose()
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,9 @@ ledger from the start as before and a new intent file replaces this one. Records
 Written atomically (temporary file, fsync, rename) when the index read at least
 :data:`PERSIST_MINIMUM` records the file did not cover (on the file store's read-file
 thread, off the append that crossed the mark: ``LedgerIndex.background``), and by closing
-the store for any record it does not cover (``LedgerIndex.persist``), so a start after a
-clean exit reads no ledger record. Writing it costs a few milliseconds per 100k records;
+the store for any record it does not cover, or when it names the ledger by an older
+identity (a copy accepted by its CRC; ``LedgerIndex.persist``), so a start after a clean
+exit reads no ledger record and hashes none. Writing it costs a few milliseconds per 100k records;
 reading that many records from the ledger about 0.4 s.
 
 Layout: ``GMINTS01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
