@@ -25,6 +25,7 @@ from game_memory.store import read_files as read_file_module
 from game_memory.store.lazy import LazyMemories
 from game_memory.store.read_chain import load_chain
 from game_memory.store.read_path import content_digests
+from game_memory.store.records import HEADER_BYTES, MAGIC
 
 from .helpers import DATA, MemoryFactory, StoreFactory
 
@@ -673,3 +674,47 @@ def test_a_part_s_postings_of_ascii_texts_scanned_at_once_equal_the_lexical_inde
     assert mine[2].tolist() == (documents.astype(np.int64) + 11).tolist()
     assert mine[3].tolist() == frequencies.tolist()
     assert mine[4].tolist() == lengths.tolist()
+
+
+async def test_a_first_read_asks_for_its_records_at_once_then_reads_them(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A recall of a save opened from its read file reads its few dozen records; with the
+    page cache cold each read would wait for the disk in turn, so the records not decoded
+    yet are first hinted to the kernel together (``posix_fadvise``), each with its exact
+    range, and only those. The hint changes nothing read: the answers are the records'."""
+    from game_memory.store import lazy
+
+    rng = random.Random(31)
+    save = tmp_path / "save"
+    store = make_store(save)
+    assert await store.append_many([memory(make_memory, n, rng) for n in range(80)]) == [True] * 80
+    expected = await answers(store)
+    await store.aclose()
+    hinted: list[tuple[int, int]] = []
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        assert advice == lazy._WILLNEED
+        os.fstat(fd)  # a descriptor still open
+        hinted.append((offset, length))
+
+    monkeypatch.setattr(lazy, "_ADVISE", advise)
+    reopened = make_store(save)
+    assert await answers(reopened) == expected
+    assert hinted and len(set(hinted)) == len(hinted)  # each record hinted once
+    log = (save / DATA / f"s-{SESSION}" / f"o-{OWNER}.log").read_bytes()
+    for offset, length in hinted:  # a whole record's frame, header and payload
+        frame = log[offset : offset + length]
+        assert frame[:4] == MAGIC and len(frame) == length
+        assert int.from_bytes(frame[4:8], "little") == length - HEADER_BYTES
+    hinted.clear()
+    assert await answers(reopened) == expected
+    assert hinted == []  # every record decoded already: nothing to ask for
+    await reopened.aclose()
+    monkeypatch.setattr(lazy, "_ADVISE", None)  # no posix_fadvise (macOS): read as before
+    bare = make_store(save)
+    assert await answers(bare) == expected
+    await bare.aclose()
