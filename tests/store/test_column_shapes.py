@@ -100,3 +100,36 @@ def test_the_shape_names_one_timeline_expiry_and_order() -> None:
     assert (mixed.timeline, mixed.expiring, mixed.ascending) == (-1, True, False)
     empty = PredicateColumns([]).shape()
     assert (empty.timeline, empty.expiring, empty.ascending) == (-1, False, True)
+
+
+def _values(columns: PredicateColumns) -> list[list[object]]:
+    names = ("ticks", "importance", "timeline_codes", "has_expiry", "expiry_ticks")
+    return [getattr(columns, name).tolist() for name in (*names, "belief_codes")]
+
+
+def test_grown_columns_share_their_room_and_no_version_ever_changes() -> None:
+    """Appending to the newest version writes after its values in place (no column is
+    copied); growing an older version again copies into a room of its own. Every version
+    keeps exactly the values it was built with, and equals columns built whole."""
+    first = [memory(n, n) for n in range(5)]
+    base = PredicateColumns(first)
+    grown = [first]
+    versions = [base]
+    for number in range(5, 40):  # one memory per version, as appends make them
+        grown.append(grown[-1] + [memory(number, number, expires=number + 3)])
+        versions.append(PredicateColumns(grown[-1], versions[-1]))
+    rooms = {id(version._room) for version in versions[1:]}
+    assert len(rooms) == 1  # the first growth made the room; the others wrote in it
+    shared = versions[1]._room
+    assert shared is not None and shared.length == 40
+    assert versions[-1].ticks.base is versions[1].ticks.base  # views of one array
+    branch = PredicateColumns(grown[19] + [memory(99, 99, "dream")], versions[19])
+    assert branch._room is not shared  # versions[19] was grown already: copied
+    assert shared.length == 40  # and the shared room untouched
+    for memories, version in zip(grown, versions, strict=True):
+        assert _values(version) == _values(PredicateColumns(memories))
+    assert _values(branch) == _values(PredicateColumns(grown[19] + [memory(99, 99, "dream")]))
+    assert branch.ticks.tolist() == [*list(range(24)), 99]
+    extended = PredicateColumns(grown[-1] + [memory(40, 40)], versions[-1])
+    assert extended._room is shared and shared.length == 41  # the tip grows in place
+    assert _values(versions[-1]) == _values(PredicateColumns(grown[-1]))

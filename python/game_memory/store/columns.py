@@ -114,6 +114,48 @@ class _Shape:
         )
 
 
+class _Room:
+    """The columns of a line of partition versions, with room after them to grow in place.
+
+    Each version's arrays are views of the first ``count`` values: the values of a version
+    never change, so a version that extends the newest one (``length`` values written, no
+    other version grown from it yet) writes its new values after them, in place, instead of
+    copying every column (8 arrays: 3.8 MB at 100k memories, about 1.8 ms, which the first
+    recall after each append paid). A version grown from an older one, or one that no
+    longer fits, copies into a new room with an eighth more (at least 1,024 values):
+    amortized, a few values copied per value added. The room is at most 9/8 of the columns
+    plus 1,024 values per column.
+    """
+
+    __slots__ = ("columns", "length", "lock")
+
+    def __init__(self, columns: list[npt.NDArray[np.generic]], length: int) -> None:
+        self.columns = columns
+        self.length = length
+        self.lock = threading.Lock()
+
+    @classmethod
+    def extended(cls, base: PredicateColumns, fresh: tuple[npt.NDArray[np.generic], ...]) -> _Room:
+        """The room holding ``base``'s columns followed by ``fresh`` (one array per column)."""
+        start, total = base.count, base.count + fresh[0].size
+        room = base._room
+        if room is not None:
+            with room.lock:
+                if room.length == start and total <= room.columns[0].size:
+                    for column, values in zip(room.columns, fresh, strict=True):
+                        column[start:total] = values
+                    room.length = total
+                    return room
+        size = max(total + total // 8, total + 1_024)
+        columns: list[npt.NDArray[np.generic]] = []
+        for (name, dtype), values in zip(_ARRAYS, fresh, strict=True):
+            column = np.empty(size, dtype)
+            column[:start] = getattr(base, name)
+            column[start:total] = values
+            columns.append(column)
+        return cls(columns, total)
+
+
 class PredicateColumns:
     """The visibility predicate's inputs as numpy columns, for whole-partition masks."""
 
@@ -122,6 +164,7 @@ class PredicateColumns:
     _scopes: _Codes
     _beliefs: _Codes
     _shape: _Shape | None
+    _room: _Room | None  # the room the columns are views of, when grown (see _Room)
 
     def __init__(
         self, memories: Sequence[GameMemory], base: PredicateColumns | None = None
@@ -157,6 +200,8 @@ class PredicateColumns:
             if base is not None and base._shape is not None
             else None
         )
+        fresh = (ticks, importance, timelines, has_expiry, expiry, scopes, kinds, beliefs)
+        self._room = None
         if base is None:
             self.ticks, self.importance, self.timeline_codes = ticks, importance, timelines
             self.has_expiry, self.expiry_ticks = has_expiry, expiry
@@ -164,14 +209,9 @@ class PredicateColumns:
             self.belief_codes = beliefs
             self._tags = {tag: np.asarray(docs, np.int64) for tag, docs in tag_lists.items()}
         else:
-            self.ticks = np.concatenate((base.ticks, ticks))
-            self.importance = np.concatenate((base.importance, importance))
-            self.timeline_codes = np.concatenate((base.timeline_codes, timelines))
-            self.has_expiry = np.concatenate((base.has_expiry, has_expiry))
-            self.expiry_ticks = np.concatenate((base.expiry_ticks, expiry))
-            self.scope_codes = np.concatenate((base.scope_codes, scopes))
-            self.kind_codes = np.concatenate((base.kind_codes, kinds))
-            self.belief_codes = np.concatenate((base.belief_codes, beliefs))
+            self._room = room = _Room.extended(base, fresh)
+            for (name, _), column in zip(_ARRAYS, room.columns, strict=True):
+                setattr(self, name, column[: start + count])
             self._tags = dict(base._tags)
             for tag, docs in tag_lists.items():
                 previous = self._tags.get(tag, _EMPTY_DOCUMENTS)
@@ -234,6 +274,7 @@ class PredicateColumns:
         }
         columns.count = count
         columns._shape = None
+        columns._room = None
         columns._index_versions()
         return columns
 
