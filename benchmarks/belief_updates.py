@@ -39,7 +39,7 @@ from retrieval_grid import Family, expand
 from retrieval_handwritten import Scenario, load_beliefs, scenario_memories
 
 from game_memory import FusionOptions, GameAwareMemoryRerankerOptions, GameMemory
-from game_memory.onnx import prepare_default_model
+from game_memory.onnx import prepare_named_model
 
 SESSION = "beliefs"
 TARGET = 0.95
@@ -145,7 +145,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--modes takes {','.join(MODES)}")
     fusion = FusionOptions(**json.loads(args.fusion)) if args.fusion else FusionOptions()
     if "hybrid" in modes:
-        prepare_default_model(home)
+        prepare_named_model(args.model, home)
     settings = expand(RERANKER_FAMILIES, GameAwareMemoryRerankerOptions)
     has_key = "belief_key" in GameMemory.model_fields
     variants = ["no_belief_key", *(["belief_key"] if has_key else [])]
@@ -158,7 +158,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for row in scenario_memories(s, belief_key=variant == "belief_key")
             ]
             for mode in modes:
-                door = FrontDoor(Path(folder) / f"{variant}-{mode}" / "save", mode, home)
+                door = FrontDoor(
+                    Path(folder) / f"{variant}-{mode}" / "save", mode, home, args.model
+                )
                 await fill(door, SESSION, rows)
                 results.setdefault(variant, {})[mode] = {
                     name: await measure(door, scenarios, options, fusion)
@@ -170,6 +172,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
     return {
         "benchmark": "belief_updates",
+        "model": args.model,
         "files_sha256": files,
         "scenarios": len(scenarios),
         "with_background": sum(bool(s.background) for s in scenarios),
@@ -232,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
     parser.add_argument("--modes", default=",".join(MODES), help="hybrid, lexical or both")
+    parser.add_argument(
+        "--model", default="default", help="the hybrid mode's named model: default, multilingual"
+    )
     parser.add_argument(
         "--fusion", help="FusionOptions fields as JSON, e.g. '{\"vector_weight\": 0.9}'"
     )

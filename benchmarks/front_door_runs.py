@@ -33,21 +33,22 @@ MODES = ("hybrid", "lexical")
 class FrontDoor:
     """Opens one save in one mode with given weights; checks the mode is the one asked."""
 
-    def __init__(self, save: Path, mode: str, home: Path | None) -> None:
+    def __init__(self, save: Path, mode: str, home: Path | None, model: str = "default") -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
-        self.save, self.mode, self.home = save, mode, home
+        self.save, self.mode, self.home, self.model = save, mode, home, model
 
     async def open(
         self,
         reranker: GameAwareMemoryRerankerOptions | None = None,
         fusion: FusionOptions | None = None,
     ) -> VectorMemoryStore:
-        """``open_memory`` with the default model (hybrid) or none (lexical)."""
+        """``open_memory`` with the model (hybrid; the default one unless another was
+        given) or none (lexical)."""
         options = VectorMemoryStoreOptions(fusion=fusion or FusionOptions())
         memory = await open_memory(
             self.save,
-            model="default" if self.mode == "hybrid" else "lexical",
+            model=self.model if self.mode == "hybrid" else "lexical",
             options=options,
             reranker=reranker,
             home=os.fspath(self.home) if self.home is not None else None,
