@@ -718,3 +718,36 @@ async def test_a_first_read_asks_for_its_records_at_once_then_reads_them(
     bare = make_store(save)
     assert await answers(bare) == expected
     await bare.aclose()
+
+
+async def test_short_sessions_closed_one_after_another_keep_a_short_chain(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """A game that adds a few memories per session and closes the store each time gets a
+    part per close, merged (binary counter) once the chain has ``CLOSING_PARTS`` parts:
+    the chain stays short however many sessions there are, each close merges only parts
+    not larger than what it writes, and the chain reads as the records do."""
+    rng = random.Random(41)
+    save = tmp_path / "save"
+    store = make_store(save)
+    assert await store.append_many([memory(make_memory, n, rng) for n in range(64)]) == [True] * 64
+    await store.aclose()
+    number, lengths = 64, []
+    for _ in range(40):
+        session = make_store(save)
+        for _ in range(3):
+            await session.append(memory(make_memory, number, rng))
+            number += 1
+        await session.aclose()
+        counts = chain_counts(save)
+        lengths.append(len(counts))
+        assert sum(counts) == number
+        assert all(earlier >= later for earlier, later in itertools.pairwise(counts[1:]))
+    # Merged from the bound on: a few parts above it at most (40 closes of 3 memories:
+    # between 1 and 6 parts, 3.6 on average; up to 16 with the bound of 16).
+    assert max(lengths) <= 6
+    assert sum(lengths) / len(lengths) <= 4.0
+    reopened = make_store(save)
+    expected = await answers(reopened)
+    await reopened.aclose()
+    assert await from_records(save, make_store) == expected

@@ -47,8 +47,10 @@ __all__ = [
 #: Partitions with fewer memories are always decoded whole (it is cheap) and get no file.
 LAZY_MINIMUM = 1_024
 #: Closing the store writes a new part without merging (bounded by the memories it adds)
-#: unless the chain already has this many parts.
-CLOSING_PARTS = 16
+#: unless the chain already has this many parts. Every part costs an open: a chain of 16
+#: (the bound until 5 December 2026, which a game closing after every short session kept
+#: reaching) opened a 10k partition 2.3 ms slower than one part, 4 parts 0.9 ms.
+CLOSING_PARTS = 4
 _LOG = logging.getLogger("game_memory.store")
 
 Decode = Callable[[bytes, str], GameMemory]
