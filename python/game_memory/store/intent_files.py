@@ -47,13 +47,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.read_files import file_crc
 
-__all__ = ["PERSIST_MINIMUM", "Intents", "intent_file_path", "load_intents", "write_intents"]
+__all__ = [
+    "PERSIST_MINIMUM",
+    "Intents",
+    "Positions",
+    "intent_file_path",
+    "load_intents",
+    "write_intents",
+]
 
 #: Ledgers with fewer records are indexed from the ledger itself (it is cheap).
 PERSIST_MINIMUM = 1_024
@@ -72,11 +80,17 @@ class Intents:
     count: int
     crc: int
     last: bytes
-    positions: dict[bytes, list[int]]
+    #: Per partition key, its positions in ledger order: a list, or (as a file restores
+    #: them) a read-only array, turned into a list by the index when it first grows.
+    positions: dict[bytes, Positions]
     damaged: list[int]
     #: The ledger's device, inode, size, mtime and ctime when the records were read: a
     #: ledger still exactly so is not hashed again.
     ledger: tuple[int, ...] = ()
+
+
+#: A partition's intent positions, ascending: a list, or a read-only array of a restored file.
+Positions = list[int] | npt.NDArray[np.uint64]
 
 
 def intent_file_path(ledger: Path) -> Path:
@@ -154,11 +168,13 @@ def _decode(data: bytes, name: str) -> Intents:
     count = int(header["count"])
     if positions.size and int(positions.max()) >= count:
         raise ValueError("a position lies past its count")
-    found: dict[bytes, list[int]] = {}
+    # Arrays, not lists: a restored index reads them (counts, a bisection) until a
+    # partition grows; a list per partition cost 2.2 ms per 100k intents at every open.
+    found: dict[bytes, Positions] = {}
     for number in range(len(offsets) - 1):
         found[keys[number * 64 : number * 64 + 64]] = positions[
             offsets[number] : offsets[number + 1]
-        ].tolist()
+        ]
     last = bytes.fromhex(header["last"])
     if count and len(last) != _RECORD:
         raise ValueError("its last record is not a record")
@@ -179,9 +195,8 @@ def write_intents(ledger: Path, info: os.stat_result, intents: Intents) -> bool:
     lengths = [len(found) for found in intents.positions.values()]
     offsets = np.zeros(len(lengths) + 1, "<u8")
     np.cumsum(lengths, out=offsets[1:])
-    positions = np.fromiter(
-        (p for found in intents.positions.values() for p in found), "<u8", int(offsets[-1])
-    )
+    found = [np.asarray(found, "<u8") for found in intents.positions.values()]
+    positions = np.concatenate(found) if found else np.empty(0, "<u8")
     parts = {"keys": keys, "offsets": offsets.tobytes(), "positions": positions.tobytes()}
     described: dict[str, list[int]] = {}
     body: list[bytes] = []

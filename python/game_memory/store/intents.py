@@ -38,6 +38,7 @@ from game_memory.errors import PersistenceError
 from game_memory.store.intent_files import (
     PERSIST_MINIMUM,
     Intents,
+    Positions,
     load_intents,
     write_intents,
 )
@@ -99,7 +100,7 @@ class LedgerIndex:
         self._seen_stat: os.stat_result | None = None  # that refresh's stat of the ledger
         self._parsed = 0
         self._last = b""
-        self._positions: dict[bytes, list[int]] = {}
+        self._positions: dict[bytes, Positions] = {}
         self._owners: dict[bytes, set[bytes]] = {}
         self._damaged: list[int] = []
         self._crc = 0  # CRC-32 of the records parsed (for the intent file)
@@ -361,8 +362,10 @@ class LedgerIndex:
             if found is None:
                 positions[key] = added
                 owners.setdefault(key[:32], set()).add(key[32:])
-            else:
+            elif isinstance(found, list):
                 found.extend(added)
+            else:  # restored from the intent file: a list from now on (a new object)
+                positions[key] = [*found.tolist(), *added]
 
     def _index(self, data: bytes, start: int, stop: int) -> None:
         view = memoryview(data)
@@ -385,8 +388,10 @@ class LedgerIndex:
             if found is None:
                 positions[key] = [index]
                 owners.setdefault(key[:32], set()).add(key[32:])
-            else:
+            elif isinstance(found, list):
                 found.append(index)
+            else:  # restored from the intent file: a list from now on (a new object)
+                positions[key] = [*found.tolist(), index]
 
     # -- queries ------------------------------------------------------------------------
 
@@ -402,7 +407,8 @@ class LedgerIndex:
         key = bytes.fromhex(session_hash + owner_hash)
         with self._lock:
             found = self._positions.get(key, [])
-            return found[: bisect.bisect_left(found, mark.count)]
+            before = found[: bisect.bisect_left(found, mark.count)]
+            return before if isinstance(before, list) else before.tolist()
 
     def owner_hashes(self, session_hash: str) -> list[str]:
         """Every owner the ledger names in the session (sorted hex hashes)."""
