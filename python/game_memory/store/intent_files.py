@@ -29,8 +29,9 @@ Written atomically (temporary file, fsync, rename) when the index read at least
 thread, off the append that crossed the mark: ``LedgerIndex.background``), and by closing
 the store for any record it does not cover, or when it names the ledger by an older
 identity (a copy accepted by its CRC; ``LedgerIndex.persist``), so a start after a clean
-exit reads no ledger record and hashes none. Writing it costs a few milliseconds per 100k records;
-reading that many records from the ledger about 0.4 s.
+exit reads no ledger record and hashes none. Writing it costs a few milliseconds per 100k
+records; reading that many records from the ledger about 0.4 s. An open keeps its
+positions as arrays (``Positions``) until a partition grows.
 
 Layout: ``GMINTS01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
 keys (64 bytes per partition) · offsets (u64 per partition + 1) · positions (u64), each
