@@ -5,11 +5,11 @@
 :data:`LAZY_MINIMUM`, and more than an eighth of those the chain covers), so a large
 partition is decoded in full once, not on every start; closing the store writes the part
 for whatever the chain does not cover yet, so the next start decodes nothing. A part costs
-its own memories, never the partition's; in the background (never at close) the new part is
-merged with the parts before it while the part before is not larger than what is being
-written (a binary counter: a chain of ``n`` memories has at most about ``log2(n / 1,024)``
-parts, and each memory is rewritten that many times at most). Opening a partition from its
-chain is ``read_chain.py``'s.
+its own memories, never the partition's; in the background (at close only once the chain
+has :data:`CLOSING_PARTS` parts) the new part is merged with the parts before it while the
+part before is not larger than what is being written (a binary counter: a chain of ``n``
+memories has at most about ``log2(n / LAZY_MINIMUM)`` parts, and each memory is rewritten
+that many times at most). Opening a partition from its chain is ``read_chain.py``'s.
 """
 
 from __future__ import annotations
@@ -44,8 +44,11 @@ __all__ = [
     "wants_persist",
 ]
 
-#: Partitions with fewer memories are always decoded whole (it is cheap) and get no file.
-LAZY_MINIMUM = 1_024
+#: Partitions with fewer memories are always decoded whole and get no file. Decoding and
+#: tokenizing a memory costs ~36 µs at a first recall; a read file's load about what 30 of
+#: them cost, and the recall decodes its ~65 candidates either way: 128 is past the point
+#: where the file wins. (1,024 until 5 December 2026: an NPC of 500 memories took 30 ms.)
+LAZY_MINIMUM = 128
 #: Closing the store writes a new part without merging (bounded by the memories it adds)
 #: unless the chain already has this many parts. Every part costs an open: a chain of 16
 #: (the bound until 5 December 2026, which a game closing after every short session kept
