@@ -8,6 +8,8 @@ policy's bound.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from game_memory import (
@@ -130,3 +132,36 @@ async def test_the_front_door_keeps_an_owner_within_its_bound_after_a_batch(
     batch = [make_memory(f"m{i:02d}", tick=i) for i in range(30)]
     assert await memory.append_many(batch) == [True] * 30
     assert len(await memory.enumerate("session", "owner")) <= 20
+
+
+async def test_the_front_door_embeds_and_indexes_a_batch_owner_by_owner(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    """A batch interleaving NPCs (a world's import) is embedded in chunks that each hold
+    as few owners as possible, every owner's memories in the batch's order: the index
+    writes a chunk once per partition it touches. Each memory keeps its own vector."""
+    provider = FaultyProvider()
+    calls: list[list[str]] = []
+    provider.on_documents = lambda texts: calls.append(list(texts))
+    memory = open_hybrid(provider)
+    owners = ("smith", "miller", "guard")
+    batch = [
+        make_memory(f"m{i:03d}", owner_id=owners[i % 3], text=f"{owners[i % 3]} saw thing{i}")
+        for i in range(600)
+    ]
+    assert await memory.append_many(batch) == [True] * 600
+    assert [len(texts) for texts in calls] == [256, 256, 88]  # EMBEDDING_BATCH chunks
+    embedded = [text.split("\n")[0] for texts in calls for text in texts]
+    for owner in owners:
+        wanted = [f"{owner} saw thing{i}" for i in range(600) if owners[i % 3] == owner]
+        assert [text for text in embedded if text.startswith(owner)] == wanted
+    switches = sum(a.split()[0] != b.split()[0] for a, b in itertools.pairwise(embedded))
+    assert switches == 2  # owner after owner, not 599 changes
+    status = await memory.get_status("session")
+    assert status.ready_entries == 600 and status.pending_entries == 0
+    for number in (0, 301, 599):
+        owner = owners[number % 3]
+        result = await memory.recall(
+            GameMemoryQuery(session_id="session", owner_id=owner, text=f"thing{number}", limit=1)
+        )
+        assert not result.fallback and _ids(result.memories) == [f"m{number:03d}"]

@@ -23,6 +23,7 @@ TEXTS = ["the cat sleeps on the roof", "the smith sharpened an axe", "a storm ov
 @pytest.fixture(autouse=True)
 def small_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(read_path, "LAZY_MINIMUM", 8)
+    monkeypatch.setattr(read_path, "APPENDED_MINIMUM", 8)
 
 
 def evidence(result: RecallResult) -> list[tuple[object, ...]]:

@@ -344,6 +344,7 @@ async def test_a_read_file_written_meanwhile_does_not_make_the_next_batch_read_b
     from game_memory.store import partitions, read_path
 
     monkeypatch.setattr(read_path, "LAZY_MINIMUM", 8)
+    monkeypatch.setattr(read_path, "APPENDED_MINIMUM", 8)
     store = make_store()
     engine = store._engine
     queued: list[Any] = []

@@ -36,8 +36,10 @@ SESSION, OWNER = partition_hash("session"), partition_hash("npc")
 
 @pytest.fixture(autouse=True)
 def small_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give partitions of a few dozen memories read files (the default is 1,024)."""
+    """Give partitions of a few dozen memories read files, written after a few appends too
+    (the defaults are 128 and 1,024)."""
     monkeypatch.setattr(read_path, "LAZY_MINIMUM", 8)
+    monkeypatch.setattr(read_path, "APPENDED_MINIMUM", 8)
 
 
 def folder(save: Path) -> str:
@@ -378,6 +380,7 @@ from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.store import read_files, read_path
 
 read_path.LAZY_MINIMUM = 8
+read_path.APPENDED_MINIMUM = 8
 
 def dying(path, data):
     temporary = path.with_name(path.name + ".0123.tmp")

@@ -46,8 +46,10 @@ SIZE = 96  # above lexical.SMALL_SNAPSHOT (64): the column path
 
 @pytest.fixture(autouse=True)
 def small_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give partitions of a few dozen memories read files (the default is 1,024)."""
+    """Give partitions of a few dozen memories read files, written after a few appends too
+    (the defaults are 128 and 1,024)."""
     monkeypatch.setattr(read_path, "LAZY_MINIMUM", 8)
+    monkeypatch.setattr(read_path, "APPENDED_MINIMUM", 8)
 
 
 def read_folder(save: Path) -> Path:
@@ -77,7 +79,14 @@ def query(
 
 
 async def fill(store: FileGameMemoryStore, make_memory: MemoryFactory, count: int = SIZE) -> None:
-    for number in range(count):
+    await fill_from(store, make_memory, 0, count)
+
+
+async def fill_from(
+    store: FileGameMemoryStore, make_memory: MemoryFactory, start: int, stop: int
+) -> None:
+    """Append memories ``start..stop`` of the ones :func:`fill` appends, one at a time."""
+    for number in range(start, stop):
         words = " ".join(WORDS[(number * k) % len(WORDS)] for k in (1, 3, 5))
         await store.append(
             make_memory(
@@ -726,3 +735,40 @@ async def test_a_queued_read_file_is_not_written_for_a_partition_replaced_meanwh
     queued.pop()()
     assert written == [1] and len(read_files(tmp_path / "save")) == 1
     await store.aclose()
+
+
+async def test_appends_queue_a_read_file_only_from_appended_minimum_and_closing_writes_the_rest(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Appended memories cost the next start nothing until the store closes, so appends
+    write a part in the background only once ``APPENDED_MINIMUM`` of them are uncovered
+    (a read that decodes files does from ``LAZY_MINIMUM``); closing writes the rest."""
+    from game_memory.durable.names import partition_hash
+
+    monkeypatch.setattr(read_path, "APPENDED_MINIMUM", 64)
+    store = make_store()
+    queued: list[Callable[[], None]] = []
+    cache = store._engine.cache
+    cache.background = queued.append
+    await fill(store, make_memory, 63)
+    assert queued == []  # 63 appended, above LAZY_MINIMUM (8), below APPENDED_MINIMUM
+    await fill_from(store, make_memory, 63, 64)
+    assert len(queued) == 1  # the 64th
+    queued.pop()()
+    assert len(chain_parts(tmp_path / "save")) == 1
+    state = cache.current(partition_hash("session"), partition_hash("npc"))
+    assert state is not None and state.read_file_count == 64
+    await fill_from(store, make_memory, 64, SIZE)
+    assert queued == []  # 32 more: fewer than APPENDED_MINIMUM again
+    expected = await answers(store)
+    await store.aclose()
+    parts = chain_parts(tmp_path / "save")
+    assert len(parts) == 2  # 64, then the 32 closing wrote
+    reopened = make_store()
+    assert await answers(reopened) == expected
+    view = (await reopened.snapshot(query())).views[0]
+    assert isinstance(view.memories, LazyMemories) and view.memories.lazy_count == SIZE
+    await reopened.aclose()

@@ -268,15 +268,21 @@ class PartitionCache:
             if self._states.get(key) is not current:
                 return False  # replaced meanwhile: the next read reads the files
             self._remember_locked(key, grown)
-        self._persisted(session_directory, key, grown)
+        self._persisted(session_directory, key, grown, appended=True)
         return True
 
     def _persisted(
-        self, session_directory: str | Path, key: tuple[str, str], state: PartitionState
+        self,
+        session_directory: str | Path,
+        key: tuple[str, str],
+        state: PartitionState,
+        *,
+        appended: bool = False,
     ) -> PartitionState:
-        """Write the partition's read file when this read decoded enough (``read_path.py``),
-        in the background when there is one (then ``state`` is returned as it is)."""
-        if not wants_persist(state):
+        """Write the partition's read file when this read decoded enough, or this append
+        (``appended``) wrote enough (``read_path.py``), in the background when there is
+        one (then ``state`` is returned as it is)."""
+        if not wants_persist(state, appended=appended):
             return state
         directory = os.fspath(session_directory)
         background = self.background
