@@ -3,9 +3,11 @@
 When the index holds a partition's join and checked rows, current (``cached_vectors``), and
 they are few (``pipeline.INLINE_ROWS``), recall scores them where it runs instead of hopping
 into the front door's pool: the hop cost more than the product at 10k rows. These tests pin
-that it answers exactly as the pool path does, and that whatever changed since (another
-writer of the same save and index, an append, damaged rows) or is large goes through the
-pool's blocking reads, as before.
+that it answers exactly as the pool path does, that this process's own appends stay held
+(the writer hands its rows to the held room, the join is extended on the loop), and that
+whatever else changed since (another writer of the same save and index, the first append
+after a map, a large batch, damaged rows) or is large goes through the pool's blocking
+reads, as before.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import numpy as np
 import pytest
 
 from game_memory import VectorMemoryStore
+from game_memory.index import join
 from game_memory.index.partition import RowBuffer
 from game_memory.recall import pipeline
+from support.providers import Fault, FaultyProvider
 from support.vectors import MemoryFactory, VectorStoreFactory, query
 
 _T = TypeVar("_T")
@@ -89,9 +93,14 @@ async def test_another_writer_of_the_save_and_index_is_seen_through_the_pool(
     assert hops[0] == 1  # and is held again
 
 
-async def test_an_append_is_joined_through_the_pool_then_held(
-    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+async def test_an_append_is_joined_through_the_pool_then_held_and_later_ones_on_the_loop(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The first append after the rows were mapped is read into held room through the pool;
+    after later ones the writer has handed its rows to that room and the join is extended
+    on the loop (``JoinCache.extended_now``), answering as a fresh reader does."""
     store = make_vector_store()
     await fill(store, make_memory, 10)
     asked = query("kitten", owner_id="owner", limit=3)
@@ -102,6 +111,43 @@ async def test_an_append_is_joined_through_the_pool_then_held(
     assert hops[0] == 1 and after.hits[0].memory.memory_id == "new"
     held = await store.recall(asked)
     assert hops[0] == 1 and evidence(held) == evidence(after)
+    for number in range(3):
+        await store.append(make_memory(f"kit{number}", text=f"kitten {number}", tick=60 + number))
+        later = await store.recall(asked)
+        assert hops[0] == 1 and not later.fallback  # no hop: rows and join held
+        fresh = make_vector_store()  # another handle: joins and reads through its pool
+        assert evidence(await fresh.recall(asked)) == evidence(later)
+    monkeypatch.setattr(join, "INLINE_GROWTH", 1)
+    await store.append_many(
+        [make_memory(f"pair{n}", text=f"kitten pair {n}", tick=70 + n) for n in range(2)]
+    )
+    grown = await store.recall(asked)
+    assert hops[0] == 2  # more than the bound: joined through the pool
+    assert evidence(grown) == evidence(await make_vector_store().recall(asked))
+
+
+async def test_a_join_that_no_longer_lines_up_is_given_back_and_joined_in_the_pool(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, provider: FaultyProvider
+) -> None:
+    """A memory saved without a vector (its embedding failed) leaves the next one's entry
+    out of the view's order: the join is not extended on the loop but given back, and the
+    pool's join answers as a fresh reader does, then is held again."""
+    store = make_vector_store()
+    await fill(store, make_memory, 10)
+    asked = query("kitten", owner_id="owner", limit=4)
+    for number in range(2):  # past the first append's read into room
+        await store.append(make_memory(f"warm{number}", text=f"kitten {number}", tick=40))
+        await store.recall(asked)
+    provider.document_fault = Fault.FAIL
+    await store.append(make_memory("lost", text="a kitten without a vector", tick=50))
+    provider.document_fault = Fault.NONE
+    await store.append(make_memory("found", text="a kitten found", tick=51))
+    hops = counting(store)
+    after = await store.recall(asked)
+    assert hops[0] == 1 and not after.fallback
+    assert evidence(after) == evidence(await make_vector_store().recall(asked))
+    again = await store.recall(asked)
+    assert hops[0] == 1 and evidence(again) == evidence(after)
 
 
 async def test_more_rows_than_the_inline_bound_are_scored_in_the_pool(
@@ -154,3 +200,58 @@ def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_lo
         release.set()
         holder.join()
     assert buffer.checked_rows(Partition(), 3) is not None
+
+
+def test_a_writer_s_rows_are_taken_only_into_held_room_after_every_checked_row(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "rows.f32"
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    path.write_bytes(rows.tobytes())
+
+    class Partition:  # what take_written reads of an IndexPartition
+        def __init__(self, records: int) -> None:
+            self.records = records
+
+    def append(values: np.ndarray) -> Any:
+        with path.open("ab") as file:
+            file.write(values.tobytes())
+        return path.stat()
+
+    buffer = RowBuffer(tag=1, dimensions=4)
+    buffer.load(str(path), 3)
+    buffer.checked = 3
+    one = np.full((1, 4), 7, np.float32)
+    info = append(one)
+    assert not buffer.take_written(one, 3, info, Partition(3), Partition(4))  # mapped: no room
+    buffer.load(str(path), 4)  # a search reads it into room (``_grow``)
+    buffer.checked = 4
+    two = np.full((2, 4), 8, np.float32)
+    info = append(two)
+    assert not buffer.take_written(two, 4, info, Partition(5), Partition(7))  # unchecked before
+    assert not buffer.take_written(two, 5, info, Partition(4), Partition(6))  # not where held
+    assert not buffer.take_written(two[:1], 4, info, Partition(4), Partition(5))  # file longer
+    taken = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with buffer.lock:
+            taken.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(5)
+    try:
+        assert not buffer.take_written(two, 4, info, Partition(4), Partition(6))  # never waits
+    finally:
+        release.set()
+        holder.join()
+    assert buffer.rows == 4 and buffer.checked == 4
+    assert buffer.take_written(two, 4, info, Partition(4), Partition(6))
+    assert buffer.rows == 6 and buffer.checked == 6
+    assert buffer.file is not None and buffer.file[2] == info.st_size
+    held = buffer.checked_rows(Partition(6), 6)
+    assert held is not None and np.array_equal(held, np.concatenate((rows, one, two)))
+    reread = RowBuffer(tag=1, dimensions=4)
+    assert np.array_equal(reread.load(str(path), 6), held)  # what a read of the file gives

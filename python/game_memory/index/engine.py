@@ -440,13 +440,23 @@ class IndexEngine(IndexLayout):
         """:meth:`append_to` of one ready record per row of ``matrix`` (``digests``: each
         memory's hash and content digest), framed in one pass (``writer.append_ready``)."""
         self._written.add((session_hash, owner_hash))
-        data, info = append_ready(
+        written = append_ready(
             self, session_hash, owner_hash, current, code, matrix, digests, durable=durable
         )
-        if current is not None:
-            self._install(current, data, info)
+        if current is None:
+            return
+        grown = self._install(current, written.data, written.entries)
+        if grown is None:
+            return
+        with self._cache_lock:
+            buffer = self._row_buffers.get((session_hash, owner_hash, code))
+        if buffer is not None and buffer.tag == grown.tag:
+            # Held with room already: the next search finds the rows without a read.
+            buffer.take_written(matrix, written.first_row, written.rows, current, grown)
 
-    def _install(self, current: IndexPartition, data: bytes, info: os.stat_result) -> None:
+    def _install(
+        self, current: IndexPartition, data: bytes, info: os.stat_result
+    ) -> IndexPartition | None:
         """Cache ``current`` grown by the entry bytes this writer just appended, as a read
         of the file would (``_decode`` of the same bytes), without reading them back.
 
@@ -454,18 +464,20 @@ class IndexEngine(IndexLayout):
         exactly ``data`` (same inode, that size): under the writer lock nothing else
         appends, so that is what a read would find; otherwise nothing is installed and the
         next read reads the file as before. The records are this writer's own encoding, so
-        they are not checked again (a read of the file checks them).
+        they are not checked again (a read of the file checks them). Returns the partition
+        installed, or ``None``.
         """
         if info.st_ino != current.inode or info.st_size != current.size + len(data):
-            return
+            return None
         path = self.entries_path(current.session_hash, current.owner_hash)
         try:
             grown = self._decode(
                 current, data, info, current.session_hash, current.owner_hash, path, own=True
             )
         except DerivedIndexError:
-            return  # what the next read will find and name
+            return None  # what the next read will find and name
         self._remember((current.session_hash, current.owner_hash), grown)
+        return grown
 
     def stamp_written(self) -> int:
         """Check and stamp every partition this engine appended to (at close), so the next

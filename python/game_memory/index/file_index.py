@@ -185,7 +185,8 @@ class FileVectorMemoryIndex:
         self, view: PartitionView, identity: MemoryEmbeddingIdentity
     ) -> tuple[PartitionJoin, FloatMatrix] | None:
         """The join and rows of ``view`` when this process holds both, current and checked
-        (one ``lstat`` of the entries file; nothing read, no lock waited for), else ``None``."""
+        (one ``lstat`` of the entries file; nothing read, no lock waited for; a join a few
+        appends behind extended, ``JoinCache.extended_now``), else ``None``."""
         if self._closed or not self._opened:
             return None
         engine = self._engine
@@ -197,7 +198,7 @@ class FileVectorMemoryIndex:
         )
         if partition is None:
             return None
-        joined = self._joins.cached(view, partition, active)
+        joined = self._joins.extended_now(view, partition, active)
         if joined is None:
             return None
         matrix = engine.cached_matrix(partition, active, identity.dimensions)

@@ -327,6 +327,49 @@ class RowBuffer:
         matrix.flags.writeable = False
         return matrix
 
+    def take_written(
+        self,
+        matrix: FloatMatrix,
+        first: int,
+        info: os.stat_result,
+        before: IndexPartition,
+        after: IndexPartition,
+    ) -> bool:
+        """Hold the rows a writer just appended (``matrix``, written from row ``first``; the
+        row file's ``fstat`` after), as a read and a check of them would, when that costs a
+        copy of those rows only: the buffer holds the file's every row before them in room
+        with space for them (it grew once, :meth:`_grow`), every record of ``before`` was
+        checked, and ``after`` is ``before`` plus this writer's records of these rows (so
+        their checksums are of these very values). Otherwise, or while a reader holds the
+        lock (only tried: a writer on the event loop must not wait), nothing changes and
+        the next search reads them. Returns whether they were taken.
+        """
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            count = int(matrix.shape[0])
+            spare = self._spare
+            if (
+                spare is None
+                or self.rows != first
+                or self.checked != before.records
+                or spare.shape[0] < first + count
+                or int(matrix.shape[1]) != self.dimensions
+                or info.st_size != (first + count) * self.dimensions * 4
+                or (self.file is not None and self.file[:2] != (info.st_dev, info.st_ino))
+            ):
+                return False
+            spare[first : first + count] = matrix
+            self.array = spare[: first + count]
+            self.rows = first + count
+            self.checked = after.records
+            self.file = (
+                info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
+            )  # fmt: skip
+            return True
+        finally:
+            self.lock.release()
+
     def verify(self, partition: IndexPartition, code: int, path: str) -> int:
         """Check the rows that records after ``checked`` refer to against their checksums.
 

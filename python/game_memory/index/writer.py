@@ -20,6 +20,7 @@ import os
 import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,7 +38,25 @@ from game_memory.index.entries import (
 from game_memory.index.layout import ROWS_NAME, IndexLayout, identity_dimensions, list_names
 from game_memory.index.partition import FloatMatrix, IndexPartition, derived_error, new_tag
 
-__all__ = ["append_files", "append_ready", "check_capacity", "compact_files", "remove_files"]
+__all__ = [
+    "ReadyAppend",
+    "append_files",
+    "append_ready",
+    "check_capacity",
+    "compact_files",
+    "remove_files",
+]
+
+
+class ReadyAppend(NamedTuple):
+    """What :func:`append_ready` appended: the entry bytes and the entries file's ``fstat``
+    after, the number of the first row written and the row file's ``fstat`` after."""
+
+    data: bytes
+    entries: os.stat_result
+    first_row: int
+    rows: os.stat_result
+
 
 #: ``rows(code, dimensions)``: the matrix of identity ``code`` of the partition.
 Rows = Callable[[int, int], FloatMatrix]
@@ -70,7 +89,7 @@ def append_files(
         for code, matrix in (vectors or {}).items():
             sums[code] = row_checksums(matrix).tolist()
             path = layout.vectors_path(session_hash, owner_hash, code, tag)
-            first_rows[code] = _append_rows(path, matrix, durable)
+            first_rows[code], _ = _append_rows(path, matrix, durable)
         placed = [
             EntryRecord(
                 r.state,
@@ -104,17 +123,17 @@ def append_ready(
     digests: Sequence[tuple[bytes, bytes]],
     *,
     durable: bool,
-) -> tuple[bytes, os.stat_result]:
+) -> ReadyAppend:
     """:func:`append_files` of one ready record per row of ``matrix`` (identity ``code``;
     ``digests``: each memory's hash and content digest), the records framed in one pass
-    (``entries.encode_ready``); the bytes appended to the entries file and its ``fstat``
-    after. The same files, order and bytes as :func:`append_files` of those records."""
+    (``entries.encode_ready``). The same files, order and bytes as :func:`append_files` of
+    those records."""
     tag = current.tag if current is not None and current.records else new_tag(0)
     try:
         if current is None:
             fs.ensure_directory(layout.session_directory(session_hash))
         sums = row_checksums(matrix)
-        first = _append_rows(
+        first, rows_info = _append_rows(
             layout.vectors_path(session_hash, owner_hash, code, tag), matrix, durable
         )
         hashes = [hashed for hashed, _ in digests]
@@ -125,7 +144,7 @@ def append_ready(
         raise derived_error(exc) from exc
     except OSError as exc:
         raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
-    return data, info
+    return ReadyAppend(data, info, first, rows_info)
 
 
 def _append_entries(path: str, data: bytes, durable: bool) -> os.stat_result:
@@ -230,16 +249,18 @@ def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None)
                 os.unlink(directory / name)
 
 
-def _append_rows(path: str, matrix: FloatMatrix, durable: bool) -> int:
+def _append_rows(path: str, matrix: FloatMatrix, durable: bool) -> tuple[int, os.stat_result]:
+    """Append ``matrix``'s rows; the number of the first and the file's ``fstat`` after."""
     row_bytes = int(matrix.shape[1]) * 4
     fd, size = _open_whole(path, row_bytes)
     try:
         _write_all(fd, np.ascontiguousarray(matrix, dtype="<f4").tobytes())
         if durable:
             os.fsync(fd)
+        info = os.fstat(fd)
     finally:
         os.close(fd)
-    return size // row_bytes
+    return size // row_bytes, info
 
 
 def _open_whole(path: str, unit: int) -> tuple[int, int]:
