@@ -12,9 +12,10 @@ reads, as before.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -49,6 +50,27 @@ def evidence(result: Any) -> list[tuple[Any, ...]]:
         (hit.memory.memory_id, hit.lexical_rank, hit.vector_rank, hit.vector_score, hit.fused_score)
         for hit in result.hits
     ]
+
+
+@contextlib.contextmanager
+def held_by_another_thread(lock: threading.Lock) -> Iterator[None]:
+    """``lock`` held by another thread for the ``with`` block."""
+    taken = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(5)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
 
 
 async def fill(store: VectorMemoryStore, make_memory: MemoryFactory, count: int) -> None:
@@ -183,22 +205,8 @@ def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_lo
     held = buffer.checked_rows(Partition(), 3)
     assert held is not None and np.array_equal(held, rows) and not held.flags.writeable
     assert buffer.checked_rows(Partition(), 4) is None  # more rows than held
-    taken = threading.Event()
-    release = threading.Event()
-
-    def hold() -> None:
-        with buffer.lock:
-            taken.set()
-            release.wait(5)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    taken.wait(5)
-    try:
+    with held_by_another_thread(buffer.lock):
         assert buffer.checked_rows(Partition(), 3) is None  # never waits for the lock
-    finally:
-        release.set()
-        holder.join()
     assert buffer.checked_rows(Partition(), 3) is not None
 
 
@@ -231,22 +239,8 @@ def test_a_writer_s_rows_are_taken_only_into_held_room_after_every_checked_row(
     assert not buffer.take_written(two, 4, info, Partition(5), Partition(7))  # unchecked before
     assert not buffer.take_written(two, 5, info, Partition(4), Partition(6))  # not where held
     assert not buffer.take_written(two[:1], 4, info, Partition(4), Partition(5))  # file longer
-    taken = threading.Event()
-    release = threading.Event()
-
-    def hold() -> None:
-        with buffer.lock:
-            taken.set()
-            release.wait(5)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    taken.wait(5)
-    try:
+    with held_by_another_thread(buffer.lock):
         assert not buffer.take_written(two, 4, info, Partition(4), Partition(6))  # never waits
-    finally:
-        release.set()
-        holder.join()
     assert buffer.rows == 4 and buffer.checked == 4
     assert buffer.take_written(two, 4, info, Partition(4), Partition(6))
     assert buffer.rows == 6 and buffer.checked == 6
