@@ -3,6 +3,7 @@ ledger checks, and is never trusted over a ledger that changed (``store/intent_f
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from game_memory import FileGameMemoryStore, GameMemoryQuery, PersistenceError
@@ -327,3 +329,34 @@ async def test_the_append_that_crosses_the_mark_queues_the_intent_file(
     assert restored._persisted == 2 * COUNT
     os.unlink(intent_file(save))
     assert summary(restored) == summary(index_of(save))
+
+
+async def test_positions_are_read_in_place_from_the_mapped_file_which_a_new_one_replaces(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """An open maps the intent file instead of copying it (the positions are most of it);
+    the next intent file still replaces it by a rename while those arrays live, and they
+    keep the values they had."""
+    save = tmp_path / "save"
+    store = make_store()
+    await fill(store, make_memory)
+    await store.aclose()
+    loaded = loaded_intents(save)
+    assert loaded is not None and loaded.count == COUNT
+    arrays = list(loaded.positions.values())
+    mapped = os.name != "nt"  # Windows reads it: a file mapped there cannot be replaced
+    assert arrays and all(isinstance(owner_of(array), mmap.mmap) == mapped for array in arrays)
+    values = [array.tolist() for array in arrays]
+    again = make_store()
+    await fill(again, make_memory, COUNT)
+    await again.aclose()
+    replaced = loaded_intents(save)
+    assert replaced is not None and replaced.count == 2 * COUNT
+    assert [array.tolist() for array in arrays] == values
+
+
+def owner_of(array: object) -> object:
+    """The object whose memory ``array`` views (through its bases and a memoryview)."""
+    while isinstance(array, np.ndarray) and array.base is not None:
+        array = array.base
+    return array.obj if isinstance(array, memoryview) else array

@@ -54,6 +54,7 @@ from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.read_files import file_crc
+from game_memory.store.read_stamps import map_file
 
 __all__ = [
     "PERSIST_MINIMUM",
@@ -120,14 +121,14 @@ def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
     size = info.st_size
     path = intent_file_path(ledger)
     try:
-        read = fs.read_file(path, _MAXIMUM_BYTES)
+        data = _contents(path)
     except PersistenceError as exc:
         _LOG.info("the intent file %s is unusable (%s); the ledger is read whole", path, exc)
         return None
-    if read is None:
+    if data is None:
         return None
     try:
-        intents = _decode(read[0], ledger.stem)
+        intents = _decode(data, ledger.stem)
     except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
         _LOG.info("the intent file %s is damaged or stale (%s); it will be rebuilt", path, exc)
         return None
@@ -142,24 +143,41 @@ def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
     return intents
 
 
-def _decode(data: bytes, name: str) -> Intents:
+def _contents(path: Path) -> bytes | memoryview | None:
+    """The intent file's bytes, mapped where a mapped file can still be replaced by a rename
+    (POSIX): reading 0.8 MB (100k intents) into fresh memory cost 0.55 ms of page faults
+    and copying at every open, a map's pages are the page cache's. On Windows a file with a
+    map open cannot be replaced, and the index keeps the positions until partitions grow,
+    so the file is read there."""
+    if os.name == "nt":
+        read = fs.read_file(path, _MAXIMUM_BYTES)
+        return None if read is None else read[0]
+    mapped = map_file(path, _MAXIMUM_BYTES)
+    if mapped is None:
+        return None
+    os.close(mapped[1])  # the map keeps the file
+    return mapped[0]
+
+
+def _decode(data: bytes | memoryview, name: str) -> Intents:
     magic, length, crc = _HEAD.unpack_from(data)
     if magic != _MAGIC:
         raise ValueError("not an intent file")
-    encoded = data[_HEAD.size : _HEAD.size + length]
+    encoded = bytes(data[_HEAD.size : _HEAD.size + length])
     if len(encoded) != length or crc32(encoded) != crc:
         raise ValueError("its header fails its checksum")
     header = json.loads(encoded)
     if header["format_version"] != FORMAT_VERSION or header["ledger"] != name:
         raise ValueError("another format or ledger")
     start = _HEAD.size + length
-    arrays = {}
+    arrays: dict[str, memoryview] = {}
+    whole = memoryview(data)  # views, not copies: the positions are most of the file
     for key, (offset, nbytes, checksum) in header["arrays"].items():
-        chunk = data[start + offset : start + offset + nbytes]
+        chunk = whole[start + offset : start + offset + nbytes]
         if len(chunk) != nbytes or crc32(chunk) != checksum:
             raise ValueError(f"{key} fails its checksum")
         arrays[key] = chunk
-    keys = arrays["keys"]
+    keys = bytes(arrays["keys"])
     offsets = np.frombuffer(arrays["offsets"], "<u8").tolist()
     positions = np.frombuffer(arrays["positions"], "<u8")
     if len(keys) % 64 or len(offsets) != len(keys) // 64 + 1 or offsets[0] != 0:
