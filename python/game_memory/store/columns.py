@@ -262,8 +262,8 @@ class PredicateColumns:
         columns._timelines = _Codes.of(tables["timelines"])
         columns._scopes = _Codes.of(tables["scopes"])
         columns._beliefs = _Codes.of(tables["beliefs"])
-        offsets = arrays["tag_offsets"].astype(np.int64)
-        documents = arrays["tag_documents"].astype(np.int64)
+        offsets = arrays["tag_offsets"].astype(np.int64, copy=False)
+        documents = arrays["tag_documents"].astype(np.int64, copy=False)
         tags = tables["tags"]
         if offsets.shape != (len(tags) + 1,) or int(offsets[-1]) != documents.size:
             raise ValueError("the tag columns do not match their table")
