@@ -570,7 +570,10 @@ class JoinCache:
             return None
         if not self._claim(key, cached, blocking=False):
             return None
-        extended = _extend_aligned(cached, view, partition, self._digests)
+        try:
+            extended = _extend_aligned(cached, view, partition, self._digests)
+        except Exception:  # the pool's join meets it again and names it
+            extended = None
         if extended is None:  # not aligned any more: give it back for the thread's join
             with self._lock:
                 cached.state.owner = cached
