@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 
 WORKER = str(Path(__file__).with_name("workers.py"))
 DOCUMENTED = ("torn record", "torn tail", "pending append", "pending ledger intent")
+#: Appends each writer of the random-kill test attempts.
+ROUND_APPENDS = 4_000
 
 
 def start(*args: str) -> subprocess.Popen[str]:
@@ -80,8 +82,11 @@ async def test_writers_killed_at_random_moments_lose_no_acknowledged_append(
     kills = 0
     for round_number in range(32):
         prefix = f"r{round_number}"
-        attempted.update(f"{prefix}-{n}" for n in range(400))
-        process = start("append", str(save), prefix, "400")
+        # More appends than a writer makes before its kill (0.6 s at most after its start,
+        # 0.25 s after its first acknowledgement): 400 took about that long once appends
+        # got faster, and a round that finished was a round without a kill.
+        attempted.update(f"{prefix}-{n}" for n in range(ROUND_APPENDS))
+        process = start("append", str(save), prefix, str(ROUND_APPENDS))
         assert process.stdout is not None
         if round_number % 8 == 7:
             # Kill during start-up or recovery, before any acknowledgement.
