@@ -146,6 +146,14 @@ async def test_an_append_is_joined_through_the_pool_then_held_and_later_ones_on_
     grown = await store.recall(asked)
     assert hops[0] == 2  # more than the bound: joined through the pool
     assert evidence(grown) == evidence(await make_vector_store().recall(asked))
+    monkeypatch.setattr(join, "INLINE_GROWTH", 64)
+    await store.append(make_memory("small", text="kitten small", tick=75))
+    small = await store.recall(asked)
+    assert hops[0] == 2 and not small.fallback  # on the loop again
+    monkeypatch.setattr(join, "INLINE_ENTRIES", 10)  # a partition past it: the pool's join
+    await store.append(make_memory("large", text="kitten large", tick=80))
+    large = await store.recall(asked)
+    assert hops[0] == 3 and evidence(large) == evidence(await make_vector_store().recall(asked))
 
 
 async def test_a_join_that_no_longer_lines_up_is_given_back_and_joined_in_the_pool(

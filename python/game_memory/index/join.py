@@ -25,14 +25,18 @@ from game_memory.index.partition import IndexPartition, Positions
 from game_memory.store.lazy import same_prefix
 from game_memory.store.view import PartitionView
 
-__all__ = ["INLINE_GROWTH", "JoinCache", "PartitionJoin", "view_digests"]
+__all__ = ["INLINE_ENTRIES", "INLINE_GROWTH", "JoinCache", "PartitionJoin", "view_digests"]
 
 IntArray = npt.NDArray[np.int64]
 
 #: Most memories and entries together by which :meth:`JoinCache.extended_now` extends a
 #: join on the caller's thread (the event loop): each costs a digest lookup and a few
-#: bytes compared; the join's arrays are copied once (0.1 ms at 100k entries).
+#: bytes compared, and the join's arrays are copied once.
 INLINE_GROWTH = 64
+#: Most entries of a partition whose join :meth:`JoinCache.extended_now` extends there:
+#: larger ones are scored in the pool anyway (``recall.pipeline.INLINE_ROWS``), which
+#: extends the join itself, and their arrays' copies (0.3 ms at 100k) stay off the loop.
+INLINE_ENTRIES = 16_384
 
 
 _READY, _STALE, _UNREADY, _ORPHAN, _MISMATCHED = range(5)
@@ -545,9 +549,10 @@ class JoinCache:
         event loop: ``view`` grew from the cached one's in one line of views (no memory
         compared), by at most ``most`` memories and entries together, and the join is
         aligned (records in the view's order) and stays so: only the added memories'
-        digests and entries are looked at. ``None`` otherwise (the caller joins off the
-        loop); locks are only tried. The first search after an append then needs no hop
-        to a worker thread. ``most`` defaults to :data:`INLINE_GROWTH`."""
+        digests and entries are looked at; a partition of at most :data:`INLINE_ENTRIES`
+        entries. ``None`` otherwise (the caller joins off the loop); locks are only tried.
+        The first search after an append then needs no hop to a worker thread. ``most``
+        defaults to :data:`INLINE_GROWTH`."""
         joined = self.cached(view, partition, active)
         if joined is not None:
             return joined
@@ -564,9 +569,10 @@ class JoinCache:
         if before is None or shown is None or not view.extends(shown):
             return None
         growth = len(view) - len(shown) + partition.records - before.records
-        if growth > (INLINE_GROWTH if most is None else most) or not _extends(
-            cached, view, partition
-        ):
+        too_large = partition.records > INLINE_ENTRIES
+        if too_large or growth > (INLINE_GROWTH if most is None else most):
+            return None
+        if not _extends(cached, view, partition):
             return None
         if not self._claim(key, cached, blocking=False):
             return None
