@@ -481,6 +481,8 @@ class PartitionCache:
         )
         if same_file and previous is not None and info.st_size == previous.size:
             return previous, True
+        if same_file and previous is not None and not _continues(path, previous, decode):
+            same_file = False  # another file under a reused inode number: read it whole
         offset = previous.end if same_file and previous is not None else 0
         read = fs.read_file(path, self._maximum_file_bytes, offset=offset)
         if read is None:
@@ -586,6 +588,33 @@ def _decode(payload: bytes, path: str, session_hash: str, owner_hash: str) -> Ga
             "partition, so the save is corrupt"
         )
     return memory
+
+
+def _continues(path: str, previous: Segment[_Item], decode: Callable[[bytes, str], _Item]) -> bool:
+    """Whether the file at ``path`` still holds ``previous``'s last record where it was read.
+
+    A rewrite (an erase, a compaction) replaces a segment with a new file, and a file made
+    by a later rewrite can get the inode number the first one freed: a reader that cached
+    the first file then saw the same inode, a size past its end, and read on from there
+    into the middle of another record ("corrupt at byte 264": a crash campaign's compact
+    round, with a writer and two compactions beside the reader). Checked by reading that
+    last record again (one ``pread``; a segment without items has nothing to compare, and
+    is read from its start either way).
+    """
+    if not previous.items or len(previous.starts) != len(previous.items):
+        return not previous.items
+    start = int(previous.starts[-1])
+    try:
+        data = fs.read_range(path, start, previous.end - start)
+        scan = scan_records(data, base_offset=start, maximum_payload=len(data))
+    except (PersistenceError, RecordCorruption):
+        return False
+    if len(scan.payloads) != 1 or scan.end != previous.end:
+        return False
+    try:
+        return bool(decode(scan.payloads[0], path) == previous.items[-1])
+    except PersistenceError:
+        return False
 
 
 def _retraction(payload: bytes, path: str) -> Retraction:
