@@ -195,12 +195,18 @@ async def test_more_rows_than_the_inline_bound_are_scored_in_the_pool(
     assert hops[0] == 1 and evidence(again) == evidence(first)
 
 
-def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_locked(
-    tmp_path: Path,
-) -> None:
+def rows_file(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A row file of 3 rows of 4 values, and those rows."""
     path = tmp_path / "rows.f32"
     rows = np.arange(12, dtype=np.float32).reshape(3, 4)
     path.write_bytes(rows.tobytes())
+    return path, rows
+
+
+def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_locked(
+    tmp_path: Path,
+) -> None:
+    path, rows = rows_file(tmp_path)
 
     class Partition:  # what checked_rows reads of an IndexPartition
         records = 3
@@ -221,9 +227,7 @@ def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_lo
 def test_a_writer_s_rows_are_taken_only_into_held_room_after_every_checked_row(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "rows.f32"
-    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
-    path.write_bytes(rows.tobytes())
+    path, rows = rows_file(tmp_path)
 
     class Partition:  # what take_written reads of an IndexPartition
         def __init__(self, records: int) -> None:

@@ -26,10 +26,13 @@ from .helpers import MemoryFactory
 SESSION, OWNER = partition_hash("session"), partition_hash("npc")
 
 
-async def filled(save: Path, make_memory: MemoryFactory, prefix: str, count: int) -> str:
-    """A save holding ``count`` memories of one NPC, appended one by one; its session folder."""
+async def filled(
+    save: Path, make_memory: MemoryFactory, prefix: str, count: int, start: int = 0
+) -> str:
+    """Memories ``start..start + count`` of one NPC appended one by one (by a writer of its
+    own); the save's session folder."""
     async with FileGameMemoryStore(save) as store:
-        for number in range(count):
+        for number in range(start, start + count):
             await store.append(
                 make_memory(
                     f"{prefix}{number}",
@@ -72,16 +75,7 @@ async def test_a_segment_that_grew_is_read_from_where_it_stopped(
     cache = PartitionCache(4_000_000, 1_000)
     before = cache.read(first, SESSION, OWNER)
     end = before.segments[0].end
-    async with FileGameMemoryStore(save) as store:  # another writer appends two more
-        for number in (5, 6):
-            await store.append(
-                make_memory(
-                    f"m{number}",
-                    owner_id="npc",
-                    text=f"m remembers {number}",
-                    moment=GameMoment(timeline_id="main", tick=number),
-                )
-            )
+    await filled(save, make_memory, "m", 2, start=5)  # another writer appends two more
     offsets: list[int] = []
     original = partitions.fs.read_file
 
