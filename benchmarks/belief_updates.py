@@ -1,17 +1,19 @@
 """Belief updates: does the NPC answer with what it believes *as of* the moment asked?
 
 Usage: ``python benchmarks/belief_updates.py [--home H] [--modes hybrid,lexical]
-[--fusion JSON] [--out FILE]``, or ``--markdown FILE`` for the tables of a saved run.
-Prints one JSON object (and writes it to ``--out``).
+[--data FILE] [--fusion JSON] [--out FILE]``, or ``--markdown FILE`` for the tables of a
+saved run. Prints one JSON object (and writes it to ``--out``).
 
 The scenarios are ``retrieval_data/belief_updates.json`` (checked on load, see
-``retrieval_handwritten``): an NPC learns version 1 of a fact at tick t1 and version 2 at
-t2 > t1. Every question is asked after t2 (the newer version should rank first) and
-between t1 and t2 (the older one should rank first; the newer is not visible then). All of
-it goes through the real front door: one save per mode, filled with
-``VectorMemoryStore.append`` from ``game_memory.open_memory`` (the prepared default model in
-hybrid mode, no model in lexical mode), then reopened with each reranker setting
-(``open_memory(..., reranker=...)``) and asked with ``recall`` (limit 10).
+``retrieval_handwritten``), or with ``--data heldout`` ``belief_updates_heldout.json``,
+written blind after the reranker's settings were chosen on the first: an NPC learns
+version 1 of a fact at tick t1 and version 2 at t2 > t1. Every question is asked after t2
+(the newer version should rank first) and between t1 and t2 (the older one should rank
+first; the newer is not visible then). All of it goes through the real front door: one
+save per mode, filled with ``VectorMemoryStore.append`` from ``game_memory.open_memory``
+(the prepared default model in hybrid mode, no model in lexical mode), then reopened with
+each reranker setting (``open_memory(..., reranker=...)``) and asked with ``recall``
+(limit 10).
 
 Reported per mode and reranker setting: *after* (the new version is the first hit),
 *after_above* (the new version ranks above the old one, whatever else ranks first),
@@ -20,6 +22,11 @@ existed: must be 0), overall and split by background memories (with/without), by
 version is lexically closer to the question, and by the gap t2 − t1. The *belief_key*
 variant gives both versions the scenario's key (``GameMemory.belief_key``); it runs only
 when the library has that field (it is reported as skipped otherwise).
+
+A file's *sequels* (the held-out file has them) are the other side: a later memory on the
+same topic that does not replace the earlier one, asked what only the earlier answers.
+Reported as *earlier first* and *earlier above later*: what taking every newer memory on
+a topic for an update would cost.
 """
 
 from __future__ import annotations
@@ -36,13 +43,23 @@ from typing import Any
 
 from front_door_runs import MODES, FrontDoor, ask, fill
 from retrieval_grid import Family, expand
-from retrieval_handwritten import Scenario, load_beliefs, scenario_memories
+from retrieval_handwritten import (
+    BELIEF_FILE,
+    HELDOUT_BELIEF_FILE,
+    Scenario,
+    Sequel,
+    load_beliefs,
+    load_sequels,
+    scenario_memories,
+    sequel_memories,
+)
 
 from game_memory import FusionOptions, GameAwareMemoryRerankerOptions, GameMemory
 from game_memory.onnx import prepare_named_model
 
 SESSION = "beliefs"
 TARGET = 0.95
+DATA_FILES = {"development": BELIEF_FILE, "heldout": HELDOUT_BELIEF_FILE}
 
 #: Reranker settings measured (one line per family, as in ``retrieval_grid``).
 RERANKER_FAMILIES: dict[str, Family | None] = {
@@ -55,6 +72,9 @@ RERANKER_FAMILIES: dict[str, Family | None] = {
     "relative": {"relevance": ("relative",)},
     "recency": {"recency_weight": (0.5, 1.0)},
     "half_life": {"recency_half_life_ticks": (360.0, 10_080.0)},
+    "no_supersession": {"supersession_penalty": (0.0,), "supersession_inherits": (False,)},
+    "penalty_only": {"supersession_inherits": (False,)},
+    "inherit_only": {"supersession_penalty": (0.0,)},
     "supersede": {"supersession_penalty": (0.1, 0.2, 0.3, 0.5)},
     "supersede_loose": {
         "supersession_penalty": (0.3, 0.5),
@@ -73,12 +93,38 @@ async def measure(
     scenarios: tuple[Scenario, ...],
     reranker: GameAwareMemoryRerankerOptions,
     fusion: FusionOptions,
+    sequels: tuple[Sequel, ...] = (),
 ) -> dict[str, Any]:
     """The rates for one reranker setting, overall and per split, and the failures."""
     counts: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
     failures: list[dict[str, Any]] = []
+    kept = {"earlier_first": [0, 0], "earlier_above": [0, 0]}
     memory = await door.open(reranker, fusion)
     try:
+        for q in sequels:
+            earlier, later = f"{q.sequel_id}.earlier", f"{q.sequel_id}.later"
+            for text in q.questions:
+                for tick in sorted(set(q.asked)):
+                    ids = [
+                        h.memory.memory_id
+                        for h in await ask(memory, SESSION, q.sequel_id, text, tick)
+                    ]
+                    first = bool(ids) and ids[0] == earlier
+                    above = earlier in ids and (
+                        later not in ids or ids.index(earlier) < ids.index(later)
+                    )
+                    for name, value in (("earlier_first", first), ("earlier_above", above)):
+                        kept[name][0] += value
+                        kept[name][1] += 1
+                    if not first:
+                        failures.append(
+                            {
+                                "sequel": q.sequel_id,
+                                "question": text,
+                                "tick": tick,
+                                "first": ids[0] if ids else None,
+                            }
+                        )
         for s in scenarios:
             groups = (
                 "all",
@@ -129,6 +175,10 @@ async def measure(
     return {
         "reranker": reranker.model_dump(mode="json"),
         "rates": rates,
+        "sequels": {
+            name: {"hits": h, "of": n, "rate": round(h / n, 4) if n else None}
+            for name, (h, n) in kept.items()
+        },
         "meets_target": overall["after"]["rate"] >= TARGET
         and overall["between"]["rate"] >= TARGET
         and overall["leaks"]["hits"] == 0,
@@ -139,7 +189,9 @@ async def measure(
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     home = Path(args.home) if args.home else None
-    scenarios, files = load_beliefs()
+    path = DATA_FILES.get(args.data) or Path(args.data)
+    scenarios, files = load_beliefs(path)
+    sequels = load_sequels(path)
     modes = args.modes.split(",")
     if not set(modes) <= set(MODES):
         raise SystemExit(f"--modes takes {','.join(MODES)}")
@@ -157,13 +209,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 for s in scenarios
                 for row in scenario_memories(s, belief_key=variant == "belief_key")
             ]
+            rows += [row for q in sequels for row in sequel_memories(q)]
             for mode in modes:
                 door = FrontDoor(
                     Path(folder) / f"{variant}-{mode}" / "save", mode, home, args.model
                 )
                 await fill(door, SESSION, rows)
                 results.setdefault(variant, {})[mode] = {
-                    name: await measure(door, scenarios, options, fusion)
+                    name: await measure(door, scenarios, options, fusion, sequels)
                     for name, options in settings
                 }
                 print(
@@ -173,8 +226,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "belief_updates",
         "model": args.model,
+        "data": path.name,
         "files_sha256": files,
         "scenarios": len(scenarios),
+        "sequels": len(sequels),
+        "questions_sequels": sum(len(q.questions) * len(set(q.asked)) for q in sequels),
         "with_background": sum(bool(s.background) for s in scenarios),
         "old_lexically_closer": sum(s.old_closer for s in scenarios),
         "questions_after": sum(len(s.questions) * len(set(s.after)) for s in scenarios),
@@ -193,16 +249,25 @@ def markdown(report: dict[str, Any]) -> str:
     def cell(rate: dict[str, Any]) -> str:
         return f"{rate['hits']}/{rate['of']} ({rate['rate']:.0%})"
 
+    sequels = report.get("sequels", 0)
     lines = [
+        f"`{report.get('data', 'belief_updates.json')}`: "
         f"{report['scenarios']} scenarios ({report['with_background']} with background "
         f"memories, {report['old_lexically_closer']} where the old version is lexically "
         f"closer); {report['questions_after']} questions after the update, "
         f"{report['questions_between']} between the versions; belief_key: "
-        f"{report['belief_key']}.",
+        f"{report['belief_key']}."
+        + (
+            f" {sequels} sequels (a later memory on the same topic that does not replace the "
+            f"earlier), {report['questions_sequels']} questions only the earlier answers."
+            if sequels
+            else ""
+        ),
         "",
         "| variant | mode | reranker | new first (after) | new above old (after) "
-        "| old first (between) | new leaked (between) | target |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| old first (between) | new leaked (between) | target |"
+        + (" earlier first (sequels) | earlier above later |" if sequels else ""),
+        "|---|---|---|---:|---:|---:|---:|---|" + ("---:|---:|" if sequels else ""),
     ]
     for variant, modes in report["results"].items():
         for mode, settings in modes.items():
@@ -212,6 +277,12 @@ def markdown(report: dict[str, Any]) -> str:
                     f"| {variant} | {mode} | `{name}` | {cell(rates['after'])} | "
                     f"{cell(rates['after_above'])} | {cell(rates['between'])} | "
                     f"{rates['leaks']['hits']} | {'met' if result['meets_target'] else 'missed'} |"
+                    + (
+                        f" {cell(result['sequels']['earlier_first'])} | "
+                        f"{cell(result['sequels']['earlier_above'])} |"
+                        if sequels
+                        else ""
+                    )
                 )
     lines += [
         "",
@@ -240,6 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--fusion", help="FusionOptions fields as JSON, e.g. '{\"vector_weight\": 0.9}'"
+    )
+    parser.add_argument(
+        "--data",
+        default="development",
+        help="the scenarios: development (belief_updates.json), heldout "
+        "(belief_updates_heldout.json, with sequels) or a file of that format",
     )
     parser.add_argument("--out", help="also write the JSON to this file")
     parser.add_argument("--markdown", metavar="FILE", help="print the tables of a saved run")

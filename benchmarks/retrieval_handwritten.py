@@ -14,6 +14,12 @@
   version 2 (:func:`load_beliefs`; checked on load: ticks in order, every question asked
   after the update or between the versions, and the ``old_closer`` flag true exactly when
   the old version shares more content words with every question than the new one).
+* ``belief_updates_heldout.json``: a second set of belief scenarios in the same format,
+  written blind after the reranker's supersession settings were chosen on the first (so its
+  figures are out of sample), plus *sequels* (:func:`load_sequels`): two memories of one
+  NPC on one topic where the later does **not** replace the earlier (both stay true) and
+  every question is answered by the earlier one: what a ranker that takes any newer
+  memory on the same topic for an update gets wrong.
 * ``npc_time``: the belief scenarios as a retrieval set (:func:`load_npc_time`): each
   scenario is one NPC (owner) holding both versions and its background memories; every
   question is asked after the update (relevant: the new version) and between the two
@@ -42,19 +48,24 @@ from retrieval_sets import (
 __all__ = [
     "BELIEF_FILE",
     "CJK_FILE",
+    "HELDOUT_BELIEF_FILE",
     "Scenario",
+    "Sequel",
     "Version",
     "load_beliefs",
     "load_npc_cjk",
     "load_npc_time",
     "load_paraphrase",
+    "load_sequels",
     "scenario_memories",
+    "sequel_memories",
 ]
 
 DATA = Path(__file__).parent / "retrieval_data"
 CJK_FILE = DATA / "npc_cjk.json"
 PARAPHRASE_FILE = DATA / "paraphrase_en.json"
 BELIEF_FILE = DATA / "belief_updates.json"
+HELDOUT_BELIEF_FILE = DATA / "belief_updates_heldout.json"
 
 _KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc]{2,}")
 _HIRAGANA = re.compile(r"[\u3041-\u309f]")
@@ -182,19 +193,39 @@ def load_beliefs(path: Path = BELIEF_FILE) -> tuple[tuple[Scenario, ...], dict[s
     return scenarios, {path.name: hashlib.sha256(raw).hexdigest()}
 
 
-def _scenario(s: dict[str, Any], per_day: int, backgrounds: dict[str, Any]) -> Scenario:
-    def version(v: dict[str, Any]) -> Version:
-        return Version(
-            str(v["text"]), int(v["day"]) * per_day + int(v["minute"]), float(v["importance"])
-        )
+def _version(v: dict[str, Any], per_day: int) -> Version:
+    return Version(
+        str(v["text"]), int(v["day"]) * per_day + int(v["minute"]), float(v["importance"])
+    )
 
+
+def _background_rows(
+    prefix: str, background: tuple[tuple[str, float], ...], last: int
+) -> list[MemoryRow]:
+    """``background`` as memories of the NPC ``prefix``, spread evenly from tick 0 to an
+    hour after ``last``, so some are older than the first memory and some newer than the
+    last."""
+    span = last + 60
+    return [
+        MemoryRow(
+            f"{prefix}.bg{index}",
+            prefix,
+            text,
+            importance=importance,
+            tick=span * index // max(len(background) - 1, 1),
+        )
+        for index, (text, importance) in enumerate(background)
+    ]
+
+
+def _scenario(s: dict[str, Any], per_day: int, backgrounds: dict[str, Any]) -> Scenario:
     name = s["background"]
     return Scenario(
         str(s["id"]),
         str(s["npc"]),
         str(s["belief_key"]),
-        version(s["old"]),
-        version(s["new"]),
+        _version(s["old"], per_day),
+        _version(s["new"], per_day),
         tuple(str(q) for q in s["questions"]),
         tuple(int(t) for t in s["after"]),
         tuple(int(t) for t in s["between"]),
@@ -225,6 +256,89 @@ def _check_scenario(s: Scenario, path: Path) -> None:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class Sequel:
+    """An NPC learns ``earlier`` then ``later`` on one topic; both stay true, and every one
+    of ``questions``, asked at ``asked``, is answered by ``earlier``."""
+
+    sequel_id: str
+    npc: str
+    earlier: Version
+    later: Version
+    questions: tuple[str, ...]
+    asked: tuple[int, ...]
+    background: tuple[tuple[str, float], ...]
+    background_name: str | None
+
+
+def load_sequels(path: Path) -> tuple[Sequel, ...]:
+    """The file's sequels (none when it has no ``sequels`` list).
+
+    Raises:
+        DatasetError: a sequel is malformed, its ticks are out of order, a question is
+            asked before the later memory, or its id is also a scenario's.
+    """
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+        per_day = int(data["ticks_per_day"])
+        backgrounds = {
+            name: tuple((str(m["text"]), float(m["importance"])) for m in rows)
+            for name, rows in data["backgrounds"].items()
+        }
+        scenario_ids = {str(s["id"]) for s in data["scenarios"]}
+        sequels = tuple(_sequel(s, per_day, backgrounds) for s in data.get("sequels", ()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DatasetError(f"{path} is not a valid belief-update file: {exc!r}") from exc
+    ids = [s.sequel_id for s in sequels]
+    if len(set(ids)) != len(ids) or scenario_ids & set(ids):
+        raise DatasetError(f"{path}: duplicate sequel ids, or a sequel named as a scenario")
+    for sequel in sequels:
+        where = f"{path}: sequel {sequel.sequel_id}"
+        if not sequel.earlier.tick < sequel.later.tick:
+            raise DatasetError(f"{where}: the later memory is not later than the earlier one")
+        if not sequel.asked or any(t < sequel.later.tick for t in sequel.asked):
+            raise DatasetError(f"{where}: a question is asked before the later memory")
+        if len(sequel.questions) < 2:
+            raise DatasetError(f"{where}: needs two questions")
+    return sequels
+
+
+def _sequel(s: dict[str, Any], per_day: int, backgrounds: dict[str, Any]) -> Sequel:
+    name = s["background"]
+    return Sequel(
+        str(s["id"]),
+        str(s["npc"]),
+        _version(s["earlier"], per_day),
+        _version(s["later"], per_day),
+        tuple(str(q) for q in s["questions"]),
+        tuple(int(t) for t in s["asked"]),
+        () if name is None else backgrounds[name],
+        name,
+    )
+
+
+def sequel_memories(s: Sequel) -> tuple[MemoryRow, ...]:
+    """The sequel's two memories and its background (spread as :func:`scenario_memories`
+    spreads a scenario's), owned by an NPC named after the sequel."""
+    rows = [
+        MemoryRow(
+            f"{s.sequel_id}.earlier",
+            s.sequel_id,
+            s.earlier.text,
+            importance=s.earlier.importance,
+            tick=s.earlier.tick,
+        ),
+        MemoryRow(
+            f"{s.sequel_id}.later",
+            s.sequel_id,
+            s.later.text,
+            importance=s.later.importance,
+            tick=s.later.tick,
+        ),
+    ]
+    return tuple(rows + _background_rows(s.sequel_id, s.background, s.later.tick))
+
+
 def scenario_memories(s: Scenario, *, belief_key: bool) -> tuple[MemoryRow, ...]:
     """The scenario's memories: both versions and its background, spread over its ticks.
 
@@ -250,15 +364,7 @@ def scenario_memories(s: Scenario, *, belief_key: bool) -> tuple[MemoryRow, ...]
             belief_key=key,
         ),
     ]
-    span = s.new.tick + 60
-    for index, (text, importance) in enumerate(s.background):
-        tick = span * index // max(len(s.background) - 1, 1)
-        rows.append(
-            MemoryRow(
-                f"{s.scenario_id}.bg{index}", s.scenario_id, text, importance=importance, tick=tick
-            )
-        )
-    return tuple(rows)
+    return tuple(rows + _background_rows(s.scenario_id, s.background, s.new.tick))
 
 
 def load_npc_time(path: Path = BELIEF_FILE) -> Dataset:
