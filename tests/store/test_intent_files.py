@@ -18,6 +18,7 @@ from game_memory import FileGameMemoryStore, GameMemoryQuery, PersistenceError
 from game_memory.durable.names import identity_hash
 from game_memory.store import intent_files
 from game_memory.store import intents as intents_module
+from game_memory.store.intent_files import GrownPositions, count_before, head
 from game_memory.store.intents import LedgerIndex
 from game_memory.store.ledger import Ledger
 
@@ -97,13 +98,34 @@ async def test_an_index_restored_from_the_intent_file_equals_one_read_from_the_l
     assert await counts(make_store()) == expected
 
 
+@pytest.mark.parametrize("base", [[], [0], [2, 5, 9], [1, 3, 4, 8, 20]])
+@pytest.mark.parametrize("tail", [[], [21], [25, 30, 31]])
+def test_grown_positions_count_and_slice_as_one_list(base: list[int], tail: list[int]) -> None:
+    """Counts before any stop and every prefix of an array grown by a list are those of
+    the one list they stand for (the boundary between the two included)."""
+    whole = base + tail
+    grown = GrownPositions(np.array(base, np.uint64), list(tail))
+    assert len(grown) == len(whole)
+    for stop in range(-1, 33):
+        expected = sum(position < stop for position in whole)
+        assert count_before(grown, stop) == expected
+        assert count_before(np.array(whole, np.uint64), stop) == expected
+        assert count_before(whole, stop) == expected
+    for length in range(len(whole) + 1):
+        assert [int(p) for p in head(grown, length)] == whole[:length]
+    grown.append(40)
+    grown.extend([41, 42])
+    assert [int(p) for p in head(grown, len(grown))] == [*whole, 40, 41, 42]
+
+
 async def test_restored_positions_stay_arrays_until_their_partition_grows(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     """An open keeps the file's positions as arrays (no list per partition: 2.2 ms per
-    100k intents); a partition that grows gets a list (a new object, so a snapshot taken
-    for a background write keeps what it saw), and counts and positions are those of an
-    index read from the ledger before, after, and in the file written again at close."""
+    100k intents); a partition that grows keeps its array, uncopied, under a
+    ``GrownPositions`` (a new object) with a list of what was added, and counts and
+    positions are those of an index read from the ledger before, after, and in the file
+    written again at close."""
     import numpy as np
 
     save = tmp_path / "save"
@@ -119,7 +141,9 @@ async def test_restored_positions_stay_arrays_until_their_partition_grows(
     await store.append(make_memory("late", owner_id="npc", text="word late"))
     assert await counts(store) == [15, 13, 13]
     grown = index._positions[key]
-    assert isinstance(grown, list) and grown[:-1] == before.tolist()
+    assert isinstance(grown, GrownPositions) and grown.base is before
+    assert len(grown.tail) == 1 and len(grown) == 15
+    assert head(grown, 15).tolist()[:-1] == before.tolist()
     assert sum(isinstance(found, np.ndarray) for found in index._positions.values()) == 2
     live = summary(index)
     await store.aclose()

@@ -22,7 +22,6 @@ the records after it are read as always.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import stat
@@ -37,8 +36,11 @@ from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.intent_files import (
     PERSIST_MINIMUM,
+    GrownPositions,
     Intents,
     Positions,
+    count_before,
+    head,
     load_intents,
     write_intents,
 )
@@ -293,7 +295,9 @@ class LedgerIndex:
         path = self._ledger.path
 
         def write() -> bool:
-            positions = {key: found[:length] for key, found, length in snapshot}
+            positions: dict[bytes, Positions] = {
+                key: head(found, length) for key, found, length in snapshot
+            }
             return write_intents(path, info, Intents(parsed, crc, last, positions, damaged))
 
         background = None if closing else self.background
@@ -362,10 +366,10 @@ class LedgerIndex:
             if found is None:
                 positions[key] = added
                 owners.setdefault(key[:32], set()).add(key[32:])
-            elif isinstance(found, list):
+            elif isinstance(found, np.ndarray):  # restored from the intent file
+                positions[key] = GrownPositions(found, added)
+            else:
                 found.extend(added)
-            else:  # restored from the intent file: a list from now on (a new object)
-                positions[key] = [*found.tolist(), *added]
 
     def _index(self, data: bytes, start: int, stop: int) -> None:
         view = memoryview(data)
@@ -388,10 +392,10 @@ class LedgerIndex:
             if found is None:
                 positions[key] = [index]
                 owners.setdefault(key[:32], set()).add(key[32:])
-            elif isinstance(found, list):
+            elif isinstance(found, np.ndarray):  # restored from the intent file
+                positions[key] = GrownPositions(found, [index])
+            else:
                 found.append(index)
-            else:  # restored from the intent file: a list from now on (a new object)
-                positions[key] = [*found.tolist(), index]
 
     # -- queries ------------------------------------------------------------------------
 
@@ -400,14 +404,16 @@ class LedgerIndex:
         key = bytes.fromhex(session_hash + owner_hash)
         with self._lock:
             found = self._positions.get(key)
-            return 0 if found is None else bisect.bisect_left(found, mark.count)
+            return 0 if found is None else count_before(found, mark.count)
 
     def positions(self, session_hash: str, owner_hash: str, mark: LedgerMark) -> list[int]:
         """The positions of the partition's intents before ``mark``."""
         key = bytes.fromhex(session_hash + owner_hash)
         with self._lock:
-            found = self._positions.get(key, [])
-            before = found[: bisect.bisect_left(found, mark.count)]
+            found = self._positions.get(key)
+            if found is None:
+                return []
+            before = head(found, count_before(found, mark.count))
             return before if isinstance(before, list) else before.tolist()
 
     def owner_hashes(self, session_hash: str) -> list[str]:
