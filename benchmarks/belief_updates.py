@@ -23,7 +23,8 @@ version is lexically closer to the question, and by the gap t2 − t1. The *beli
 variant gives both versions the scenario's key (``GameMemory.belief_key``); it runs only
 when the library has that field (it is reported as skipped otherwise).
 
-A file's *sequels* (the held-out file has them) are the other side: a later memory on the
+A file's *sequels* (the held-out file has them; the development scenarios' are in
+``belief_sequels_dev.json``) are the other side: a later memory on the
 same topic that does not replace the earlier one, asked what only the earlier answers.
 Reported as *earlier first* and *earlier above later*: what taking every newer memory on
 a topic for an update would cost.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import sys
 import tempfile
@@ -46,6 +48,7 @@ from retrieval_grid import Family, expand
 from retrieval_handwritten import (
     BELIEF_FILE,
     HELDOUT_BELIEF_FILE,
+    SEQUELS_DEV_FILE,
     Scenario,
     Sequel,
     load_beliefs,
@@ -80,6 +83,7 @@ RERANKER_FAMILIES: dict[str, Family | None] = {
         "supersession_penalty": (0.3, 0.5),
         "supersession_similarity": (0.5, 0.6),
     },
+    "supersede_strict": {"supersession_similarity": (0.55, 0.6, 0.65, 0.7)},
 }
 
 
@@ -192,6 +196,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     path = DATA_FILES.get(args.data) or Path(args.data)
     scenarios, files = load_beliefs(path)
     sequels = load_sequels(path)
+    if path == BELIEF_FILE:  # the development scenarios' sequels live beside them
+        sequels = load_sequels(SEQUELS_DEV_FILE)
+        files.update(
+            {SEQUELS_DEV_FILE.name: hashlib.sha256(SEQUELS_DEV_FILE.read_bytes()).hexdigest()}
+        )
     modes = args.modes.split(",")
     if not set(modes) <= set(MODES):
         raise SystemExit(f"--modes takes {','.join(MODES)}")

@@ -14,6 +14,9 @@
   version 2 (:func:`load_beliefs`; checked on load: ticks in order, every question asked
   after the update or between the versions, and the ``old_closer`` flag true exactly when
   the old version shares more content words with every question than the new one).
+* ``belief_sequels_dev.json``: 30 sequels (below) beside ``belief_updates.json``, for
+  choosing the reranker's version test on both sides of it (written after the held-out
+  set, by someone who had not read it).
 * ``belief_updates_heldout.json``: a second set of belief scenarios in the same format,
   written blind after the reranker's supersession settings were chosen on the first (so its
   figures are out of sample), plus *sequels* (:func:`load_sequels`): two memories of one
@@ -49,6 +52,7 @@ __all__ = [
     "BELIEF_FILE",
     "CJK_FILE",
     "HELDOUT_BELIEF_FILE",
+    "SEQUELS_DEV_FILE",
     "Scenario",
     "Sequel",
     "Version",
@@ -66,6 +70,7 @@ CJK_FILE = DATA / "npc_cjk.json"
 PARAPHRASE_FILE = DATA / "paraphrase_en.json"
 BELIEF_FILE = DATA / "belief_updates.json"
 HELDOUT_BELIEF_FILE = DATA / "belief_updates_heldout.json"
+SEQUELS_DEV_FILE = DATA / "belief_sequels_dev.json"
 
 _KATAKANA = re.compile(r"[\u30a1-\u30fa\u30fc]{2,}")
 _HIRAGANA = re.compile(r"[\u3041-\u309f]")
