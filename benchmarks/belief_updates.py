@@ -57,7 +57,12 @@ from retrieval_handwritten import (
     sequel_memories,
 )
 
-from game_memory import FusionOptions, GameAwareMemoryRerankerOptions, GameMemory
+from game_memory import (
+    FusionOptions,
+    GameAwareMemoryRerankerOptions,
+    GameMemory,
+    GameMemoryKind,
+)
 from game_memory.onnx import prepare_named_model
 
 SESSION = "beliefs"
@@ -75,6 +80,8 @@ RERANKER_FAMILIES: dict[str, Family | None] = {
     "relative": {"relevance": ("relative",)},
     "recency": {"recency_weight": (0.5, 1.0)},
     "half_life": {"recency_half_life_ticks": (360.0, 10_080.0)},
+    # The version test as it was before it spared events: any kind can be outdated.
+    "every_kind": {"supersession_kinds": (frozenset(GameMemoryKind),)},
     "no_supersession": {"supersession_penalty": (0.0,), "supersession_inherits": (False,)},
     "penalty_only": {"supersession_inherits": (False,)},
     "inherit_only": {"supersession_penalty": (0.0,)},

@@ -150,11 +150,17 @@ def load_paraphrase(path: Path = PARAPHRASE_FILE) -> Dataset:
 
 @dataclass(frozen=True, slots=True)
 class Version:
-    """One version of a belief: what the NPC learned, when, and how important it was."""
+    """One version of a belief: what the NPC learned, when, how important it was, and the
+    kind of memory a game would store it as (``"fact"`` when the file does not say)."""
 
     text: str
     tick: int
     importance: float
+    kind: str = "fact"
+
+
+#: A background memory: text, importance, kind.
+Background = tuple[str, float, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +175,7 @@ class Scenario:
     questions: tuple[str, ...]
     after: tuple[int, ...]
     between: tuple[int, ...]
-    background: tuple[tuple[str, float], ...]
+    background: tuple[Background, ...]
     background_name: str | None
     old_closer: bool
 
@@ -184,10 +190,7 @@ def load_beliefs(path: Path = BELIEF_FILE) -> tuple[tuple[Scenario, ...], dict[s
         raw = path.read_bytes()
         data = json.loads(raw.decode("utf-8"))
         per_day = int(data["ticks_per_day"])
-        backgrounds = {
-            name: tuple((str(m["text"]), float(m["importance"])) for m in rows)
-            for name, rows in data["backgrounds"].items()
-        }
+        backgrounds = _backgrounds(data)
         scenarios = tuple(_scenario(s, per_day, backgrounds) for s in data["scenarios"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise DatasetError(f"{path} is not a valid belief-update file: {exc!r}") from exc
@@ -200,13 +203,23 @@ def load_beliefs(path: Path = BELIEF_FILE) -> tuple[tuple[Scenario, ...], dict[s
 
 def _version(v: dict[str, Any], per_day: int) -> Version:
     return Version(
-        str(v["text"]), int(v["day"]) * per_day + int(v["minute"]), float(v["importance"])
+        str(v["text"]),
+        int(v["day"]) * per_day + int(v["minute"]),
+        float(v["importance"]),
+        str(v.get("kind", "fact")),
     )
 
 
-def _background_rows(
-    prefix: str, background: tuple[tuple[str, float], ...], last: int
-) -> list[MemoryRow]:
+def _backgrounds(data: dict[str, Any]) -> dict[str, tuple[Background, ...]]:
+    return {
+        name: tuple(
+            (str(m["text"]), float(m["importance"]), str(m.get("kind", "fact"))) for m in rows
+        )
+        for name, rows in data["backgrounds"].items()
+    }
+
+
+def _background_rows(prefix: str, background: tuple[Background, ...], last: int) -> list[MemoryRow]:
     """``background`` as memories of the NPC ``prefix``, spread evenly from tick 0 to an
     hour after ``last``, so some are older than the first memory and some newer than the
     last."""
@@ -216,10 +229,11 @@ def _background_rows(
             f"{prefix}.bg{index}",
             prefix,
             text,
+            kind=kind,
             importance=importance,
             tick=span * index // max(len(background) - 1, 1),
         )
-        for index, (text, importance) in enumerate(background)
+        for index, (text, importance, kind) in enumerate(background)
     ]
 
 
@@ -272,7 +286,7 @@ class Sequel:
     later: Version
     questions: tuple[str, ...]
     asked: tuple[int, ...]
-    background: tuple[tuple[str, float], ...]
+    background: tuple[Background, ...]
     background_name: str | None
 
 
@@ -286,10 +300,7 @@ def load_sequels(path: Path) -> tuple[Sequel, ...]:
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
         per_day = int(data["ticks_per_day"])
-        backgrounds = {
-            name: tuple((str(m["text"]), float(m["importance"])) for m in rows)
-            for name, rows in data["backgrounds"].items()
-        }
+        backgrounds = _backgrounds(data)
         scenario_ids = {str(s["id"]) for s in data["scenarios"]}
         sequels = tuple(_sequel(s, per_day, backgrounds) for s in data.get("sequels", ()))
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -330,6 +341,7 @@ def sequel_memories(s: Sequel) -> tuple[MemoryRow, ...]:
             f"{s.sequel_id}.earlier",
             s.sequel_id,
             s.earlier.text,
+            kind=s.earlier.kind,
             importance=s.earlier.importance,
             tick=s.earlier.tick,
         ),
@@ -337,6 +349,7 @@ def sequel_memories(s: Sequel) -> tuple[MemoryRow, ...]:
             f"{s.sequel_id}.later",
             s.sequel_id,
             s.later.text,
+            kind=s.later.kind,
             importance=s.later.importance,
             tick=s.later.tick,
         ),
@@ -356,6 +369,7 @@ def scenario_memories(s: Scenario, *, belief_key: bool) -> tuple[MemoryRow, ...]
             f"{s.scenario_id}.old",
             s.scenario_id,
             s.old.text,
+            kind=s.old.kind,
             importance=s.old.importance,
             tick=s.old.tick,
             belief_key=key,
@@ -364,6 +378,7 @@ def scenario_memories(s: Scenario, *, belief_key: bool) -> tuple[MemoryRow, ...]
             f"{s.scenario_id}.new",
             s.scenario_id,
             s.new.text,
+            kind=s.new.kind,
             importance=s.new.importance,
             tick=s.new.tick,
             belief_key=key,

@@ -60,6 +60,7 @@ def test_reranker_defaults_are_the_measured_weights() -> None:
         "supersession_candidates": 32,
         "supersession_standing": 3.0,
         "supersession_inherits": True,
+        "supersession_kinds": ["fact", "relationship", "goal", "reflection", "procedure"],
     }
 
 

@@ -3,6 +3,7 @@
 * A lone or last candidate keeps a score that reflects its own similarity (``"absolute"``).
 * A fresh memory overtakes a slightly more relevant old one; importance breaks near-ties.
 * Of two versions of one belief (alike, same owner and timeline), the newer comes first.
+* What happened stays true: an event is never taken for the older version of anything.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from game_memory import (
     GameAwareMemoryReranker,
     GameAwareMemoryRerankerOptions,
     GameMemory,
+    GameMemoryKind,
     GameMemoryQuery,
     GameMoment,
 )
 from game_memory.recall.fusion import FusedCandidate, fuse
+from game_memory.recall.reranker import OUTDATABLE_KINDS
 from support.vectors import MemoryFactory
 
 ABSOLUTE = FusionOptions(normalization="absolute", lexical_weight=0.25, vector_weight=0.75)
@@ -288,3 +291,61 @@ def test_a_memory_with_a_belief_key_is_never_an_implicit_version(
     plain = [_candidate(ford.model_copy(update={"belief_key": None}), 1.0, unit(1.0, 0.5, 0.0))]
     ranked = GameAwareMemoryReranker().rank(at(900), [*plain, candidates[1]])
     assert ranked[0].memory.memory_id == "bark"
+
+
+def _sword_and_burn(make_memory: MemoryFactory, older_kind: str) -> list[FusedCandidate]:
+    """The smith forged a sword (older, the better answer), then his apprentice burned his
+    hand (newer, alike: cosine 0.95, the only pair of three)."""
+    sword = make_memory(
+        "sword", tick=0, kind=older_kind, text="The smith forged a sword for the captain."
+    )
+    burn = make_memory(
+        "burn", tick=3_000, kind="event", text="The smith's apprentice burned his hand."
+    )
+    other = make_memory("other", tick=1_000, kind="event", text="The chapel bell cracked.")
+    return [
+        _candidate(sword, 1.0, unit(1.0, 0.3, 0.0)),
+        _candidate(other, 0.5, unit(0.0, 0.0, 1.0)),
+        _candidate(burn, 0.6, unit(1.0, 0.0, 0.0)),
+    ]
+
+
+def test_an_event_is_never_taken_for_an_older_version(make_memory: MemoryFactory) -> None:
+    """A later memory on the same subject does not undo what happened: asked about the
+    sword, the NPC answers with the sword, not with the burn the version test would have
+    put first (it does so when the older memory is a fact, or when events are allowed)."""
+    ranked = GameAwareMemoryReranker().rank(at(3_000), _sword_and_burn(make_memory, "event"))
+    assert [c.memory.memory_id for c in ranked] == ["sword", "burn", "other"]
+    as_fact = GameAwareMemoryReranker().rank(at(3_000), _sword_and_burn(make_memory, "fact"))
+    assert as_fact[0].memory.memory_id == "burn"
+    every_kind = GameAwareMemoryRerankerOptions(supersession_kinds=frozenset(GameMemoryKind))
+    ranked = GameAwareMemoryReranker(every_kind).rank(
+        at(3_000), _sword_and_burn(make_memory, "event")
+    )
+    assert ranked[0].memory.memory_id == "burn"
+
+
+@pytest.mark.parametrize("kind", [kind.value for kind in GameMemoryKind])
+def test_no_kind_no_versions(make_memory: MemoryFactory, kind: str) -> None:
+    """``supersession_kinds`` empty: no memory of any kind is outdated implicitly, as with
+    the version test off."""
+    nothing = GameAwareMemoryRerankerOptions(supersession_kinds=frozenset())
+    candidates = _sword_and_burn(make_memory, kind)
+    ranked = GameAwareMemoryReranker(nothing).rank(at(3_000), candidates)
+    plain = GameAwareMemoryReranker(NO_VERSIONS).rank(at(3_000), candidates)
+    assert [c.memory.memory_id for c in ranked] == [c.memory.memory_id for c in plain]
+    assert ranked[0].memory.memory_id == "sword"
+    outdated = GameAwareMemoryReranker().rank(at(3_000), candidates)[0].memory.memory_id
+    assert outdated == ("burn" if GameMemoryKind(kind) in OUTDATABLE_KINDS else "sword")
+
+
+def test_the_outdatable_kinds_are_every_kind_but_event_and_read_from_json() -> None:
+    assert frozenset(GameMemoryKind) - {GameMemoryKind.EVENT} == OUTDATABLE_KINDS
+    options = GameAwareMemoryRerankerOptions.model_validate_json(
+        '{"supersession_kinds": ["Goal", "fact", "goal"]}'
+    )
+    assert options.supersession_kinds == {GameMemoryKind.FACT, GameMemoryKind.GOAL}
+    # Serialized in the kinds' declaration order, whatever the set's order in this process.
+    assert options.model_dump(mode="json")["supersession_kinds"] == ["fact", "goal"]
+    with pytest.raises(ValueError, match="unknown memory kind"):
+        GameAwareMemoryRerankerOptions(supersession_kinds=frozenset({"rumour"}))

@@ -25,6 +25,7 @@ from game_memory import (
     GameAwareMemoryReranker,
     GameAwareMemoryRerankerOptions,
     GameMemory,
+    GameMemoryKind,
     GameMemoryQuery,
     GameMoment,
 )
@@ -128,6 +129,8 @@ def random_options(
         supersession_candidates=rng.choice((2, 5, 32, 32, 512)),
         supersession_standing=rng.choice((3.0, 3.0, 0.0, 0.5, 100.0)),
         supersession_inherits=rng.choice((True, True, False)),
+        # 040bcd1 took any kind for an older version; its copy is compared with that.
+        supersession_kinds=frozenset(GameMemoryKind),
     )
 
 
