@@ -56,7 +56,7 @@ def test_reranker_defaults_are_the_measured_weights() -> None:
         "maximum_greedy_selections": 512,
         "relevance": "relative",
         "supersession_penalty": 0.1,
-        "supersession_similarity": 0.45,
+        "supersession_similarity": 0.40,
         "supersession_candidates": 32,
         "supersession_standing": 3.0,
         "supersession_inherits": True,
