@@ -56,6 +56,7 @@ from retrieval_handwritten import (
     scenario_memories,
     sequel_memories,
 )
+from retrieval_sets import DatasetError
 
 from game_memory import (
     FusionOptions,
@@ -340,7 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
         return 0
-    report = json.dumps(asyncio.run(run(args)), indent=2, ensure_ascii=False)
+    try:
+        report = json.dumps(asyncio.run(run(args)), indent=2, ensure_ascii=False)
+    except DatasetError as exc:  # a --data file that is missing or breaks a rule
+        raise SystemExit(f"belief_updates: {exc}") from None
     if args.out:
         Path(args.out).write_text(report + "\n", encoding="utf-8")
     print(report)
