@@ -203,9 +203,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     home = Path(args.home) if args.home else None
     path = DATA_FILES.get(args.data) or Path(args.data)
     scenarios, files = load_beliefs(path)
-    sequels = load_sequels(path)
-    if path == BELIEF_FILE:  # the development scenarios' sequels live beside them
-        sequels = load_sequels(SEQUELS_DEV_FILE)
+    # The development scenarios' sequels live beside them; another file holds its own.
+    sequels = load_sequels(SEQUELS_DEV_FILE if path == BELIEF_FILE else path)
+    if path == BELIEF_FILE:
         files.update(
             {SEQUELS_DEV_FILE.name: hashlib.sha256(SEQUELS_DEV_FILE.read_bytes()).hexdigest()}
         )

@@ -333,26 +333,25 @@ def _sequel(s: dict[str, Any], per_day: int, backgrounds: dict[str, Any]) -> Seq
     )
 
 
+def _row(memory_id: str, owner: str, version: Version, key: str | None = None) -> MemoryRow:
+    """``version`` as the memory ``memory_id`` of ``owner`` (with ``key``, if any)."""
+    return MemoryRow(
+        memory_id,
+        owner,
+        version.text,
+        kind=version.kind,
+        importance=version.importance,
+        tick=version.tick,
+        belief_key=key,
+    )
+
+
 def sequel_memories(s: Sequel) -> tuple[MemoryRow, ...]:
     """The sequel's two memories and its background (spread as :func:`scenario_memories`
     spreads a scenario's), owned by an NPC named after the sequel."""
     rows = [
-        MemoryRow(
-            f"{s.sequel_id}.earlier",
-            s.sequel_id,
-            s.earlier.text,
-            kind=s.earlier.kind,
-            importance=s.earlier.importance,
-            tick=s.earlier.tick,
-        ),
-        MemoryRow(
-            f"{s.sequel_id}.later",
-            s.sequel_id,
-            s.later.text,
-            kind=s.later.kind,
-            importance=s.later.importance,
-            tick=s.later.tick,
-        ),
+        _row(f"{s.sequel_id}.earlier", s.sequel_id, s.earlier),
+        _row(f"{s.sequel_id}.later", s.sequel_id, s.later),
     ]
     return tuple(rows + _background_rows(s.sequel_id, s.background, s.later.tick))
 
@@ -365,24 +364,8 @@ def scenario_memories(s: Scenario, *, belief_key: bool) -> tuple[MemoryRow, ...]
     """
     key = s.belief_key if belief_key else None
     rows = [
-        MemoryRow(
-            f"{s.scenario_id}.old",
-            s.scenario_id,
-            s.old.text,
-            kind=s.old.kind,
-            importance=s.old.importance,
-            tick=s.old.tick,
-            belief_key=key,
-        ),
-        MemoryRow(
-            f"{s.scenario_id}.new",
-            s.scenario_id,
-            s.new.text,
-            kind=s.new.kind,
-            importance=s.new.importance,
-            tick=s.new.tick,
-            belief_key=key,
-        ),
+        _row(f"{s.scenario_id}.old", s.scenario_id, s.old, key),
+        _row(f"{s.scenario_id}.new", s.scenario_id, s.new, key),
     ]
     return tuple(rows + _background_rows(s.scenario_id, s.background, s.new.tick))
 
