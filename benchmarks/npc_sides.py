@@ -353,6 +353,8 @@ async def worker(args: argparse.Namespace) -> Json:
         figures.update(appends=len(appends), after_append_median_ms=median_ms(after))
         figures["same_query_again_median_ms"] = median_ms(again)
         figures["after_append_stages_ms"] = stage_medians(side.stages[0::2])
+        # A game learns as it plays: the peak over the whole session, appends included.
+        figures["peak_rss_after_appends_mb"] = max_rss_mb()
         if args.side == "peer":
             figures["vector_channel_exact"] = peer_exactness(side, work[0])
     await side.close()

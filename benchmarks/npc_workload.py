@@ -255,6 +255,7 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         ("after an append over warm (same query)", of("after_append_over_same_query_warm"),
          "ratio", True),
         ("peak RSS after recalls", of("peak_rss_after_recalls_mb"), "MB", True),
+        ("peak RSS after appends too", of("peak_rss_after_appends_mb"), "MB", True),
         ("disk size", lambda side: details["disk"][side]["allocated_mb"], "MB", True),
     ]  # fmt: skip
     table = [

@@ -26,6 +26,7 @@ from game_memory import VectorMemoryStore
 from game_memory.index import join
 from game_memory.index.partition import RowBuffer
 from game_memory.recall import pipeline
+from support.maps import mapped_file
 from support.providers import Fault, FaultyProvider
 from support.vectors import MemoryFactory, VectorStoreFactory, query
 
@@ -120,8 +121,7 @@ async def test_an_append_is_joined_through_the_pool_then_held_and_later_ones_on_
     make_memory: MemoryFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The first append after the rows were mapped is read into held room through the pool;
-    after later ones the writer has handed its rows to that room and the join is extended
+    """After an append the writer has mapped its rows as checked, and the join is extended
     on the loop (``JoinCache.extended_now``), answering as a fresh reader does."""
     store = make_vector_store()
     await fill(store, make_memory, 10)
@@ -130,13 +130,13 @@ async def test_an_append_is_joined_through_the_pool_then_held_and_later_ones_on_
     await store.append(make_memory("new", text="a small kitten", tick=50))
     hops = counting(store)
     after = await store.recall(asked)
-    assert hops[0] == 1 and after.hits[0].memory.memory_id == "new"
+    assert hops[0] == 0 and after.hits[0].memory.memory_id == "new"
     held = await store.recall(asked)
-    assert hops[0] == 1 and evidence(held) == evidence(after)
+    assert hops[0] == 0 and evidence(held) == evidence(after)
     for number in range(3):
         await store.append(make_memory(f"kit{number}", text=f"kitten {number}", tick=60 + number))
         later = await store.recall(asked)
-        assert hops[0] == 1 and not later.fallback  # no hop: rows and join held
+        assert hops[0] == 0 and not later.fallback  # no hop: rows and join held
         fresh = make_vector_store()  # another handle: joins and reads through its pool
         assert evidence(await fresh.recall(asked)) == evidence(later)
     monkeypatch.setattr(join, "INLINE_GROWTH", 1)
@@ -144,16 +144,16 @@ async def test_an_append_is_joined_through_the_pool_then_held_and_later_ones_on_
         [make_memory(f"pair{n}", text=f"kitten pair {n}", tick=70 + n) for n in range(2)]
     )
     grown = await store.recall(asked)
-    assert hops[0] == 2  # more than the bound: joined through the pool
+    assert hops[0] == 1  # more than the bound: joined through the pool
     assert evidence(grown) == evidence(await make_vector_store().recall(asked))
     monkeypatch.setattr(join, "INLINE_GROWTH", 64)
     await store.append(make_memory("small", text="kitten small", tick=75))
     small = await store.recall(asked)
-    assert hops[0] == 2 and not small.fallback  # on the loop again
+    assert hops[0] == 1 and not small.fallback  # on the loop again
     monkeypatch.setattr(join, "INLINE_ENTRIES", 10)  # a partition past it: the pool's join
     await store.append(make_memory("large", text="kitten large", tick=80))
     large = await store.recall(asked)
-    assert hops[0] == 3 and evidence(large) == evidence(await make_vector_store().recall(asked))
+    assert hops[0] == 2 and evidence(large) == evidence(await make_vector_store().recall(asked))
 
 
 async def test_a_join_that_no_longer_lines_up_is_given_back_and_joined_in_the_pool(
@@ -224,7 +224,7 @@ def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_lo
     assert buffer.checked_rows(Partition(), 3) is not None
 
 
-def test_a_writer_s_rows_are_taken_only_into_held_room_after_every_checked_row(
+def test_a_writer_s_rows_are_mapped_as_checked_only_after_every_checked_row(
     tmp_path: Path,
 ) -> None:
     path, rows = rows_file(tmp_path)
@@ -239,25 +239,26 @@ def test_a_writer_s_rows_are_taken_only_into_held_room_after_every_checked_row(
         return path.stat()
 
     buffer = RowBuffer(tag=1, dimensions=4)
-    buffer.load(str(path), 3)
-    buffer.checked = 3
     one = np.full((1, 4), 7, np.float32)
     info = append(one)
-    assert not buffer.take_written(one, 3, info, Partition(3), Partition(4))  # mapped: no room
-    buffer.load(str(path), 4)  # a search reads it into room (``_grow``)
+    assert not buffer.take_written(str(path), 3, info, Partition(3), Partition(4))  # unread
+    buffer.load(str(path), 3)
+    assert buffer.rows == 4  # the read mapped every whole row there was
     buffer.checked = 4
     two = np.full((2, 4), 8, np.float32)
     info = append(two)
-    assert not buffer.take_written(two, 4, info, Partition(5), Partition(7))  # unchecked before
-    assert not buffer.take_written(two, 5, info, Partition(4), Partition(6))  # not where held
-    assert not buffer.take_written(two[:1], 4, info, Partition(4), Partition(5))  # file longer
+    assert not buffer.take_written(str(path), 3, info, Partition(4), Partition(6))  # not held
+    assert not buffer.take_written(str(path), 4, info, Partition(5), Partition(7))  # unchecked
     with held_by_another_thread(buffer.lock):
-        assert not buffer.take_written(two, 4, info, Partition(4), Partition(6))  # never waits
+        assert not buffer.take_written(str(path), 4, info, Partition(4), Partition(6))
     assert buffer.rows == 4 and buffer.checked == 4
-    assert buffer.take_written(two, 4, info, Partition(4), Partition(6))
-    assert buffer.rows == 6 and buffer.checked == 6
+    assert buffer.take_written(str(path), 4, info, Partition(4), Partition(6))
+    assert buffer.rows == 6 and buffer.checked == 6 and mapped_file(buffer.array) == str(path)
     assert buffer.file is not None and buffer.file[2] == info.st_size
     held = buffer.checked_rows(Partition(6), 6)
     assert held is not None and np.array_equal(held, np.concatenate((rows, one, two)))
-    reread = RowBuffer(tag=1, dimensions=4)
-    assert np.array_equal(reread.load(str(path), 6), held)  # what a read of the file gives
+    three = np.full((1, 4), 9, np.float32)
+    stale = append(three)
+    append(three)  # another write came after the one taken: left for a search to check
+    assert not buffer.take_written(str(path), 6, stale, Partition(6), Partition(7))
+    assert buffer.checked == 6

@@ -451,8 +451,9 @@ class IndexEngine(IndexLayout):
         with self._cache_lock:
             buffer = self._row_buffers.get((session_hash, owner_hash, code))
         if buffer is not None and buffer.tag == grown.tag:
-            # Held with room already: the next search finds the rows without a read.
-            buffer.take_written(matrix, written.first_row, written.rows, current, grown)
+            # Held already: the next search finds the rows without a read or a check.
+            path = self.vectors_path(session_hash, owner_hash, code, grown.tag)
+            buffer.take_written(path, written.first_row, written.rows, current, grown)
 
     def _install(
         self, current: IndexPartition, data: bytes, info: os.stat_result

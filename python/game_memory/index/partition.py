@@ -12,7 +12,6 @@ each row once (or trusts a verified stamp, ``stamps.py``).
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import threading
@@ -31,6 +30,7 @@ from game_memory.index.entries import (
     EntryState,
     row_checksums,
 )
+from game_memory.index.row_map import RowMap
 from game_memory.index.stamps import Stamp
 
 __all__ = [
@@ -293,6 +293,7 @@ class RowBuffer:
         self.checked = 0
         self.file: tuple[int, int, int, int, int] | None = None  # what was mapped (stamps.py)
         self._spare: FloatMatrix | None = None  # rows held in memory, with room (``_grow``)
+        self._map: RowMap | None = None  # the map ``array`` views, unless rows were copied
         self.lock = threading.Lock()
 
     def load(self, path: str, needed: int) -> FloatMatrix:
@@ -329,43 +330,40 @@ class RowBuffer:
 
     def take_written(
         self,
-        matrix: FloatMatrix,
+        path: str,
         first: int,
         info: os.stat_result,
         before: IndexPartition,
         after: IndexPartition,
     ) -> bool:
-        """Hold the rows a writer just appended (``matrix``, written from row ``first``; the
-        row file's ``fstat`` after), as a read and a check of them would, when that costs a
-        copy of those rows only: the buffer holds the file's every row before them in room
-        with space for them (it grew once, :meth:`_grow`), every record of ``before`` was
-        checked, and ``after`` is ``before`` plus this writer's records of these rows (so
-        their checksums are of these very values). Otherwise, or while a reader holds the
-        lock (only tried: a writer on the event loop must not wait), nothing changes and
-        the next search reads them. Returns whether they were taken.
+        """Hold the rows a writer just appended to the row file at ``path`` (from row
+        ``first``; ``info``: the file's ``fstat`` after) as checked, as a read and a check
+        of them would, without checking them again: when the buffer holds every row
+        before them, every record of ``before`` was checked, ``after`` is ``before`` plus
+        this writer's records of these rows (their checksums are of the values written),
+        and the file is still what the writer left. The rows are mapped in place, or read
+        into held room (:meth:`_read`): a few rows, nothing paged in again. Otherwise, or
+        while a reader holds the lock (only tried: a writer on the event loop must not
+        wait), nothing is checked and the next search reads and checks them. Returns
+        whether they were taken.
         """
         if not self.lock.acquire(blocking=False):
             return False
         try:
-            count = int(matrix.shape[0])
-            spare = self._spare
             if (
-                spare is None
-                or self.rows != first
+                self.rows != first
                 or self.checked != before.records
-                or spare.shape[0] < first + count
-                or int(matrix.shape[1]) != self.dimensions
-                or info.st_size != (first + count) * self.dimensions * 4
-                or (self.file is not None and self.file[:2] != (info.st_dev, info.st_ino))
+                or self.file is None
+                or self.file[:2] != (info.st_dev, info.st_ino)
             ):
                 return False
-            spare[first : first + count] = matrix
-            self.array = spare[: first + count]
-            self.rows = first + count
+            try:
+                self._read(path)
+            except (OSError, DerivedIndexError):
+                return False
+            if self.file[:3] != (info.st_dev, info.st_ino, info.st_size):
+                return False  # another write came between: the next search checks them
             self.checked = after.records
-            self.file = (
-                info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
-            )  # fmt: skip
             return True
         finally:
             self.lock.release()
@@ -406,21 +404,25 @@ class RowBuffer:
 
     def _grow(self, fd: int, total: int) -> int:
         """Read rows ``rows..total`` into spare room after the rows held; return the rows
-        now held (fewer than ``total`` only if the file ended early).
+        now held (fewer than ``total`` only if the file ended early). Where a map cannot
+        be extended in place (``row_map.py``).
 
-        A grown file is not mapped again: a new map of the whole file would page-fault on
-        every row at the next product (3.7 ms at 100k rows of 384 values, the first recall
-        after an append). The first growth copies the mapped rows into memory with room to
-        spare (an eighth, at least 1,024 rows: amortized, a few rows copied per row added);
-        later ones read only the new rows into the room. Arrays handed out view rows before
-        ``rows``, which are never written again, so they stay valid and unchanged.
+        Mapping the whole grown file again would page-fault on every row at the next
+        product (5–15 ms at 100k rows of 384 values, the first recall after an append).
+        The first growth copies the mapped rows into memory with room to spare (half again,
+        at least 1,024 rows: room never written costs address space, not memory), releasing
+        each window of the map once copied so that the process never holds the rows twice
+        (:func:`_copy_rows`); later ones read only the new rows into the room. Arrays
+        handed out view rows before ``rows``, which are never written again, so they stay
+        valid and unchanged.
         """
         spare = self._spare
         if spare is None or spare.shape[0] < total:
-            room = max(total + total // 8, total + 1_024)
+            room = max(total + total // 2, total + 1_024)
             grown = empty_buffer((room, self.dimensions), np.float32)
-            grown[: self.rows] = self.array[: self.rows]
+            _copy_rows(grown, self.array, self.rows, self._map)
             spare = self._spare = grown
+            self._map = None
         row_bytes = self.dimensions * 4
         target = spare[self.rows : total].data.cast("B")
         done = 0
@@ -451,14 +453,17 @@ class RowBuffer:
             total = info.st_size // row_bytes
             if total <= self.rows:
                 return
-            if self.rows:
-                total = self._grow(fd, total)
-            else:
-                # Whole rows only: a torn tail (a row being written) is not mapped. The map
-                # outlives the descriptor; a compaction unlinks the file, never cuts its rows.
-                mapped = mmap.mmap(fd, total * row_bytes, access=mmap.ACCESS_READ)
-                array = np.frombuffer(mapped, dtype="<f4", count=total * self.dimensions)
-                self.array = array.reshape(total, self.dimensions)
+            # Whole rows only: a torn tail (a row being written) is not mapped. The map
+            # outlives the descriptor; a compaction unlinks the file, never cuts its rows.
+            held = self._map
+            same = self.file is not None and self.file[:2] == (info.st_dev, info.st_ino)
+            if held is not None and self.rows and same and held.extend(fd, total):
+                self.array = held.array()  # mapped in place: nothing paged in again
+            elif self.rows and (held is None or not held.extendable):
+                total = self._grow(fd, total)  # no map grows in place here: copy
+            else:  # the first read, or a map the file outgrew: map it (again)
+                self._map = RowMap(fd, total, self.dimensions)
+                self.array = self._map.array()
             self.rows = total
             self.file = (
                 info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns
@@ -469,3 +474,21 @@ class RowBuffer:
             raise DerivedIndexError(f"could not read {path}: {exc.strerror}") from exc
         finally:
             os.close(fd)
+
+
+#: Rows are copied out of a map in windows of about this many bytes (:func:`_copy_rows`).
+_COPY_WINDOW_BYTES = 8 << 20
+
+
+def _copy_rows(target: FloatMatrix, source: FloatMatrix, rows: int, mapped: RowMap | None) -> None:
+    """``target[:rows] = source[:rows]``, window by window. When ``source`` is the rows of
+    ``mapped``, each window is released from the process once copied
+    (:meth:`RowMap.release`): without it, the copy of a 100k × 384 save's rows (154 MB) was
+    made while every mapped page was still held, 434 MB at its peak where the rows held
+    once are 265 MB. Anonymous memory is never released (that would zero it)."""
+    step = max(1, _COPY_WINDOW_BYTES // max(1, int(source.strides[0])))
+    for first in range(0, rows, step):
+        last = min(rows, first + step)
+        target[first:last] = source[first:last]
+        if mapped is not None:
+            mapped.release(first, last)
