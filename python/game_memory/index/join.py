@@ -22,6 +22,7 @@ import numpy.typing as npt
 from game_memory.durable.names import identity_hash
 from game_memory.index.entries import EntryState, MemoryDigests
 from game_memory.index.partition import IndexPartition, Positions
+from game_memory.store.growing import Growing
 from game_memory.store.lazy import same_prefix
 from game_memory.store.view import PartitionView
 
@@ -101,6 +102,8 @@ class _JoinState:
     hashes: _Grown = field(default_factory=_Grown)  # aligned: the view's memory hashes
     contents: _Grown = field(default_factory=_Grown)  # aligned: their content digests
     kinds: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    #: Room the newest ``kinds``, ``rows`` and ``positions`` grow into (``store/growing.py``).
+    rooms: dict[str, Growing] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,11 +321,16 @@ def _extend_aligned(
         kind = _kinds(partition, start, stop, state.contents.slice(start * 32, stop * 32),
                       old.active)  # fmt: skip
         chosen = kind == _READY
-        positions = np.concatenate((positions, np.flatnonzero(chosen) + start))
-        rows = np.concatenate((rows, partition.rows[start:stop][chosen].astype(np.int64)))
+        rooms = state.rooms
+        positions, rooms["positions"] = Growing.extend(
+            positions, rooms.get("positions"), np.flatnonzero(chosen) + start
+        )
+        rows, rooms["rows"] = Growing.extend(
+            rows, rooms.get("rows"), partition.rows[start:stop][chosen]
+        )
         for number, count in enumerate(np.bincount(kind, minlength=5).tolist()):
             state.counts[number] += count
-        state.kinds = np.concatenate((state.kinds, kind))
+        state.kinds, rooms["kinds"] = Growing.extend(state.kinds, rooms.get("kinds"), kind)
         # Only what was added needs checking: the old arrays are a prefix of the new.
         known = old.positions.size
         dense = dense and _counting(positions, known) and _counting(rows, known)

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory
+from game_memory.store.growing import Growing
 from game_memory.store.tokenizer import tokenize
 
 __all__ = ["LexicalIndex", "PostingArrays", "TermTable", "document_text"]
@@ -165,6 +166,7 @@ class LexicalIndex:
     _postings: dict[str, tuple[IntArray, FloatArray]]
     _shared: dict[str, tuple[IntArray, FloatArray]]
     _rows: _Rows | _RowParts | None
+    _rooms: dict[str, Growing]
     lengths: IntArray
 
     def __init__(self, memories: Sequence[GameMemory], base: LexicalIndex | None = None) -> None:
@@ -203,7 +205,18 @@ class LexicalIndex:
             shared, postings = postings, {}  # built here: nobody else holds it
         self._postings, self._shared = postings, shared
         self._rows = base._rows if base is not None else None
-        self.lengths = np.concatenate((base.lengths, lengths)) if base is not None else lengths
+        self._rooms: dict[str, Growing] = {}
+        if base is None:
+            self.lengths = lengths
+        else:  # in the room the base's grows into (``growing.py``): no copy per append
+            self.lengths, self._rooms["lengths"] = Growing.extend(
+                base.lengths, base._rooms.get("lengths"), lengths
+            )
+            counted = base.__dict__.get("counted_lengths")  # computed for the base
+            if counted is not None:
+                self.counted_lengths, self._rooms["counted"] = Growing.extend(
+                    counted, base._rooms.get("counted"), np.maximum(lengths, 1)
+                )
 
     @classmethod
     def restore(cls, exported: PostingArrays, count: int) -> LexicalIndex:
@@ -244,7 +257,7 @@ class LexicalIndex:
         if start != count:
             raise ValueError("the postings' token counts do not match the memories")
         index = cls.__new__(cls)
-        index._postings, index._shared = {}, {}
+        index._postings, index._shared, index._rooms = {}, {}, {}
         index._rows = rows[0] if len(rows) == 1 else _RowParts(rows)
         index.lengths = (
             np.concatenate([exported[4] for exported in parts]).astype(np.int64)
@@ -279,7 +292,8 @@ class LexicalIndex:
 
     @functools.cached_property
     def counted_lengths(self) -> IntArray:
-        """``max(1, length)`` per memory: the lengths BM25's average reads (read-only)."""
+        """``max(1, length)`` per memory: the lengths BM25's average reads (read-only; a grown
+        index extends its base's, when the base computed them)."""
         counted = np.maximum(self.lengths, 1)
         counted.flags.writeable = False
         return counted
