@@ -265,6 +265,9 @@ def test_an_aligned_join_extended_then_broken_equals_joins_from_scratch(
     memories: list[GameMemory] = []
     cache = JoinCache(MemoryDigests())
     broken_at = rng.randint(5, 25)
+    previous: PartitionJoin | None = None
+    kept_rows: list[int] = []
+    had_room = False
     for step in range(40):
         records: list[EntryRecord] = []
         rows = 0  # rows of this batch (the engine places them after the file's)
@@ -321,7 +324,13 @@ def test_an_aligned_join_extended_then_broken_equals_joins_from_scratch(
             # An aligned join knows exactly (extended: from what was added) whether its
             # rows and positions count up: no pending entry among them so far.
             assert joined.dense == fresh.dense == counts_up(joined), f"step {step}"
+            if previous is not None and had_room and joined is not previous:
+                # Extended in the room the previous version grew into, not concatenated.
+                assert np.shares_memory(previous.rows, joined.rows), f"step {step}"
+                assert previous.rows.tolist() == kept_rows, "an older version changed"
         assert not joined.dense or counts_up(joined)
+        previous, kept_rows = joined, joined.rows.tolist()
+        had_room = "rows" in joined.state.rooms and joined.rows.size > 0
 
 
 def test_a_join_state_s_grown_bytes_read_as_one_byte_string() -> None:

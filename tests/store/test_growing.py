@@ -53,3 +53,15 @@ def test_growing_offsets_are_read_only_prefixes_and_older_versions_never_change(
     assert second.tolist() == [0, 10, 20, 30, 40]
     big, _ = Growing.extend(second, room, np.arange(1_000, dtype=np.int64))  # past the room
     assert big[:5].tolist() == [0, 10, 20, 30, 40] and big.size == 1_005
+
+
+def test_growing_keeps_the_dtype_of_what_it_extends() -> None:
+    # A join's classes, a lexical index's float counts: not only int64 offsets.
+    kinds, room = Growing.extend(np.array([1, 2], np.int8), None, np.array([3], np.int64))
+    assert kinds.dtype == np.int8 and kinds.tolist() == [1, 2, 3]
+    more, same = Growing.extend(kinds, room, np.array([4], np.int64))
+    assert same is room and more.dtype == np.int8 and more.tolist() == [1, 2, 3, 4]
+    scores, _ = Growing.extend(np.array([0.5]), None, np.array([1.5]))
+    assert scores.dtype == np.float64 and scores.tolist() == [0.5, 1.5]
+    other, fresh = Growing.extend(np.array([1.0], np.float32), room, np.array([2.0]))
+    assert fresh is not room and other.dtype == np.float32  # another column: its own room

@@ -132,6 +132,14 @@ def test_a_grown_lexical_index_shares_its_base_postings_and_ranks_like_a_fresh_o
     for part, whole in zip(indexes[-1].export(), fresh.export(), strict=True):
         assert np.array_equal(np.asarray(part), np.asarray(whole))
     assert indexes[5].postings("t0700")[0].size == 0  # older versions keep their postings
+    # Token counts grow in the room their lineage shares (no array of the partition's size
+    # per append); an older version keeps its own.
+    assert np.shares_memory(indexes[-1].lengths, indexes[-2].lengths)
+    assert np.array_equal(indexes[-1].lengths, fresh.lengths) and indexes[5].lengths.size == 6
+    assert np.array_equal(indexes[-1].counted_lengths, fresh.counted_lengths)
+    grown = LexicalIndex(memories, indexes[-2])  # a second branch from the same base
+    assert np.array_equal(grown.lengths, fresh.lengths)
+    assert np.array_equal(indexes[-1].lengths, fresh.lengths)  # the first branch unchanged
 
 
 def test_a_grown_view_extends_its_base_ids_in_place_and_a_second_branch_copies() -> None:
