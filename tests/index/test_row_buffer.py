@@ -137,3 +137,47 @@ def test_a_row_map_extends_only_over_the_file_it_maps_and_within_its_reservation
     past = (5 << 20) // 8  # rows past the reservation (4 MiB of slack)
     assert not use(lambda fd: mapped.extend(fd, past))
     assert mapped.extendable and mapped.rows == 6  # still grows, within it
+
+
+def test_readers_of_handed_out_rows_see_them_unchanged_while_the_file_grows(
+    tmp_path: Path,
+) -> None:
+    # A search thread reads arrays handed out while the writer's growth maps more of the
+    # file in place, outgrows reservations and maps again: every array stays readable and
+    # holds the rows it was handed with (a map released under a reader would crash here).
+    import threading
+    import time
+
+    path = tmp_path / "rows.f32"
+    dimensions = 512  # 2 KiB rows: a reservation is outgrown every few thousand rows
+    _append(path, np.zeros((1, dimensions), np.float32))
+    buffer = RowBuffer(tag=1, dimensions=dimensions)
+    handed: list[np.ndarray] = [buffer.load(str(path), 1)]
+    stop = threading.Event()
+    problems: list[str] = []
+    sweeps = [0]
+
+    def read() -> None:
+        while not stop.is_set():
+            sweeps[0] += 1
+            for matrix in list(handed):
+                last = matrix.shape[0] - 1
+                if float(matrix[last, 0]) != last or float(matrix[0, -1]) != 0.0:
+                    problems.append(f"rows of {matrix.shape[0]} changed")
+            time.sleep(0.000_2)  # lets the writer run (the GIL)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for number in range(1, 4_000):
+            _append(path, np.full((1, dimensions), number, np.float32))
+            with buffer.lock:
+                matrix = buffer.load(str(path), number + 1)
+            if number % 50 == 0:
+                handed.append(matrix)
+    finally:
+        stop.set()
+        reader.join()
+    assert not problems and sweeps[0] > 100
+    assert len({matrix[:1].ctypes.data for matrix in handed}) >= 2  # outgrown: mapped again
+    assert float(buffer.array.sum(dtype=np.float64)) == dimensions * sum(range(4_000))
