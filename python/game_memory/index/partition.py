@@ -6,8 +6,9 @@ only grew. Its ``position`` (memory hash to latest slot) is a :class:`Positions`
 built on first use: a recall whose entries line up with the snapshot (``join.py``) never
 needs it, so opening a large partition creates no object per entry. A
 :class:`RowBuffer` holds the float32 rows of one identity and generation, memory-mapped
-from the row file (read-only; the page cache is shared, nothing is copied), and checksums
-each row once (or trusts a verified stamp, ``stamps.py``).
+from the row file (read-only; the page cache is shared, nothing is copied; a grown file is
+mapped in place, ``row_map.py``), and checksums each row once (or trusts a verified
+stamp, ``stamps.py``).
 """
 
 from __future__ import annotations
@@ -275,12 +276,14 @@ def extend_partition(
 class RowBuffer:
     """The rows of one row file read so far: a read-only memory map of its whole rows.
 
-    Rows of a file generation never change once whole, so the file as first read is mapped
-    (the page cache is shared: nothing is copied), and once it grew (appends) its rows are
-    held in memory with room to spare, each new row read once (:meth:`_grow`); ``checked``
-    records (a prefix, the same in every version of the generation's entries file) have had
-    their rows' checksums verified. Arrays handed out keep their map or memory alive and
-    stay valid when the buffer grows. Use under ``lock``.
+    Rows of a file generation never change once whole, so the file is mapped (the page
+    cache is shared: nothing is copied), and once it grew (appends) its new pages are
+    mapped in place after the others (:class:`~game_memory.index.row_map.RowMap`); where a
+    map cannot grow in place, the rows are held in memory with room to spare, each new row
+    read once (:meth:`_grow`). ``checked`` records (a prefix, the same in every version of
+    the generation's entries file) have had their rows' checksums verified. Arrays handed
+    out keep their map or memory alive and stay valid when the buffer grows. Use under
+    ``lock``.
 
     A buffer filled in memory (the in-memory index) sets ``array`` and ``rows`` itself.
     """
