@@ -277,6 +277,32 @@ class Side:
 # -- workers (one fresh process per measurement) ------------------------------------------
 
 
+async def long_session(side: Side, work: list[Json], appends: int, size: int) -> Json:
+    """``appends`` more appends, a recall after every tenth: the RSS they add (what a game
+    that plays on holds), measured as the process's resident set before and after."""
+    records = memory_records(appends, 1, f"long-{uuid.uuid4().hex[:8]}", size)
+    before = rss_mb()
+    for index, record in enumerate(records):
+        await side.append(record)
+        if index % 10 == 9:
+            await side.recall(dict(work[index % len(work)], tick=record["tick"]))
+    after = rss_mb()
+    return {
+        "long_session_appends": appends,
+        "rss_after_long_session_mb": after,
+        "peak_rss_after_long_session_mb": max_rss_mb(),
+        "rss_per_appended_memory_kb": round((after - before) * 1024 / appends, 1),
+    }
+
+
+def rss_mb() -> float:
+    """This process's resident set now (``VmRSS``), in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return max_rss_mb()
+
+
 def max_rss_mb() -> float:
     """This process's peak RSS (``VmHWM``), in MB.
 
@@ -357,6 +383,8 @@ async def worker(args: argparse.Namespace) -> Json:
         figures["peak_rss_after_appends_mb"] = max_rss_mb()
         if args.side == "peer":
             figures["vector_channel_exact"] = peer_exactness(side, work[0])
+    if args.worker == "session" and args.long_session:
+        figures.update(await long_session(side, work, args.long_session, args.size))
     await side.close()
     return figures
 

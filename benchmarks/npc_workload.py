@@ -81,6 +81,7 @@ def spawn(
     command = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--side", side]
     command += ["--root", str(root), "--size", str(size), "--repeats", str(args.repeats)]
     command += ["--appends", str(extra.get("appends", 0))]
+    command += ["--long-session", str(extra.get("long_session", 0))]
     trace = extra.get("strace")
     if trace is not None:
         command = ["strace", "-f", "-c", "--seccomp-bpf", "-e", "trace=fsync,fdatasync", "-o",
@@ -205,7 +206,8 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
     details["resident_fraction_before_open"] = resident
     details["open"] = cold
     details["first_open"] = first
-    session = {s: spawn(args, "session", s, root, size, appends=args.appends)
+    session = {s: spawn(args, "session", s, root, size, appends=args.appends,
+                        long_session=args.long_session)
                for s, root in sides.items()}  # fmt: skip
     details["session"] = session
     details["durable_appends"] = appended = spawn(
@@ -256,6 +258,14 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
          "ratio", True),
         ("peak RSS after recalls", of("peak_rss_after_recalls_mb"), "MB", True),
         ("peak RSS after appends too", of("peak_rss_after_appends_mb"), "MB", True),
+    ]  # fmt: skip
+    if args.long_session:
+        specs += [
+            (f"peak RSS after {args.long_session:,} more appends",
+             of("peak_rss_after_long_session_mb"), "MB", True),
+            ("RSS added per appended memory", of("rss_per_appended_memory_kb"), "KB", True),
+        ]  # fmt: skip
+    specs += [
         ("disk size", lambda side: details["disk"][side]["allocated_mb"], "MB", True),
     ]  # fmt: skip
     table = [
@@ -323,6 +333,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--appends", type=int, default=100, help="durable appends timed")
     parser.add_argument("--fsync-appends", type=int, default=100, help="appends under strace")
     parser.add_argument("--disk-ingest", type=int, default=1_000, help="on-disk bulk ingest")
+    parser.add_argument(
+        "--long-session", type=int, default=1_000, help="more appends (a recall every 10): RSS"
+    )
     parser.add_argument("--directory", default=None, help="disk folder (default: temp folder)")
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
     parser.add_argument("--keep", action="store_true", help="keep the data folders")
@@ -334,6 +347,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.sizes, args.repeats, args.cold_repeats = "2000", 2, 1
         args.many_npcs = min(args.many_npcs, 20)
         args.appends, args.fsync_appends, args.disk_ingest = 10, 5, 100
+        args.long_session = min(args.long_session, 100)
     args.size_list = [int(size) for size in args.sizes.split(",")]
     if not all(100 <= size <= 500_000 for size in args.size_list):
         parser.error("--sizes must be 100..500,000 each")
@@ -342,6 +356,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--repeats 1..100, --cold-repeats 1..20, --appends ≥ 1")
     if args.fsync_appends < 1 or args.disk_ingest < 10 or args.many_npcs < 0:
         parser.error("--fsync-appends ≥ 1, --disk-ingest ≥ 10, --many-npcs ≥ 0")
+    if not 0 <= args.long_session <= 9_000:
+        parser.error("--long-session 0..9,000 (the save holds 10,000 more than its size)")
     return args
 
 
