@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from game_memory import VectorMemoryStore
-from game_memory.index import join
+from game_memory.index import join, row_map
 from game_memory.index.partition import RowBuffer
 from game_memory.recall import pipeline
 from support.maps import mapped_file
@@ -262,3 +262,37 @@ def test_a_writer_s_rows_are_mapped_as_checked_only_after_every_checked_row(
     append(three)  # another write came after the one taken: left for a search to check
     assert not buffer.take_written(str(path), 6, stale, Partition(6), Partition(7))
     assert buffer.checked == 6
+
+
+def test_where_a_map_cannot_grow_in_place_the_writer_leaves_the_first_copy_to_a_search(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first growth without an in-place map copies every row: never on the writer's
+    # thread (the event loop), always on a search's (the pool). Later rows fit the room.
+    monkeypatch.setattr(row_map, "_MMAP", None)  # as on Windows
+    path, rows = rows_file(tmp_path)
+
+    class Partition:  # what take_written reads of an IndexPartition
+        def __init__(self, records: int) -> None:
+            self.records = records
+
+    def append(values: np.ndarray) -> Any:
+        with path.open("ab") as file:
+            file.write(values.tobytes())
+        return path.stat()
+
+    buffer = RowBuffer(tag=1, dimensions=4)
+    buffer.load(str(path), 3)
+    buffer.checked = 3
+    one = np.full((1, 4), 7, np.float32)
+    info = append(one)
+    assert not buffer.take_written(str(path), 3, info, Partition(3), Partition(4))
+    assert buffer.rows == 3 and mapped_file(buffer.array) == str(path)  # nothing copied
+    buffer.load(str(path), 4)  # the search copies, into room
+    buffer.checked = 4
+    assert mapped_file(buffer.array) != str(path)
+    two = np.full((2, 4), 8, np.float32)
+    info = append(two)
+    assert buffer.take_written(str(path), 4, info, Partition(4), Partition(6))  # room: taken
+    assert buffer.rows == 6 and buffer.checked == 6
+    assert np.array_equal(buffer.array, np.concatenate((rows, one, two)))

@@ -344,20 +344,24 @@ class RowBuffer:
         of them would, without checking them again: when the buffer holds every row
         before them, every record of ``before`` was checked, ``after`` is ``before`` plus
         this writer's records of these rows (their checksums are of the values written),
-        and the file is still what the writer left. The rows are mapped in place, or read
-        into held room (:meth:`_read`): a few rows, nothing paged in again. Otherwise, or
-        while a reader holds the lock (only tried: a writer on the event loop must not
-        wait), nothing is checked and the next search reads and checks them. Returns
-        whether they were taken.
+        and the file is still what the writer left, and they can be mapped in place or
+        read into held room (:meth:`_read`): a few rows, nothing copied or paged in again.
+        Otherwise (a map that cannot grow in place would copy every row first: a search
+        does that in the pool), or while a reader holds the lock (only tried: a writer on
+        the event loop must not wait), nothing is checked and the next search reads and
+        checks them. Returns whether they were taken.
         """
         if not self.lock.acquire(blocking=False):
             return False
         try:
+            in_place = self._map is not None and self._map.extendable
+            room = self._spare is not None and info.st_size <= self._spare.nbytes
             if (
                 self.rows != first
                 or self.checked != before.records
                 or self.file is None
                 or self.file[:2] != (info.st_dev, info.st_ino)
+                or not (in_place or room)  # a first copy of every row: a search's work
             ):
                 return False
             try:
