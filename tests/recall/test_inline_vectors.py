@@ -224,43 +224,54 @@ def test_rows_are_handed_out_without_a_read_only_once_checked_and_never_while_lo
     assert buffer.checked_rows(Partition(), 3) is not None
 
 
-def test_a_writer_s_rows_are_mapped_as_checked_only_after_every_checked_row(
-    tmp_path: Path,
-) -> None:
-    path, rows = rows_file(tmp_path)
+class Written:
+    """What take_written reads of an IndexPartition: its record count."""
 
-    class Partition:  # what take_written reads of an IndexPartition
-        def __init__(self, records: int) -> None:
-            self.records = records
+    def __init__(self, records: int) -> None:
+        self.records = records
+
+
+def appender(path: Path) -> Callable[[np.ndarray], Any]:
+    """Append rows to the row file at ``path``; return its ``stat`` after."""
 
     def append(values: np.ndarray) -> Any:
         with path.open("ab") as file:
             file.write(values.tobytes())
         return path.stat()
 
+    return append
+
+
+def test_a_writer_s_rows_are_mapped_as_checked_only_after_every_checked_row(
+    tmp_path: Path,
+) -> None:
+    path, rows = rows_file(tmp_path)
+
+    append = appender(path)
+
     buffer = RowBuffer(tag=1, dimensions=4)
     one = np.full((1, 4), 7, np.float32)
     info = append(one)
-    assert not buffer.take_written(str(path), 3, info, Partition(3), Partition(4))  # unread
+    assert not buffer.take_written(str(path), 3, info, Written(3), Written(4))  # unread
     buffer.load(str(path), 3)
     assert buffer.rows == 4  # the read mapped every whole row there was
     buffer.checked = 4
     two = np.full((2, 4), 8, np.float32)
     info = append(two)
-    assert not buffer.take_written(str(path), 3, info, Partition(4), Partition(6))  # not held
-    assert not buffer.take_written(str(path), 4, info, Partition(5), Partition(7))  # unchecked
+    assert not buffer.take_written(str(path), 3, info, Written(4), Written(6))  # not held
+    assert not buffer.take_written(str(path), 4, info, Written(5), Written(7))  # unchecked
     with held_by_another_thread(buffer.lock):
-        assert not buffer.take_written(str(path), 4, info, Partition(4), Partition(6))
+        assert not buffer.take_written(str(path), 4, info, Written(4), Written(6))
     assert buffer.rows == 4 and buffer.checked == 4
-    assert buffer.take_written(str(path), 4, info, Partition(4), Partition(6))
+    assert buffer.take_written(str(path), 4, info, Written(4), Written(6))
     assert buffer.rows == 6 and buffer.checked == 6 and mapped_file(buffer.array) == str(path)
     assert buffer.file is not None and buffer.file[2] == info.st_size
-    held = buffer.checked_rows(Partition(6), 6)
+    held = buffer.checked_rows(Written(6), 6)
     assert held is not None and np.array_equal(held, np.concatenate((rows, one, two)))
     three = np.full((1, 4), 9, np.float32)
     stale = append(three)
     append(three)  # another write came after the one taken: left for a search to check
-    assert not buffer.take_written(str(path), 6, stale, Partition(6), Partition(7))
+    assert not buffer.take_written(str(path), 6, stale, Written(6), Written(7))
     assert buffer.checked == 6
 
 
@@ -272,27 +283,20 @@ def test_where_a_map_cannot_grow_in_place_the_writer_leaves_the_first_copy_to_a_
     monkeypatch.setattr(row_map, "_MMAP", None)  # as on Windows
     path, rows = rows_file(tmp_path)
 
-    class Partition:  # what take_written reads of an IndexPartition
-        def __init__(self, records: int) -> None:
-            self.records = records
-
-    def append(values: np.ndarray) -> Any:
-        with path.open("ab") as file:
-            file.write(values.tobytes())
-        return path.stat()
+    append = appender(path)
 
     buffer = RowBuffer(tag=1, dimensions=4)
     buffer.load(str(path), 3)
     buffer.checked = 3
     one = np.full((1, 4), 7, np.float32)
     info = append(one)
-    assert not buffer.take_written(str(path), 3, info, Partition(3), Partition(4))
+    assert not buffer.take_written(str(path), 3, info, Written(3), Written(4))
     assert buffer.rows == 3 and mapped_file(buffer.array) == str(path)  # nothing copied
     buffer.load(str(path), 4)  # the search copies, into room
     buffer.checked = 4
     assert mapped_file(buffer.array) != str(path)
     two = np.full((2, 4), 8, np.float32)
     info = append(two)
-    assert buffer.take_written(str(path), 4, info, Partition(4), Partition(6))  # room: taken
+    assert buffer.take_written(str(path), 4, info, Written(4), Written(6))  # room: taken
     assert buffer.rows == 6 and buffer.checked == 6
     assert np.array_equal(buffer.array, np.concatenate((rows, one, two)))
