@@ -116,6 +116,38 @@ def test_a_grown_view_shares_its_base_id_map_and_older_views_keep_theirs(
     assert views[-1] is not None and len(views[-1]) == 11
 
 
+def test_merged_ids_stay_beside_a_larger_base_map_until_they_outgrow_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Merging every MERGE appends used to copy the whole map (100k ids: 5-10 ms and a second
+    # dictionary of them); now the ids added since the base stay in a middle dictionary
+    # beside it, until they are as many as the base's.
+    from game_memory.store.partitions import _build_view
+
+    monkeypatch.setattr(IdPositions, "MERGE", 4)
+    memories = [_memory(f"m{index:03d}", index) for index in range(60)]
+    base = _build_view(None, memories[:20], "folder")
+    assert base is not None
+    large = base.positions._shared  # type: ignore[attr-defined]
+    views = [base]
+    for memory in memories[20:]:
+        grown = _build_view(views[-1], [memory], "folder")
+        assert grown is not None
+        views.append(grown)
+    for count, view in enumerate(views, 20):
+        expected = {m.memory_id: i for i, m in enumerate(memories[:count])}
+        assert dict(view.positions) == expected and len(view.positions) == count
+        assert all(view.positions[m] == i for m, i in expected.items())
+        assert view.positions.get(memories[count].memory_id if count < 60 else "x") is None
+        shared = view.positions._shared  # type: ignore[attr-defined]
+        if 25 <= count < 40:  # merged ids stay beside the base's map, which is shared as is
+            assert isinstance(shared, IdPositions) and shared._shared is large
+        if 41 <= count <= 45:  # as many as the base's: merged into one dictionary
+            assert isinstance(shared, dict) and len(shared) == 41
+        if count >= 46:  # which is the large one from then on
+            assert isinstance(shared, IdPositions) and len(shared._shared) == 41
+
+
 def test_a_grown_lexical_index_shares_its_base_postings_and_ranks_like_a_fresh_one() -> None:
     # Copying every posting per append cost the vocabulary; a grown index keeps the terms
     # it changed beside its base's shared postings and merges them now and then.

@@ -74,8 +74,13 @@ class IdPositions(Mapping[str, int]):
     A grown view's map shares its base view's dictionary and holds only the ids added
     since in a small one of its own (copied from the base's, then extended), so an append
     costs the ids added since the last merge, not the partition's size. Once the small
-    dictionary reaches :attr:`MERGE` ids the two are merged into a new one (never into the
-    shared one, which older views still read): amortized, a few ids copied per append.
+    dictionary reaches :attr:`MERGE` ids it is merged (never into a dictionary older views
+    still read) into a middle one of the ids added since the large one: the shared part is
+    then that pair, looked up middle first. Only once the middle one is as large as the
+    large one are the two merged into one. Amortized, a few ids are copied per append, and
+    no append copies the partition's ids while the session added fewer: merging them every
+    :attr:`MERGE` ids cost 0.4–3 ms at 100k memories, and a second dictionary of them
+    (3.8 MB) beside the read file's.
     """
 
     __slots__ = ("_added", "_shared")
@@ -97,9 +102,16 @@ class IdPositions(Mapping[str, int]):
         if isinstance(base, IdPositions):
             if len(base._added) < cls.MERGE:
                 return base._shared, dict(base._added)
-            shared = base._shared
-            whole = shared.positions() if isinstance(shared, LazyPositions) else shared
-            merged = {**whole, **base._added}
+            pair = base._shared
+            large: Mapping[str, int] = pair
+            earlier: dict[str, int] = {}
+            if isinstance(pair, IdPositions):  # a (large, middle) pair of an earlier merge
+                large, earlier = pair._shared, pair._added
+            middle = {**earlier, **base._added}
+            if len(middle) < len(large):
+                return cls(large, middle), {}
+            whole = large.positions() if isinstance(large, LazyPositions) else large
+            merged = {**whole, **middle}
             return merged, merged
         if isinstance(base, LazyPositions):
             return base, {}
