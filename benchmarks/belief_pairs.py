@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from front_door_runs import FrontDoor, ask, fill
+from report_out import emit
 from retrieval_handwritten import (
     BELIEF_FILE,
     HELDOUT_BELIEF_FILE,
@@ -177,11 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", choices=("development", "heldout"), default="development")
     parser.add_argument("--out", help="also write the JSON to this file")
     args = parser.parse_args(argv)
-    report = json.dumps(asyncio.run(run(args)), indent=2)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
-    print(report)
-    return 0
+    return emit(asyncio.run(run(args)), args.out)
 
 
 if __name__ == "__main__":

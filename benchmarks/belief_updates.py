@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from front_door_runs import MODES, FrontDoor, ask, fill
+from report_out import emit
 from retrieval_grid import Family, expand
 from retrieval_handwritten import (
     BELIEF_FILE,
@@ -342,13 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
         return 0
     try:
-        report = json.dumps(asyncio.run(run(args)), indent=2, ensure_ascii=False)
+        result = asyncio.run(run(args))
     except DatasetError as exc:  # a --data file that is missing or breaks a rule
         raise SystemExit(f"belief_updates: {exc}") from None
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
-    print(report)
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

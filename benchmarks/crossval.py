@@ -38,6 +38,7 @@ from typing import Any
 from crossval_scoring import by_category, channel, score_all
 from crossval_select import TARGET_TOLERANCE, cross_validate
 from crossval_tables import markdown
+from report_out import emit
 from retrieval_catalog import CROSSVAL_SETS, LOADERS, SEED, sample
 from retrieval_grid import (
     FUSION_FAMILIES,
@@ -176,11 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print(markdown(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
         return 0
-    report = json.dumps(asyncio.run(run(args)), indent=2)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
-    print(report)
-    return 0
+    return emit(asyncio.run(run(args)), args.out)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from report_out import emit
 
 from game_memory.onnx import MODEL_NAMES, load_named_provider, prepare_named_model
 from game_memory.onnx.build.prepare import MODEL_SOURCES
@@ -320,11 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the JSON to this file")
     args = parser.parse_args(argv)
     args.rounds = max(10, args.rounds)
-    report = json.dumps(asyncio.run(run(args)), indent=2, ensure_ascii=False)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
-    print(report)
-    return 0
+    return emit(asyncio.run(run(args)), args.out)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import sys
@@ -43,6 +42,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
+from report_out import emit
 from retrieval_catalog import LOADERS, SEED, sample
 from retrieval_record import question, to_memory
 from retrieval_report import GOAL_TOLERANCE, choose, summarize
@@ -314,11 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="also write the JSON to this file")
     args = parser.parse_args(argv)
-    report = json.dumps(asyncio.run(run(args)), indent=2)
-    if args.out:
-        Path(args.out).write_text(report + "\n", encoding="utf-8")
-    print(report)
-    return 0
+    return emit(asyncio.run(run(args)), args.out)
 
 
 if __name__ == "__main__":
