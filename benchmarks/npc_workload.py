@@ -14,7 +14,9 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
 * **bulk ingest** on a RAM file system (``/dev/shm``; fsync costs nothing there, so this is
   the software cost): game-memory's ``append_many`` in batches of 10,000 (each one atomic,
   durable batch); the peer in one transaction. The same on the disk for ``--disk-ingest``
-  memories into an empty save (the table's last row).
+  memories into an empty save (the table's last row). Both sides' inputs are built first
+  and frozen (``gc.freeze``), so a full collection during one side walks what that side
+  made, not the other side's inputs.
 * The saves are then copied to the disk (``--directory``, default the temporary folder) and
   every other figure is measured there, each in a **fresh process** per side:
 * the **first open after seeding** (game-memory builds its derived files then: a one-time
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -145,6 +148,12 @@ async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json
     vectors.draw(texts, seed=len(records))
     peers = [peer_memory(record, vectors) for record in records]
     memories = [gm_memory(record) for record in records]
+    # The inputs (both sides' memories, the records, the vectors) are the benchmark's, not
+    # either side's: frozen, a full collection in one side's timing walks only what that
+    # side made, not the other side's inputs (which one pays otherwise depends only on
+    # where the collector's count happens to cross its threshold).
+    gc.collect()
+    gc.freeze()
     (root / "game_memory").mkdir(parents=True)
     store = gm_open(root / "game_memory", len(records) + 10_000, vectors)
     started = time.perf_counter()
@@ -157,6 +166,7 @@ async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json
     peer.append_many(peers)
     peer.close()
     theirs = time.perf_counter() - started
+    gc.unfreeze()
     return {
         "memories": len(records),
         "game_memory_per_s": round(len(records) / ours),
