@@ -303,6 +303,21 @@ def rss_mb() -> float:
     return max_rss_mb()
 
 
+def rss_split_mb() -> dict[str, float]:
+    """This process's resident set now, split as the kernel counts it (``/proc/self/status``):
+    ``anon`` is private memory (the heap, arrays, SQLite's own page cache), ``file`` pages
+    of mapped files. A clean mapped page is the OS page cache's, shared with every reader
+    of the file, and the kernel can drop it under memory pressure without swapping (a read
+    maps it again); a file read with ``read()`` (the peer's way) sits in that same page
+    cache but never counts in the reader's RSS."""
+    split = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("RssAnon", "RssFile", "RssShmem"):
+            split[name[3:].lower()] = round(int(value.split()[0]) / 1024, 1)
+    return split
+
+
 def max_rss_mb() -> float:
     """This process's peak RSS (``VmHWM``), in MB.
 
@@ -365,6 +380,7 @@ async def worker(args: argparse.Namespace) -> Json:
         figures.update(warm_samples=len(times), answers=answers[: len(work)])
         figures["warm_stages_ms"] = stage_medians(side.stages[1:])
         figures["peak_rss_after_recalls_mb"] = max_rss_mb()
+        figures["rss_split_after_recalls_mb"] = rss_split_mb()
     side.stages.clear()
     appended = memory_records(args.appends, 1, f"appended-{uuid.uuid4().hex[:8]}", args.size)
     appends, after, again = [], [], []

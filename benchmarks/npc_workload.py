@@ -27,7 +27,10 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
   before the clock starts;
 * **warm hybrid recall** median and p99 (wall), and its median **CPU time** (the process's,
   all threads: what a recall costs whatever else the machine runs, since a shared machine's
-  wall times vary severalfold); **peak RSS** (``ru_maxrss``) after those recalls;
+  wall times vary severalfold); **peak RSS** (``VmHWM``) after those recalls, and the RSS
+  then split into private memory (``RssAnon``) and pages of mapped files (``RssFile``:
+  game-memory maps its rows and read files; the peer reads its file with ``read()``, so
+  its file pages sit in the OS page cache without counting in its RSS);
 * **durable single append** median and p99, and the **first recall right after** each
   append against the same query once more (warm); the **fsyncs per append** counted by
   ``strace -f -c -e trace=fsync,fdatasync`` (appends minus a run without appends);
@@ -267,6 +270,10 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         ("after an append over warm (same query)", of("after_append_over_same_query_warm"),
          "ratio", True),
         ("peak RSS after recalls", of("peak_rss_after_recalls_mb"), "MB", True),
+        ("of the RSS after recalls: private (RssAnon)",
+         lambda side: session[side]["rss_split_after_recalls_mb"]["anon"], "MB", True),
+        ("of the RSS after recalls: mapped files (RssFile)",
+         lambda side: session[side]["rss_split_after_recalls_mb"]["file"], "MB", True),
         ("peak RSS after appends too", of("peak_rss_after_appends_mb"), "MB", True),
     ]  # fmt: skip
     if args.long_session:
