@@ -469,6 +469,70 @@ async def test_the_read_file_is_fsynced_before_its_stamp_is_written(
     assert ("fsync", stamp_inode, "") in kinds[created:renamed]
 
 
+@pytest.mark.parametrize("meanwhile", ["nothing", "replaced", "removed"])
+async def test_a_load_hands_its_stamp_to_later_which_stamps_only_the_file_it_checked(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+    meanwhile: str,
+) -> None:
+    path, _ = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    settled()
+    stamp = read_file_module.stamp_path(path)
+    jobs: list[Callable[[], None]] = []
+    found = read_file_module.load_read_file(
+        path, path.parent.name[2:], path.stem[2:], later=jobs.append
+    )
+    assert found is not None and len(jobs) == 1
+    assert not stamp.exists()  # the load wrote nothing: the job will
+    if meanwhile == "replaced":  # the same bytes, another file
+        copy = path.with_name("copy.tmp")
+        copy.write_bytes(path.read_bytes())
+        os.replace(copy, path)
+    elif meanwhile == "removed":
+        path.unlink()
+    jobs[0]()  # never raises
+    if meanwhile == "nothing":
+        assert stamp.exists()
+        again, checked = load(path, monkeypatch)
+        assert again is not None and not checked  # the stamp vouches for the file
+    else:
+        assert not stamp.exists()
+        if meanwhile == "replaced":
+            again, checked = load(path, monkeypatch)
+            assert again is not None and checked
+
+
+async def test_a_store_loading_a_partition_leaves_the_stamps_fsyncs_to_its_read_file_thread(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+) -> None:
+    # A stamp costs three fsyncs (the read file, the stamp, its folder): on the first
+    # recall after a load they would delay the answer, so the read-file thread writes it.
+    path, expected = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    settled()
+    synced_by: list[str] = []
+    fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced_by.append(threading.current_thread().name)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    store = make_store()
+    assert await answers(store) == expected
+    await store.aclose()  # waits for the read-file thread's running job
+    assert read_file_module.stamp_path(path).exists()
+    assert synced_by and all(name.startswith("game-memory-read-file") for name in synced_by)
+    _, checked = load(path, monkeypatch)
+    assert not checked
+
+
 # -- id positions (lazy.py: the dict is built on the first lookup, not at open) -------------
 
 

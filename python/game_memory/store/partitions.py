@@ -166,6 +166,7 @@ class PartitionCache:
                 indexes,
                 lambda number: segment_path(session_directory, owner_hash, number),
                 lambda data, path: _decode(data, path, session_hash, owner_hash),
+                self.background,  # the stamps of what the load checked: off this read
             )
             if cached is not None and cached.view is not None:
                 positions = cached.view.positions

@@ -11,6 +11,7 @@ never depends on whether a read file was used. Writing the parts is ``read_path.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -34,8 +35,10 @@ from game_memory.store.read_files import (
     COLUMN_NAMES,
     SETTLED_NS,
     Covered,
+    Later,
     Part,
     ReadFile,
+    defer,
     file_crc,
     load_read_file,
     read_file_path,
@@ -64,15 +67,18 @@ def _scan_of(stored: Any) -> _Scan:
     )
 
 
-def load_chain(session_directory: str, session_hash: str, owner_hash: str) -> list[ReadFile]:
+def load_chain(
+    session_directory: str, session_hash: str, owner_hash: str, later: Later | None = None
+) -> list[ReadFile]:
     """The partition's parts that form a chain from its first memory: part 0, then each
     next part that starts where the one before ends, names its header and extends its code
-    tables. Stops at the first part missing, damaged, foreign or stale (logged)."""
+    tables. Stops at the first part missing, damaged, foreign or stale (logged). Stamps
+    go to ``later`` (``read_files.load_read_file``)."""
     chain: list[ReadFile] = []
     end, previous = 0, 0
     for number in itertools.count():
         path = read_file_path(session_directory, owner_hash, number)
-        read = load_read_file(path, session_hash, owner_hash)
+        read = load_read_file(path, session_hash, owner_hash, later)
         if read is None:
             break
         part = read.part
@@ -94,16 +100,27 @@ def seeded_state(
     indexes: list[PackIndex],
     segment_path: Callable[[int], str],
     decode: Decode,
+    later: Later | None = None,
 ) -> PartitionState | None:
     """The state a read of the covered bytes would have cached, or ``None`` (no usable file).
 
     Raises nothing for a stale or damaged read file (it is ignored and logged); the files
-    of the save are checked byte for byte (CRC-32) before anything of it is used.
+    of the save are checked byte for byte (CRC-32) before anything of it is used. The
+    stamps that record such checks (verified and covered stamps, with their fsyncs) are
+    written by jobs handed to ``later`` when given (the store's read-file thread: off the
+    first recall), else before returning.
     """
-    chain = load_chain(session_directory, session_hash, owner_hash)
+    chain = load_chain(session_directory, session_hash, owner_hash, later)
     while chain:
         state = _seeded(
-            chain, session_directory, session_hash, owner_hash, indexes, segment_path, decode
+            chain,
+            session_directory,
+            session_hash,
+            owner_hash,
+            indexes,
+            segment_path,
+            decode,
+            later,
         )
         if state is not None:
             return state
@@ -119,6 +136,7 @@ def _seeded(
     indexes: list[PackIndex],
     segment_path: Callable[[int], str],
     decode: Decode,
+    later: Later | None,
 ) -> PartitionState | None:
     path = read_file_path(session_directory, owner_hash, len(chain) - 1)
     owned = [index for index in indexes if owner_hash in index.owners]
@@ -254,7 +272,16 @@ def _seeded(
     # The ranges hashed now (a copied save) are recorded as found, so the next open of the
     # same files hashes none of them (``covered_stamps.py``).
     for at, seen in restamp:
-        write_covered(read_file_path(session_directory, owner_hash, at), chain[at].header_crc, seen)
+        job = functools.partial(
+            write_covered,
+            read_file_path(session_directory, owner_hash, at),
+            chain[at].header_crc,
+            seen,
+        )  # the identities as checked: a file changed since no longer matches its own
+        if later is None:
+            job()
+        else:
+            defer(later, job)
     # Found by the ids' hashes at first, the dict built once lookups are many (the first
     # recall makes none); a repeated id raises then.
     positions = LazyPositions(ids, str(path), prefix.hashes)

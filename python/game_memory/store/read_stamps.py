@@ -24,7 +24,7 @@ from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
-__all__ = ["Identity", "map_file", "read_stamp", "stamp_path", "write_stamp"]
+__all__ = ["Identity", "map_file", "read_stamp", "stamp_path", "stamp_unchanged", "write_stamp"]
 
 _LOG = logging.getLogger("game_memory.store")
 _STAMP_MAGIC = b"GMRSTMP1"
@@ -81,6 +81,25 @@ def write_stamp(path: Path, fd: int, identity: Identity, header_crc: int) -> boo
         _LOG.info("the stamp of %s was not written (%s)", path, exc)
         return False
     return True
+
+
+def stamp_unchanged(path: Path, identity: Identity, header_crc: int) -> bool:
+    """:func:`write_stamp` for the read file at ``path`` from a job run after the load that
+    checked it, if it is still that very file (``identity``, as the load took it before
+    the check); whether a stamp was written (never raises). A file replaced or written
+    since has another identity: it is left unstamped, for the next load to check whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if _identity(os.fstat(fd)) != identity:
+            return False
+        return write_stamp(path, fd, identity, header_crc)  # fsyncs, then checks again
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity] | None:
