@@ -38,6 +38,7 @@ from game_memory.store import read_files as read_file_module
 from game_memory.store import read_path
 from game_memory.store.lazy import LazyMemories, LazyPositions
 from game_memory.store.read_path import content_digests
+from game_memory.store.upkeep import Upkeep
 from game_memory.store.view import IdPositions
 
 from .helpers import DATA, MemoryFactory, StoreFactory, log_path
@@ -529,6 +530,27 @@ async def test_a_store_loading_a_partition_leaves_the_stamps_fsyncs_to_its_read_
     await store.aclose()  # waits for the read-file thread's running job
     assert read_file_module.stamp_path(path).exists()
     assert synced_by and all(name.startswith("game-memory-read-file") for name in synced_by)
+    _, checked = load(path, monkeypatch)
+    assert not checked
+
+
+async def test_a_store_closed_before_its_thread_wrote_the_stamps_writes_them_at_close(
+    make_store: StoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    settled: Callable[[], None],
+) -> None:
+    # "Load, ask, quit": the read-file thread's queue is dropped at close, and a stamp
+    # dropped at every such session would make every load check the same bytes again.
+    path, expected = await stamped_read_file(make_store, make_memory, tmp_path / "save")
+    settled()
+    store = make_store()
+    store._engine.cache.upkeep = Upkeep(lambda job: None)  # a thread that never gets to it
+    assert await answers(store) == expected
+    assert not read_file_module.stamp_path(path).exists()
+    await store.aclose()
+    assert read_file_module.stamp_path(path).exists()
     _, checked = load(path, monkeypatch)
     assert not checked
 

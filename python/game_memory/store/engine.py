@@ -225,7 +225,11 @@ class StoreEngine(StoreReader):
         they do not cover yet: the read file of every cached partition
         (``PartitionCache.persist_all``) and both ledgers' intent files
         (``LedgerIndex.persist``). At close, after the background writes are done; never
-        raises (they are optimisations, rebuilt from the save when missing)."""
+        raises (they are optimisations, rebuilt from the save when missing). The stamps
+        loads handed off and the read-file thread did not write come first, for the files
+        as those loads checked them (``upkeep.py``)."""
+        if self.cache.upkeep is not None:
+            self.cache.upkeep.drain()
         self.cache.persist_all()
         self.intents.persist()
         self.retraction_intents.persist()

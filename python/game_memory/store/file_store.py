@@ -57,6 +57,7 @@ from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
 from game_memory.store.pool import run_in_pool
 from game_memory.store.protocol import StoreSnapshot
 from game_memory.store.retracting import consolidate, forget
+from game_memory.store.upkeep import Upkeep
 from game_memory.store.view import PartitionView
 
 __all__ = ["FileGameMemoryStore"]
@@ -148,6 +149,7 @@ class FileGameMemoryStore:
         # logs) are written by one thread of their own, so no append or recall waits for one.
         self._background = ThreadPoolExecutor(1, thread_name_prefix="game-memory-read-file")
         self._engine.cache.background = self._background.submit
+        self._engine.cache.upkeep = Upkeep(self._background.submit)
         self._engine.intents.background = self._background.submit
         self._engine.retraction_intents.background = self._background.submit
         self._appends = GroupCommitter(

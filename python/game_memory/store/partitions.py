@@ -58,6 +58,7 @@ from game_memory.store.state import (
     is_current,
     session_folder,
 )
+from game_memory.store.upkeep import Upkeep
 
 # identity_hash, partition_hash, segment_path and PartitionState are re-exported: other
 # layers import them from here.
@@ -92,6 +93,9 @@ class PartitionCache:
         self._entries = 0
         self._lock = threading.Lock()
         self.background: Callable[[Callable[[], None]], object] | None = None
+        #: Where a load's stamps go (``upkeep.py``): the file store's, drained by its
+        #: read-file thread and at close; without one they are written during the load.
+        self.upkeep: Upkeep | None = None
         self._persisting: set[tuple[str, str]] = set()  # a background write is queued
 
     # -- listing ------------------------------------------------------------------------
@@ -166,7 +170,7 @@ class PartitionCache:
                 indexes,
                 lambda number: segment_path(session_directory, owner_hash, number),
                 lambda data, path: _decode(data, path, session_hash, owner_hash),
-                self.background,  # the stamps of what the load checked: off this read
+                self.upkeep,  # the stamps of what the load checked: off this read
             )
             if cached is not None and cached.view is not None:
                 positions = cached.view.positions

@@ -50,8 +50,8 @@ was checked and synced; the stamp itself is written atomically and durably (temp
 fsync, rename, folder fsync) and carries its own CRC-32. A partition's load hands the stamp
 to the store's read-file thread (``later``): its three fsyncs stay off the first recall
 after a load (2 ms of a 10k memories' open here, on a disk with 0.1 ms fsyncs), and the
-thread stamps the file only if it still has the identity the load checked; a stamp that
-a closing store drops is written by the next load. Any write to the read file moves its
+thread stamps the file only if it still has the identity the load checked, or the store
+does as it closes (``upkeep.py``). Any write to the read file moves its
 change time (user code cannot set it back), and a replaced file is another inode: either
 way the stamp no longer matches and the next load checks everything again, then stamps
 anew. A write moves the change time only to the file system's clock tick, which can be
