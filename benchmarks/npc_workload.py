@@ -24,7 +24,8 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
   OS page cache
   (``posix_fadvise(DONTNEED)`` after ``sync``, checked with ``fincore``; only these files,
   so nobody else's cache is dropped) and with them cached; the process's imports are done
-  before the clock starts;
+  before the clock starts; and once more after the warm session below appended (a game
+  loaded again after a session that learned: a single sample per side);
 * **warm hybrid recall** median and p99 (wall), and its median **CPU time** (the process's,
   all threads: what a recall costs whatever else the machine runs, since a shared machine's
   wall times vary severalfold); **peak RSS** (``VmHWM``) after those recalls, and the RSS
@@ -227,6 +228,12 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
                         long_session=args.long_session)
                for s, root in sides.items()}  # fmt: skip
     details["session"] = session
+    # A game plays, saves and is loaded again: the open after the session's appends (their
+    # files STAMP_AGE old, as a load the next day finds them), once per side. game-memory's
+    # load checks the read-file part the session's close wrote and the log it grew.
+    time.sleep(STAMP_AGE)
+    after_session = {s: spawn(args, "open", s, root, size) for s, root in sides.items()}
+    details["open_after_session"] = after_session
     details["durable_appends"] = appended = spawn(
         args, "durable", "both", disk / name, size, appends=args.appends
     )
@@ -277,6 +284,8 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
          lambda side: first[side]["open_first_recall_ms"], "ms", True),
         ("open + first recall, page cache evicted", opened("evicted"), "ms", True),
         ("open + first recall, page cache warm", opened("cached"), "ms", True),
+        ("open + first recall after a session that appended",
+         lambda side: after_session[side]["open_first_recall_ms"], "ms", True),
         ("durable append, median", lambda side: appended[side]["append_median_ms"], "ms", True),
         ("durable append, p99", lambda side: appended[side]["append_p99_ms"], "ms", True),
         ("fsyncs per append", fsyncs.get, "calls", True),
