@@ -162,19 +162,21 @@ async def ingest(root: Path, records: list[Json], vectors: FakeProvider) -> Json
     # where the collector's count happens to cross its threshold).
     gc.collect()
     gc.freeze()
-    (root / "game_memory").mkdir(parents=True)
-    store = gm_open(root / "game_memory", len(records) + 10_000, vectors)
-    started = time.perf_counter()
-    await gm_ingest(store, memories)
-    await store.aclose()
-    ours = time.perf_counter() - started
-    (root / "peer").mkdir()
-    started = time.perf_counter()
-    peer = peer_sqlite.PeerStore(root / "peer" / "npc.db", DIMENSIONS, create=True)
-    peer.append_many(peers)
-    peer.close()
-    theirs = time.perf_counter() - started
-    gc.unfreeze()
+    try:
+        (root / "game_memory").mkdir(parents=True)
+        store = gm_open(root / "game_memory", len(records) + 10_000, vectors)
+        started = time.perf_counter()
+        await gm_ingest(store, memories)
+        await store.aclose()
+        ours = time.perf_counter() - started
+        (root / "peer").mkdir()
+        started = time.perf_counter()
+        peer = peer_sqlite.PeerStore(root / "peer" / "npc.db", DIMENSIONS, create=True)
+        peer.append_many(peers)
+        peer.close()
+        theirs = time.perf_counter() - started
+    finally:
+        gc.unfreeze()
     return {
         "memories": len(records),
         "game_memory_per_s": round(len(records) / ours),
