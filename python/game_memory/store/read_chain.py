@@ -38,7 +38,6 @@ from game_memory.store.read_files import (
     Later,
     Part,
     ReadFile,
-    defer,
     file_crc,
     load_read_file,
     read_file_path,
@@ -281,7 +280,7 @@ def _seeded(
         if later is None:
             job()
         else:
-            defer(later, job)
+            later(job)
     # Found by the ids' hashes at first, the dict built once lookups are many (the first
     # recall makes none); a repeated id raises then.
     positions = LazyPositions(ids, str(path), prefix.hashes)

@@ -72,7 +72,6 @@ CRC-32 of the preceding 52 bytes u32.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
 import json
@@ -108,7 +107,6 @@ __all__ = [
     "Later",
     "Part",
     "ReadFile",
-    "defer",
     "encode_terms",
     "file_crc",
     "file_times",
@@ -122,9 +120,9 @@ __all__ = [
     "write_read_file",
 ]
 
-#: Where a load hands the upkeep of derived files it need not wait for: the store's
-#: read-file thread (its executor's ``submit``).
-Later = Callable[[Callable[[], None]], object]
+#: Where a load hands the upkeep of derived files it need not wait for (jobs that never
+#: raise): the file store's ``upkeep.Upkeep``, drained by its read-file thread.
+Later = Callable[[Callable[[], object]], object]
 
 READ_FOLDER = "read"
 FORMAT_VERSION = 3
@@ -439,7 +437,7 @@ def load_read_file(
 
     The arrays' CRCs are skipped when a verified stamp names this very file (see the module
     docstring); a load that checked them all stamps the file: at once, or with ``later``
-    in a job ``later`` runs afterwards (:func:`defer`).
+    in a job handed to ``later``, which runs it afterwards (``upkeep.Upkeep``).
     """
     started = time.time_ns()  # before the identity is taken (see SETTLED_NS)
     try:
@@ -462,22 +460,10 @@ def load_read_file(
             if later is None:
                 write_stamp(path, fd, identity, header_crc)
             else:
-                defer(later, functools.partial(stamp_unchanged, path, identity, header_crc))
+                later(functools.partial(stamp_unchanged, path, identity, header_crc))
         return read
     finally:
         os.close(fd)
-
-
-def defer(later: Later, job: Callable[[], object]) -> None:
-    """Hand ``job`` (upkeep of derived files that never raises) to ``later``; a refusal (a
-    store closing: its thread takes no more jobs) drops it, leaving the work to the next
-    load."""
-
-    def run() -> None:
-        job()
-
-    with contextlib.suppress(RuntimeError):
-        later(run)
 
 
 def header_crc_of(path: Path) -> int | None:

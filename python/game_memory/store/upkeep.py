@@ -28,10 +28,10 @@ class Upkeep:
 
     def __init__(self, submit: Callable[[Callable[[], None]], object]) -> None:
         self._submit = submit
-        self._jobs: deque[Callable[[], None]] = deque()
+        self._jobs: deque[Callable[[], object]] = deque()
         self._lock = threading.Lock()
 
-    def __call__(self, job: Callable[[], None]) -> None:
+    def __call__(self, job: Callable[[], object]) -> None:
         """Queue ``job`` and ask the thread to drain the queue; never raises (a thread that
         takes no more work, as when closing, leaves the job to :meth:`drain`)."""
         with self._lock:

@@ -37,7 +37,7 @@ import operator
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import overload
@@ -536,8 +536,7 @@ class PartitionView:
             base, self._base_sorted = self._base_sorted, None
         ids = self._ids()
         if base is None:
-            pairs = sorted((ordinal_key(memory_id), at) for at, memory_id in enumerate(ids))
-            return [key for key, _ in pairs], [at for _, at in pairs]
+            return _in_id_order(ids)
         keys, order = list(base[0]), list(base[1])
         for at in range(len(keys), len(ids)):
             key = ordinal_key(ids[at])
@@ -570,7 +569,12 @@ class PartitionView:
             alive = view()
             if alive is not None:
                 return alive._sorted[1]
-            keys = [ordinal_key(memory.memory_id) for memory in memories]
-            return sorted(range(len(keys)), key=keys.__getitem__)
+            return _in_id_order(memory.memory_id for memory in memories)[1]
 
         return Reordered(memories, order)
+
+
+def _in_id_order(ids: Iterable[str]) -> tuple[list[str], list[int]]:
+    """The ordinal keys of ``ids`` sorted, and the positions of the ids in that order."""
+    pairs = sorted((ordinal_key(memory_id), at) for at, memory_id in enumerate(ids))
+    return [key for key, _ in pairs], [at for _, at in pairs]
