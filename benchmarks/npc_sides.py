@@ -8,7 +8,9 @@
   opened, recalled (seconds *excluding* the query embedding on both sides) and appended to;
 * :func:`worker`: one measurement in a fresh process (``open``: open + first recall;
   ``session``: that, then warm recalls, peak RSS, durable appends each followed by a recall;
-  ``appends``: open, first recall and appends, counted under strace by the parent).
+  ``appends``: open, first recall and appends, counted under strace by the parent;
+  ``footprint``: open and one pass of the queries, then the memory they hold counted with
+  the side's files in the OS page cache, :func:`footprint_mb`).
 
 Nothing here is imported at module level but the standard library and ``peer_sqlite``
 (itself standard library until used), so ``npc_workload.py --help`` stays fast.
@@ -17,8 +19,11 @@ Nothing here is imported at module level but the standard library and ``peer_sql
 from __future__ import annotations
 
 import argparse
+import re
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -43,6 +48,8 @@ __all__ = [
     "memory_records",
     "peer_memory",
     "projected",
+    "resident_bytes",
+    "side_files",
     "worker",
 ]
 
@@ -318,6 +325,69 @@ def rss_split_mb() -> dict[str, float]:
     return split
 
 
+def side_files(root: Path) -> list[Path]:
+    return sorted(path for path in root.rglob("*") if path.is_file())
+
+
+def resident_bytes(files: Sequence[Path]) -> tuple[int, int] | None:
+    """Bytes of ``files`` in the OS page cache and their size (``fincore``; ``None``
+    without it): the page cache is per file, whether a page was mapped or read."""
+    if shutil.which("fincore") is None or not files:
+        return None
+    output = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE",
+         *map(str, files)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    pairs = [tuple(int(x) for x in line.split()) for line in output.splitlines() if line.strip()]
+    return sum(resident for resident, _ in pairs), sum(size for _, size in pairs)
+
+
+_MAPPING = re.compile(r"^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+ *(.*)$")
+
+
+def mapped_rss_kb(root: Path) -> dict[str, int]:
+    """This process's resident pages of mapped files (``/proc/self/smaps``), split into the
+    side's own files (under ``root``) and every other file (the interpreter, its shared
+    libraries: numpy's, sqlite-vec's, ...)."""
+    split = {"own": 0, "other": 0}
+    where, prefix = "other", str(root.resolve()) + "/"
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        header = _MAPPING.match(line)
+        if header is not None:
+            path = header.group(1)
+            where = "own" if path.startswith(prefix) else "other" if path.startswith("/") else ""
+        elif line.startswith("Rss:") and where:
+            split[where] += int(line.split()[1])
+    return split
+
+
+def footprint_mb(root: Path) -> Json:
+    """The memory a side's recalls hold on the machine, its page cache counted.
+
+    RSS counts a page of a mapped file (game-memory maps its rows) but not the same page
+    read with ``read()`` (the peer's SQLite), although both sit in the one OS page cache.
+    So: private memory (``RssAnon``) + the side's files resident in the page cache
+    (``fincore``, mapped or read) + resident pages of every other mapped file (libraries).
+    Measured after a pass of the queries over a page cache the parent evicted first, it is
+    the working set each side's recalls need, counted the same way for both."""
+    split = rss_split_mb()
+    mapped = mapped_rss_kb(root)
+    cached = resident_bytes(side_files(root))
+    if cached is None:
+        return {"anon": split["anon"], "files_cached": None, "libraries": None, "total": None}
+    files_cached = round(cached[0] / 2**20, 1)
+    libraries = round(mapped["other"] / 1024, 1)
+    return {
+        "anon": split["anon"],
+        "files_cached": files_cached,
+        "files_size": round(cached[1] / 2**20, 1),
+        "own_files_mapped": round(mapped["own"] / 1024, 1),
+        "libraries": libraries,
+        "total": round(split["anon"] + files_cached + libraries, 1),
+    }
+
+
 def max_rss_mb() -> float:
     """This process's peak RSS (``VmHWM``), in MB.
 
@@ -381,6 +451,13 @@ async def worker(args: argparse.Namespace) -> Json:
         figures["warm_stages_ms"] = stage_medians(side.stages[1:])
         figures["peak_rss_after_recalls_mb"] = max_rss_mb()
         figures["rss_split_after_recalls_mb"] = rss_split_mb()
+    if args.worker == "footprint":
+        for query in work[1:]:
+            await side.recall(query)
+        figures["footprint_after_recalls_mb"] = footprint_mb(side.root)
+        figures["peak_rss_after_recalls_mb"] = max_rss_mb()
+        await side.close()
+        return figures
     side.stages.clear()
     appended = memory_records(args.appends, 1, f"appended-{uuid.uuid4().hex[:8]}", args.size)
     appends, after, again = [], [], []

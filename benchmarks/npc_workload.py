@@ -32,6 +32,11 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
   then split into private memory (``RssAnon``) and pages of mapped files (``RssFile``:
   game-memory maps its rows and read files; the peer reads its file with ``read()``, so
   its file pages sit in the OS page cache without counting in its RSS);
+* the **memory held after recalls, page cache counted**: from an evicted page cache, a fresh
+  process per side opens and asks the 16 queries once, then counts its private memory, the
+  side's files resident in the page cache (``fincore``: what its recalls read or mapped)
+  and the resident pages of the libraries it maps; the same count for both, where RSS
+  counts a page game-memory maps but not one the peer reads;
 * **durable single append** median and p99, and the **first recall right after** each
   append against the same query once more (warm); the **fsyncs per append** counted by
   ``strace -f -c -e trace=fsync,fdatasync`` (a run of N + 1 appends minus a run of one,
@@ -76,6 +81,8 @@ from npc_sides import (
     memory_records,
     peer_memory,
     projected,
+    resident_bytes,
+    side_files,
     worker,
 )
 
@@ -115,10 +122,6 @@ def fsync_calls(trace: Path) -> int:
 # -- the parent ---------------------------------------------------------------------------
 
 
-def side_files(root: Path) -> list[Path]:
-    return sorted(path for path in root.rglob("*") if path.is_file())
-
-
 def page_cache(root: Path, evict: bool) -> float | None:
     """Evict (or read into the cache) a side's files; return the fraction resident after."""
     os.sync()
@@ -129,16 +132,11 @@ def page_cache(root: Path, evict: bool) -> float | None:
             else:
                 while handle.read(1 << 20):
                     pass
-    if shutil.which("fincore") is None:
+    counted = resident_bytes(side_files(root))
+    if counted is None:
         return None
-    files = [str(path) for path in side_files(root)]
-    output = subprocess.run(
-        ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE", *files],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    pairs = [tuple(int(x) for x in line.split()) for line in output.splitlines() if line.strip()]
-    total = sum(size for _, size in pairs)
-    return round(sum(resident for resident, _ in pairs) / total, 4) if total else 1.0
+    resident, total = counted
+    return round(resident / total, 4) if total else 1.0
 
 
 def disk_bytes(root: Path) -> Json:
@@ -222,6 +220,14 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
             for side in sorted(sides, reverse=repeat % 2 == 1):
                 resident[state].append(page_cache(sides[side], evict=state == "evicted"))
                 cold[side][state].append(spawn(args, "open", side, sides[side], size))
+    # What each side's recalls hold on the machine, its files in the page cache counted
+    # (RSS leaves out the pages the peer reads with read()): a pass of the queries from an
+    # evicted page cache, in a fresh process per side.
+    footprint = {}
+    for side, root in sides.items():
+        page_cache(root, evict=True)
+        footprint[side] = spawn(args, "footprint", side, root, size)
+    details["footprint"] = footprint
     log(f"workload {name}: cold opens done; warm sessions with {args.appends} appends")
     details["resident_fraction_before_open"] = resident
     details["open"] = cold
@@ -278,6 +284,9 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
             statistics.median(r["open_first_recall_ms"] for r in cold[side][state]), 3
         )
 
+    def held(part: str) -> Any:
+        return lambda side: footprint[side]["footprint_after_recalls_mb"][part]
+
     specs = [
         ("hybrid recall warm, median", of("warm_median_ms"), "ms", True),
         ("hybrid recall warm, p99", of("warm_p99_ms"), "ms", True),
@@ -301,6 +310,9 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         ("of the RSS after recalls: mapped files (RssFile)",
          lambda side: session[side]["rss_split_after_recalls_mb"]["file"], "MB", True),
         ("peak RSS after appends too", of("peak_rss_after_appends_mb"), "MB", True),
+        ("memory held after recalls, page cache counted (private + own files cached + "
+         "libraries)", held("total"), "MB", True),
+        ("of it: the side's files in the page cache", held("files_cached"), "MB", True),
     ]  # fmt: skip
     if args.long_session:
         specs += [
