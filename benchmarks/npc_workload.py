@@ -228,6 +228,8 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         page_cache(root, evict=True)
         footprint[side] = spawn(args, "footprint", side, root, size)
     details["footprint"] = footprint
+    for root in sides.values():  # the warm session below starts warm, as before this row
+        page_cache(root, evict=False)
     log(f"workload {name}: cold opens done; warm sessions with {args.appends} appends")
     details["resident_fraction_before_open"] = resident
     details["open"] = cold
