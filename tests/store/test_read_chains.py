@@ -40,6 +40,11 @@ def small_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     (the defaults are 128 and 1,024)."""
     monkeypatch.setattr(read_path, "LAZY_MINIMUM", 8)
     monkeypatch.setattr(read_path, "APPENDED_MINIMUM", 8)
+    # These tests build chains of several parts by closing the store: closing leaves a
+    # partition of up to CLOSING_MERGE_MEMORIES as one part (tests/store/test_close_merge.py),
+    # so here every partition is above it and closes add parts (the binary counter of
+    # CLOSING_PARTS, which larger partitions keep).
+    monkeypatch.setattr(read_path, "CLOSING_MERGE_MEMORIES", 0)
 
 
 def folder(save: Path) -> str:
@@ -381,8 +386,11 @@ from game_memory.store import read_files, read_path
 
 read_path.LAZY_MINIMUM = 8
 read_path.APPENDED_MINIMUM = 8
+read_path.CLOSING_MERGE_MEMORIES = 0
 
 def dying(path, data):
+    if not isinstance(data, bytes):  # the pieces a read file is written from
+        data = b"".join(bytes(memoryview(piece).cast("B")) for piece in data)
     temporary = path.with_name(path.name + ".0123.tmp")
     temporary.write_bytes(data[: len(data) // 2])  # half written, then killed
     os.kill(os.getpid(), signal.SIGKILL)

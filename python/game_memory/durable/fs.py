@@ -15,7 +15,7 @@ import mmap
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeAlias
@@ -338,8 +338,9 @@ def append_bytes(fd: int, data: bytes, path: Path, *, durable: bool = True) -> N
         raise _translate(exc, path, "write") from exc
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably.
+def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
+    """Replace ``path`` with ``data`` (bytes, or pieces written one after the other, so a
+    large file is not joined into one copy first) atomically and durably.
 
     Writes ``<path>.<uuid>.tmp`` beside the target, fsyncs it, renames it over the target and
     fsyncs the folder. A crash leaves either the old file or the new one, never a mix; a
@@ -349,9 +350,10 @@ def atomic_write(path: Path, data: bytes) -> None:
     fd = _open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "create")
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for piece in (data,) if isinstance(data, bytes | bytearray) else data:
+                view = memoryview(piece).cast("B")
+                while view:
+                    view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)

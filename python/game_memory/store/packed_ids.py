@@ -88,6 +88,24 @@ class PackedIds(Sequence[str]):
         return cls(text, ends)
 
     @classmethod
+    def of_ids(cls, ids: Sequence[str]) -> PackedIds | None:
+        """``ids`` packed (already packed ones as they are); ``None`` when one is not ASCII
+        or holds a NUL, which a blob cannot separate."""
+        if isinstance(ids, PackedIds):
+            return ids
+        text = _SEPARATOR.join(ids) + _SEPARATOR if ids else ""
+        if not text.isascii() or text.count(_SEPARATOR) != len(ids):
+            return None
+        blob = text.encode("ascii")
+        ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0).astype(np.int64, copy=False)
+        return cls(text, ends)
+
+    @property
+    def blob(self) -> bytes:
+        """The ids as a read file stores them: ASCII, each followed by a NUL."""
+        return self._text.encode("ascii")
+
+    @classmethod
     def joined(cls, parts: Sequence[PackedIds]) -> PackedIds:
         """The ids of ``parts`` one after the other."""
         ends: list[npt.NDArray[np.int64]] = []
@@ -151,11 +169,13 @@ def unpacked_ids(blob: bytes) -> list[str]:
     return ids
 
 
-def joined_ids(parts: Sequence[Sequence[str]]) -> Sequence[str]:
+def joined_ids(parts: Sequence[Sequence[str]], *, pack: bool = False) -> Sequence[str]:
     """The ids of several parts in order: a part's own ids when there is one, packed
-    when every part is, else one list."""
+    when every part is (with ``pack``, when every part can be: :meth:`PackedIds.of_ids`),
+    else one list."""
     if len(parts) == 1:
         return parts[0]
-    if parts and all(isinstance(part, PackedIds) for part in parts):
-        return PackedIds.joined([part for part in parts if isinstance(part, PackedIds)])
+    packed = [PackedIds.of_ids(part) if pack else part for part in parts]
+    if packed and all(isinstance(part, PackedIds) for part in packed):
+        return PackedIds.joined([part for part in packed if isinstance(part, PackedIds)])
     return list(itertools.chain.from_iterable(parts))

@@ -362,7 +362,7 @@ class PartitionCache:
             states = list(self._states.values())
         written = 0
         for state in states:
-            if state.folder is None or state.read_file_count >= state.memory_count:
+            if state.folder is None or not wants_persist(state, closing=True):
                 continue
             try:
                 chain = persist(state.folder[0], state, content_digests, closing=True)

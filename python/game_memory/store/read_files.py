@@ -325,9 +325,11 @@ def file_crc(path: str, start: int, end: int, *, mapped: bool = False) -> int | 
         os.close(fd)
 
 
-def _array(array: npt.NDArray[Any]) -> tuple[str, bytes]:
+def _array(array: npt.NDArray[Any]) -> tuple[str, memoryview]:
+    """The array's dtype as stored and its bytes, a view (not a copy) where it is
+    contiguous: a read file is written from these pieces as they are."""
     contiguous = np.ascontiguousarray(array)
-    return contiguous.dtype.str, contiguous.tobytes()
+    return contiguous.dtype.str, contiguous.data.cast("B")
 
 
 def _strings(values: Sequence[str]) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
@@ -373,8 +375,11 @@ def write_read_file(
     arrays["lengths"] = part.lengths
     # Ids end with a NUL each when none holds one: restoring them is then one split.
     ids = part.ids
-    separated = not any("\0" in memory_id for memory_id in ids)
-    if separated:
+    separated = isinstance(ids, PackedIds) or not any("\0" in memory_id for memory_id in ids)
+    if isinstance(ids, PackedIds):  # already the blob, less its encoding (merged parts)
+        arrays["id_blob"] = np.frombuffer(ids.blob, np.uint8)
+        arrays["id_offsets"] = np.zeros(1, np.int64)
+    elif separated:
         joined = "\0".join(ids) + "\0" if ids else ""
         arrays["id_blob"] = np.frombuffer(joined.encode("utf-8"), np.uint8)
         arrays["id_offsets"] = np.zeros(1, np.int64)
@@ -385,7 +390,7 @@ def write_read_file(
     arrays["location_lengths"] = part.location_lengths
     arrays["hashes"] = np.frombuffer(part.hashes, np.uint8)
     arrays["digests"] = np.frombuffer(part.digests, np.uint8)
-    body: list[bytes] = []
+    body: list[bytes | memoryview] = []
     described: dict[str, list[Any]] = {}
     position = 0
     for name, array in arrays.items():
@@ -411,11 +416,11 @@ def write_read_file(
     }
     encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
     header_crc = crc32(encoded)
-    data = _HEAD.pack(_MAGIC, len(encoded), header_crc) + encoded + b"".join(body)
+    pieces = [_HEAD.pack(_MAGIC, len(encoded), header_crc) + encoded, *body]
     try:
         fs.ensure_directory(path.parent.parent, durable=False)
         fs.ensure_directory(path.parent, durable=False)
-        fs.atomic_write(path, data)
+        fs.atomic_write(path, pieces)
     except PersistenceError as exc:
         _LOG.info("the read file %s was not written (%s); reads go on without it", path, exc)
         return None

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory
+from game_memory.store.packed_ids import joined_ids
 from game_memory.store.postings import document_text
 from game_memory.store.read_files import (
     COLUMN_NAMES,
@@ -376,7 +377,7 @@ def merge(parts: Sequence[Part]) -> Part:
         first.start,
         sum(part.count for part in parts),
         tuple(files),
-        [memory_id for part in parts for memory_id in part.ids],
+        joined_ids([part.ids for part in parts], pack=True),
         np.concatenate(numbers),
         np.concatenate([part.location_offsets for part in parts]).astype(np.int64),
         np.concatenate([part.location_lengths for part in parts]).astype(np.uint32),
@@ -394,12 +395,23 @@ def merge(parts: Sequence[Part]) -> Part:
     )
 
 
-def _merge_postings(
-    parts: Sequence[Part],
-) -> tuple[bytes, IntArray, IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+#: At most this many distinct terms in the parts after the first for :func:`_merged_into_first`.
+TAIL_TERMS = 4_096
+
+Postings = tuple[bytes, IntArray, IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]
+
+
+def _merge_postings(parts: Sequence[Part]) -> Postings:
     """The parts' postings as one sorted term table: each posting takes its term's place in
     the union of the terms, and a stable sort by that place keeps the parts' order within a
-    term (documents ascending, as parts come in order)."""
+    term (documents ascending, as parts come in order). A first part followed by a few
+    small ones (a close merging the part it writes into the chain: ``read_path.py``) is
+    merged by :func:`_merged_into_first` instead, in time of its arrays' size, not of its
+    terms' (at 100k memories and 102k terms, 10 ms against about 100)."""
+    if len(parts) > 1:
+        merged = _merged_into_first(parts[0], parts[1:])
+        if merged is not None:
+            return merged
     lists = [_terms(part) for part in parts]
     union = sorted(set().union(*lists))
     place = {term: number for number, term in enumerate(union)}
@@ -420,6 +432,79 @@ def _merge_postings(
         posting_offsets,
         documents.astype(np.int32),
         frequencies.astype(np.int32),
+    )
+
+
+def _merged_into_first(first: Part, rest: Sequence[Part]) -> Postings | None:
+    """The postings of ``first`` then ``rest``, as :func:`_merge_postings` gives them,
+    made by copying the first part's term table and postings in runs, each run ending where
+    a term of ``rest`` goes (after the first part's postings of that term, or before the
+    first term above it). ``None`` when ``rest`` has more than :data:`TAIL_TERMS` terms."""
+    tail: dict[bytes, list[tuple[npt.NDArray[Any], npt.NDArray[Any]]]] = {}
+    for part in rest:
+        bounds = part.posting_offsets.tolist()
+        for number, term in enumerate(_terms(part)):
+            start, stop = bounds[number], bounds[number + 1]
+            runs = tail.setdefault(term, [])
+            runs.append((part.posting_documents[start:stop], part.posting_frequencies[start:stop]))
+            if len(tail) > TAIL_TERMS:
+                return None
+    blob = first.term_blob
+    term_offsets = first.term_offsets.astype(np.int64, copy=False)
+    posting_offsets = first.posting_offsets.astype(np.int64, copy=False)
+    count = term_offsets.size - 1
+
+    def term_at(index: int) -> bytes:
+        return bytes(blob[int(term_offsets[index]) : int(term_offsets[index + 1])])
+
+    documents: list[npt.NDArray[Any]] = []
+    frequencies: list[npt.NDArray[Any]] = []
+    pieces: list[bytes] = []
+    added = np.zeros(count, np.int64)  # postings of rest for a term of the first part
+    inserted: list[int] = []  # where each term new to the first part goes (sorted)
+    new_counts: list[int] = []
+    new_lengths: list[int] = []
+    copied_term, copied_byte, copied_posting = 0, 0, 0
+    for text in sorted(tail):
+        low, high = copied_term, count
+        while low < high:  # the first term of the first part not below ``text``
+            middle = (low + high) // 2
+            if term_at(middle) < text:
+                low = middle + 1
+            else:
+                high = middle
+        present = low < count and term_at(low) == text
+        through = low + 1 if present else low  # the first part's terms up to here go first
+        end = int(posting_offsets[through])
+        documents.append(first.posting_documents[copied_posting:end])
+        frequencies.append(first.posting_frequencies[copied_posting:end])
+        copied_posting = end
+        runs = tail[text]
+        documents.extend(documents_ for documents_, _ in runs)
+        frequencies.extend(frequencies_ for _, frequencies_ in runs)
+        size = sum(documents_.size for documents_, _ in runs)
+        if present:
+            added[low] += size
+        else:
+            byte = int(term_offsets[low])
+            pieces.append(bytes(blob[copied_byte:byte]))
+            pieces.append(text)
+            copied_byte = byte
+            inserted.append(low)
+            new_counts.append(size)
+            new_lengths.append(len(text))
+        copied_term = through
+    documents.append(first.posting_documents[copied_posting:])
+    frequencies.append(first.posting_frequencies[copied_posting:])
+    pieces.append(bytes(blob[copied_byte:]))
+    counts = np.insert(np.diff(posting_offsets) + added, inserted, new_counts)
+    lengths = np.insert(np.diff(term_offsets), inserted, new_lengths)
+    return (
+        b"".join(pieces),
+        np.concatenate(([0], np.cumsum(lengths))).astype(np.int64),
+        np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+        np.concatenate(documents).astype(np.int32),
+        np.concatenate(frequencies).astype(np.int32),
     )
 
 

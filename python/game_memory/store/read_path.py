@@ -4,13 +4,16 @@
 (``read_files.py``) does not cover when a read decoded many of them (at least
 :data:`LAZY_MINIMUM`, and more than an eighth of those the chain covers; appends, whose
 memories cost a start nothing once the close covered them, from :data:`APPENDED_MINIMUM`),
-so a large partition is decoded in full once, not on every start; closing the store writes
-the part for whatever the chain does not cover yet, so the next start decodes nothing. A
-part costs its own memories, never the partition's; in the background (at close only once
-the chain has :data:`CLOSING_PARTS` parts) the new part is merged with the parts before it
-while the part before is not larger than what is being written (a binary counter: a chain
-of ``n`` memories has at most about ``log2(n / LAZY_MINIMUM)`` parts, and each memory is
-rewritten that many times at most). Opening a partition from its chain is ``read_chain.py``'s.
+so a large partition is decoded in full once, not on every start. In the background a part
+costs its own memories, never the partition's: the new part is merged with the parts
+before it while the part before is not larger than what is being written (a binary
+counter: a chain of ``n`` memories has at most about ``log2(n / LAZY_MINIMUM)`` parts, and
+each memory is rewritten that many times at most). Closing the store leaves a partition of
+up to :data:`CLOSING_MERGE_MEMORIES` memories as **one part** covering all of them (its
+chain merged with what it does not cover), since a load maps a lone part and copies a
+chain's arrays; a larger partition gets a part for what the chain does not cover, merged
+as above only once the chain has :data:`CLOSING_PARTS` parts. Opening a partition from its
+chain is ``read_chain.py``'s.
 """
 
 from __future__ import annotations
@@ -56,6 +59,14 @@ LAZY_MINIMUM = 128
 #: (the bound until 5 December 2026, which a game closing after every short session kept
 #: reaching) opened a 10k partition 2.3 ms slower than one part, 4 parts 0.9 ms.
 CLOSING_PARTS = 4
+#: Closing the store leaves a partition of at most this many memories with a chain of one
+#: part (its parts merged with what it does not cover, even when that is nothing). A load
+#: maps a lone part's arrays as they are, and joins a chain's into copies: at 100k memories
+#: a part of 5 memories after the rest cost a load 8 ms (31-35 ms against 23-27) and 12 MB
+#: of private memory. The merge is paid once per close instead, where nobody waits on a
+#: recall; above the bound the binary counter of :data:`CLOSING_PARTS` bounds what a close
+#: rewrites (about 70 MB of read file at this many memories).
+CLOSING_MERGE_MEMORIES = 262_144
 #: Memories appended (not read back) since the chain's end before an append writes a part
 #: in the background (an eighth of the chain if that is more): an appended memory costs
 #: the next start nothing until the store closes, which writes the part, or until a read
@@ -94,9 +105,18 @@ def wants_persist(state: PartitionState, *, closing: bool = False, appended: boo
         return False
     covered = state.read_file_count
     if closing:
-        return len(view) > covered
+        return len(view) > covered or _merges_at_close(state)
     minimum = APPENDED_MINIMUM if appended else LAZY_MINIMUM
     return len(view) - covered >= max(minimum, covered // 8)
+
+
+def _merges_at_close(state: PartitionState) -> bool:
+    """Whether closing leaves ``state``'s chain as one part (:data:`CLOSING_MERGE_MEMORIES`):
+    true for a chain of two parts or more, or one that does not cover every memory."""
+    view = state.view
+    if view is None or len(view) > CLOSING_MERGE_MEMORIES:
+        return False
+    return len(state.read_chain) > 1 or state.read_file_count < len(view)
 
 
 def persist(
@@ -105,11 +125,14 @@ def persist(
     """Write the part of ``state``'s memories its read-file chain does not cover, if the
     read decoded enough of them (see the module); the chain as it is then, or ``None``.
 
-    With ``closing`` (the store is being closed), any memory the chain does not cover is
-    enough, and the part is written on its own (no merge: closing costs the memories it
-    adds, not the partition's) unless the chain has :data:`CLOSING_PARTS` parts already.
-    Otherwise it is merged with the parts before it while the part before holds no more
-    memories than the merge so far (those parts are read back from their files, checked).
+    With ``closing`` (the store is being closed), a partition of up to
+    :data:`CLOSING_MERGE_MEMORIES` memories is left as one part: the chain merged with the
+    memories it does not cover, if any (a chain of several parts is merged even when it
+    covers them all). A larger one gets any memory the chain does not cover written on its
+    own (closing then costs the memories it adds, not the partition's) unless the chain has
+    :data:`CLOSING_PARTS` parts already. Otherwise the part is merged with the parts before
+    it while the part before holds no more memories than the merge so far (those parts are
+    read back from their files, checked).
 
     Not while an erase or compaction is under way (``rewrite.json``), and a part written
     while one began is removed again: a read file never outlives bytes an erase removed.
@@ -125,21 +148,27 @@ def persist(
     covered = sum(count for count, _ in chain)
     if covered > len(view):
         chain, covered = (), 0  # not this view's chain: write it anew
-    part = part_of(state, covered, digests)
-    if part is None:
+    part = part_of(state, covered, digests) if covered < len(view) else None
+    whole = closing and _merges_at_close(state)
+    if part is None and not (whole and len(chain) > 1):
         return None
     number = len(chain)
-    merging = not closing or number >= CLOSING_PARTS
-    size = part.count
-    while merging and number and chain[number - 1][0] <= size:
-        number -= 1
-        size += chain[number][0]
+    if whole:
+        number = 0  # one part at close (CLOSING_MERGE_MEMORIES)
+    else:
+        assert part is not None
+        merging = not closing or number >= CLOSING_PARTS
+        size = part.count
+        while merging and number and chain[number - 1][0] <= size:
+            number -= 1
+            size += chain[number][0]
     if number < len(chain):
         merged = _merged(session_directory, state, chain, number, part)
         if merged is None:
             number = len(chain)  # the parts could not be read back: add this one alone
-        else:
-            part = merged
+        part = merged or part
+    if part is None:
+        return None
     previous = chain[number - 1][1] if number else 0
     if number and header_crc_of(
         read_file_path(session_directory, state.owner_hash, number - 1)
@@ -172,10 +201,11 @@ def persist(
 
 
 def _merged(
-    session_directory: str, state: PartitionState, chain: Chain, number: int, tail: Part
+    session_directory: str, state: PartitionState, chain: Chain, number: int, tail: Part | None
 ) -> Part | None:
     """Parts ``number..`` of ``chain`` read back (each the very part the chain names, its
-    files' identities refreshed) and merged with ``tail``; ``None`` if one cannot be."""
+    files' identities refreshed) and merged with ``tail`` (if any); ``None`` if one cannot
+    be."""
     parts: list[Part] = []
     for at in range(number, len(chain)):
         path = read_file_path(session_directory, state.owner_hash, at)
@@ -187,7 +217,7 @@ def _merged(
             return None
         parts.append(fresh)
     try:
-        return merge([*parts, tail])
+        return merge([*parts, tail] if tail is not None else parts)
     except ValueError as exc:
         _LOG.info("read files were not merged (%s)", exc)
         return None
