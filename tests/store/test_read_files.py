@@ -889,6 +889,7 @@ async def test_a_one_part_chain_is_restored_from_views_of_its_map(
     # The view's own columns and lexical index (what the recalls above masked and ranked
     # with) are the restored ones, not copies into a room to grow in (4.3 MB at 100k).
     assert view.columns is columns and view.lexical is view.prefix.lexical
+    assert isinstance(mapped_by(view.lexical.lengths), mmap.mmap)  # not a copy either
     records = view.memories._records
     assert isinstance(mapped_by(records.locations._files), mmap.mmap)
     assert isinstance(mapped_by(records.locations._offsets), mmap.mmap)

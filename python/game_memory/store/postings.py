@@ -259,11 +259,14 @@ class LexicalIndex:
         index = cls.__new__(cls)
         index._postings, index._shared, index._rooms = {}, {}, {}
         index._rows = rows[0] if len(rows) == 1 else _RowParts(rows)
-        index.lengths = (
-            np.concatenate([exported[4] for exported in parts]).astype(np.int64)
-            if parts
-            else np.empty(0, np.int64)
-        )
+        if len(parts) == 1:  # a lone part's own array (a view of its read file's map)
+            index.lengths = parts[0][4].astype(np.int64, copy=False)
+        else:
+            index.lengths = (
+                np.concatenate([exported[4] for exported in parts]).astype(np.int64)
+                if parts
+                else np.empty(0, np.int64)
+            )
         return index
 
     def export(self) -> PostingArrays:
