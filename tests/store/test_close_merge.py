@@ -236,3 +236,5 @@ def test_an_atomic_write_of_pieces_writes_them_in_order(tmp_path: Path) -> None:
     assert target.read_bytes() == b"head" + array.tobytes() + b"end"
     fs.atomic_write(target, b"bytes as before")
     assert target.read_bytes() == b"bytes as before"
+    fs.atomic_write(target, memoryview(array).cast("B"))  # one buffer, not its items
+    assert target.read_bytes() == array.tobytes()

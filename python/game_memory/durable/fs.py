@@ -338,7 +338,9 @@ def append_bytes(fd: int, data: bytes, path: Path, *, durable: bool = True) -> N
         raise _translate(exc, path, "write") from exc
 
 
-def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None:
+def atomic_write(
+    path: Path, data: bytes | bytearray | memoryview | Sequence[bytes | memoryview]
+) -> None:
     """Replace ``path`` with ``data`` (bytes, or pieces written one after the other, so a
     large file is not joined into one copy first) atomically and durably.
 
@@ -350,7 +352,8 @@ def atomic_write(path: Path, data: bytes | Sequence[bytes | memoryview]) -> None
     fd = _open_regular(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, "create")
     try:
         try:
-            for piece in (data,) if isinstance(data, bytes | bytearray) else data:
+            pieces = (data,) if isinstance(data, bytes | bytearray | memoryview) else data
+            for piece in pieces:
                 view = memoryview(piece).cast("B")
                 while view:
                     view = view[os.write(fd, view) :]
