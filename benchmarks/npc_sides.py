@@ -478,7 +478,9 @@ async def worker(args: argparse.Namespace) -> Json:
             figures["vector_channel_exact"] = peer_exactness(side, work[0])
     if args.worker == "session" and args.long_session:
         figures.update(await long_session(side, work, args.long_session, args.size))
-    await side.close()
+    started = time.perf_counter()
+    await side.close()  # game-memory writes its derived files here; the peer checkpoints
+    figures["close_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return figures
 
 

@@ -41,6 +41,8 @@ Per workload (``--sizes`` memories in one NPC, and the largest over ``--many-npc
   append against the same query once more (warm); the **fsyncs per append** counted by
   ``strace -f -c -e trace=fsync,fdatasync`` (a run of N + 1 appends minus a run of one,
   each after an open without appends that does the derived files' one-time upkeep);
+* the **close** at the end of the warm session (game-memory writes its derived files for
+  what the session added: read files, intent files, stamps; the peer checkpoints its WAL);
 * **disk size** of the save (+ index) and of the database file.
 
 Prints JSON: a ``table`` (each figure side by side with ``game_memory_over_peer``), the
@@ -312,6 +314,8 @@ async def measure(args: argparse.Namespace, size: int, npcs: int, ram: Path, dis
         ("of the RSS after recalls: mapped files (RssFile)",
          lambda side: session[side]["rss_split_after_recalls_mb"]["file"], "MB", True),
         ("peak RSS after appends too", of("peak_rss_after_appends_mb"), "MB", True),
+        ("close after the warm session (its appends, and more with --long-session)",
+         of("close_ms"), "ms", True),
         ("memory held after recalls, page cache counted (private + own files cached + "
          "libraries)", held("total"), "MB", True),
         ("of it: the side's files in the page cache", held("files_cached"), "MB", True),

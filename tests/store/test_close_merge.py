@@ -172,10 +172,15 @@ def random_part(rng: random.Random, start: int, count: int, vocabulary: list[byt
     )  # fmt: skip
 
 
+@pytest.mark.parametrize("listed", [0, 10**9])
 @pytest.mark.parametrize("seed", range(40))
-def test_the_merge_into_the_first_part_equals_the_general_merge(seed: int) -> None:
+def test_the_merge_into_the_first_part_equals_the_general_merge(
+    seed: int, listed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Terms of the later parts before, between and after the first part's, shared with it
-    or new, in one later part or several, or none at all."""
+    or new, in one later part or several, or none at all; the first part's terms searched
+    in its blob or listed (``_LISTED_TAIL_TERMS``)."""
+    monkeypatch.setattr(read_parts, "_LISTED_TAIL_TERMS", listed)
     rng = random.Random(seed)
     vocabulary = sorted({rng.choice("abcdefgh") * rng.randint(1, 3) + str(n) for n in range(60)})
     words = [word.encode() for word in vocabulary]

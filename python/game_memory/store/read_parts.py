@@ -13,6 +13,7 @@ Both work on what the store already checked: the partition's state as the cache 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 from collections.abc import Sequence
@@ -397,6 +398,8 @@ def merge(parts: Sequence[Part]) -> Part:
 
 #: At most this many distinct terms in the parts after the first for :func:`_merged_into_first`.
 TAIL_TERMS = 4_096
+#: More terms than this after the first part: its terms are listed for the search.
+_LISTED_TAIL_TERMS = 256
 
 Postings = tuple[bytes, IntArray, IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32]]
 
@@ -457,6 +460,11 @@ def _merged_into_first(first: Part, rest: Sequence[Part]) -> Postings | None:
     def term_at(index: int) -> bytes:
         return bytes(blob[int(term_offsets[index]) : int(term_offsets[index + 1])])
 
+    # Many later terms (a close after a long session): the first part's terms listed once
+    # and searched in C (about 10 ms at 102k terms) beat a search through the blob per term
+    # (17 slices each: 35-58 ms for the 3k terms of 1,050 memories).
+    listed = _terms(first) if len(tail) > _LISTED_TAIL_TERMS else None
+
     documents: list[npt.NDArray[Any]] = []
     frequencies: list[npt.NDArray[Any]] = []
     pieces: list[bytes] = []
@@ -466,14 +474,18 @@ def _merged_into_first(first: Part, rest: Sequence[Part]) -> Postings | None:
     new_lengths: list[int] = []
     copied_term, copied_byte, copied_posting = 0, 0, 0
     for text in sorted(tail):
-        low, high = copied_term, count
-        while low < high:  # the first term of the first part not below ``text``
-            middle = (low + high) // 2
-            if term_at(middle) < text:
-                low = middle + 1
-            else:
-                high = middle
-        present = low < count and term_at(low) == text
+        if listed is not None:
+            low = bisect.bisect_left(listed, text, copied_term)
+            present = low < count and listed[low] == text
+        else:
+            low, high = copied_term, count
+            while low < high:  # the first term of the first part not below ``text``
+                middle = (low + high) // 2
+                if term_at(middle) < text:
+                    low = middle + 1
+                else:
+                    high = middle
+            present = low < count and term_at(low) == text
         through = low + 1 if present else low  # the first part's terms up to here go first
         end = int(posting_offsets[through])
         documents.append(first.posting_documents[copied_posting:end])
