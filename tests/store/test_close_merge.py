@@ -9,12 +9,7 @@ parts as the binary counter of ``CLOSING_PARTS`` says. The merge itself
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +21,7 @@ from game_memory.store.packed_ids import PackedIds, joined_ids
 from game_memory.store.read_files import Part, encode_terms
 
 from .helpers import MemoryFactory, StoreFactory
-from .test_read_chains import answers, chain_counts, from_records, memory, parts
+from .test_read_chains import answers, chain_counts, from_records, killed, memory, parts
 
 
 @pytest.fixture(autouse=True)
@@ -136,13 +131,7 @@ async def test_a_close_killed_after_the_merged_part_leaves_a_save_that_reads_rig
     rng = random.Random(8)
     save = tmp_path / "save"
     number = await several_parts(save, make_store, make_memory, rng)
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_KILLED_MERGE), str(save)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        capture_output=True,
-        check=False,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    killed(_KILLED_MERGE, save)
     assert len(parts(save)) == 3  # the stale parts are still there
     assert chain_counts(save) == [number + 1]  # but a load uses the merged part alone
     store = make_store(save)

@@ -410,6 +410,17 @@ asyncio.run(main())
 """
 
 
+def killed(script: str, save: Path) -> None:
+    """Run ``script`` on ``save`` in a fresh interpreter, which must end killed (SIGKILL)."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), str(save)],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+
+
 async def test_a_writer_killed_while_writing_a_part_leaves_the_chain_before_it(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
@@ -420,13 +431,7 @@ async def test_a_writer_killed_while_writing_a_part_leaves_the_chain_before_it(
     assert await store.append_many(batch) == [True] * 40
     await store.aclose()
     assert chain_counts(save) == [40]
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_KILLED_WRITER), str(save)],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        capture_output=True,
-        check=False,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    killed(_KILLED_WRITER, save)
     assert chain_counts(save) == [40]  # the half-written part is a .tmp nobody reads
     reopened = make_store(save)
     found = await reopened.enumerate("session", "npc")

@@ -155,8 +155,7 @@ def persist(
     number = len(chain)
     if whole:
         number = 0  # one part at close (CLOSING_MERGE_MEMORIES)
-    else:
-        assert part is not None
+    elif part is not None:
         merging = not closing or number >= CLOSING_PARTS
         size = part.count
         while merging and number and chain[number - 1][0] <= size:
