@@ -186,8 +186,7 @@ async def verify(save: Path, index: Path, ledger: Ledger) -> Findings:
         return findings
     if ledger.erasing:
         await _finish_erases(save, index, ledger, findings)
-        after = {key: item for key, item in after.items() if key not in ledger.erased}
-    await _check_bytes(save, index, ledger, list(after.values()), findings)
+    await _check_bytes(save, index, ledger, findings)
     ledger.fresh_forgets.clear()
     ledger.fresh_erased.clear()
     return findings
@@ -296,17 +295,13 @@ async def _finish_erases(save: Path, index: Path, ledger: Ledger, findings: Find
         ledger.erasing.clear()
 
 
-async def _check_bytes(
-    save: Path, index: Path, ledger: Ledger, kept: list[GameMemory], findings: Findings
-) -> None:
+async def _check_bytes(save: Path, index: Path, ledger: Ledger, findings: Findings) -> None:
     """No file under the save or index folder holds an erased text or erased vector.
 
-    The hashing model maps some different texts to one vector, so a vector that a kept
-    memory also has proves nothing and is not looked for.
+    Every campaign memory has a vector of its own (``campaign_memories._text``), so an
+    erased memory's vector bytes found anywhere in the index are its own, left behind.
     """
-    erased = await erased_vectors([ledger.memory(m) for m in sorted(ledger.fresh_erased)])
-    shared = set(await erased_vectors(kept)) if erased else set()
-    vectors = [vector for vector in erased if vector not in shared]
+    vectors = await erased_vectors([ledger.memory(m) for m in sorted(ledger.fresh_erased)])
     for folder in (save, index):
         if not folder.is_dir():
             continue

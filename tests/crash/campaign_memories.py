@@ -2,6 +2,11 @@
 
 A child process and the parent agree on every byte of a memory from its id alone, so no
 memory is passed between them.
+
+Each text ends with four words drawn from the id's hash, so that no two memories share a
+vector under the hashing model: with the id's own words alone (``c4-198`` and ``c4-295``)
+the model's 256 signed buckets gave two memories one vector often enough that a kept
+memory's row passed for an erased one's in the erase check.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ def memory(memory_id: str) -> GameMemory:
         kind="event",
         payload_json=json.dumps({"id": memory_id, "pad": "p" * (digest[2] % 5 * 200)}),
         moment=GameMoment(timeline_id="world", tick=digest[3]),
-        searchable_text=f"memory {memory_id} of the kill campaign",
+        searchable_text=_text(memory_id),
     )
 
 
@@ -42,5 +47,12 @@ def summary(memory_id: str, session_id: str, owner_id: str, tick: int) -> GameMe
         kind="reflection",
         payload_json=json.dumps({"id": memory_id}),
         moment=GameMoment(timeline_id="world", tick=tick),
-        searchable_text=f"memory {memory_id} of the kill campaign",
+        searchable_text=_text(memory_id),
     )
+
+
+def _text(memory_id: str) -> str:
+    """The memory's text: its id, then four words from the id's hash (see the docstring)."""
+    digest = hashlib.sha256(b"words " + memory_id.encode()).hexdigest()
+    words = " ".join(f"w{digest[start : start + 8]}" for start in range(0, 32, 8))
+    return f"memory {memory_id} of the kill campaign {words}"

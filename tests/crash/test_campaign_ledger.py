@@ -10,7 +10,7 @@ from pathlib import Path
 
 from game_memory import FileGameMemoryStore
 
-from .campaign_ledger import EraseCall, Ledger, verify
+from .campaign_ledger import EraseCall, Ledger, erased_vectors, verify
 from .campaign_memories import memory, summary
 
 
@@ -86,3 +86,17 @@ async def test_a_summary_whose_sources_are_still_recalled_is_found(tmp_path: Pat
     ledger.consolidation_sent(stored)
     findings = await verify(save, tmp_path / "index", ledger)
     assert findings.lost["consolidate"] == 1
+
+
+async def test_no_two_campaign_memories_share_a_vector() -> None:
+    """The erase check takes an erased vector's bytes found in the index as left behind,
+    which holds only if no other memory has that vector: ids of the campaign's shapes
+    (rounds of up to 300 appends, concurrent appenders, summaries) all differ."""
+    ids = [
+        f"{kind}{round_}-{number}"
+        for kind in "acs"
+        for round_ in range(40)
+        for number in range(300)
+    ]
+    vectors = await erased_vectors([memory(memory_id) for memory_id in ids])
+    assert len(set(vectors)) == len(ids)
