@@ -4,7 +4,8 @@ A load maps a lone part's arrays as they are and joins a chain's into copies (at
 memories a part of 5 memories after the rest cost a load 8 ms and 12 MB), so a closing
 store merges the chain with what it does not cover, up to a bound; above it, closes add
 parts as the binary counter of ``CLOSING_PARTS`` says. The merge itself
-(``read_parts._merged_into_first``) must give exactly what the general merge gives.
+(``read_parts._merge_postings``, numpy inserts folded from the last part) must give exactly
+what the general merge (``read_parts._general_merge``) gives.
 """
 
 from __future__ import annotations
@@ -161,51 +162,49 @@ def random_part(rng: random.Random, start: int, count: int, vocabulary: list[byt
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("listed", [0, 10**9])
+@pytest.mark.parametrize("long_words", [False, True])
 @pytest.mark.parametrize("seed", range(40))
-def test_the_merge_into_the_first_part_equals_the_general_merge(
-    seed: int, listed: int, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_folded_merge_equals_the_general_merge(seed: int, long_words: bool) -> None:
     """Terms of the later parts before, between and after the first part's, shared with it
-    or new, in one later part or several, or none at all; the first part's terms searched
-    in its blob or listed (``_LISTED_TAIL_TERMS``)."""
-    monkeypatch.setattr(read_parts, "_LISTED_TAIL_TERMS", listed)
+    or new, in one later part or several, or none at all; short words, and long ones
+    sharing the bytes of a sort key or more (``_KEY_BYTES``), some not ASCII."""
     rng = random.Random(seed)
-    vocabulary = sorted({rng.choice("abcdefgh") * rng.randint(1, 3) + str(n) for n in range(60)})
-    words = [word.encode() for word in vocabulary]
-    first = random_part(rng, 0, rng.randint(1, 30), words)
-    rest, start = [], first.count
-    for _ in range(rng.randint(1, 3)):
-        part = random_part(rng, start, rng.randint(1, 6), words)
-        rest.append(part)
-        start += part.count
-    fast = read_parts._merged_into_first(first, rest)
-    assert fast is not None
-    general = _general_merge([first, *rest])
-    assert fast[0] == general[0]
-    for ours, theirs in zip(fast[1:], general[1:], strict=True):
+    if long_words:
+        key = "k" * read_parts._KEY_BYTES
+        stems = [key, key[:-1], key + "xy", "chérie-" + key[8:], "ü" * 12, "zz"]
+        vocabulary = {rng.choice(stems) + rng.choice("aé") * rng.randint(0, 2) + str(n)
+                      for n in range(60)} | set(stems)  # fmt: skip
+    else:
+        vocabulary = {rng.choice("abcdefgh") * rng.randint(1, 3) + str(n) for n in range(60)}
+    words = sorted(word.encode() for word in vocabulary)
+    parts, start = [], 0
+    for number in range(rng.randint(2, 4)):
+        count = rng.randint(1, 30) if number == 0 or rng.random() < 0.3 else rng.randint(1, 6)
+        parts.append(random_part(rng, start, count, words))
+        start += count
+    folded = read_parts._merge_postings(parts)
+    general = read_parts._general_merge(parts)
+    assert folded[0] == general[0]
+    for ours, theirs in zip(folded[1:], general[1:], strict=True):
         assert ours.dtype == theirs.dtype
         assert np.array_equal(ours, theirs)
 
 
-def test_a_tail_of_many_terms_takes_the_general_merge(monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(3)
-    words = [f"w{n}".encode() for n in range(50)]
-    first, tail = random_part(rng, 0, 10, words), random_part(rng, 10, 10, words)
-    monkeypatch.setattr(read_parts, "TAIL_TERMS", 2)
-    assert read_parts._merged_into_first(first, [tail]) is None
-    merged = read_parts._merge_postings([first, tail])  # the general merge answers
-    assert np.array_equal(merged[2], _general_merge([first, tail])[2])
-
-
-def _general_merge(parts_: list[Part]) -> read_parts.Postings:
-    """The general merge alone (the fast path refused by a bound of no terms)."""
-    saved = read_parts.TAIL_TERMS
-    read_parts.TAIL_TERMS = -1
-    try:
-        return read_parts._merge_postings(parts_)
-    finally:
-        read_parts.TAIL_TERMS = saved
+def test_a_term_with_a_zero_byte_takes_the_general_merge() -> None:
+    """The sort keys order terms as bytes only without zero bytes (the tokenizer never
+    makes one): parts that hold one are merged the general way, and rightly."""
+    rng = random.Random(5)
+    first = random_part(rng, 0, 6, [b"a", b"ab", b"b"])
+    tail = random_part(rng, 6, 4, [b"a\x00b"])
+    while not tail.term_blob:  # a part may draw no terms
+        tail = random_part(rng, 6, 4, [b"a\x00b"])
+    assert (
+        read_parts._inserted(read_parts._postings_of(first), read_parts._postings_of(tail)) is None
+    )
+    merged = read_parts._merge_postings([first, tail])
+    general = read_parts._general_merge([first, tail])
+    assert merged[0] == general[0] and b"a\x00b" in merged[0]
+    assert np.array_equal(merged[2], general[2]) and np.array_equal(merged[3], general[3])
 
 
 def test_ids_are_packed_when_they_can_be() -> None:
