@@ -463,7 +463,11 @@ class VectorMemoryStore(MemoryOverTime):
         return await self.authoritative.check(fix=fix)
 
     async def aclose(self) -> None:
-        """Close the store, its index, its authoritative store and (optionally) provider."""
+        """Close the store, its index, its authoritative store and (optionally) provider.
+
+        The authoritative store is closed even when the index's close fails (its derived
+        files are written and its lock released); that failure is raised after.
+        """
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
@@ -472,6 +476,8 @@ class VectorMemoryStore(MemoryOverTime):
                 await self.provider.aclose()
         finally:
             await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-            if self.index is not None:
-                await self.index.aclose()
-            await self.authoritative.aclose()
+            try:
+                if self.index is not None:
+                    await self.index.aclose()
+            finally:
+                await self.authoritative.aclose()

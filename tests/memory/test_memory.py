@@ -472,6 +472,27 @@ async def test_closing_is_idempotent_and_later_calls_raise_store_closed(
             await call
 
 
+async def test_a_failing_index_close_still_closes_the_save_and_is_raised(
+    tmp_path: Path, make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save is closed all the same (its files written, its lock released)."""
+    index = FileVectorMemoryIndex(tmp_path / "index")
+    save = FileGameMemoryStore(tmp_path / "save")
+    store = VectorMemoryStore(save, index, FaultyProvider())
+    await store.append(make_memory("m1"))
+
+    async def broken() -> None:
+        raise OSError("the index folder went away")
+
+    monkeypatch.setattr(index, "aclose", broken)
+    with pytest.raises(OSError, match="went away"):
+        await store.aclose()
+    with pytest.raises(StoreClosedError):
+        await save.enumerate("session")
+    async with FileGameMemoryStore(tmp_path / "save") as reopened:
+        assert ids(await reopened.enumerate("session")) == ["m1"]
+
+
 async def test_the_provider_is_left_open_when_the_store_does_not_own_it(
     make_vector_store: VectorStoreFactory, provider: FaultyProvider
 ) -> None:
