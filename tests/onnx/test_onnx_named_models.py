@@ -25,6 +25,7 @@ from game_memory.onnx.build.prepare import MODEL_SOURCES
 from game_memory.onnx.build.safetensors_reader import read_safetensors
 from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
 from game_memory.onnx.named_models import named_model, named_model_directory
+from game_memory.onnx.session import SPINNING_ENTRIES, OnnxSessionInference
 
 
 def test_the_names_are_default_then_multilingual() -> None:
@@ -109,6 +110,23 @@ async def test_each_name_opens_its_own_folder_and_options_pass_through(
         assert multilingual.identity.model_id == "intfloat/multilingual-e5-small"
         assert multilingual.identity.version.endswith("-max16")
     assert default.identity != multilingual.identity
+
+
+async def test_worker_threads_do_not_spin_between_runs_unless_asked(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    """onnxruntime's threads spin between runs by default, taking a core from the game
+    between its questions; the providers turn that off unless ``allow_spinning``."""
+    place(tiny_bert_files, tmp_path, "default")
+    for asked, expected in ((None, "0"), (True, "1"), (False, "0")):
+        options = {} if asked is None else {"allow_spinning": asked}
+        async with await load_named_provider("default", tmp_path, **options) as provider:
+            inference = provider.engine.inference
+            assert isinstance(inference, OnnxSessionInference)
+            session_options = inference.session.get_session_options()
+            for entry in SPINNING_ENTRIES:
+                assert session_options.get_session_config_entry(entry) == expected
+            assert (await provider.embed_query("a cat")).shape == (provider.identity.dimensions,)
 
 
 def test_prepare_named_model_returns_an_intact_folder_at_once(

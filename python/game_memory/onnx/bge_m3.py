@@ -90,6 +90,7 @@ def _load(options: BgeM3OnnxEmbeddingOptions, cancelled: Callable[[], bool]) -> 
         hidden_size=BGE_M3_HIDDEN_SIZE,
         intra_op_threads=options.intra_op_threads,
         inter_op_threads=options.inter_op_threads,
+        allow_spinning=options.allow_spinning,
     )
     return _Loaded(manifest, model_id, tokenizer, inference)
 

@@ -170,6 +170,7 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
         hidden_size=config.hidden_size,
         intra_op_threads=options.intra_op_threads,
         inter_op_threads=options.inter_op_threads,
+        allow_spinning=options.allow_spinning,
     )
     return _Loaded(manifest, prepared, tokenizer, inference)
 

@@ -20,19 +20,29 @@ from game_memory.onnx.arena import SHRINK_RUN_OPTION, IdleArenaShrinker, release
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.tokens import RunControl
 
-__all__ = ["OnnxSessionInference", "session_options"]
+__all__ = ["SPINNING_ENTRIES", "OnnxSessionInference", "session_options"]
 
 _OUTPUT = "last_hidden_state"
 _REQUIRED_INPUTS = frozenset({"input_ids", "attention_mask"})
 _ALLOWED_INPUTS = _REQUIRED_INPUTS | {"token_type_ids"}
 
 
-def session_options(*, intra_op_threads: int = 0, inter_op_threads: int = 1) -> ort.SessionOptions:
+#: onnxruntime's switches for worker threads that spin between runs, waiting for work.
+SPINNING_ENTRIES = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+
+
+def session_options(
+    *, intra_op_threads: int = 0, inter_op_threads: int = 1, allow_spinning: bool = False
+) -> ort.SessionOptions:
     """The options of every session the providers open (see the module docstring).
 
     Args:
         intra_op_threads: Threads inside one operator; 0 lets onnxruntime choose.
         inter_op_threads: Threads across operators (sequential execution).
+        allow_spinning: Let idle worker threads spin waiting for the next run
+            (onnxruntime's own default). Off here: a game asks a question now and then,
+            and between questions the spinning threads took a core from the game (see
+            ``OnnxProviderOptions.allow_spinning``).
     """
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -40,6 +50,8 @@ def session_options(*, intra_op_threads: int = 0, inter_op_threads: int = 1) -> 
     options.inter_op_num_threads = inter_op_threads
     if intra_op_threads > 0:
         options.intra_op_num_threads = intra_op_threads
+    for entry in SPINNING_ENTRIES:
+        options.add_session_config_entry(entry, "1" if allow_spinning else "0")
     options.log_severity_level = 3
     return options
 
@@ -56,6 +68,8 @@ class OnnxSessionInference:
         hidden_size: The width the contract requires.
         intra_op_threads: Threads inside one operator; 0 lets onnxruntime choose.
         inter_op_threads: Threads across operators (sequential execution).
+        allow_spinning: Let idle worker threads spin waiting for work (see
+            :func:`session_options`).
 
     Raises:
         OnnxEmbeddingError: ``UNSUPPORTED_MODEL`` if onnxruntime cannot load the file or
@@ -69,9 +83,12 @@ class OnnxSessionInference:
         hidden_size: int,
         intra_op_threads: int = 0,
         inter_op_threads: int = 1,
+        allow_spinning: bool = False,
     ) -> None:
         options = session_options(
-            intra_op_threads=intra_op_threads, inter_op_threads=inter_op_threads
+            intra_op_threads=intra_op_threads,
+            inter_op_threads=inter_op_threads,
+            allow_spinning=allow_spinning,
         )
         try:
             session = ort.InferenceSession(
