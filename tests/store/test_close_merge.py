@@ -10,6 +10,7 @@ what the general merge (``read_parts._general_merge``) gives.
 
 from __future__ import annotations
 
+import bisect
 import random
 from pathlib import Path
 
@@ -188,6 +189,22 @@ def test_the_folded_merge_equals_the_general_merge(seed: int, long_words: bool) 
     for ours, theirs in zip(folded[1:], general[1:], strict=True):
         assert ours.dtype == theirs.dtype
         assert np.array_equal(ours, theirs)
+
+
+def test_terms_sharing_one_key_are_placed_by_a_search_among_them() -> None:
+    """Thousands of terms longer than a key with one key (a binary search among them each,
+    not a list of them each: that was quadratic), placed where ``bisect`` puts them."""
+    prefix = b"p" * (read_parts._KEY_BYTES + 6)
+    first = sorted({prefix + str(number).encode() for number in range(0, 8_000, 2)})
+    later = sorted({prefix + str(number).encode() for number in range(1, 2_000, 2)} | {first[7]})
+
+    def arrays(terms: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        lengths = [len(term) for term in terms]
+        return np.frombuffer(b"".join(terms), np.uint8), np.concatenate(([0], np.cumsum(lengths)))
+
+    lows, present = read_parts._places(*arrays(first), *arrays(later))
+    assert lows.tolist() == [bisect.bisect_left(first, term) for term in later]
+    assert present.tolist() == [term == first[7] for term in later]
 
 
 def test_a_term_with_a_zero_byte_takes_the_general_merge() -> None:

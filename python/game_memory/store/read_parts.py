@@ -13,7 +13,6 @@ Both work on what the store already checked: the partition's state as the cache 
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import os
 from collections.abc import Sequence
@@ -513,10 +512,15 @@ def _places(
     for number in np.flatnonzero(shared).tolist():
         text = bytes(later_blob[later_offsets[number] : later_offsets[number + 1]])
         low, high = int(lows[number]), int(highs[number])
-        terms = [bytes(blob[offsets[i] : offsets[i + 1]]) for i in range(low, high)]
-        place = bisect.bisect_left(terms, text)
-        lows[number] = low + place
-        present[number] = place < len(terms) and terms[place] == text
+        end = high
+        while low < high:  # a binary search: a key many terms share costs no more
+            middle = (low + high) // 2
+            if bytes(blob[offsets[middle] : offsets[middle + 1]]) < text:
+                low = middle + 1
+            else:
+                high = middle
+        lows[number] = low
+        present[number] = low < end and bytes(blob[offsets[low] : offsets[low + 1]]) == text
     return lows, present
 
 
