@@ -56,6 +56,7 @@ _BENCHMARKS = {
     "beliefs": "belief_updates.py",
     "promises": "reranker_promises.py",
     "sidecar": "sidecar_memory.py",
+    "spinning": "onnx_spinning.py",
 }
 
 

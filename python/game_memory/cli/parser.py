@@ -212,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
             "beliefs",
             "promises",
             "sidecar",
+            "spinning",
         ],
         help="which benchmark",
     )
