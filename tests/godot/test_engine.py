@@ -105,6 +105,8 @@ def test_errors_are_surfaced_as_ok_false(core_run: EngineRun) -> None:
             "stop_fails_pending_requests",
             "a_request_after_stop_restarts_the_backend",
             "ready_line_with_another_protocol_is_refused",
+            "a_sidecar_gets_one_blas_thread_by_default",
+            "a_sidecar_keeps_the_games_own_blas_setting",
         },
     )
 

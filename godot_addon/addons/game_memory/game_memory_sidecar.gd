@@ -38,6 +38,11 @@ const EXIT_GRACE_MSEC: int = 3000
 const READY_OUTPUT_MAX_BYTES: int = 65536
 ## How much of the sidecar's stderr is kept for error messages, in bytes.
 const STDERR_TAIL_BYTES: int = 4096
+## Environment variables the sidecar is launched with, where the game's environment does not
+## set them: numpy's BLAS runs one thread (a second one would spin between the recalls'
+## products, taking a core from the game, for no faster answer). The frozen sidecar a game
+## ships sets the same itself; this covers a [code]game-memory[/code] installed with pip.
+const LAUNCH_ENVIRONMENT: Dictionary = {"OPENBLAS_NUM_THREADS": "1"}
 #endregion
 
 
@@ -99,6 +104,17 @@ static func build_arguments(prefix: PackedStringArray, save_directory: String,
 	return arguments
 
 
+## Returns the variables of [constant LAUNCH_ENVIRONMENT] this process's environment does
+## not set, with their values: what [method launch] sets before it starts the sidecar (a
+## child inherits the environment; Godot itself reads none of them).
+static func missing_environment() -> Dictionary:
+	var missing: Dictionary = {}
+	for name: String in LAUNCH_ENVIRONMENT:
+		if not OS.has_environment(name):
+			missing[name] = LAUNCH_ENVIRONMENT[name]
+	return missing
+
+
 ## Returns the sidecar arguments of the retention policy: at most [param bound] memories per
 ## NPC (none when [param bound] is 0 or less: the policy is off).
 static func retention_arguments(bound: int) -> PackedStringArray:
@@ -144,7 +160,8 @@ func get_stderr_tail() -> String:
 
 ## Launches [param command] with [param arguments]. It must print its ready line within
 ## [param timeout_seconds]; [signal started] or [signal failed] follows from [method poll]
-## (or at once, when the process cannot be started at all).
+## (or at once, when the process cannot be started at all). The variables of
+## [method missing_environment] are set first, so that the sidecar inherits them.
 func launch(command: String, arguments: PackedStringArray, timeout_seconds: float) -> void:
 	if _state != State.IDLE:
 		return
@@ -153,6 +170,9 @@ func launch(command: String, arguments: PackedStringArray, timeout_seconds: floa
 		_fail("a web export cannot launch the game-memory sidecar; run `game-memory serve "
 				+ "--websocket 127.0.0.1:PORT` yourself and set GameMemory.server_url and token")
 		return
+	var missing: Dictionary = missing_environment()
+	for name: String in missing:
+		OS.set_environment(name, missing[name])
 	# On Unix a missing command still forks (the child fails in execvp), so that case shows up
 	# in poll() as an exit before the ready line; an empty result means no fork at all.
 	var pipes: Dictionary = OS.execute_with_pipe(command, arguments, false)

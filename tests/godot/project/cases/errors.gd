@@ -10,6 +10,7 @@ func run() -> void:
 	await _check_launching_is_refused_on_the_web()
 	await _check_stop_and_restart()
 	_check_ready_line_parsing()
+	_check_launch_environment()
 
 
 func _check_refused_before_sending() -> void:
@@ -146,3 +147,20 @@ func _check_ready_line_parsing() -> void:
 
 func _status_into(memory: GameMemory, into: Array) -> void:
 	into.append(await memory.status())
+
+
+func _check_launch_environment() -> void:
+	var name: String = "OPENBLAS_NUM_THREADS"
+	var before: String = OS.get_environment(name)
+	OS.unset_environment(name)
+	var unset: Dictionary = GameMemorySidecar.missing_environment()
+	check("a_sidecar_gets_one_blas_thread_by_default", unset.get(name, "") == "1",
+			{"missing": unset})
+	OS.set_environment(name, "4")
+	var chosen: Dictionary = GameMemorySidecar.missing_environment()
+	check("a_sidecar_keeps_the_games_own_blas_setting", not chosen.has(name),
+			{"missing": chosen})
+	if before.is_empty():
+		OS.unset_environment(name)
+	else:
+		OS.set_environment(name, before)
