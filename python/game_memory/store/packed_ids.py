@@ -96,9 +96,7 @@ class PackedIds(Sequence[str]):
         text = _SEPARATOR.join(ids) + _SEPARATOR if ids else ""
         if not text.isascii() or text.count(_SEPARATOR) != len(ids):
             return None
-        blob = text.encode("ascii")
-        ends = np.flatnonzero(np.frombuffer(blob, np.uint8) == 0).astype(np.int64, copy=False)
-        return cls(text, ends)
+        return cls.of_blob(text.encode("ascii"))
 
     @property
     def blob(self) -> bytes:
