@@ -160,7 +160,15 @@ class FakeProvider(FixedVectors):
 # -- the two sides ------------------------------------------------------------------------
 
 
-def gm_open(root: Path, bound: int, provider: FakeProvider) -> Any:
+def gm_open(
+    root: Path,
+    bound: int,
+    provider: FakeProvider,
+    cache_entries: int | None = None,
+    digest_cache_entries: int = 200_000,
+) -> Any:
+    """The front door over a file store and a file index under ``root`` (the caches'
+    bounds at their defaults unless given: ``cache_bounds.py``)."""
     from game_memory import (
         FileGameMemoryStore,
         FileVectorMemoryIndex,
@@ -172,8 +180,10 @@ def gm_open(root: Path, bound: int, provider: FakeProvider) -> Any:
     )
 
     return VectorMemoryStore(
-        FileGameMemoryStore(root / "save", maximum_entries=bound),
-        FileVectorMemoryIndex(root / "index", capacity=bound),
+        FileGameMemoryStore(root / "save", maximum_entries=bound, cache_entries=cache_entries),
+        FileVectorMemoryIndex(
+            root / "index", capacity=bound, digest_cache_entries=digest_cache_entries
+        ),
         provider,
         reranker=GameAwareMemoryReranker(),
         options=VectorMemoryStoreOptions(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
+import weakref
 
 import numpy as np
 import pytest
@@ -123,6 +125,21 @@ def test_cached_digests_equal_computed_ones_and_the_cache_stays_bounded(
     for memory in memories + memories[:3]:
         assert cache.get(memory) == (memory_hash(memory.memory_id), content_digest(memory))
     assert len(cache._cache) == 4
+
+
+def test_the_digest_cache_keeps_no_memory_alive(make_memory: MemoryFactory) -> None:
+    # Up to 300k memories (1.5-4 KB each) outlived the partition cache's bound when the
+    # entries held them; they refer to their memory weakly, and a dead one's entry found
+    # under a reused id is not the new object's.
+    cache = MemoryDigests(maximum=4)
+    memory, live = make_memory("m1"), make_memory("m2", text="another")
+    expected = cache.get(memory)
+    gone = weakref.ref(memory)
+    cache._cache[id(live)] = cache._cache.pop(id(memory))  # as if ``live`` took its id
+    del memory
+    gc.collect()
+    assert gone() is None
+    assert cache.get(live) == (memory_hash("m2"), content_digest(live)) != expected
 
 
 def test_a_row_checksum_changes_when_any_byte_of_the_row_changes() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
+import weakref
 from dataclasses import astuple
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,29 @@ def test_a_join_is_reused_while_both_versions_stay_current_and_replaced_after(
     second = cache.join(grown, indexed, ACTIVE)
     assert second is not first and second.pending == 1
     assert len(cache._joins) == 1  # one join per partition: old versions are released
+
+
+def test_the_joins_kept_hold_at_most_the_digest_cache_s_bound_of_memories(
+    make_memory: MemoryFactory,
+) -> None:
+    # A join keeps its view (and every memory it parsed) alive: 4,096 joins of any size
+    # held a whole world's memories whatever the store's partition cache let go.
+    cache = JoinCache(MemoryDigests(maximum=1_000))
+    held = []
+    for number in range(5):
+        owner = f"npc-{number}"
+        memories = [make_memory(f"{owner}-{n}", owner_id=owner) for n in range(400)]
+        shown = PartitionView("session", owner, tuple(memories), {})
+        cache.join(shown, None, ACTIVE)
+        held.append(weakref.ref(shown))
+        del shown, memories
+        assert cache.memories <= 1_000 or len(cache) == 1
+    assert len(cache) == 2 and cache.memories == 800  # the two latest
+    gc.collect()
+    assert [ref() is None for ref in held] == [True, True, True, False, False]
+    large = [make_memory(f"large-{n}", owner_id="large") for n in range(1_500)]
+    cache.join(PartitionView("session", "large", tuple(large), {}), None, ACTIVE)
+    assert len(cache) == 1 and cache.memories == 1_500  # the latest is always kept
 
 
 def test_an_orphaned_partition_joins_with_no_view(make_memory: MemoryFactory) -> None:

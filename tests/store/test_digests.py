@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from typing import Any
 
 from game_memory.index.entries import content_digest, memory_hash
@@ -74,3 +76,28 @@ async def test_closing_the_store_keeps_no_memory_alive_in_the_cache(
     await store.aclose()
     assert digests_module.encoded_digests.known([memory]) == [None]
     assert len(digests_module.encoded_digests) == 0
+
+
+def test_the_cache_keeps_no_memory_alive(make_memory: MemoryFactory) -> None:
+    # A partition that lets its memories go (evicted, or read again from its read file)
+    # must not find them held here: entries refer to their memory weakly.
+    cache = EncodedDigests()
+    memory = make_memory("m1", text="a memory")
+    cache.remember(memory, encode_document(memory))
+    gone = weakref.ref(memory)
+    del memory
+    gc.collect()
+    assert gone() is None
+
+
+def test_a_dead_memory_s_entry_is_not_another_object_s(make_memory: MemoryFactory) -> None:
+    # An id is reused once its object died: the entry of the dead memory, found under the
+    # id a live object now has, is not that object's.
+    cache = EncodedDigests()
+    dead = make_memory("m1", text="first")
+    live = make_memory("m2", text="second")
+    cache.remember(dead, encode_document(dead))
+    cache._cache[id(live)] = cache._cache.pop(id(dead))  # as if ``live`` took its id
+    del dead
+    gc.collect()
+    assert cache.known([live]) == [None]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -204,13 +205,22 @@ class MemoryDigests:
     """A bounded cache of ``(memory_hash, content_digest)`` per memory object.
 
     Memories are immutable and shared by every cached view of a partition, so a memory's
-    digests are computed once per process instead of once per search.
+    digests are computed once per process instead of once per search. An entry holds its
+    memory weakly: it is used only while the memory lives (a dead memory's id may be
+    reused by another object, which the dead reference tells apart), and the cache never
+    keeps alive a memory its partition let go (up to ``maximum`` memories of 1.5–4 KB
+    each could outlive their partition when it held them).
     """
 
     def __init__(self, maximum: int = 300_000) -> None:
         self._maximum = maximum
-        self._cache: OrderedDict[int, tuple[GameMemory, bytes, bytes]] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[weakref.ref[GameMemory], bytes, bytes]] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def maximum(self) -> int:
+        """The most memories whose digests are kept."""
+        return self._maximum
 
     def get(self, memory: GameMemory) -> tuple[bytes, bytes]:
         """Return ``(sha256(memory_id), content digest)`` of ``memory``."""
@@ -224,7 +234,7 @@ class MemoryDigests:
             cache = self._cache
             for index, memory in enumerate(memories):
                 cached = cache.get(id(memory))
-                if cached is not None and cached[0] is memory:
+                if cached is not None and cached[0]() is memory:
                     found.append((cached[1], cached[2]))
                 else:
                     found.append(None)
@@ -241,7 +251,7 @@ class MemoryDigests:
             ]
             with self._lock:
                 for index, (memory, hashed, digest) in zip(missing, computed, strict=True):
-                    self._cache[id(memory)] = (memory, hashed, digest)
+                    self._cache[id(memory)] = (weakref.ref(memory), hashed, digest)
                     found[index] = (hashed, digest)
                 while len(self._cache) > self._maximum:
                     self._cache.popitem(last=False)

@@ -60,7 +60,9 @@ class FileVectorMemoryIndex:
         capacity: Most entries one owner partition may hold, 1..1,000,000.
         lock_timeout: Seconds to wait for another writer before ``StoreBusyError``.
         digest_cache_entries: Memory digests kept in memory (the join's hot data),
-            1,000..10,000,000.
+            1,000..10,000,000; the joins kept hold views of at most this many memories in
+            all (a view keeps the memories it parsed alive: bound it with the store's
+            ``cache_entries`` to bound both).
         create: Create the folder on first use. ``False`` (read-only tools): a folder that
             does not exist reads as an empty index and is not created.
         durable_writes: fsync every write (off by default: see :meth:`write`; compactions

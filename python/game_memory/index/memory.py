@@ -67,7 +67,9 @@ class InMemoryVectorIndex:
 
     Args:
         capacity: Most entries one owner partition may hold, 1..1,000,000.
-        digest_cache_entries: Memory digests kept (the join's hot data), 1,000..10,000,000.
+        digest_cache_entries: Memory digests kept (the join's hot data), 1,000..10,000,000;
+            the joins kept hold views of at most this many memories in all (a view keeps
+            the memories it parsed alive: bound it with the store's ``cache_entries``).
 
     Raises:
         InvalidArgumentError: an option is out of range.

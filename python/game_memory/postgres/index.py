@@ -87,7 +87,9 @@ class PostgresVectorIndex:
         capacity: Most entries one owner partition may hold, 1..1,000,000.
         cache_entries: Entries (with their vectors) kept in this process, 1..10,000,000
             (200,000 at 384 dimensions hold about 300 MB of vectors).
-        digest_cache_entries: Memory digests kept (the join's hot data), 1,000..10,000,000.
+        digest_cache_entries: Memory digests kept (the join's hot data), 1,000..10,000,000;
+            the joins kept hold views of at most this many memories in all (a view keeps
+            the memories it parsed alive: bound it with the store's ``cache_entries``).
         max_connections: Connections of this index object, 1..64.
         timeout: Seconds to connect, and to wait for a free connection.
         migrate: Bring the schema up to date on first use.

@@ -7,18 +7,21 @@ memory's JSON, a closing brace). An append or a batch encodes every memory anywa
 store hashes that slice then (about half a microsecond) and keeps the result here, keyed
 by the memory object; the index's write and the read file's part of the same objects find
 it instead of serializing each memory twice more (about 4 us each). Entries hold their
-memory (so an id is never reused by another object while cached).
+memory weakly: an entry is used only while its memory lives (a dead memory's id may be
+reused by another object, which its dead reference tells apart), and the cache never keeps
+a memory alive that its partition let go (1.5–4 KB each, with its strings).
 
 Bound: :data:`MAXIMUM` memories, least recently remembered dropped first (the index's write
 follows the save's append or batch at once, so the window needed is one batch); closing a
-file store empties it, so a closed save's memories are not kept alive by it. A miss only
-means the digest is computed from the memory, as without this cache.
+file store empties it. A miss only means the digest is computed from the memory, as
+without this cache.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -37,7 +40,7 @@ class EncodedDigests:
 
     def __init__(self, maximum: int = MAXIMUM) -> None:
         self._maximum = maximum
-        self._cache: OrderedDict[int, tuple[GameMemory, bytes, bytes]] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[weakref.ref[GameMemory], bytes, bytes]] = OrderedDict()
         self._lock = threading.Lock()
 
     def remember(self, memory: GameMemory, document: bytes) -> None:
@@ -56,8 +59,9 @@ class EncodedDigests:
         digest's definition), whose payload holds the memory's JSON at its fixed place.
         """
         sha256 = hashlib.sha256
-        found = []
+        found: list[tuple[weakref.ref[GameMemory], bytes, bytes]] = []
         hashes: list[bytes | None] = []
+        held = []  # the memories of ``found``, by place
         for memory, data in zip(memories, encoded, strict=True):
             if data is None or type(memory) is not GameMemory or data[-1:] != b"}":
                 hashes.append(None)
@@ -65,17 +69,18 @@ class EncodedDigests:
             digest = sha256(memoryview(data)[skip + _PREFIX : -1]).digest()
             hashed = sha256(memory.memory_id.encode("utf-8")).digest()
             hashes.append(hashed)
-            found.append((memory, hashed, digest))
+            found.append((weakref.ref(memory), hashed, digest))
+            held.append(memory)
         with self._lock:
             cache = self._cache
-            for entry in found:
-                cache[id(entry[0])] = entry
+            for memory, entry in zip(held, found, strict=True):
+                cache[id(memory)] = entry
             while len(cache) > self._maximum:
                 cache.popitem(last=False)
         return hashes
 
     def clear(self) -> None:
-        """Forget every memory (a store closed: its memories are not kept alive here)."""
+        """Forget every memory (a store closed)."""
         with self._lock:
             self._cache.clear()
 
@@ -91,7 +96,7 @@ class EncodedDigests:
             for memory in memories:
                 entry = cache.get(id(memory))
                 found.append(
-                    (entry[1], entry[2]) if entry is not None and entry[0] is memory else None
+                    (entry[1], entry[2]) if entry is not None and entry[0]() is memory else None
                 )
         return found
 
