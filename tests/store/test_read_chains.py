@@ -217,20 +217,16 @@ async def test_new_memories_cost_a_part_of_their_own_and_closing_merges_nothing(
         digested.append(len(memories))
         return content_digests(memories)
 
-    real_tokenize, real_joined = read_parts.tokenize, read_parts.tokenize_joined
+    real_postings_of = read_parts.postings_of
 
-    def counted_tokenize(text: str | None) -> list[str]:
-        tokenized.append(1)
-        return real_tokenize(text)
-
-    def counted_joined(joined: str) -> list[str]:  # the texts of a batch, scanned at once
-        tokenized.extend([1] * (joined.count("\x00") + 1))
-        return real_joined(joined)
+    def counted_postings_of(memories: Any, start: int) -> Any:
+        tokenized.extend([1] * len(memories))  # each memory's text tokenized once
+        return real_postings_of(memories, start)
 
     real_merge = read_parts.merge
     monkeypatch.setattr(read_path, "merge", lambda found: merged.append(1) or real_merge(found))
-    monkeypatch.setattr(read_parts, "tokenize", counted_tokenize)
-    monkeypatch.setattr(read_parts, "tokenize_joined", counted_joined)
+    # A part's postings are built by ``postings_of``, one tokenization per memory.
+    monkeypatch.setattr(read_parts, "postings_of", counted_postings_of)
     from game_memory.store import partitions
 
     monkeypatch.setattr(partitions, "content_digests", counted_digests)
@@ -476,12 +472,40 @@ async def test_a_read_that_began_before_a_part_was_written_keeps_the_newer_chain
     assert await from_records(save, make_store) == expected
 
 
+def reference_postings(memories: list[Any], start: int) -> tuple[Any, ...]:
+    """Postings as the lexical index built them before 6 December 2026: a counter of each
+    memory's tokens, then per term its documents and frequencies (terms sorted)."""
+    from collections import Counter
+
+    from game_memory.store.postings import document_text
+    from game_memory.store.tokenizer import tokenize
+
+    terms: dict[str, tuple[list[int], list[int]]] = {}
+    lengths = []
+    for number, memory in enumerate(memories):
+        counts = Counter(tokenize(document_text(memory)))
+        lengths.append(sum(counts.values()))
+        for term, frequency in counts.items():
+            documents, frequencies = terms.setdefault(term, ([], []))
+            documents.append(number + start)
+            frequencies.append(frequency)
+    ordered = sorted(terms)
+    offsets = [0]
+    for term in ordered:
+        offsets.append(offsets[-1] + len(terms[term][0]))
+    documents = [d for term in ordered for d in terms[term][0]]
+    frequencies = [f for term in ordered for f in terms[term][1]]
+    return ordered, offsets, documents, frequencies, lengths
+
+
 @pytest.mark.parametrize("start", [0, 7, 1_000])
-def test_a_part_s_postings_equal_the_lexical_index_s(
+def test_a_part_s_postings_and_the_lexical_index_s_equal_a_counter_s(
     make_memory: MemoryFactory, start: int
 ) -> None:
-    """``postings_of`` builds a part's postings with numpy; they are exactly what
-    ``LexicalIndex(memories).export()`` gives, numbered from ``start``."""
+    """``postings_of`` builds a part's postings with numpy, and a lexical index built whole
+    holds them as compressed rows; both are exactly what counting each memory's tokens
+    gives (``reference_postings``), numbered from ``start`` (the index from 0), and the
+    index answers every term's postings, and nothing for other words."""
     import numpy as np
 
     from game_memory.store.postings import LexicalIndex
@@ -498,14 +522,50 @@ def test_a_part_s_postings_equal_the_lexical_index_s(
         for n in range(60)
     ]
     for chosen in (memories, memories[:1], [], [make_memory("blank", text=None)]):
-        terms, offsets, documents, frequencies, lengths = LexicalIndex(chosen).export()
+        terms, offsets, documents, frequencies, lengths = reference_postings(chosen, start)
         mine = postings_of(chosen, start)
-        assert mine[0] == list(terms)
-        assert mine[1].tolist() == offsets.tolist()
-        assert mine[2].tolist() == (documents.astype(np.int64) + start).tolist()
-        assert mine[3].tolist() == frequencies.tolist()
-        assert mine[4].tolist() == lengths.tolist()
+        assert mine[0] == terms
+        assert mine[1].tolist() == offsets
+        assert mine[2].tolist() == documents
+        assert mine[3].tolist() == frequencies
+        assert mine[4].tolist() == lengths
         assert mine[2].dtype == np.int32 and mine[3].dtype == np.int32
+        index = LexicalIndex(chosen)
+        exported = index.export()
+        assert list(exported[0]) == terms and exported[1].tolist() == offsets
+        assert (exported[2] + start).tolist() == documents
+        assert exported[3].tolist() == frequencies and index.lengths.tolist() == lengths
+        for at, term in enumerate(terms):
+            found, tf = index.postings(term)
+            assert (found + start).tolist() == documents[offsets[at] : offsets[at + 1]]
+            assert tf.tolist() == frequencies[offsets[at] : offsets[at + 1]]
+            assert found.dtype == np.int64 and tf.dtype == np.float64
+        for absent in ("absent", "swor", "猫猫", ""):
+            assert index.postings(absent)[0].size == 0
+
+
+def test_a_lexical_index_grown_from_one_built_whole_equals_one_built_whole(
+    make_memory: MemoryFactory,
+) -> None:
+    """Appends extend an index built whole (compressed rows) with postings of their own:
+    every term's postings are those of an index built whole from all the memories."""
+    from game_memory.store.postings import LexicalIndex
+
+    rng = random.Random(5)
+    alphabet = [*WORDS, "Sword", "猫", "ドラゴン", "new", "words"]
+    memories = [
+        make_memory(f"m{n}", text=" ".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))))
+        for n in range(120)
+    ]
+    index = LexicalIndex(memories[:50])
+    for end in (51, 52, 80, 120):
+        index = LexicalIndex(memories[:end], index)
+        whole = LexicalIndex(memories[:end])
+        assert index.lengths.tolist() == whole.lengths.tolist()
+        for term in [*whole.export()[0], "absent"]:
+            grown, built = index.postings(term), whole.postings(term)
+            assert grown[0].tolist() == built[0].tolist()
+            assert grown[1].tolist() == built[1].tolist()
 
 
 async def copied_save(

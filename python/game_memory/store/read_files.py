@@ -91,6 +91,7 @@ from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.packed_ids import PackedIds, unpacked_ids
+from game_memory.store.postings import TermTable
 from game_memory.store.read_stamps import (
     map_file,
     read_stamp,
@@ -349,7 +350,10 @@ def _unstrings(blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> l
 
 
 def encode_terms(terms: Sequence[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
-    """Sorted terms as one UTF-8 blob and offsets (a part's ``term_blob``/``term_offsets``)."""
+    """Sorted terms as one UTF-8 blob and offsets (a part's ``term_blob``/``term_offsets``);
+    a :class:`TermTable`'s are its own (an exported index built whole holds one)."""
+    if isinstance(terms, TermTable):
+        return bytes(terms.blob), terms.offsets
     blob, offsets = _strings(terms)
     return blob.tobytes(), offsets
 

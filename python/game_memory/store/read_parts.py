@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from game_memory.model import GameMemory
 from game_memory.store.packed_ids import joined_ids
-from game_memory.store.postings import document_text
+from game_memory.store.postings import postings_of
 from game_memory.store.read_files import (
     COLUMN_NAMES,
     Covered,
@@ -34,7 +34,6 @@ from game_memory.store.read_files import (
 )
 from game_memory.store.records import HEADER_BYTES
 from game_memory.store.state import PartitionState
-from game_memory.store.tokenizer import MAXIMUM_TOKENS, joined_ascii, tokenize, tokenize_joined
 
 __all__ = ["merge", "part_of", "postings_of", "refreshed", "tables_extend"]
 
@@ -200,59 +199,6 @@ def _postings(
         np.asarray(frequencies, np.int32),
         np.asarray(lengths, np.int64),
     )
-
-
-def postings_of(
-    memories: Sequence[GameMemory], start: int
-) -> tuple[list[str], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32], IntArray]:
-    """The exported postings (``LexicalIndex.export``'s arrays) of ``memories``, numbered
-    from ``start``: the same terms, documents, frequencies and token counts as
-    ``LexicalIndex(memories).export()`` (tested), built with one tokenization per memory,
-    one C-level dictionary lookup per token and numpy, instead of a counter and posting
-    lists per memory and term."""
-    count = len(memories)
-    texts = [document_text(memory) for memory in memories]
-    joined = joined_ascii(texts) if count > 1 else None
-    if joined is not None:
-        # ASCII texts (the usual case): one scan of all of them, each followed by a
-        # separator that becomes a document boundary here (``tokenizer.tokenize_joined``).
-        scanned = tokenize_joined(joined)
-        found = sorted(dict.fromkeys(scanned))[1:]  # the separator sorts first: not a term
-        numbers = {term: number for number, term in enumerate(found)}
-        numbers["\x00"] = -1
-        codes = np.fromiter(map(numbers.__getitem__, scanned), np.int64, len(scanned))
-        marks = codes < 0
-        owners: IntArray = np.cumsum(marks, dtype=np.int64)[~marks]  # texts before each token
-        counts = np.bincount(owners, minlength=count).astype(np.int64)
-        if int(counts.max()) <= MAXIMUM_TOKENS:  # else cut per text, below
-            return _postings_arrays(found, codes[~marks], owners, counts, count, start)
-    tokenized = [tokenize(text) for text in texts]
-    lengths = np.fromiter(map(len, tokenized), np.int64, count)
-    flat = list(itertools.chain.from_iterable(tokenized))
-    terms = sorted(dict.fromkeys(flat))
-    place = {term: number for number, term in enumerate(terms)}
-    term_of = np.fromiter(map(place.__getitem__, flat), np.int64, len(flat))
-    document_of = np.repeat(np.arange(count, dtype=np.int64), lengths)
-    return _postings_arrays(terms, term_of, document_of, lengths, count, start)
-
-
-def _postings_arrays(
-    terms: list[str],
-    term_of: IntArray,
-    document_of: IntArray,
-    lengths: IntArray,
-    count: int,
-    start: int,
-) -> tuple[list[str], IntArray, npt.NDArray[np.int32], npt.NDArray[np.int32], IntArray]:
-    """:func:`postings_of`'s arrays from every token's term and document."""
-    keys, frequencies = np.unique(term_of * max(count, 1) + document_of, return_counts=True)
-    term = keys // max(count, 1)
-    per_term = (
-        np.bincount(term, minlength=len(terms)) if keys.size else np.zeros(len(terms), np.int64)
-    )
-    offsets = np.concatenate(([0], np.cumsum(per_term))).astype(np.int64)
-    documents = (keys % max(count, 1) + start).astype(np.int32)
-    return terms, offsets, documents, frequencies.astype(np.int32), lengths
 
 
 def _from(exported: Any, start: int) -> Any:
