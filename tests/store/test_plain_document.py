@@ -492,6 +492,23 @@ def test_missing_optional_keys_are_not_recorded_as_set() -> None:
     assert_same_outcome(payload)
 
 
+def test_memories_decoded_with_the_usual_keys_share_one_fields_set_safely() -> None:
+    # One set of names per usual key set (0.7 KB a memory otherwise): the models are
+    # frozen, so nothing adds to it, and a copy with changes gets a set of its own.
+    first, second = decode_plain_document(PLAIN), decode_plain_document(PLAIN)
+    assert first is not None and second is not None
+    one, other = first[1], second[1]
+    assert one.__pydantic_fields_set__ is other.__pydantic_fields_set__
+    assert one.moment.__pydantic_fields_set__ is other.moment.__pydantic_fields_set__
+    before = set(one.model_fields_set)
+    with pytest.raises(ValueError, match="frozen"):
+        one.importance = 0.1  # type: ignore[misc]
+    changed = one.model_copy(update={"importance": 0.9})
+    assert changed.importance == 0.9 and changed.model_fields_set == before
+    assert changed.__pydantic_fields_set__ is not one.__pydantic_fields_set__
+    assert one.model_fields_set == other.model_fields_set == before
+
+
 def test_a_duplicate_key_takes_its_last_value_as_json_loads_does() -> None:
     payload = PLAIN.replace(b'"memory":{', b'"memory":{"memory_id":"earlier",')
     assert decode_document(payload).memory_id == "memory-1"

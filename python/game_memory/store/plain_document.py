@@ -218,14 +218,29 @@ def _is_json(value: str, what: str) -> bool:
     return True
 
 
+#: One set of field names per usual key set, shared by every memory (or moment) decoded
+#: with exactly those keys (:func:`_fields_set`).
+_SHARED_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+
+
 def _fields_set(
     value: dict[str, Any], usual: frozenset[str], required: frozenset[str], allowed: frozenset[str]
 ) -> set[str] | None:
     """The fields model_validate records as set: the keys of ``value``; ``None`` if a
-    required one is missing or an unknown one is present (``extra="forbid"``)."""
+    required one is missing or an unknown one is present (``extra="forbid"``).
+
+    In the usual case (the keys are ``usual``) one set is shared by every model decoded
+    so: a set of 15 names costs 0.7 KB, a fifth of what a parsed memory holds. The models
+    are frozen, so pydantic never adds to it (only an assignment would, which a frozen
+    model refuses; ``model_copy`` updates a copy of it); no code here mutates a model's
+    ``model_fields_set``, nor may a caller.
+    """
     keys = value.keys()
-    if keys == usual:  # the usual case, copied the cheaper way
-        return set(usual)
+    if keys == usual:  # the usual case: the shared set
+        shared = _SHARED_FIELDS_SETS.get(usual)
+        if shared is None:
+            shared = _SHARED_FIELDS_SETS.setdefault(usual, set(usual))
+        return shared
     return set(keys) if required <= keys <= allowed else None
 
 
