@@ -57,6 +57,7 @@ _BENCHMARKS = {
     "promises": "reranker_promises.py",
     "sidecar": "sidecar_memory.py",
     "spinning": "onnx_spinning.py",
+    "bounds": "cache_bounds.py",
 }
 
 

@@ -213,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
             "promises",
             "sidecar",
             "spinning",
+            "bounds",
         ],
         help="which benchmark",
     )
