@@ -509,6 +509,26 @@ def test_memories_decoded_with_the_usual_keys_share_one_fields_set_safely() -> N
     assert one.model_fields_set == other.model_fields_set == before
 
 
+def test_the_ids_a_partition_repeats_are_one_string_each_within_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Session, owner, scope and timeline: about 60 bytes each a memory otherwise.
+    first, second = decode_plain_document(PLAIN), decode_plain_document(PLAIN)
+    assert first is not None and second is not None
+    one, other = first[1], second[1]
+    for name in ("session_id", "owner_id", "scope"):
+        assert getattr(one, name) is getattr(other, name)
+    assert one.moment.timeline_id is other.moment.timeline_id
+    assert one.memory_id == other.memory_id and one.payload_json == other.payload_json
+    monkeypatch.setattr(plain_document, "SHARED_IDS", 8)
+    monkeypatch.setattr(plain_document, "_SHARED", {})
+    for number in range(40):
+        payload = memory_payload(owner_id=f"owner-{number}", session_id=f"session-{number}")
+        decoded = decode_plain_document(payload)
+        assert decoded is not None and decoded[1].owner_id == f"owner-{number}"
+        assert len(plain_document._SHARED) <= 8
+
+
 def test_a_duplicate_key_takes_its_last_value_as_json_loads_does() -> None:
     payload = PLAIN.replace(b'"memory":{', b'"memory":{"memory_id":"earlier",')
     assert decode_document(payload).memory_id == "memory-1"
