@@ -220,7 +220,7 @@ def _is_json(value: str, what: str) -> bool:
 
 #: One set of field names per usual key set, shared by every memory (or moment) decoded
 #: with exactly those keys (:func:`_fields_set`).
-_SHARED_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+_SHARED_FIELDS_SETS = {usual: set(usual) for usual in (_MEMORY_WRITTEN, _MOMENT_ALLOWED)}
 
 
 def _fields_set(
@@ -237,10 +237,7 @@ def _fields_set(
     """
     keys = value.keys()
     if keys == usual:  # the usual case: the shared set
-        shared = _SHARED_FIELDS_SETS.get(usual)
-        if shared is None:
-            shared = _SHARED_FIELDS_SETS.setdefault(usual, set(usual))
-        return shared
+        return _SHARED_FIELDS_SETS[usual]
     return set(keys) if required <= keys <= allowed else None
 
 

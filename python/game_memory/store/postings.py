@@ -27,7 +27,14 @@ from game_memory.model import GameMemory
 from game_memory.store.growing import Growing
 from game_memory.store.tokenizer import MAXIMUM_TOKENS, joined_ascii, tokenize, tokenize_joined
 
-__all__ = ["LexicalIndex", "PostingArrays", "TermTable", "document_text", "postings_of"]
+__all__ = [
+    "LexicalIndex",
+    "PostingArrays",
+    "TermTable",
+    "document_text",
+    "encode_terms",
+    "postings_of",
+]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -227,8 +234,12 @@ def _postings_arrays(
     return terms, offsets, documents, frequencies.astype(np.int32), lengths
 
 
-def _term_blob(terms: Sequence[str]) -> tuple[bytes, IntArray]:
-    """Sorted terms as one UTF-8 blob and its offsets (what a :class:`TermTable` reads)."""
+def encode_terms(terms: Sequence[str]) -> tuple[bytes, IntArray]:
+    """Sorted terms as one UTF-8 blob and its offsets: what a :class:`TermTable` reads and
+    a read-file part holds (``term_blob``/``term_offsets``); a :class:`TermTable`'s are
+    its own (an exported index built whole holds one)."""
+    if isinstance(terms, TermTable):
+        return bytes(terms.blob), terms.offsets
     encoded = [term.encode("utf-8") for term in terms]
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum(list(map(len, encoded)), out=offsets[1:])
@@ -250,7 +261,7 @@ class LexicalIndex:
             # file restores them. Per term a dictionary entry and two arrays cost about
             # 3.3 KB per memory (1,000 NPCs of 100 memories: 330 MB); rows cost about 0.4.
             exported = postings_of(memories, 0)
-            blob, offsets = _term_blob(exported[0])
+            blob, offsets = encode_terms(exported[0])
             self._postings, self._shared, self._rooms = {}, {}, {}
             self._rows = _Rows((TermTable(blob, offsets), *exported[1:]))
             self.lengths = exported[4]

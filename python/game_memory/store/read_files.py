@@ -91,7 +91,7 @@ from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.packed_ids import PackedIds, unpacked_ids
-from game_memory.store.postings import TermTable
+from game_memory.store.postings import encode_terms
 from game_memory.store.read_stamps import (
     map_file,
     read_stamp,
@@ -347,15 +347,6 @@ def _unstrings(blob: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64]) -> l
         text = data.decode("ascii")
         return [text[a:b] for a, b in itertools.pairwise(bounds)]
     return [data[a:b].decode("utf-8") for a, b in itertools.pairwise(bounds)]
-
-
-def encode_terms(terms: Sequence[str]) -> tuple[bytes, npt.NDArray[np.int64]]:
-    """Sorted terms as one UTF-8 blob and offsets (a part's ``term_blob``/``term_offsets``);
-    a :class:`TermTable`'s are its own (an exported index built whole holds one)."""
-    if isinstance(terms, TermTable):
-        return bytes(terms.blob), terms.offsets
-    blob, offsets = _strings(terms)
-    return blob.tobytes(), offsets
 
 
 def write_read_file(
