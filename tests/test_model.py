@@ -28,6 +28,7 @@ from game_memory.model import (
     memories_match_query,
     memory_matches_query,
     ordinal_key,
+    sharing,
 )
 from game_memory.strict_json import parse_strict_json
 
@@ -228,6 +229,56 @@ def test_memories_are_immutable() -> None:
     assert restored == stored
     with pytest.raises(TypeError):
         restored.metadata["k"] = "changed"  # type: ignore[index]
+
+
+def test_memories_built_alike_share_their_repeated_ids_and_field_names_safely(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # What a game keeps alive in numbers (appended memories, parsed partitions) must not
+    # carry its own copies of its partition's ids and of pydantic's set of field names
+    # (about 1 KB a memory): one object each, within a bound, and safe because frozen.
+    def fresh(text: str) -> str:  # an equal string, never the same object
+        return "".join(list(text))
+
+    session, owner, scope, timeline = "save-1", "npc-7", "personal", "world"
+    one = memory(
+        session_id=fresh(session),
+        owner_id=fresh(owner),
+        scope=fresh(scope),
+        moment=GameMoment(timeline_id=fresh(timeline), tick=1),
+    )
+    other = GameMemory.model_validate(
+        {**one.model_dump(), "memory_id": "n", "session_id": fresh(session)}
+        | {"owner_id": fresh(owner), "scope": fresh(scope)}
+        | {"moment": {"timeline_id": fresh(timeline), "tick": 2}}
+    )
+    for name in ("session_id", "owner_id", "scope"):
+        assert getattr(one, name) is getattr(other, name)
+    assert one.moment.timeline_id is other.moment.timeline_id
+    assert one.model_fields_set < other.model_fields_set  # other keys given: another set
+    again = memory(memory_id="p", session_id=session, owner_id=owner, scope=scope)
+    assert again.__pydantic_fields_set__ is one.__pydantic_fields_set__
+    later = GameMoment(timeline_id="elsewhere", tick=3)
+    assert again.moment.__pydantic_fields_set__ is later.__pydantic_fields_set__
+    # Nothing can add to a shared set: assignment is refused, a changed copy gets its own.
+    before = set(one.model_fields_set)
+    with pytest.raises(ValidationError):
+        one.importance = 0.1  # type: ignore[misc]
+    changed = one.model_copy(update={"importance": 0.9, "tags": ("x",)})
+    assert changed.importance == 0.9 and "tags" in changed.model_fields_set
+    assert one.model_fields_set == again.model_fields_set == before
+    assert pickle.loads(pickle.dumps(one)) == one
+    # Bounded: the tables are forgotten at once when full; values are never changed.
+    monkeypatch.setattr(sharing, "SHARED_IDS", 8)
+    monkeypatch.setattr(sharing, "SHARED_FIELD_SETS", 4)
+    sharing._IDS.clear()
+    sharing._FIELD_SETS.clear()
+    optional = ("importance", "searchable_text", "tags", "source_input_id", "belief_key")
+    for number in range(40):
+        given = {name: memory().__dict__[name] for name in optional[: number % 6]}
+        built = memory(owner_id=f"owner-{number}", session_id=f"session-{number}", **given)
+        assert built.owner_id == f"owner-{number}" and built.model_fields_set >= set(given)
+        assert len(sharing._IDS) <= 8 and len(sharing._FIELD_SETS) <= 4
 
 
 # -- kinds ------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from pydantic import ConfigDict, field_validator
 from pydantic_core import from_json, to_json
 
 from game_memory import GameMemory, GameMemoryKind, GameMoment
+from game_memory.model import sharing
 from game_memory.store import plain_document
 from game_memory.store.documents import (
     DocumentError,
@@ -520,13 +521,18 @@ def test_the_ids_a_partition_repeats_are_one_string_each_within_a_bound(
         assert getattr(one, name) is getattr(other, name)
     assert one.moment.timeline_id is other.moment.timeline_id
     assert one.memory_id == other.memory_id and one.payload_json == other.payload_json
-    monkeypatch.setattr(plain_document, "SHARED_IDS", 8)
-    monkeypatch.setattr(plain_document, "_SHARED", {})
+    monkeypatch.setattr(sharing, "SHARED_IDS", 8)
     for number in range(40):
         payload = memory_payload(owner_id=f"owner-{number}", session_id=f"session-{number}")
         decoded = decode_plain_document(payload)
         assert decoded is not None and decoded[1].owner_id == f"owner-{number}"
-        assert len(plain_document._SHARED) <= 8
+        assert len(sharing._IDS) <= 8
+    # The same strings as a memory built through the model (GameMemory.model_post_init).
+    built = GameMemory.model_validate(json.loads(PLAIN)["memory"])
+    fast = decode_plain_document(PLAIN)
+    assert fast is not None
+    for name in ("session_id", "owner_id", "scope"):
+        assert getattr(fast[1], name) is getattr(built, name)
 
 
 def test_a_duplicate_key_takes_its_last_value_as_json_loads_does() -> None:

@@ -41,9 +41,12 @@ from game_memory.model.fields import (
     strict_int,
     string_list,
 )
+from game_memory.model.sharing import shared_fields, shared_id
 from game_memory.strict_json import parse_strict_json
 
 __all__ = ["MAXIMUM_CONSOLIDATED", "GameMemory", "GameMemoryKind", "GameMoment"]
+
+_set_attribute = object.__setattr__
 
 
 class GameMemoryKind(StrEnum):
@@ -112,6 +115,13 @@ class GameMoment(BaseModel):
             check_unicode(value, "calendar_json")
             parse_strict_json(value, "calendar_json", MAXIMUM_PAYLOAD_DEPTH)
         return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Share the timeline id and the set of field names with every moment built alike
+        (``model/sharing.py``: what many moments repeat, held once)."""
+        values = self.__dict__
+        values["timeline_id"] = shared_id(values["timeline_id"])
+        _set_attribute(self, "__pydantic_fields_set__", shared_fields(self.model_fields_set))
 
     def _comparable(self, other: object) -> GameMoment:
         if not isinstance(other, GameMoment):
@@ -276,6 +286,16 @@ class GameMemory(BaseModel):
             if expiry.tick < self.moment.tick:
                 raise ValueError("expires_at must not be before moment")
         return self
+
+    def model_post_init(self, context: Any, /) -> None:
+        """Share the ids every memory of a partition repeats (session, owner, scope) and
+        the set of field names with every memory built alike (``model/sharing.py``: about
+        1 KB of each memory a game keeps alive, held once)."""
+        values = self.__dict__
+        values["session_id"] = shared_id(values["session_id"])
+        values["owner_id"] = shared_id(values["owner_id"])
+        values["scope"] = shared_id(values["scope"])
+        _set_attribute(self, "__pydantic_fields_set__", shared_fields(self.model_fields_set))
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -52,6 +52,7 @@ from game_memory.model.fields import (
     MAXIMUM_TAGS,
 )
 from game_memory.model.memory import MAXIMUM_CONSOLIDATED
+from game_memory.model.sharing import shared_fields, shared_id, shared_known
 from game_memory.strict_json import parse_strict_json
 
 __all__ = ["PLAIN_PATH_ENABLED", "decode_plain_document"]
@@ -94,6 +95,7 @@ _MEMORY_RULES: dict[str, tuple[str, ...]] = {
     "consolidates": ("_consolidated",),
     "@field": ("_payload_is_json", "_searchable_text_bounded"),
     "@model": ("_expiry_follows_moment",),
+    "@post_init": ("GameMemory.model_post_init",),  # the sharing this module does too
 }
 _MOMENT_RULES: dict[str, tuple[str, ...]] = {
     "timeline_id": ("_bounded_id",),
@@ -101,6 +103,7 @@ _MOMENT_RULES: dict[str, tuple[str, ...]] = {
     "calendar_json": (),
     "@field": ("_calendar_is_json",),
     "@model": (),
+    "@post_init": ("GameMoment.model_post_init",),
 }
 
 
@@ -116,6 +119,7 @@ def _rules(model: type[BaseModel]) -> dict[str, tuple[str, ...]]:
     decorators = model.__pydantic_decorators__
     rules["@field"] = tuple(decorators.field_validators)
     rules["@model"] = tuple(decorators.model_validators)
+    rules["@post_init"] = (model.model_post_init.__qualname__,)
     return rules
 
 
@@ -219,8 +223,8 @@ def _is_json(value: str, what: str) -> bool:
 
 
 #: One set of field names per usual key set, shared by every memory (or moment) decoded
-#: with exactly those keys (:func:`_fields_set`).
-_SHARED_FIELDS_SETS = {usual: set(usual) for usual in (_MEMORY_WRITTEN, _MOMENT_ALLOWED)}
+#: with exactly those keys (:func:`_fields_set`): the set ``model_post_init`` shares too.
+_SHARED_FIELDS_SETS = {usual: shared_fields(usual) for usual in (_MEMORY_WRITTEN, _MOMENT_ALLOWED)}
 
 
 def _fields_set(
@@ -229,36 +233,14 @@ def _fields_set(
     """The fields model_validate records as set: the keys of ``value``; ``None`` if a
     required one is missing or an unknown one is present (``extra="forbid"``).
 
-    In the usual case (the keys are ``usual``) one set is shared by every model decoded
-    so: a set of 15 names costs 0.7 KB, a fifth of what a parsed memory holds. The models
-    are frozen, so pydantic never adds to it (only an assignment would, which a frozen
-    model refuses; ``model_copy`` updates a copy of it); no code here mutates a model's
-    ``model_fields_set``, nor may a caller.
+    As ``GameMemory.model_post_init`` does, one set is shared by every model with the same
+    keys (``model/sharing.py``): the usual ones here without a look-up, the others through
+    ``shared_fields``.
     """
     keys = value.keys()
     if keys == usual:  # the usual case: the shared set
         return _SHARED_FIELDS_SETS[usual]
-    return set(keys) if required <= keys <= allowed else None
-
-
-#: Most strings :func:`_shared` keeps (then forgotten all at once): the session, owner,
-#: scope and timeline ids of the partitions a process reads are far fewer.
-SHARED_IDS = 4_096
-_SHARED: dict[str, str] = {}
-
-
-def _shared(text: str) -> str:
-    """One string object for every equal ``text`` of the ids every memory of a partition
-    repeats (its session, owner, scope and timeline): four strings of about 60 bytes a
-    memory otherwise, a tenth of what a parsed memory holds. Ids, not content: an erased
-    memory leaves none of its own here (its partition's ids are kept by the partition
-    hash cache too, ``durable/names.py``)."""
-    found = _SHARED.get(text)
-    if found is None:
-        if len(_SHARED) >= SHARED_IDS:
-            _SHARED.clear()
-        found = _SHARED.setdefault(text, text)
-    return found
+    return shared_fields(keys) if required <= keys <= allowed else None
 
 
 def _moment(value: Any) -> GameMoment | None:
@@ -280,7 +262,7 @@ def _moment(value: Any) -> GameMoment | None:
     return _assemble(
         GameMoment,
         {
-            "timeline_id": _SHARED.get(timeline) or _shared(timeline),
+            "timeline_id": shared_known(timeline) or shared_id(timeline),
             "tick": tick,
             "calendar_json": calendar,
         },
@@ -378,14 +360,14 @@ def _memory(value: Any) -> GameMemory | None:
         return None
     if not _is_json(payload, "payload_json"):  # last: the dearest check
         return None
-    shared = _SHARED.get  # the ids seen before (ids are never empty: ``or`` is safe)
+    shared = shared_known  # the ids seen before (ids are never empty: ``or`` is safe)
     return _assemble(
         GameMemory,
         {
             "memory_id": memory_id,
-            "session_id": shared(session_id) or _shared(session_id),
-            "owner_id": shared(owner_id) or _shared(owner_id),
-            "scope": shared(scope) or _shared(scope),
+            "session_id": shared(session_id) or shared_id(session_id),
+            "owner_id": shared(owner_id) or shared_id(owner_id),
+            "scope": shared(scope) or shared_id(scope),
             "kind": kind,
             "payload_json": payload,
             "moment": moment,
