@@ -20,14 +20,19 @@ consolidation share.)
   are erased down to :func:`~game_memory.store.lifecycle.eviction_target` (90% of the
   bound, so a full partition is rewritten once every tenth of the bound, not on every
   append), never the memory just appended, and ``memories_evicted`` reports the count,
-  without any text.
+  without any text. Appends running at once (tasks of one event loop) never evict each
+  other's memories while those are being indexed (an erased memory's vector written after
+  its erase would be left behind), and their evictions run one at a time, each counting
+  what the one before left (:class:`EvictionGuard`).
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from game_memory.embedding.embedder import Embedder
@@ -43,10 +48,12 @@ from game_memory.model import (
 )
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
-from game_memory.store.lifecycle import eviction_order, eviction_target
+from game_memory.store.lifecycle import eviction_order, eviction_target, newest_ticks
 from game_memory.store.protocol import GameMemoryStore
 
 __all__ = [
+    "EvictionGuard",
+    "Flight",
     "MemoryOverTime",
     "erase_memories",
     "evict_over_bound",
@@ -55,6 +62,71 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+
+class Flight:
+    """Memories an append has in flight (:meth:`EvictionGuard.flying`)."""
+
+    def __init__(self, flying: Counter[tuple[str, str, str]], keys: list[tuple[str, str, str]]):
+        self._flying = flying
+        self._keys = Counter(keys)
+        flying.update(self._keys)
+
+    def land(self, memories: Iterable[GameMemory]) -> None:
+        """``memories`` (of this flight) are indexed: other evictions may take them now."""
+        for memory in memories:
+            key = memory.key
+            if self._keys[key] > 0:
+                self._keys[key] -= 1
+                self._drop(key)
+
+    def land_all(self) -> None:
+        for key, count in self._keys.items():
+            for _ in range(count):
+                self._drop(key)
+        self._keys.clear()
+
+    def _drop(self, key: tuple[str, str, str]) -> None:
+        self._flying[key] -= 1
+        if self._flying[key] <= 0:
+            del self._flying[key]
+
+
+class EvictionGuard:
+    """What keeps a front door's concurrent appends from evicting each other's memories.
+
+    An append saves its memory, indexes it, then applies the retention policy. Two appends
+    of one owner running at once (tasks of one event loop) could otherwise have the first's
+    eviction erase the second's memory between its save and its index write: the vector
+    written after the erase is left behind (an orphan until a rebuild), and two evictions
+    counting from one state erase twice as much. So the memories being appended are *in
+    flight* from before their save until they are indexed, and an eviction spares them
+    (as it spares the memory just appended); and evictions run one at a time, each from a
+    fresh count. Across processes each front door guards its own; the orphan a race there
+    could leave is swept by erasing again or by a rebuild, as after a crash.
+    """
+
+    def __init__(self) -> None:
+        self._flying: Counter[tuple[str, str, str]] = Counter()
+        self.lock = asyncio.Lock()
+
+    @contextlib.contextmanager
+    def flying(self, memories: Iterable[GameMemory]) -> Iterator[Flight]:
+        """Mark ``memories`` in flight for the ``with`` block (saving and indexing them);
+        :meth:`Flight.land` lets some go earlier."""
+        flight = Flight(self._flying, [memory.key for memory in memories])
+        try:
+            yield flight
+        finally:
+            flight.land_all()
+
+    def spared(self, session_id: str, owner_id: str) -> set[str]:
+        """The ids of the owner's memories in flight (an eviction leaves them)."""
+        return {
+            memory_id
+            for session, owner, memory_id in self._flying
+            if session == session_id and owner == owner_id
+        }
 
 
 class MemoryOverTime(abc.ABC):
@@ -66,6 +138,7 @@ class MemoryOverTime(abc.ABC):
     authoritative: GameMemoryStore
     index: VectorIndex | None
     options: VectorMemoryStoreOptions
+    _eviction_guard: EvictionGuard
 
     @abc.abstractmethod
     def _check_open(self) -> None:
@@ -144,10 +217,32 @@ class MemoryOverTime(abc.ABC):
             MemoryConflictError: the summary's id holds other content.
         """
         self._check_open()
-        created = await self.authoritative.consolidate(session_id, owner_id, memory_ids, summary)
-        stored = summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
-        await self._index(stored, created)
+        if self.options.maximum_memories_per_owner is None or not isinstance(summary, GameMemory):
+            created = await self.authoritative.consolidate(
+                session_id, owner_id, memory_ids, summary
+            )
+            await self._index(self._stored_summary(summary, memory_ids), created)
+            return created
+        # A summary is an append: the retention policy applies after it, as after any.
+        stored = self._stored_summary(summary, memory_ids)
+        with self._eviction_guard.flying([stored]):
+            created = await self.authoritative.consolidate(
+                session_id, owner_id, memory_ids, summary
+            )
+            try:
+                await self._index(stored, created)
+            finally:
+                if created:
+                    await self._evict(stored)
         return created
+
+    @staticmethod
+    def _stored_summary(summary: GameMemory, memory_ids: Sequence[str]) -> GameMemory:
+        """The summary as the store saves it (its ``consolidates`` filled in); the store's
+        own checks refuse bad ``memory_ids`` before this is used."""
+        if isinstance(memory_ids, str):
+            return summary
+        return summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
 
     async def compact(self) -> CompactionReport:
         """Compact the save: rewrite what needs it (see the store's ``compact``).
@@ -163,7 +258,13 @@ class MemoryOverTime(abc.ABC):
         """After ``memory`` was appended: keep its owner within the retention policy."""
         if self.options.maximum_memories_per_owner is not None:
             await evict_over_bound(
-                memory, self.authoritative, self.index, self.options, self._run, self._report
+                memory,
+                self.authoritative,
+                self.index,
+                self.options,
+                self._run,
+                self._report,
+                self._eviction_guard,
             )
 
 
@@ -258,27 +359,56 @@ async def evict_over_bound(
     options: VectorMemoryStoreOptions,
     run: Runner,
     report: Report,
+    guard: EvictionGuard,
 ) -> int:
-    """Keep ``memory``'s owner within ``maximum_memories_per_owner``; return how many went."""
+    """Keep ``memory``'s owner within ``maximum_memories_per_owner``; return how many went.
+
+    Never evicts ``memory`` nor a memory ``guard`` has in flight; one eviction at a time
+    per guard (:class:`EvictionGuard`).
+    """
     bound = options.maximum_memories_per_owner
     if bound is None:
         return 0
+    async with guard.lock:
+        return await _evict_locked(memory, store, index, bound, run, report, guard)
+
+
+async def _evict_locked(
+    memory: GameMemory,
+    store: GameMemoryStore,
+    index: VectorIndex | None,
+    bound: int,
+    run: Runner,
+    report: Report,
+    guard: EvictionGuard,
+) -> int:
     query = GameMemoryQuery(session_id=memory.session_id, owner_id=memory.owner_id, limit=0)
     snapshot = await store.snapshot(query)
     if not snapshot.views or len(snapshot.views[0]) <= bound:
         return 0
     view = snapshot.views[0]
     excess = len(view) - eviction_target(bound)
-    retracted = {
-        view.memories[position].memory_id
-        for position in view.retracted(GameMemoryQuery(session_id=memory.session_id, limit=0))
-        .nonzero()[0]
-        .tolist()
-    }
+    # Worth nothing: what is retracted as of the owner's newest moment on the memory's own
+    # timeline (its newest memory or retraction there: the latest the save knows of that
+    # timeline), where it can be recalled. Not one retracted only on another timeline: it
+    # is still recalled on its own, and an erase is for good.
+    newest = newest_ticks(view.memories)
+    for _, moment in view.retractions:
+        if moment.timeline_id in newest:
+            newest[moment.timeline_id] = max(newest[moment.timeline_id], moment.tick)
+    retracted: set[str] = set()
+    for timeline, tick in newest.items():
+        as_of = GameMoment(timeline_id=timeline, tick=tick)
+        hidden = view.retracted(
+            GameMemoryQuery(session_id=memory.session_id, limit=0, at_or_before=as_of)
+        )
+        for position in hidden.nonzero()[0].tolist():
+            held = view.memories[position]
+            if held.moment.timeline_id == timeline:
+                retracted.add(held.memory_id)
+    spared = guard.spared(memory.session_id, memory.owner_id) | {memory.memory_id}
     victims = [
-        m.memory_id
-        for m in eviction_order(view.memories, retracted)
-        if m.memory_id != memory.memory_id
+        m.memory_id for m in eviction_order(view.memories, retracted) if m.memory_id not in spared
     ][:excess]
     erased = await erase_memories(store, index, run, memory.session_id, memory.owner_id, victims)
     if erased:

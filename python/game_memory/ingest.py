@@ -1,7 +1,8 @@
 """The front door's bulk append: one atomic batch into the save, then batched embedding.
 
 ``VectorMemoryStore.append_many`` calls :func:`append_many` with its collaborators. The
-order is the single append's, per batch: the save first (``GameMemoryStore.append_many``:
+order is the single append's, per batch (a summary in it, a memory with ``consolidates``,
+checked first as ``consolidate`` checks one): the save first (``GameMemoryStore.append_many``:
 all or nothing, durable when it returns), then the derived index, then the retention
 policy, so what the save holds never depends on the index:
 
@@ -24,11 +25,13 @@ import asyncio
 from collections.abc import Iterable, Sequence
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.forgetting import evict_over_bound, report_index_failure
+from game_memory.errors import InvalidArgumentError
+from game_memory.forgetting import EvictionGuard, evict_over_bound, report_index_failure
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner
+from game_memory.store.lifecycle import checked_summary
 from game_memory.store.protocol import GameMemoryStore
 
 __all__ = ["EMBEDDING_BATCH", "append_many"]
@@ -45,6 +48,7 @@ async def append_many(
     options: VectorMemoryStoreOptions,
     run: Runner,
     report: Report,
+    guard: EvictionGuard,
     embedding_batch: int = EMBEDDING_BATCH,
 ) -> list[bool]:
     """Save a batch atomically, index it in batches, apply the retention policy.
@@ -57,18 +61,76 @@ async def append_many(
         ``EmbeddingUnavailableError`` only with ``fail_when_embedding_unavailable`` (the
         batch is saved by then).
     """
-    batch = list(memories)
-    created = await store.append_many(batch)
-    if embedder is not None and index is not None:
-        await _index_batch(batch, created, index, embedder, options, run, report, embedding_batch)
-    if options.maximum_memories_per_owner is not None:
-        owners: dict[tuple[str, str], GameMemory] = {}
-        for memory, new in zip(batch, created, strict=True):
-            if new:  # the owner's last new memory of the batch is the one never evicted
-                owners[(memory.session_id, memory.owner_id)] = memory
-        for memory in owners.values():
-            await evict_over_bound(memory, store, index, options, run, report)
+    batch = _listed(memories)
+    await _check_summaries(batch, store)
+    if options.maximum_memories_per_owner is None:
+        created = await store.append_many(batch)
+        if embedder is not None and index is not None:
+            await _index_batch(
+                batch, created, index, embedder, options, run, report, embedding_batch
+            )
+        return created
+    # The retention policy: the batch is in flight from before the save until indexed, so
+    # that no other append's eviction erases its memories in between (``EvictionGuard``).
+    with guard.flying(memory for memory in batch if isinstance(memory, GameMemory)) as flight:
+        created = await store.append_many(batch)
+        try:
+            if embedder is not None and index is not None:
+                await _index_batch(
+                    batch, created, index, embedder, options, run, report, embedding_batch
+                )
+        finally:
+            owners: dict[tuple[str, str], GameMemory] = {}
+            for memory, new in zip(batch, created, strict=True):
+                if new:  # the owner's last new memory of the batch is the one never evicted
+                    owners[(memory.session_id, memory.owner_id)] = memory
+            # Indexed: the rest of the batch may be evicted (by its value, as any memory).
+            kept = {id(memory) for memory in owners.values()}
+            flight.land(memory for memory in batch if id(memory) not in kept)
+            for memory in owners.values():
+                await evict_over_bound(memory, store, index, options, run, report, guard)
     return created
+
+
+async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> None:
+    """Check the batch's summaries (memories with ``consolidates``) as ``consolidate``
+    checks one: a reflection of its owner, of sources the owner holds or the batch adds
+    (in any order). Without this a plain append could retract any memory, or an id no
+    memory has yet (hiding the memory later appended under it).
+
+    Raises:
+        InvalidArgumentError, MemoryNotFoundError: see ``checked_summary``.
+    """
+    summaries = [m for m in batch if isinstance(m, GameMemory) and m.consolidates]
+    if not summaries:
+        return
+    owners = {(summary.session_id, summary.owner_id) for summary in summaries}
+    for session_id, owner_id in owners:
+        held = {memory.memory_id for memory in await store.enumerate(session_id, owner_id)}
+        held.update(
+            memory.memory_id
+            for memory in batch
+            if isinstance(memory, GameMemory)
+            and memory.session_id == session_id
+            and memory.owner_id == owner_id
+        )
+        for summary in summaries:
+            if (summary.session_id, summary.owner_id) == (session_id, owner_id):
+                checked_summary(session_id, owner_id, summary.consolidates, summary, held)
+
+
+def _listed(memories: Sequence[GameMemory]) -> list[GameMemory]:
+    """``memories`` as a list.
+
+    Raises:
+        InvalidArgumentError: ``memories`` is not an iterable (of memories: the store
+            checks each).
+    """
+    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
+        raise InvalidArgumentError(
+            f"append_many takes a list of GameMemory, not {type(memories).__name__}"
+        )
+    return list(memories)
 
 
 async def _index_batch(

@@ -40,7 +40,7 @@ from game_memory.errors import (
     StoreBusyError,
     StoreClosedError,
 )
-from game_memory.forgetting import MemoryOverTime, index_memory
+from game_memory.forgetting import EvictionGuard, MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
 from game_memory.ingest import append_many
 from game_memory.model import (
@@ -55,6 +55,7 @@ from game_memory.model import (
     StoreCheckReport,
     VectorMemoryState,
     VectorMemoryStatus,
+    check_bounded_id,
 )
 from game_memory.rebuild import index_status, rebuild_session
 from game_memory.recall.diagnostics import DiagnosticDispatcher
@@ -89,6 +90,22 @@ PREFETCHED_OWNERS = 4_096
 
 def _started() -> None:
     """The job that starts a thread of the pool ahead of real work (it does nothing)."""
+
+
+def _is_provider(value: object) -> bool:
+    """Whether ``value`` has the shape of an :class:`EmbeddingProvider`."""
+    calls = ("embed_query", "embed_documents", "aclose")
+    return all(callable(getattr(value, name, None)) for name in calls) and isinstance(
+        getattr(value, "identity", None), MemoryEmbeddingIdentity
+    )
+
+
+def _check_session(session_id: str) -> None:
+    """Raises: InvalidArgumentError: ``session_id`` is not a valid id."""
+    try:
+        check_bounded_id(session_id, "session_id")
+    except ValueError as exc:
+        raise InvalidArgumentError(str(exc)) from exc
 
 
 class VectorMemoryStore(MemoryOverTime):
@@ -128,6 +145,15 @@ class VectorMemoryStore(MemoryOverTime):
         projector: MemoryTextProjector | None = None,
         notice: MemoryVectorDiagnostic | None = None,
     ) -> None:
+        if options is not None and not isinstance(options, VectorMemoryStoreOptions):
+            raise InvalidArgumentError(
+                f"options must be a VectorMemoryStoreOptions, not {type(options).__name__}"
+            )
+        if provider is not None and not _is_provider(provider):
+            raise InvalidArgumentError(
+                "the provider must be an EmbeddingProvider (identity, embed_query, "
+                f"embed_documents, aclose), not {type(provider).__name__}"
+            )
         self.options = options or VectorMemoryStoreOptions()
         if provider is not None and index is None:
             raise InvalidArgumentError("hybrid recall needs a vector index beside the provider")
@@ -182,6 +208,7 @@ class VectorMemoryStore(MemoryOverTime):
         )
         self._rebuilding: set[str] = set()
         self._warned_stale: set[str] = set()
+        self._eviction_guard = EvictionGuard()
         self._state = _State.OPEN
 
     def __repr__(self) -> str:
@@ -278,10 +305,26 @@ class VectorMemoryStore(MemoryOverTime):
         """
         self._check_open()
         self._start_pool()
-        created = await self.authoritative.append(memory)
-        if created:
-            await self._evict(memory)
-        await self._index(memory, created)
+        if isinstance(memory, GameMemory) and memory.consolidates:
+            # A summary: appended as ``consolidate`` appends it, with its checks (a
+            # reflection, of sources the owner holds), so a plain append cannot retract
+            # another memory, nor an id no memory has yet.
+            return await self.consolidate(
+                memory.session_id, memory.owner_id, memory.consolidates, memory
+            )
+        if self.options.maximum_memories_per_owner is None or not isinstance(memory, GameMemory):
+            created = await self.authoritative.append(memory)
+            await self._index(memory, created)
+            return created
+        # The retention policy: in flight from before the save until indexed, so that no
+        # other append's eviction erases it in between (``forgetting.EvictionGuard``).
+        with self._eviction_guard.flying([memory]):
+            created = await self.authoritative.append(memory)
+            try:
+                await self._index(memory, created)
+            finally:
+                if created:
+                    await self._evict(memory)
         return created
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
@@ -291,7 +334,7 @@ class VectorMemoryStore(MemoryOverTime):
         """
         self._check_open()
         parts = (self.authoritative, self.index, self._embedder, self.options)
-        return await append_many(memories, *parts, self._run, self._report)
+        return await append_many(memories, *parts, self._run, self._report, self._eviction_guard)
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""
@@ -304,6 +347,7 @@ class VectorMemoryStore(MemoryOverTime):
 
     async def search(self, query: GameMemoryQuery) -> list[GameMemory]:
         """Recall up to ``query.limit`` memories, best first (see :meth:`recall`)."""
+        self._check_open()
         if isinstance(query, GameMemoryQuery) and query.limit == 0:
             return []
         return list((await self.recall(query)).memories)
@@ -352,6 +396,13 @@ class VectorMemoryStore(MemoryOverTime):
         self._check_open()
         if not isinstance(query, GameMemoryQuery):
             raise InvalidArgumentError("recall takes a GameMemoryQuery")
+        if maximum_snapshot_entries is not None and (
+            type(maximum_snapshot_entries) is not int or maximum_snapshot_entries < 0
+        ):
+            raise InvalidArgumentError(
+                "maximum_snapshot_entries must be a whole number of memories (0 or more), "
+                f"not {maximum_snapshot_entries!r}"
+            )
         if require_semantic and self._embedder is None:
             raise EmbeddingUnavailableError(_NO_MODEL)
         # After the store's read was handed to its thread (the recall's first hop): starting
@@ -387,6 +438,7 @@ class VectorMemoryStore(MemoryOverTime):
             CapacityExceededError: the session holds more than ``maximum_index_entries``.
         """
         self._check_open()
+        _check_session(session_id)
         if self._embedder is None or self.index is None:
             return VectorMemoryStatus.lexical(len(await self.enumerate(session_id)))
         return await index_status(
@@ -425,6 +477,7 @@ class VectorMemoryStore(MemoryOverTime):
                 the index folder itself is damaged (delete it).
         """
         self._check_open()
+        _check_session(session_id)
         index, embedder = self._hybrid()
         if session_id in self._rebuilding:
             raise StoreBusyError(

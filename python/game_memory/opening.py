@@ -82,7 +82,7 @@ async def open_memory(
     save: str | os.PathLike[str],
     *,
     index: str | os.PathLike[str] | None = None,
-    model: str | EmbeddingProvider = "default",
+    model: str | os.PathLike[str] | EmbeddingProvider = "default",
     options: VectorMemoryStoreOptions | None = None,
     reranker: GameAwareMemoryRerankerOptions | None = None,
     diagnostics: DiagnosticSink | None = None,
@@ -125,6 +125,13 @@ async def open_memory(
             out of range, or a URL is given without the ``postgres`` extra installed.
         EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
     """
+    if isinstance(model, os.PathLike):
+        model = os.fspath(model)  # a model folder
+    if not isinstance(model, str) and not callable(getattr(model, "embed_query", None)):
+        raise InvalidArgumentError(
+            "model must be 'default', 'lexical', 'hashing', a model folder or an "
+            f"EmbeddingProvider, not {model!r}"
+        )
     if _is_database(save) or _is_database(index):
         _require_postgres()  # a clear error before a model is loaded, when the extra is missing
     choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)

@@ -9,6 +9,7 @@ gives up its lowest-value memories down to 90% of the bound.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Sequence
@@ -350,6 +351,94 @@ async def test_a_forgotten_memory_is_evicted_first(
     await memory.forget("session", "owner", "m2", at(10))
     await memory.append(make_memory("m3", tick=3, importance=0.0))
     assert ids(await memory.enumerate("session", "owner")) == ["m1", "m3"]  # target: 2
+
+
+async def front_recalled(memory: Any, tick: int) -> list[str]:
+    """The ids a front door recalls as of ``tick`` (no text: every visible memory)."""
+    return ids(await memory.search(query(limit=50, at_or_before=at(tick))))
+
+
+async def test_a_memory_forgotten_only_on_another_timeline_keeps_its_value(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    # Erasing is for good: a memory the owner still recalls on its own timeline (it was
+    # forgotten on another) must not be taken for one already forgotten.
+    for where in (at(0, "alternate"), at(10**9, "alternate")):
+        memory = open_hybrid(
+            None, save=f"save-{where.tick}", options={"maximum_memories_per_owner": 4}
+        )
+        await memory.append(make_memory("precious", tick=100, importance=1.0))
+        for number in range(3):
+            await memory.append(make_memory(f"m{number}", tick=100 + number, importance=0.1))
+        await memory.forget("session", "owner", "precious", where)
+        assert "precious" in await front_recalled(memory, 200)
+        await memory.append(make_memory("m3", tick=103, importance=0.1))  # 5 of 4: down to 3
+        kept = ids(await memory.enumerate("session", "owner"))
+        assert kept == ["m2", "m3", "precious"], where
+
+
+async def test_appends_running_at_once_keep_the_bound_and_leave_no_orphan_vector(
+    open_hybrid: HybridFactory,
+    provider: FaultyProvider,
+    make_memory: MemoryFactory,
+    diagnostics: Diagnostics,
+) -> None:
+    # One append's eviction must not erase another's memory between its save and its
+    # index write (the vector written after the erase would stay behind), and two
+    # evictions must not both erase from one count.
+    bound = 10
+    memory = open_hybrid(provider, options={"maximum_memories_per_owner": bound})
+    await memory.append_many([make_memory(f"base{n}", tick=n) for n in range(bound)])
+    batches = [[make_memory(f"batch{n}-{k}", tick=50 + n) for k in range(3)] for n in range(3)]
+    await asyncio.gather(
+        *(memory.append(make_memory(f"new{n}", tick=100 + n)) for n in range(20)),
+        *(memory.append_many(batch) for batch in batches),
+    )
+    held = await memory.enumerate("session", "owner")
+    assert eviction_target(bound) <= len(held) <= bound
+    evicted = sum(d.details["count"] for d in diagnostics if d.code == "memories_evicted")
+    assert evicted == bound + 20 + 9 - len(held)
+    status = await memory.get_status("session")
+    assert status.orphan_entries == 0
+    assert status.total_entries == status.ready_entries == len(held)
+
+
+async def test_a_consolidation_is_an_append_the_retention_policy_applies_after(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    memory = open_hybrid(None, options={"maximum_memories_per_owner": 3})
+    for number in range(3):
+        await memory.append(make_memory(f"m{number}", tick=number, importance=0.2))
+    made = summary(make_memory, tick=10, importance=1.0)
+    assert await memory.consolidate("session", "owner", ["m0"], made) is True
+    kept = ids(await memory.enumerate("session", "owner"))
+    assert len(kept) == eviction_target(3) and "fire" in kept and "m0" not in kept
+
+
+async def test_a_summary_appended_plainly_is_checked_as_consolidate_checks_it(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    # Without the checks an event could retract any memory, and an id no memory had yet
+    # would hide the memory later appended under it.
+    memory = open_hybrid(None)
+    await village(memory, make_memory)
+    with pytest.raises(InvalidArgumentError, match="reflection"):
+        await memory.append(make_memory("e", tick=50, kind="event", consolidates=["m0"]))
+    with pytest.raises(MemoryNotFoundError, match="ghost"):
+        await memory.append(summary(make_memory, consolidates=["m0", "ghost"]))
+    with pytest.raises(MemoryNotFoundError, match="ghost"):
+        await memory.append_many([summary(make_memory, consolidates=["ghost"])])
+    with pytest.raises(InvalidArgumentError, match="reflection"):
+        await memory.append_many([make_memory("e", tick=50, kind="event", consolidates=["m1"])])
+    assert await front_recalled(memory, 1_000) == ["m0", "m1", "m2"]  # nothing was appended
+    # A checked summary is appended as consolidate appends it; in a batch its sources
+    # may come in the same batch, in any order.
+    assert await memory.append(summary(make_memory, consolidates=["m0"])) is True
+    assert await front_recalled(memory, 1_000) == ["fire", "m1", "m2"]
+    later = summary(make_memory, tick=600, consolidates=["m3"])
+    later = later.model_copy(update={"memory_id": "later"})
+    assert await memory.append_many([later, make_memory("m3", tick=550)]) == [True, True]
+    assert await front_recalled(memory, 1_000) == ["fire", "later", "m1", "m2"]
 
 
 async def test_an_earlier_save_still_recalls_what_a_later_moment_forgot(

@@ -26,6 +26,7 @@ from game_memory import (
     VectorMemoryState,
     VectorMemoryStore,
     VectorMemoryStoreOptions,
+    open_memory,
 )
 from game_memory.recall.fusion import FusedCandidate
 from support.providers import Fault, FaultyProvider
@@ -467,6 +468,7 @@ async def test_closing_is_idempotent_and_later_calls_raise_store_closed(
         store.enumerate("session"),
         store.get_status("session"),
         store.rebuild("session"),
+        store.search(query("cat", limit=0)),  # answered without a read: still closed
     ):
         with pytest.raises(StoreClosedError):
             await call
@@ -567,3 +569,66 @@ async def test_a_provider_may_return_plain_float_sequences(
     await store.append(make_memory("m2", text="an axe by the door"))
     result = await store.recall(query("feline", limit=1))
     assert ids(result.memories) == ["m1"] and not result.fallback
+
+
+class HugeProvider(ListProvider):
+    """Finite components whose sum of squares leaves float64's range (1e200 and 1e-200)."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    async def embed_query(self, text: str) -> list[float]:
+        return [value * self.scale for value in await super().embed_query(text)]
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        vectors = await super().embed_documents(texts)
+        return [[value * self.scale for value in vector] for vector in vectors]
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e-200])
+async def test_vectors_out_of_float64_range_are_normalised_not_zeroed(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, scale: float
+) -> None:
+    # A sum of squares that overflows (or underflows) used to give an all-zero row, counted
+    # ready and never matching (or an "all-zero vector" error for a vector that is not).
+    store = make_vector_store(HugeProvider(scale))
+    await store.append(make_memory("m1", text="the cat sleeps on the roof"))
+    await store.append(make_memory("m2", text="an axe by the door"))
+    result = await store.recall(query("feline", limit=1))
+    assert ids(result.memories) == ["m1"] and not result.fallback
+    assert result.hits[0].vector_score is not None and result.hits[0].vector_score > 0.1
+    assert (await store.get_status("session")).ready_entries == 2
+
+
+async def test_bad_arguments_to_the_front_door_are_library_errors(
+    tmp_path: Path, make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> None:
+    store = make_vector_store(FaultyProvider())
+    for call in (
+        store.get_status(""),
+        store.get_status(None),  # type: ignore[arg-type]
+        store.rebuild(" "),
+        store.rebuild(None),  # type: ignore[arg-type]
+        store.append_many(None),  # type: ignore[arg-type]
+        store.recall(query("cat"), maximum_snapshot_entries="5"),  # type: ignore[arg-type]
+        store.recall(query("cat"), maximum_snapshot_entries=-1),
+    ):
+        with pytest.raises(InvalidArgumentError):
+            await call
+    with pytest.raises(InvalidArgumentError, match="options"):
+        VectorMemoryStore(FileGameMemoryStore(tmp_path / "s"), options="x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="EmbeddingProvider"):
+        VectorMemoryStore(
+            FileGameMemoryStore(tmp_path / "s"),
+            FileVectorMemoryIndex(tmp_path / "i"),
+            5,  # type: ignore[arg-type]
+        )
+    with pytest.raises(InvalidArgumentError, match="model must be"):
+        await open_memory(tmp_path / "save", model=5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="options"):
+        await open_memory(tmp_path / "save", model="lexical", options="x")  # type: ignore[arg-type]
+    # A memory is hashable (by its identity; the metadata mapping is not), as frozen
+    # records are: equal memories hash alike.
+    one, same = make_memory("m1", metadata={"k": "v"}), make_memory("m1", metadata={"k": "v"})
+    assert hash(one) == hash(same) and len({one, same, make_memory("m2")}) == 2

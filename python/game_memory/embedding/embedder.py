@@ -119,9 +119,10 @@ class Embedder:
             or not np.isfinite(matrix).all()
         ):
             return np.stack([self._normalize(vector) for vector in vectors])
-        norms = [math.sqrt(float(row @ row)) for row in matrix]
-        if 0.0 in norms:
-            raise EmbeddingUnavailableError("the provider returned an all-zero vector")
+        with np.errstate(over="ignore", under="ignore"):
+            norms = [math.sqrt(float(row @ row)) for row in matrix]
+        if 0.0 in norms or math.inf in norms:  # all zero, or a sum of squares out of range
+            return np.stack([self._normalize(vector) for vector in vectors])
         normalized: npt.NDArray[np.float32] = (
             matrix / np.array(norms, dtype=np.float64)[:, None]
         ).astype(np.float32)
@@ -137,7 +138,14 @@ class Embedder:
             )
         if not np.isfinite(array).all():
             raise EmbeddingUnavailableError("the provider returned a vector with NaN or infinity")
-        norm = math.sqrt(float(array @ array))
-        if norm == 0.0:
-            raise EmbeddingUnavailableError("the provider returned an all-zero vector")
+        with np.errstate(over="ignore", under="ignore"):
+            norm = math.sqrt(float(array @ array))
+        if norm == 0.0 or math.isinf(norm):
+            # The sum of squares left float64's range (components near 1e154 or beyond, or
+            # all below 1e-154): scaled by the largest first, the direction is exact.
+            largest = float(np.abs(array).max())
+            if largest == 0.0:
+                raise EmbeddingUnavailableError("the provider returned an all-zero vector")
+            array = array / largest
+            norm = math.sqrt(float(array @ array))
         return (array / norm).astype(np.float32)

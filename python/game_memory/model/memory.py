@@ -302,6 +302,11 @@ class GameMemory(BaseModel):
         """The identity triple ``(session_id, owner_id, memory_id)``."""
         return (self.session_id, self.owner_id, self.memory_id)
 
+    def __hash__(self) -> int:
+        """The identity triple's hash: equal memories share it (the metadata mapping,
+        which pydantic's frozen hash would take, is not hashable)."""
+        return hash(self.key)
+
     def __deepcopy__(self, memo: dict[int, Any] | None = None) -> GameMemory:
         """A memory is immutable, so its deep copy is itself."""
         return self

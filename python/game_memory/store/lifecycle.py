@@ -16,7 +16,9 @@ owner on its timeline (recency decays in game time, one in-game day of half-life
 tick is a minute, as the reranker's). The lowest value goes first; ties go to the older
 memory (lower tick), then to the smaller id (ordinal). A summary of a consolidation is
 kept like any other memory; a memory retracted (forgotten, or consolidated into a summary)
-as of the owner's newest moment is worth nothing and goes first.
+as of the owner's newest moment on the memory's timeline (its newest memory or retraction
+there) is worth nothing and goes first; one retracted only on another timeline is still
+recalled on its own, and is valued like any other.
 
 **Eviction target**: an owner past its bound gives up memories down to 90% of the bound
 (``bound - max(1, bound // 10)``, at least 1), so the partition is rewritten once per tenth
@@ -39,6 +41,7 @@ __all__ = [
     "eviction_order",
     "eviction_target",
     "hides_from",
+    "newest_ticks",
 ]
 
 #: The game ticks after which a memory's recency in the eviction value has halved.
@@ -120,12 +123,24 @@ def eviction_target(bound: int) -> int:
     return max(1, bound - max(1, bound // 10))
 
 
-def eviction_order(memories: Sequence[GameMemory], retracted: set[str]) -> list[GameMemory]:
-    """The memories in the order a bounded owner gives them up (see the module docstring)."""
+def newest_ticks(memories: Iterable[GameMemory]) -> dict[str, int]:
+    """The newest tick of ``memories`` on each of their timelines: the owner's newest
+    moment on a timeline, as of which eviction values a memory of that timeline."""
     newest: dict[str, int] = {}
     for memory in memories:
         timeline = memory.moment.timeline_id
         newest[timeline] = max(newest.get(timeline, memory.moment.tick), memory.moment.tick)
+    return newest
+
+
+def eviction_order(memories: Sequence[GameMemory], retracted: set[str]) -> list[GameMemory]:
+    """The memories in the order a bounded owner gives them up (see the module docstring).
+
+    ``retracted``: the ids of the memories retracted as of the owner's newest moment on
+    their own timeline (a retraction on another timeline does not hide a memory on its
+    own: it is worth what any memory is).
+    """
+    newest = newest_ticks(memories)
 
     def value(memory: GameMemory) -> tuple[float, int, str]:
         if memory.memory_id in retracted:
