@@ -12,6 +12,7 @@ import game_memory.bridge
 BRIDGE = Path(game_memory.bridge.__file__).parent
 CORE = [
     "batches",
+    "budget",
     "codes",
     "convert",
     "framing",

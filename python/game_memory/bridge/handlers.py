@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from game_memory.bridge.budget import ResponseBudget, ResponseTooLargeError
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
 from game_memory.bridge.convert import build_memory, build_query, build_summary
 from game_memory.bridge.params import (
@@ -32,6 +33,7 @@ from game_memory.bridge.params import (
     StatusParams,
 )
 from game_memory.bridge.results import (
+    memory_json_bound,
     memory_to_json,
     migration_to_json,
     recall_to_json,
@@ -39,13 +41,58 @@ from game_memory.bridge.results import (
 )
 from game_memory.bridge.service import BridgeService
 
-__all__ = ["METHODS", "Method", "MethodExecutor", "Notify", "ProgressRelay"]
+__all__ = [
+    "METHODS",
+    "OFFLOAD_BYTES",
+    "CallContext",
+    "Method",
+    "MethodExecutor",
+    "Notify",
+    "Offload",
+    "ProgressRelay",
+    "run_inline",
+]
 
 logger = logging.getLogger("game_memory.bridge")
 
 #: ``notify(method, params, force)``: send a notification to the calling connection;
 #: ``force`` queues it even when the connection's queue is full.
 Notify = Callable[[str, dict[str, Any], bool], None]
+
+_T = TypeVar("_T")
+
+
+class Offload(Protocol):
+    """``await offload(function, *args)``: run a blocking ``function`` off the event loop
+    (the server passes ``asyncio.to_thread``; :func:`run_inline` runs it in place)."""
+
+    def __call__(self, function: Callable[..., _T], /, *args: Any) -> Awaitable[_T]: ...
+
+
+async def run_inline(function: Callable[..., _T], /, *args: Any) -> _T:
+    """An :data:`Offload` that runs ``function`` in place (tests, tools without a loop)."""
+    return function(*args)
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """What a handler gets besides the service and its params.
+
+    Attributes:
+        notify: Sends a notification to the calling connection.
+        budget: The share of the response cap the result may take; charged as it is built.
+        offload: Runs blocking work (building a big result) off the event loop.
+    """
+
+    notify: Notify
+    budget: ResponseBudget
+    offload: Offload = run_inline
+
+
+#: Results whose charged size passes this are built and serialized in a worker thread, so a
+#: big response (up to the 16 MiB cap) never stalls the other clients on the event loop.
+#: Ordinary responses stay far below it and pay no thread hop.
+OFFLOAD_BYTES = 1_048_576
 
 
 class ProgressRelay:
@@ -93,13 +140,15 @@ class ProgressRelay:
         self._notify("memory.rebuild_progress", params, force)
 
 
-async def _remember(service: BridgeService, params: RememberParams, notify: Notify) -> Any:
+async def _remember(service: BridgeService, params: RememberParams, context: CallContext) -> Any:
     memory = build_memory(params)
     created = await service.append(memory)
     return {"memory_id": memory.memory_id, "created": created, "memory": memory_to_json(memory)}
 
 
-async def _remember_many(service: BridgeService, params: RememberManyParams, notify: Notify) -> Any:
+async def _remember_many(
+    service: BridgeService, params: RememberManyParams, context: CallContext
+) -> Any:
     # One atomic batch: all stored, or (an error) none of them.
     memories = [build_memory(entry) for entry in params.memories]
     created = await service.append_many(memories)
@@ -110,18 +159,26 @@ async def _remember_many(service: BridgeService, params: RememberManyParams, not
     return {"results": results}
 
 
-async def _recall(service: BridgeService, params: RecallParams, notify: Notify) -> Any:
+async def _recall(service: BridgeService, params: RecallParams, context: CallContext) -> Any:
     result = await service.recall(build_query(params), require_semantic=params.require_semantic)
-    return recall_to_json(result)
+    # Each memory object is charged as it is built, so a result past the cap stops early.
+    bound = sum(memory_json_bound(hit.memory) for hit in result.hits)
+    if context.budget.charged + bound > OFFLOAD_BYTES:
+        return await context.offload(recall_to_json, result, context.budget)
+    return recall_to_json(result, context.budget)
 
 
-async def _recall_many(service: BridgeService, params: RecallManyParams, notify: Notify) -> Any:
+async def _recall_many(
+    service: BridgeService, params: RecallManyParams, context: CallContext
+) -> Any:
     # One query at a time: a recall_many is bounded work, never 64 parallel recalls.
     results: list[dict[str, Any]] = []
     for position, raw in enumerate(params.queries):
         try:
             query = RecallParams.model_validate(raw)
-            entry = await _recall(service, query, notify)
+            entry = await _recall(service, query, context)
+        except ResponseTooLargeError:
+            raise  # about the whole response, not this query
         except ValidationError as exc:
             error = error_from_exception(exc, f"memory.recall_many queries[{position}]")
         except Exception as exc:  # one bad query must not fail the others
@@ -136,29 +193,29 @@ async def _recall_many(service: BridgeService, params: RecallManyParams, notify:
     return {"results": results}
 
 
-async def _status(service: BridgeService, params: StatusParams, notify: Notify) -> Any:
+async def _status(service: BridgeService, params: StatusParams, context: CallContext) -> Any:
     return status_to_json(await service.get_status(params.session_id))
 
 
-async def _rebuild(service: BridgeService, params: RebuildParams, notify: Notify) -> Any:
-    relay = ProgressRelay(params.session_id, notify)
+async def _rebuild(service: BridgeService, params: RebuildParams, context: CallContext) -> Any:
+    relay = ProgressRelay(params.session_id, context.notify)
     status = await service.rebuild(params.session_id, force=params.force, progress=relay)
     relay.finish(status.total_entries)
     return status_to_json(status)
 
 
-async def _migrate(service: BridgeService, params: MigrateParams, notify: Notify) -> Any:
+async def _migrate(service: BridgeService, params: MigrateParams, context: CallContext) -> Any:
     return migration_to_json(await service.migrate())
 
 
-async def _forget(service: BridgeService, params: ForgetParams, notify: Notify) -> Any:
+async def _forget(service: BridgeService, params: ForgetParams, context: CallContext) -> Any:
     forgotten = await service.forget(
         params.session_id, params.owner_id, params.memory_id, params.at
     )
     return {"memory_id": params.memory_id, "forgotten": forgotten}
 
 
-async def _erase(service: BridgeService, params: EraseParams, notify: Notify) -> Any:
+async def _erase(service: BridgeService, params: EraseParams, context: CallContext) -> Any:
     if params.memory_ids is not None and params.owner_id is None:
         raise RpcError(
             ErrorCode.INVALID_PARAMS,
@@ -170,7 +227,9 @@ async def _erase(service: BridgeService, params: EraseParams, notify: Notify) ->
     return {"erased": erased}
 
 
-async def _consolidate(service: BridgeService, params: ConsolidateParams, notify: Notify) -> Any:
+async def _consolidate(
+    service: BridgeService, params: ConsolidateParams, context: CallContext
+) -> Any:
     summary = build_summary(params)
     created = await service.consolidate(
         params.session_id, params.owner_id, params.memory_ids, summary
@@ -179,8 +238,8 @@ async def _consolidate(service: BridgeService, params: ConsolidateParams, notify
     return {"memory_id": summary.memory_id, "created": created, "memory": memory_to_json(stored)}
 
 
-#: ``handler(service, params, notify)`` returns the JSON-ready result of one call.
-Handler = Callable[[BridgeService, Any, Notify], Awaitable[Any]]
+#: ``handler(service, params, context)`` returns the JSON-ready result of one call.
+Handler = Callable[[BridgeService, Any, CallContext], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,14 +279,19 @@ class MethodExecutor:
     def __init__(self, service: BridgeService) -> None:
         self._service = service
 
-    async def execute(self, method: str, params: BaseModel, notify: Notify) -> Any:
+    async def execute(self, method: str, params: BaseModel, context: CallContext) -> Any:
         """Run ``method`` with its validated ``params``; return its JSON-ready result.
 
+        ``context.budget`` is charged with the large pieces of the result as they are built (the
+        call's own, or its batch's): a result that cannot fit the response cap is refused
+        before it is built in full.
+
         Raises:
+            ResponseTooLargeError: The result would pass the response cap (-32003).
             GameMemoryError: Whatever the service raises (mapped by the error table).
             RpcError: For params the core models refuse, or a method without a handler.
         """
         spec = METHODS.get(method)
         if spec is None or spec.run is None:
             raise RpcError(ErrorCode.METHOD_NOT_FOUND, f"method {method!r} has no handler")
-        return await spec.run(self._service, params, notify)
+        return await spec.run(self._service, params, context)

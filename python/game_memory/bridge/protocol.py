@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from game_memory.bridge.batches import Batch
+from game_memory.bridge.budget import ResponseBudget
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception, params_not_object
 from game_memory.bridge.handlers import METHODS as _METHOD_TABLE
 from game_memory.bridge.handshake import (
@@ -100,12 +101,17 @@ class Call:
         params: The validated params model of that method.
         request_id: The id to answer with (``None`` for a notification or a null id).
         is_notification: ``True`` when the client sent no id and wants no response.
+        budget: What the result may take of the response cap while it is built; the
+            members of one batch share one (they are sent as one array).
     """
 
     method: str
     params: BaseModel
     request_id: RequestId
     is_notification: bool
+    budget: ResponseBudget = field(
+        default_factory=lambda: ResponseBudget(DEFAULT_LIMITS.maximum_response_bytes)
+    )
     _batch: Batch | None = None
     _slot: int = -1
     _finished: bool = False
@@ -213,11 +219,31 @@ class BridgeConnection:
         )
         return Received(messages=[encode_message(error_response(None, error))])
 
-    def complete(self, call: Call, result: Any) -> list[str]:
+    def encode_result(self, call: Call, result: Any) -> str:
+        """Encode the success response of ``call`` for :meth:`complete`, capped in size.
+
+        Touches no connection state, so it is safe to run in a worker thread: the server
+        encodes big results (megabytes) there, off the event loop.
+        """
+        try:
+            return encode_response(
+                success_response(call.request_id, result), self._limits.maximum_response_bytes
+            )
+        except (TypeError, ValueError) as exc:  # a result JSON cannot carry (NaN, a set)
+            logger.error("the result of %s is not JSON", call.method, exc_info=exc)
+            return encode_message(error_response(call.request_id, error_from_exception(exc)))
+
+    def complete(self, call: Call, result: Any, *, encoded: str | None = None) -> list[str]:
         """Finish ``call`` with a JSON-ready ``result``; return the messages to send.
 
         A batch member returns nothing until the last member of its batch finishes; then
         the whole batch response. A notification returns nothing.
+
+        Args:
+            call: The call to finish.
+            result: Its result.
+            encoded: What :meth:`encode_result` returned for it, when the caller already
+                encoded it (in a worker thread); ``result`` is then not encoded again.
 
         Raises:
             RuntimeError: ``call`` was already finished (a dispatcher bug).
@@ -225,13 +251,7 @@ class BridgeConnection:
         self._finish(call)
         if call.is_notification or self._state is ConnectionState.CLOSED:
             return []
-        try:
-            text = encode_response(
-                success_response(call.request_id, result), self._limits.maximum_response_bytes
-            )
-        except (TypeError, ValueError) as exc:  # a result JSON cannot carry (NaN, a set)
-            logger.error("the result of %s is not JSON", call.method, exc_info=exc)
-            text = encode_message(error_response(call.request_id, error_from_exception(exc)))
+        text = encoded if encoded is not None else self.encode_result(call, result)
         return self._deliver(call, text)
 
     def fail(self, call: Call, error: BaseException) -> list[str]:
@@ -288,10 +308,12 @@ class BridgeConnection:
             out.messages.append(encode_message(error_response(None, error)))
             return
         batch = Batch.of_size(len(entries))
+        budget = ResponseBudget(self._limits.maximum_response_bytes)
         for slot, entry in enumerate(entries):
             response, call = self._handle(entry, out, batch.after)
             if call is not None:
                 out.calls.append(call)
+                call.budget = budget
                 if not call.is_notification:
                     call._batch, call._slot = batch, slot
                     batch.ids[slot] = call.request_id
@@ -364,7 +386,9 @@ class BridgeConnection:
                 )
             )
         self._in_flight += 1
-        return None, Call(method, params, None if is_notification else request_id, is_notification)
+        budget = ResponseBudget(self._limits.maximum_response_bytes)
+        request = None if is_notification else request_id
+        return None, Call(method, params, request, is_notification, budget)
 
     def _initialize(
         self, raw_params: Any, out: Received, after: list[str]

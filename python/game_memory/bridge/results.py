@@ -9,6 +9,7 @@ import json
 from enum import Enum
 from typing import Any
 
+from game_memory.bridge.budget import ResponseBudget
 from game_memory.bridge.service import (
     DiagnosticView,
     MigrationView,
@@ -21,6 +22,7 @@ from game_memory.model import GameMemory, GameMemorySearchStage, GameMoment
 __all__ = [
     "diagnostic_to_json",
     "hit_to_json",
+    "memory_json_bound",
     "memory_to_json",
     "migration_to_json",
     "moment_to_json",
@@ -59,6 +61,47 @@ def memory_to_json(memory: GameMemory) -> dict[str, Any]:
     }
 
 
+#: Worst-case encoded bytes per character of a string: a character outside the Basic
+#: Multilingual Plane becomes two ``\\u`` escapes (12 bytes) in the ASCII-only encoding used
+#: for messages holding a lone surrogate. Re-encoding a parsed payload number grows it less
+#: than that (``1e15`` -> ``1000000000000000.0``).
+_BYTES_PER_CHARACTER = 12
+#: Bytes of a memory object and its ``why`` besides its strings (keys, numbers, nulls).
+_FIXED_BYTES = 1_024
+#: Bytes per list or mapping entry besides its characters (quotes, commas, colons).
+_ENTRY_BYTES = 16
+
+
+def memory_json_bound(memory: GameMemory) -> int:
+    """Return an upper bound on the encoded size of a recalled memory object, cheaply.
+
+    Sums string lengths without serializing anything, so it costs a microsecond or two; it
+    overestimates (ordinary text takes one byte a character, not twelve), which only makes
+    the response budget measure exactly sooner.
+    """
+    moments = (memory.moment, memory.expires_at)
+    characters = (
+        len(memory.memory_id)
+        + len(memory.session_id)
+        + len(memory.owner_id)
+        + len(memory.searchable_text or "")
+        + len(memory.scope)
+        + len(memory.payload_json)
+        + len(memory.source_input_id or "")
+        + len(memory.belief_key or "")
+        + sum(
+            len(moment.timeline_id) + len(moment.calendar_json or "")
+            for moment in moments
+            if moment
+        )
+        + sum(len(tag) for tag in memory.tags)
+        + sum(len(key) + len(value) for key, value in memory.metadata.items())
+        + sum(len(source) for source in memory.consolidates)
+    )
+    entries = len(memory.tags) + len(memory.metadata) + len(memory.consolidates)
+    return _BYTES_PER_CHARACTER * characters + _ENTRY_BYTES * entries + _FIXED_BYTES
+
+
 def hit_to_json(hit: RecallHitView) -> dict[str, Any]:
     """Return a recalled memory object with its ``why``."""
     result = memory_to_json(hit.memory)
@@ -83,10 +126,26 @@ def stage_to_json(stage: GameMemorySearchStage) -> dict[str, Any]:
     }
 
 
-def recall_to_json(result: RecallResultView) -> dict[str, Any]:
-    """Return ``{"memories", "stages", "fallback"}`` of one recall."""
+def recall_to_json(
+    result: RecallResultView, budget: ResponseBudget | None = None
+) -> dict[str, Any]:
+    """Return ``{"memories", "stages", "fallback"}`` of one recall.
+
+    Args:
+        result: The recall.
+        budget: When given, each memory object is charged to it as soon as it is built.
+
+    Raises:
+        ResponseTooLargeError: The budget's cap was passed; the rest is not built.
+    """
+    memories: list[dict[str, Any]] = []
+    for hit in result.hits:
+        item = hit_to_json(hit)
+        if budget is not None:
+            budget.charge(item, memory_json_bound(hit.memory))
+        memories.append(item)
     return {
-        "memories": [hit_to_json(hit) for hit in result.hits],
+        "memories": memories,
         "stages": [stage_to_json(stage) for stage in result.snapshot.stages],
         "fallback": result.fallback,
     }

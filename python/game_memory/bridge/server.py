@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
-from game_memory.bridge.handlers import MethodExecutor
+from game_memory.bridge.handlers import OFFLOAD_BYTES, CallContext, MethodExecutor
 from game_memory.bridge.limits import DEFAULT_LIMITS, BridgeLimits
 from game_memory.bridge.messages import encode_message, error_response
 from game_memory.bridge.outbox import Outbox
@@ -95,7 +95,12 @@ class Session:
         deadline = asyncio.timeout(seconds)
         try:
             async with deadline:
-                result = await self._server.executor.execute(call.method, call.params, self.notify)
+                context = CallContext(self.notify, call.budget, asyncio.to_thread)
+                result = await self._server.executor.execute(call.method, call.params, context)
+                encoded = None
+                if call.budget.charged > OFFLOAD_BYTES and not call.is_notification:
+                    # Megabytes of JSON take tens of milliseconds to encode: not on the loop.
+                    encoded = await asyncio.to_thread(self.connection.encode_result, call, result)
         except asyncio.CancelledError:
             for message in self.connection.fail(call, _shutting_down(call.method)):
                 self.outbox.offer(message, force=True)
@@ -113,7 +118,7 @@ class Session:
         except Exception as exc:
             messages = self.connection.fail(call, exc)
         else:
-            messages = self.connection.complete(call, result)
+            messages = self.connection.complete(call, result, encoded=encoded)
         for message in messages:
             await self.outbox.put(message)
 
