@@ -247,25 +247,29 @@ class Method:
     """One bridge method: the model its params must match and what runs it.
 
     ``run`` is ``None`` for ``initialize``, which the protocol core answers itself.
+    ``writes`` marks a method that changes the save: the store finishes such work in a
+    thread even when its awaiting task is cancelled, so the server never answers it before
+    it has settled (a deadline or shutdown cannot turn a stored write into an error).
     """
 
     params: type[BaseModel]
     run: Handler | None
+    writes: bool = False
 
 
 #: Every method a client may call, ``initialize`` first.
 METHODS: dict[str, Method] = {
     "initialize": Method(InitializeParams, None),
-    "memory.remember": Method(RememberParams, _remember),
-    "memory.remember_many": Method(RememberManyParams, _remember_many),
+    "memory.remember": Method(RememberParams, _remember, writes=True),
+    "memory.remember_many": Method(RememberManyParams, _remember_many, writes=True),
     "memory.recall": Method(RecallParams, _recall),
     "memory.recall_many": Method(RecallManyParams, _recall_many),
     "memory.status": Method(StatusParams, _status),
     "memory.rebuild": Method(RebuildParams, _rebuild),
-    "memory.migrate": Method(MigrateParams, _migrate),
-    "memory.forget": Method(ForgetParams, _forget),
-    "memory.erase": Method(EraseParams, _erase),
-    "memory.consolidate": Method(ConsolidateParams, _consolidate),
+    "memory.migrate": Method(MigrateParams, _migrate, writes=True),
+    "memory.forget": Method(ForgetParams, _forget, writes=True),
+    "memory.erase": Method(EraseParams, _erase, writes=True),
+    "memory.consolidate": Method(ConsolidateParams, _consolidate, writes=True),
 }
 
 
@@ -278,6 +282,12 @@ class MethodExecutor:
 
     def __init__(self, service: BridgeService) -> None:
         self._service = service
+
+    @staticmethod
+    def writes(method: str) -> bool:
+        """Whether ``method`` changes the save (its answer waits for it to settle)."""
+        spec = METHODS.get(method)
+        return spec is not None and spec.writes
 
     async def execute(self, method: str, params: BaseModel, context: CallContext) -> Any:
         """Run ``method`` with its validated ``params``; return its JSON-ready result.

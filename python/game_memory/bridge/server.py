@@ -6,6 +6,11 @@ as tasks, so one connection's requests may run concurrently and answer out of or
 match them). Each call has a server-side deadline (TIMEOUT, -32008); on shutdown new calls
 are refused (SHUTTING_DOWN, -32009), running ones get a grace period and are then
 cancelled and answered with SHUTTING_DOWN.
+
+Writes (``Method.writes``) are the exception to both: the store finishes a write in a
+thread even when the task awaiting it is cancelled, so an error answer could not say
+whether it was applied. A write is therefore never cancelled; past the deadline, or past
+the shutdown grace, its answer waits until it has settled and carries its real outcome.
 """
 
 from __future__ import annotations
@@ -92,16 +97,33 @@ class Session:
             if call.method == "memory.rebuild"
             else limits.request_timeout_seconds
         )
+        executor = self._server.executor
+        context = CallContext(self.notify, call.budget, asyncio.to_thread)
+        work = asyncio.ensure_future(executor.execute(call.method, call.params, context))
+        # A write is never cancelled midway: the store would finish it in a thread anyway,
+        # so an error answer could not say whether it was applied. Its answer waits for it.
+        writes = executor.writes(call.method)
         deadline = asyncio.timeout(seconds)
+        cancelled = False
+        encoded = None
         try:
-            async with deadline:
-                context = CallContext(self.notify, call.budget, asyncio.to_thread)
-                result = await self._server.executor.execute(call.method, call.params, context)
-                encoded = None
-                if call.budget.charged > OFFLOAD_BYTES and not call.is_notification:
-                    # Megabytes of JSON take tens of milliseconds to encode: not on the loop.
-                    encoded = await asyncio.to_thread(self.connection.encode_result, call, result)
+            try:
+                async with deadline:
+                    result = await (asyncio.shield(work) if writes else work)
+            except asyncio.CancelledError:  # shutdown, past the grace period
+                if not writes:
+                    raise
+                cancelled = True
+                result = await _settled(work)
+            except TimeoutError:
+                if not (writes and deadline.expired()):
+                    raise
+                result = await _settled(work)  # past the deadline: its real outcome
+            if call.budget.charged > OFFLOAD_BYTES and not call.is_notification:
+                # Megabytes of JSON take tens of milliseconds to encode: not on the loop.
+                encoded = await asyncio.to_thread(self.connection.encode_result, call, result)
         except asyncio.CancelledError:
+            work.cancel()
             for message in self.connection.fail(call, _shutting_down(call.method)):
                 self.outbox.offer(message, force=True)
             raise
@@ -119,15 +141,34 @@ class Session:
             messages = self.connection.fail(call, exc)
         else:
             messages = self.connection.complete(call, result, encoded=encoded)
+        if cancelled:  # shutdown: the settled answer is queued even for a full outbox
+            for message in messages:
+                self.outbox.offer(message, force=True)
+            raise asyncio.CancelledError
         for message in messages:
             await self.outbox.put(message)
+
+
+async def _settled(work: asyncio.Future[Any]) -> Any:
+    """Wait for a write to finish, through any cancellation of the waiter; return its result.
+
+    Raises:
+        Exception: What the write raised.
+    """
+    while True:
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            if work.done():
+                return work.result()  # the write itself was cancelled: raises that
 
 
 def _shutting_down(method: str) -> RpcError:
     return RpcError(
         ErrorCode.SHUTTING_DOWN,
-        f"{method} was abandoned because the server is shutting down; nothing was left "
-        "half-written; start a new server and send it again",
+        f"{method} was abandoned because the server is shutting down; it changes nothing "
+        "(a write is never abandoned: it is answered once it has settled); start a new "
+        "server and send it again",
         {"kind": "ShuttingDown"},
     )
 
