@@ -23,6 +23,8 @@ from game_memory.store.file_store import FileGameMemoryStore
 
 STARTUP_SECONDS = 60
 MOMENT = {"timeline_id": "main", "tick": 100}
+#: Longest stdout line the tests read: a response may be up to 16 MiB.
+RESPONSE_LINE_LIMIT = 17 * 2**20
 
 
 class ServeProcess:
@@ -67,6 +69,7 @@ async def start(tmp_path: Path, *arguments: str, env: dict[str, str] | None = No
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
             env={**os.environ, **(env or {})},
+            limit=RESPONSE_LINE_LIMIT,
         )
     assert process.stdout is not None
     try:
@@ -504,3 +507,48 @@ async def test_store_diagnostics_are_broadcast_to_every_initialized_client(
         assert notice["params"]["code"] == "memory_vector_rebuild_required"
         assert notice["params"]["session_id"] == "save-1"
         assert any(n["method"] == "memory.diagnostic" for n in asking.notifications)
+
+
+async def test_stdio_answers_requests_sent_during_shutdown_with_shutting_down(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, "--stdio", "--model", "hashing") as server:
+        stdin, stdout = server.process.stdin, server.process.stdout
+        assert stdin is not None and stdout is not None
+
+        async def send(request_id: str, method: str, params: Any) -> None:
+            message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            stdin.write(json.dumps(message).encode() + b"\n")
+            await stdin.drain()
+
+        async def reply() -> dict[str, Any]:
+            answer: dict[str, Any] = json.loads(await asyncio.wait_for(stdout.readline(), 60))
+            return answer
+
+        await send("init", "initialize", {"protocol_version": 1})
+        assert "result" in await reply()
+        words = " ".join(f"w{number}" for number in range(600))
+        batch = [remember(f"slow {n} {words}", n, owner=f"npc-{n % 4}") for n in range(256)]
+        await send("seed", "memory.remember_many", {"memories": batch})
+        assert "result" in await reply()
+        # Recalls that keep the server busy for a while after the signal.
+        queries = [{"session_id": "save-1", "text": "w1 w2 slow", "limit": 5}] * 64
+        for number in range(20):
+            await send(f"slow-{number}", "memory.recall_many", {"queries": queries})
+        # Its answer (ahead of the slow ones) shows that the server has read them all.
+        await send("marker", "memory.status", {"session_id": "save-1"})
+        answers = {}
+        while "marker" not in answers:
+            answer = await reply()
+            answers[answer["id"]] = answer
+        server.process.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(30):
+            while "stopping: finishing running requests" not in server.stderr():
+                await asyncio.sleep(0.01)
+        await send("late", "memory.status", {"session_id": "save-1"})
+        while line := await asyncio.wait_for(stdout.readline(), 60):
+            answer = json.loads(line)
+            answers[answer["id"]] = answer
+        assert answers["late"]["error"]["code"] == -32009, (sorted(answers), server.stderr())
+        assert all("result" in answers[f"slow-{number}"] for number in range(20))
+        assert await server.wait() == 0, server.stderr()

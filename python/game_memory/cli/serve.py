@@ -241,6 +241,7 @@ async def serve(settings: ServeSettings) -> int:
         server = BridgeServer(memory, info, settings.limits)
         relay.target = server.broadcast_diagnostic
         transport: WebSocketTransport | StdioTransport
+        reading: asyncio.Future[None] | None = None
         if settings.host is not None and settings.token is not None:
             transport = WebSocketTransport(server, settings.token)
             url = await transport.start(settings.host, settings.port)
@@ -253,9 +254,15 @@ async def serve(settings: ServeSettings) -> int:
             _print_ready(
                 {"event": "ready", "transport": "stdio", "protocol_version": PROTOCOL_VERSION}
             )
-            await _first(stop.wait(), transport.run())
+            # The read loop outlives the stop signal: requests that arrive while running
+            # ones finish are read and answered with -32009, as over WebSocket.
+            reading = asyncio.ensure_future(transport.run())
+            await _first(stop.wait(), asyncio.shield(reading))
         logger.info("stopping: finishing running requests")
         await server.shutdown()
+        if reading is not None:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
         await transport.aclose()
     finally:
         await memory.aclose()
