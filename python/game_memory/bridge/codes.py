@@ -142,7 +142,7 @@ def _with_advice(message: str, code: ErrorCode) -> str:
 
 
 def describe_validation_error(
-    error: ValidationError, renames: dict[str, str] | None = None
+    error: ValidationError, renames: dict[str, str] | None = None, prefix: str = ""
 ) -> tuple[str, str]:
     """Summarize a pydantic error as ``(message, first_field)`` without echoing inputs.
 
@@ -150,16 +150,20 @@ def describe_validation_error(
         error: The validation error.
         renames: Model field names to show under their protocol names
             (``{"payload_json": "payload"}``).
+        prefix: The dotted path of the object that was validated within the params
+            (``"memories.3"``, ``"summary"``), put before every field.
 
     Returns:
         A message naming up to three fields with what is wrong with each, and the dotted
-        path of the first field (``"params"`` when the error is about the whole object).
+        path of the first field (``prefix``, or ``"params"`` without one, when the error is
+        about the whole object).
     """
     renames = renames or {}
     parts: list[str] = []
     fields: list[str] = []
     for detail in error.errors(include_url=False, include_input=False):
-        path = ".".join(renames.get(str(item), str(item)) for item in detail["loc"]) or "params"
+        names = [renames.get(str(item), str(item)) for item in detail["loc"]]
+        path = ".".join([prefix, *names] if prefix else names) or "params"
         fields.append(path)
         if len(parts) < _MAXIMUM_LISTED_FIELDS:
             reason = str(detail["msg"])

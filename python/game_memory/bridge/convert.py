@@ -26,8 +26,8 @@ def canonical_json(value: JsonValue) -> str:
     )
 
 
-def _invalid(method: str, error: ValidationError) -> RpcError:
-    text, field = describe_validation_error(error, _RENAMES)
+def _invalid(method: str, error: ValidationError, prefix: str = "") -> RpcError:
+    text, field = describe_validation_error(error, _RENAMES, prefix)
     return RpcError(
         ErrorCode.INVALID_PARAMS,
         f"invalid params for {method}: {text}; fix the named parameter and send it again",
@@ -35,11 +35,19 @@ def _invalid(method: str, error: ValidationError) -> RpcError:
     )
 
 
-def build_memory(params: RememberParams) -> GameMemory:
+def build_memory(
+    params: RememberParams, method: str = "memory.remember", prefix: str = ""
+) -> GameMemory:
     """Build the memory a ``memory.remember`` stores.
 
     ``text`` becomes ``searchable_text``; ``payload`` (default ``{"text": text}``) is
     stored as canonical JSON; ``memory_id`` defaults to :func:`content_memory_id`.
+
+    Args:
+        params: The remember params.
+        method: The method called, named in an error (``memory.remember_many``).
+        prefix: Where ``params`` sit in that method's params (``memories.3``,
+            ``summary``), put before the field an error names.
 
     Raises:
         RpcError: ``INVALID_PARAMS`` naming the protocol field the core model refused
@@ -77,7 +85,7 @@ def build_memory(params: RememberParams) -> GameMemory:
             belief_key=params.belief_key,
         )
     except ValidationError as exc:
-        raise _invalid("memory.remember", exc) from exc
+        raise _invalid(method, exc, prefix) from exc
 
 
 def build_summary(params: ConsolidateParams) -> GameMemory:
@@ -102,14 +110,8 @@ def build_summary(params: ConsolidateParams) -> GameMemory:
     try:
         remember = RememberParams.model_validate(fields)
     except ValidationError as exc:
-        text, field = describe_validation_error(exc, _RENAMES)
-        raise RpcError(
-            ErrorCode.INVALID_PARAMS,
-            f"invalid params for memory.consolidate: summary.{text}; fix the named parameter "
-            "and send it again",
-            {"kind": "ValidationError", "field": f"summary.{field}"},
-        ) from exc
-    return build_memory(remember)
+        raise _invalid("memory.consolidate", exc, "summary") from exc
+    return build_memory(remember, "memory.consolidate", "summary")
 
 
 def build_query(params: RecallParams) -> GameMemoryQuery:

@@ -150,7 +150,10 @@ async def _remember_many(
     service: BridgeService, params: RememberManyParams, context: CallContext
 ) -> Any:
     # One atomic batch: all stored, or (an error) none of them.
-    memories = [build_memory(entry) for entry in params.memories]
+    memories = [
+        build_memory(entry, "memory.remember_many", f"memories.{position}")
+        for position, entry in enumerate(params.memories)
+    ]
     created = await service.append_many(memories)
     results = [
         {"memory_id": memory.memory_id, "created": new}
