@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError
 from game_memory.bridge.convert import build_memory, build_query
@@ -89,9 +90,10 @@ def test_a_core_validation_error_names_the_protocol_field() -> None:
         build_memory(remember(payload=deep))
     assert caught.value.data == {"kind": "ValidationError", "field": "payload"}
 
-    with pytest.raises(RpcError) as caught:
-        build_memory(remember(owner_id="   "))
-    assert caught.value.data is not None and caught.value.data["field"] == "owner_id"
+    # A blank id is refused earlier, by the params model, which names it.
+    with pytest.raises(ValidationError) as refused:
+        remember(owner_id="   ")
+    assert refused.value.errors()[0]["loc"] == ("owner_id",)
 
 
 def test_a_query_carries_every_filter() -> None:
@@ -119,6 +121,6 @@ def test_a_query_carries_every_filter() -> None:
 
 
 def test_a_blank_session_in_a_query_is_invalid_params() -> None:
-    with pytest.raises(RpcError) as caught:
-        build_query(RecallParams.model_validate({"session_id": "  "}))
-    assert caught.value.data is not None and caught.value.data["field"] == "session_id"
+    with pytest.raises(ValidationError) as refused:
+        RecallParams.model_validate({"session_id": "  "})
+    assert refused.value.errors()[0]["loc"] == ("session_id",)

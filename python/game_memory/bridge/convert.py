@@ -12,7 +12,7 @@ from pydantic import JsonValue, ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError, describe_validation_error
 from game_memory.bridge.params import ConsolidateParams, RecallParams, RememberParams
-from game_memory.model import GameMemory, GameMemoryQuery, content_memory_id
+from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, content_memory_id
 
 __all__ = ["build_memory", "build_query", "build_summary", "canonical_json"]
 
@@ -95,7 +95,8 @@ def build_summary(params: ConsolidateParams) -> GameMemory:
     and owner, so its fields, defaults and default id are a remember's.
 
     Raises:
-        RpcError: ``INVALID_PARAMS`` naming the summary field that is wrong.
+        RpcError: ``INVALID_PARAMS`` naming the summary field that is wrong (``summary.kind``
+            for a kind other than ``reflection``).
     """
     fields = {"kind": "reflection", **params.summary}
     for name in ("session_id", "owner_id"):
@@ -111,6 +112,13 @@ def build_summary(params: ConsolidateParams) -> GameMemory:
         remember = RememberParams.model_validate(fields)
     except ValidationError as exc:
         raise _invalid("memory.consolidate", exc, "summary") from exc
+    if remember.kind is not GameMemoryKind.REFLECTION:
+        raise RpcError(
+            ErrorCode.INVALID_PARAMS,
+            "invalid params for memory.consolidate: summary.kind must be 'reflection' (a "
+            f"summary is a reflection), not {remember.kind.value!r}; leave it out",
+            {"kind": "ValidationError", "field": "summary.kind"},
+        )
     return build_memory(remember, "memory.consolidate", "summary")
 
 

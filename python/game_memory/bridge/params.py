@@ -11,7 +11,15 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, StrictBool
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictBool,
+)
 
 from game_memory.model import GameMemoryKind, GameMoment
 
@@ -71,7 +79,14 @@ def _string_list(value: Any) -> Any:
     return value
 
 
-Id = Annotated[str, Field(min_length=1, max_length=_MAXIMUM_ID)]
+def _not_blank(value: str) -> str:
+    # The store refuses blank ids too, but without naming the parameter: check it here.
+    if not value.strip():
+        raise ValueError("must not be blank (empty or only whitespace); send a non-blank id")
+    return value
+
+
+Id = Annotated[str, Field(min_length=1, max_length=_MAXIMUM_ID), AfterValidator(_not_blank)]
 Kind = Annotated[GameMemoryKind, BeforeValidator(_kind)]
 Unit = Annotated[float, BeforeValidator(_real_number), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 IdList = Annotated[list[Id], BeforeValidator(_string_list), Field(max_length=_MAXIMUM_LIST)]
