@@ -503,6 +503,11 @@ func _call(method: String, params: Dictionary) -> Dictionary:
 	if Engine.is_editor_hint():
 		return GameMemoryError.failure(GameMemoryError.SIDECAR_FAILED, "%s was not sent: " \
 				% method + "GameMemory starts no sidecar in the editor; call it from the game")
+	if not is_inside_tree():
+		# Only a node in the tree is polled (_process): a request sent now would never resolve.
+		return GameMemoryError.failure(GameMemoryError.STOPPED, "%s was not sent: " % method
+				+ "GameMemory is not in the scene tree, where it does its work; add it to the "
+				+ "tree (or use the Memory autoload) before calling it")
 	if _state == State.IDLE:
 		start()
 	var request: GameMemoryRequest

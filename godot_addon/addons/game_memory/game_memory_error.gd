@@ -51,7 +51,8 @@ const CONNECTION_LOST: int = -31003
 const REQUEST_TIMEOUT: int = -31004
 ## The sidecar answered with something that is not a valid JSON-RPC response.
 const INVALID_RESPONSE: int = -31005
-## [method GameMemory.stop] was called, or the node left the tree, while the request was pending.
+## [method GameMemory.stop] was called, or the node left the tree, while the request was pending;
+## or the call was made on a node outside the scene tree (it only works in the tree).
 const STOPPED: int = -31006
 #endregion
 
