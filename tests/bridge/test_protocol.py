@@ -565,3 +565,33 @@ def test_a_lone_surrogate_in_a_response_is_escaped_not_fatal(ready: BridgeConnec
     (text,) = ready.complete(call, {"text": "bad \ud800 char", "ok": "é"})
     text.encode("utf-8")
     assert json.loads(text)["result"]["ok"] == "é"
+
+
+@pytest.mark.parametrize("digits", [310, 400, 5_000])
+def test_an_integer_beyond_a_float_is_a_parse_error_without_python_advice(
+    ready: BridgeConnection, digits: int
+) -> None:
+    huge = "9" * digits
+    params = '{"session_id": "s", "limit": 1, "x": ' + huge + "}"
+    line = '{"jsonrpc": "2.0", "id": 1, "method": "memory.recall", "params": ' + params + "}"
+    response = only(ready.receive(line))
+    assert response["id"] is None and response["error"]["code"] == -32700
+    message = response["error"]["message"]
+    assert "out of range (beyond a 64-bit float" in message and f"{digits:,} digits" in message
+    assert "sys." not in message and "set_int_max_str_digits" not in message
+
+
+def test_an_integer_beyond_a_float_inside_a_payload_is_refused(ready: BridgeConnection) -> None:
+    payload = '{"big": -' + "2" * 309 + "}"  # 309 digits, yet over 1.8e308
+    params = remember_params()
+    text = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "memory.remember", "params": params})
+    line = text[:-2] + ', "payload": ' + payload + "}}"
+    response = only(ready.receive(line))
+    assert response["error"]["code"] == -32700
+
+
+def test_a_large_integer_a_float_can_hold_is_kept_exact(ready: BridgeConnection) -> None:
+    exact = 2**80 + 1
+    line = request("memory.remember", {**remember_params(), "payload": {"n": exact}})
+    (call,) = ready.receive(line).calls
+    assert call.params.payload == {"n": exact}  # type: ignore[attr-defined]

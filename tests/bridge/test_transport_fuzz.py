@@ -222,10 +222,12 @@ def test_an_id_that_overflows_a_float_is_answered_over_the_websocket() -> None:
     frames: list[str | bytes] = [
         '{"jsonrpc":"2.0","id":1e400,"method":"memory.status","params":{"session_id":"s"}}',
         '{"jsonrpc":"2.0","id":1' + "0" * 400 + ',"method":"memory.status","params":{}}',
+        '{"jsonrpc":"2.0","id":1' + "0" * 20 + ',"method":"memory.status","params":{}}',
         '{"jsonrpc":"2.0","id":7,"method":"memory.status","params":{"session_id":"s"}}',
     ]
     answers, code = asyncio.run(websocket_session(frames, initialized=True))
     codes = [a.get("error", {}).get("code") for a in answers[1:]]
-    assert codes == [-32700, -32600, None] and answers[-1]["id"] == 7
+    # Beyond a float anywhere (1e400, a 401-digit integer) is -32700; beyond 2^53, -32600.
+    assert codes == [-32700, -32700, -32600, None] and answers[-1]["id"] == 7
     assert "out of range" in answers[1]["error"]["message"]
     assert code == 1000

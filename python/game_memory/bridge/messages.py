@@ -2,17 +2,18 @@
 encoding of outbound ones.
 
 Pure functions. Parsing refuses what JSON allows but a game never means: duplicate keys,
-``NaN``/``Infinity``, numbers too large for a 64-bit float (``1e400``, which would become
-infinity and could never be answered in JSON), and nesting deep enough to exhaust the
-parser. An envelope must have exactly the members ``jsonrpc`` ("2.0"), ``method`` (a
-string) and optionally ``id`` (a string, a number a 64-bit float holds exactly, at most
-2^53 in magnitude, or null) and ``params``.
+``NaN``/``Infinity``, numbers too large for a 64-bit float (``1e400``, or an integer of
+400 digits, which would become infinity and could never be answered in JSON), and nesting
+deep enough to exhaust the parser. An envelope must have exactly the members ``jsonrpc``
+("2.0"), ``method`` (a string) and optionally ``id`` (a string, a number a 64-bit float
+holds exactly, at most 2^53 in magnitude, or null) and ``params``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -132,6 +133,25 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: The largest magnitude a 64-bit float holds; ints are compared with it exactly.
+_FLOAT_MAXIMUM = sys.float_info.max
+#: Digits of the largest integer a 64-bit float holds (about 1.8e308).
+_FLOAT_MAXIMUM_DIGITS = 309
+
+
+def _float_range_int(text: str) -> int:
+    # Refuse before int() when the digits alone say it is too big: int() of more than
+    # 4,300 digits raises with CPython's own advice, which means nothing to a game client.
+    digits = len(text) - text.startswith("-")
+    if digits > _FLOAT_MAXIMUM_DIGITS or abs(value := int(text)) > _FLOAT_MAXIMUM:
+        shown = text if len(text) <= 24 else f"{text[:20]}… ({digits:,} digits)"
+        raise ValueError(
+            f"the integer {shown} is out of range (beyond a 64-bit float, which Godot and "
+            "JavaScript would read as infinity)"
+        )
+    return value
+
+
 def parse_message(text: str | bytes) -> Any:
     """Parse one message (already within the size cap) into Python values.
 
@@ -153,6 +173,7 @@ def parse_message(text: str | bytes) -> Any:
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constants,
             parse_float=_finite_float,
+            parse_int=_float_range_int,
         )
     except RecursionError as exc:
         raise RpcError(
