@@ -11,15 +11,18 @@ clean and positions are unique and in order.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
+from game_memory import GameMemory
 from game_memory.postgres import PostgresGameMemoryStore
 from postgres.workers import SESSION, memory, plan
 
@@ -90,3 +93,51 @@ async def test_six_processes_appending_to_one_session_lose_nothing_and_detect_co
     for owner, count, distinct, highest in rows:
         assert count == distinct  # one position per memory
         assert highest < positions[owner]  # and every one below the partition's next position
+
+
+async def _wait_until_blocked(database: str, application: str = "game-memory") -> None:
+    """Return once a connection of ``application`` waits for a lock (or fail after 10 s)."""
+    deadline = time.monotonic() + 10
+    with psycopg.connect(database, autocommit=True) as watcher:
+        while time.monotonic() < deadline:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                "AND wait_event_type = 'Lock'",
+                (application,),
+            ).fetchone()
+            if row is not None and row[0]:
+                return
+            await asyncio.sleep(0.05)
+    raise AssertionError("the batch never waited for the partition row's lock")
+
+
+async def test_a_batch_naming_owners_in_any_order_does_not_deadlock_with_another_writer(
+    database: str, make_memory: Callable[..., GameMemory]
+) -> None:
+    """Another transaction (a batch or an erase, which lock partitions in owner order) holds
+    owner ``a`` and goes on to ``b``; a batch that lists ``b`` before ``a`` must wait for
+    ``a`` without holding ``b``, else PostgreSQL aborts it as a deadlock (StoreBusyError)."""
+    store = PostgresGameMemoryStore(database)
+    try:
+        assert await store.append_many(
+            [make_memory("a-0", owner_id="a"), make_memory("b-0", owner_id="b")]
+        )
+        batch = [make_memory("b-1", owner_id="b"), make_memory("a-1", owner_id="a")]
+        with psycopg.connect(database) as other:
+            other.execute("SELECT 1 FROM game_memory_partitions WHERE owner_id = 'a' FOR UPDATE")
+            appending = asyncio.ensure_future(store.append_many(batch))
+            await _wait_until_blocked(database)
+            await asyncio.wait_for(
+                asyncio.to_thread(
+                    other.execute,
+                    "UPDATE game_memory_partitions SET next_seq = next_seq WHERE owner_id = 'b'",
+                ),
+                timeout=30,
+            )
+            other.commit()
+            assert await asyncio.wait_for(appending, timeout=30) == [True, True]
+        stored = await store.enumerate("session")
+        assert sorted(m.memory_id for m in stored) == ["a-0", "a-1", "b-0", "b-1"]
+        assert (await store.check()).ok
+    finally:
+        await store.aclose()

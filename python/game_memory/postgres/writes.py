@@ -133,6 +133,9 @@ def append_batch(
 ) -> int | None:
     """One attempt at a batch (distinct ids per partition) in one transaction.
 
+    Partitions are written (their rows locked) in key order, whatever the order of
+    ``groups``, so concurrent batches and erases never deadlock on each other.
+
     ``stored_keys``, when given, receives ``(session, owner, memory id)`` of the memories
     that were already stored (equivalent), so the caller can tell each result.
 
@@ -145,13 +148,17 @@ def append_batch(
     """
     added = 0
     lost = False
+    # Partition rows are locked in key order (C collation: code point order), the order an
+    # erase of a session locks them in: two batches naming the same owners in another order
+    # would otherwise deadlock, and PostgreSQL would abort one of them.
+    ordered = sorted(groups.items(), key=lambda item: (sql_key(item[0][0]), sql_key(item[0][1])))
     with connection.transaction() as transaction:
         stored = 0
         if maximum_entries is not None:
             row = connection.execute(COUNT_LOCKED).fetchone()
             assert row is not None
             stored = int(row[1])
-        for (session_id, owner_id), batch in groups.items():
+        for (session_id, owner_id), batch in ordered:
             encoded = [encode_memory(memory) for memory in batch.values()]
             row = connection.execute(
                 APPEND_MANY,
