@@ -27,3 +27,29 @@ def test_calls_outside_the_scene_tree_fail_at_once(engine: None, sidecars: Sidec
             "a_pending_call_fails_when_the_node_is_freed",
         },
     )
+
+
+def test_a_failure_at_start_reaches_a_handler_connected_in_ready(
+    engine: None, sidecars: SidecarStarter
+) -> None:
+    """The docs' pattern: a parent connects ``backend_failed`` in its ``_ready``, after its
+    autostarted ``GameMemory`` child failed at once (nothing to launch on the web, a
+    malformed URL)."""
+    run = run_cases(["early_failure"], sidecars("lexical"))
+    assert_clean_run(run)
+    expected = {
+        "a_call_made_before_the_announcement_fails_with_the_cause",
+        "backend_failed_still_fires_once_for_it",
+        "it_resolves_after_backend_failed_like_a_pending_call",
+        "stop_before_the_announcement_resolves_the_held_call",
+        "a_restart_right_after_the_failure_gets_ready",
+        "the_stale_failure_is_not_announced_after_the_restart",
+        "a_url_that_is_not_ws_is_named_as_such",
+    }
+    for label in ("launch_failure", "malformed_url"):
+        expected |= {
+            f"{label}_reaches_backend_failed_connected_in_ready",
+            f"{label}_is_announced_once",
+            f"{label}_leaves_the_node_failed",
+        }
+    assert_case_passed(run, "early_failure", expected)

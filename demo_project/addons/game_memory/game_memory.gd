@@ -43,7 +43,10 @@ extends Node
 signal backend_ready
 ## Emitted once per failure when the backend cannot be started or is lost (the sidecar died,
 ## the connection closed, the token was refused). Every unresolved request has failed with
-## the same [param error]; call [method start] to try again.
+## the same [param error]; call [method start] to try again. A failure found as the node
+## starts (nothing to launch, a malformed URL) is emitted when the frame is idle, never inside
+## [method start] or [code]_ready[/code], so a handler connected in the game's
+## [code]_ready[/code] hears of it; calls made meanwhile resolve right after it.
 signal backend_failed(error: Dictionary)
 ## Emitted after [method remember] succeeded, with the stored memory.
 signal memory_remembered(memory: Dictionary)
@@ -155,6 +158,9 @@ var _connection: GameMemoryConnection = null
 var _sidecar: GameMemorySidecar = null
 var _server_info: Dictionary = {}
 var _last_error: Dictionary = {}
+var _starting: bool = false
+var _announcing: bool = false
+var _unannounced: Array[GameMemoryRequest] = []
 #endregion
 
 
@@ -218,44 +224,19 @@ func _get_configuration_warnings() -> PackedStringArray:
 #region Public methods
 ## Starts the backend: connects to [member server_url], or launches the sidecar when it is
 ## empty. Does nothing while starting or ready. [signal backend_ready] or
-## [signal backend_failed] follows.
+## [signal backend_failed] follows, never during this call: a failure found at once (nothing
+## to launch, a malformed URL) is announced when the frame is idle, so a handler connected
+## right after (in the parent's [code]_ready[/code], after an autostart) still hears of it.
+## The node is [constant State.FAILED] at once; calls made meanwhile resolve with the failure
+## right after [signal backend_failed].
 func start() -> void:
 	if Engine.is_editor_hint():
 		return # never a sidecar in the editor; _call() answers there instead
 	if _state == State.LAUNCHING or _state == State.CONNECTING or _state == State.READY:
 		return
-	_discard_backend()
-	_last_error = {}
-	_connection = GameMemoryConnection.new()
-	_connection.opened.connect(_on_connection_opened)
-	_connection.closed.connect(_on_backend_failed)
-	_connection.notified.connect(_on_notified)
-	if not server_url.is_empty():
-		_state = State.CONNECTING
-		_connection.open(server_url, token, startup_timeout)
-		return
-	_state = State.LAUNCHING
-	_sidecar = GameMemorySidecar.new()
-	_sidecar.started.connect(_on_sidecar_started)
-	_sidecar.failed.connect(_on_backend_failed)
-	var problem: String = install_folder_problem(save_directory, index_directory)
-	if not problem.is_empty():
-		_on_backend_failed(GameMemoryError.make(GameMemoryError.SIDECAR_FAILED, problem))
-		return
-	var command: String = sidecar_command
-	if command.is_empty() and not OS.has_feature("web"):
-		var located: Dictionary = GameMemorySidecarLocator.locate_for_this_game()
-		if not located["ok"]:
-			_on_backend_failed(located["error"])
-			return
-		command = str(located["command"])
-	for folder: String in [save_directory, index_directory]:
-		DirAccess.make_dir_recursive_absolute(ProjectSettings.globalize_path(folder))
-	var arguments: PackedStringArray = GameMemorySidecar.build_arguments(
-			sidecar_arguments, save_directory, index_directory, model)
-	arguments.append_array(GameMemorySidecar.recall_arguments(fusion, recall_options))
-	arguments.append_array(GameMemorySidecar.retention_arguments(maximum_memories_per_owner))
-	_sidecar.launch(command, arguments, startup_timeout)
+	_starting = true
+	_start_backend()
+	_starting = false
 
 
 ## Stops the backend: every unresolved request fails with [constant GameMemoryError.STOPPED],
@@ -265,6 +246,7 @@ func stop() -> void:
 		return
 	_state = State.IDLE
 	_server_info = {}
+	_finish_unannounced()
 	if _connection != null:
 		_connection.close(GameMemoryError.make(GameMemoryError.STOPPED,
 				"GameMemory was stopped (stop() was called or the node left the tree) before "
@@ -491,6 +473,41 @@ func migrate() -> Dictionary:
 
 
 #region Private methods
+func _start_backend() -> void:
+	_discard_backend()
+	_last_error = {}
+	_connection = GameMemoryConnection.new()
+	_connection.opened.connect(_on_connection_opened)
+	_connection.closed.connect(_on_backend_failed)
+	_connection.notified.connect(_on_notified)
+	if not server_url.is_empty():
+		_state = State.CONNECTING
+		_connection.open(server_url, token, startup_timeout)
+		return
+	_state = State.LAUNCHING
+	_sidecar = GameMemorySidecar.new()
+	_sidecar.started.connect(_on_sidecar_started)
+	_sidecar.failed.connect(_on_backend_failed)
+	var problem: String = install_folder_problem(save_directory, index_directory)
+	if not problem.is_empty():
+		_on_backend_failed(GameMemoryError.make(GameMemoryError.SIDECAR_FAILED, problem))
+		return
+	var command: String = sidecar_command
+	if command.is_empty() and not OS.has_feature("web"):
+		var located: Dictionary = GameMemorySidecarLocator.locate_for_this_game()
+		if not located["ok"]:
+			_on_backend_failed(located["error"])
+			return
+		command = str(located["command"])
+	for folder: String in [save_directory, index_directory]:
+		DirAccess.make_dir_recursive_absolute(ProjectSettings.globalize_path(folder))
+	var arguments: PackedStringArray = GameMemorySidecar.build_arguments(
+			sidecar_arguments, save_directory, index_directory, model)
+	arguments.append_array(GameMemorySidecar.recall_arguments(fusion, recall_options))
+	arguments.append_array(GameMemorySidecar.retention_arguments(maximum_memories_per_owner))
+	_sidecar.launch(command, arguments, startup_timeout)
+
+
 func _erase(owner_id: String, params: Dictionary) -> Dictionary:
 	var result: Dictionary = await _call("memory.erase", params)
 	if result["ok"]:
@@ -513,8 +530,10 @@ func _call(method: String, params: Dictionary) -> Dictionary:
 	var request: GameMemoryRequest
 	if _state == State.FAILED:
 		request = GameMemoryRequest.new(0, method, params, request_timeout)
-		request.finish(GameMemoryError.failure(int(_last_error.get("code", 0)),
-				"%s was not sent: %s" % [method, _last_error.get("message", "")]))
+		if _announcing:
+			_unannounced.append(request) # resolves right after backend_failed, like a pending call
+		else:
+			_fail_unsent(request)
 	else:
 		request = _connection.request(method, params, request_timeout)
 	var result: Dictionary = await request.wait()
@@ -522,6 +541,7 @@ func _call(method: String, params: Dictionary) -> Dictionary:
 
 
 func _discard_backend() -> void:
+	_finish_unannounced()
 	if _connection != null:
 		_connection.opened.disconnect(_on_connection_opened)
 		_connection.closed.disconnect(_on_backend_failed)
@@ -557,11 +577,37 @@ func _on_backend_failed(error: Dictionary) -> void:
 	_server_info = {}
 	if _sidecar != null:
 		_sidecar.kill()
+	if _starting:
+		# Failed inside start(), maybe inside this node's _ready (autostart), which runs before
+		# the game's own _ready could connect backend_failed: announce it when idle instead.
+		_announcing = true
+		_announce_failure.call_deferred(_connection, error)
+		return
+	_announce_failure(_connection, error)
+
+
+func _announce_failure(failed_connection: GameMemoryConnection, error: Dictionary) -> void:
+	if failed_connection != _connection or _state != State.FAILED:
+		return # restarted or stopped since, which resolved the calls held for this failure
 	# Announce before the pending requests resolve, so their awaiters see a failed backend.
 	# A handler may call start(), which replaces _connection; the old one is closed below.
-	var failed_connection: GameMemoryConnection = _connection
 	backend_failed.emit(error)
 	failed_connection.close(error)
+	_finish_unannounced()
+
+
+# Resolves the calls made while a failure waited to be announced, with that failure.
+func _finish_unannounced() -> void:
+	_announcing = false
+	var held: Array[GameMemoryRequest] = _unannounced
+	_unannounced = []
+	for request: GameMemoryRequest in held:
+		_fail_unsent(request)
+
+
+func _fail_unsent(request: GameMemoryRequest) -> void:
+	request.finish(GameMemoryError.failure(int(_last_error.get("code", 0)),
+			"%s was not sent: %s" % [request.method, _last_error.get("message", "")]))
 
 
 func _on_notified(method: String, params: Dictionary) -> void:

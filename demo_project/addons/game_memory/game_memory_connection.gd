@@ -79,6 +79,11 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 	_token = token
 	_open_timeout_seconds = timeout_seconds
 	_open_deadline_msec = Time.get_ticks_msec() + maxi(1, int(timeout_seconds * 1000.0))
+	if not url.begins_with("ws://") and not url.begins_with("wss://"):
+		_close_with(GameMemoryError.make(GameMemoryError.CONNECTION_FAILED,
+				"%s is not a WebSocket URL; set GameMemory.server_url to the ws:// URL of the " % url
+				+ "sidecar's ready line, e.g. ws://127.0.0.1:8765"))
+		return
 	_socket = WebSocketPeer.new()
 	_socket.inbound_buffer_size = MAX_RESPONSE_BYTES + 65536
 	_socket.outbound_buffer_size = MAX_MESSAGE_BYTES + 65536
