@@ -40,7 +40,9 @@ def test_each_core_error_maps_to_its_stable_code(error: BaseException, code: int
     rpc = error_from_exception(error, "memory.recall")
     assert int(rpc.code) == code
     assert rpc.data is not None and rpc.data["kind"] == type(error).__name__
-    if isinstance(error, GameMemoryError):  # its message already says what to do
+    if isinstance(error, MemoryConflictError):  # the protocol's advice, not the Python API's
+        assert rpc.message == f"{error}; {ERROR_ADVICE[rpc.code]}"
+    elif isinstance(error, GameMemoryError):  # its message already says what to do
         assert rpc.message == str(error)
     else:
         assert rpc.message == f"{error}; {ERROR_ADVICE[rpc.code]}"

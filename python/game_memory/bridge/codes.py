@@ -10,6 +10,7 @@ so an ONNX provider's timeout or full queue (subclasses of both) maps to timeout
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 from typing import Any
 
@@ -74,7 +75,11 @@ ERROR_ADVICE: dict[ErrorCode, str] = {
     ErrorCode.INVALID_PARAMS: "fix the named parameter and send the request again",
     ErrorCode.INTERNAL_ERROR: "the server log (stderr) has the details; report it as a bug",
     ErrorCode.UNAUTHORIZED: "call initialize first, with the token from the ready line",
-    ErrorCode.CONFLICT: "use a new memory_id, or omit it to get a content digest",
+    ErrorCode.CONFLICT: (
+        "use a new memory_id, or omit it to get a content digest (a remember that differs "
+        "only in importance, tags, metadata, expires_at or source_input_id gets the same "
+        "digest: give it a memory_id of its own)"
+    ),
     ErrorCode.CAPACITY_EXCEEDED: "stay under the named bound (data.bound)",
     ErrorCode.REBUILD_REQUIRED: "call memory.rebuild for the session, then try again",
     ErrorCode.EMBEDDING_UNAVAILABLE: (
@@ -91,6 +96,14 @@ ERROR_ADVICE: dict[ErrorCode, str] = {
     ErrorCode.SHUTTING_DOWN: "the server is stopping; start a new one and reconnect",
     ErrorCode.NOT_FOUND: "check the memory ids (memory.recall lists what the NPC remembers)",
 }
+
+#: Codes whose core messages give Python-API advice (``derive_memory_id``, ``enumerate``);
+#: a bridge client gets the protocol's own advice from :data:`ERROR_ADVICE` instead. The
+#: core's messages stay as they are: they are right for Python callers.
+_PROTOCOL_ADVICE_CODES = frozenset({ErrorCode.CONFLICT, ErrorCode.NOT_FOUND})
+#: The closing advice sentence of such a core message ("Use a new id (derive_memory_id
+#: ...).", "Check the id (enumerate ...)").
+_PYTHON_ADVICE = re.compile(r"[.;]?\s*(?:Use a new id|Check the ids?)\b.*$", re.DOTALL)
 
 #: The one mapping from exception classes to codes, most specific first.
 ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
@@ -205,7 +218,9 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     message = _clip(str(error), _MAXIMUM_MESSAGE_CHARACTERS) or type(error).__name__
     if isinstance(error, CapacityExceededError):
         data["bound"] = error.bound
-    if not isinstance(error, GameMemoryError):
+    if code in _PROTOCOL_ADVICE_CODES:
+        message = _with_advice(_PYTHON_ADVICE.sub("", message), code)
+    elif not isinstance(error, GameMemoryError):
         message = _with_advice(message, code)
     return RpcError(code, message, data)
 
