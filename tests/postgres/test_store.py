@@ -14,6 +14,7 @@ from game_memory import (
     GameMemory,
     GameMemoryQuery,
     GameMemoryStore,
+    GameMoment,
     InvalidArgumentError,
     MemoryConflictError,
     PersistenceError,
@@ -98,6 +99,29 @@ async def test_snapshots_are_bounded(
             await store.snapshot(query(), maximum_entries=4)
         assert raised.value.bound == "maximum_snapshot_entries"
     assert len((await store.snapshot(query(owner_id="o0"), maximum_entries=3)).views) == 1
+
+
+async def test_the_snapshot_bound_counts_what_partitions_hold_after_a_forget_or_an_erase(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    """A cached partition that a forget moved to a new generation is read again whole: its
+    memories are counted once, not once cached and once read. An erase shrinks what a
+    cached view held, so a session that outgrew the bound fits again once erased down."""
+    store = make_postgres_store()
+    await store.append_many([make_memory(f"m{number}", tick=number) for number in range(6)])
+    assert len((await store.snapshot(query(), maximum_entries=10)).authoritative_memories) == 6
+    assert await store.forget("session", "owner", "m0", GameMoment(timeline_id="world", tick=9))
+    snapshot = await store.snapshot(query(), maximum_entries=10)
+    assert len(snapshot.authoritative_memories) == 6 and snapshot.views[0].retractions
+    await store.append_many([make_memory(f"n{number}", owner_id="b") for number in range(6)])
+    assert len(await store.enumerate("session")) == 12  # cached whole, past the bound below
+    with pytest.raises(CapacityExceededError):
+        await store.snapshot(query(), maximum_entries=10)
+    assert await store.erase("session", "b", ["n0", "n1", "n2"]) == 3
+    snapshot = await store.snapshot(query(), maximum_entries=10)
+    assert len(snapshot.authoritative_memories) == 9
+    with pytest.raises(CapacityExceededError):
+        await store.snapshot(query(), maximum_entries=8)
 
 
 async def test_an_unchanged_partition_keeps_its_view_and_a_grown_one_extends_it(

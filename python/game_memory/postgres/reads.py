@@ -80,7 +80,9 @@ def read_views(
     """The current views of a session (or one owner), by owner id (ordinal). Blocking.
 
     One statement: the partitions' positions and the rows after what ``cache`` holds, so
-    the result is one committed state. At most ``bound + 1`` rows are transferred.
+    the result is one committed state. At most ``bound + 1`` rows are transferred, and the
+    bound holds for what the partitions hold now (a forget or an erase since the cached
+    read never counts a partition twice, nor its erased memories).
 
     Raises:
         CapacityExceededError: the partitions hold more than ``bound`` memories.
@@ -91,12 +93,13 @@ def read_views(
         known = {} if cached is None else {owner_id: cached}
     else:
         known = cache.session(session_id)
-    known_total = sum(len(c.view) for c in known.values())
-    if known_total > bound:
-        raise _too_large(session_id, bound)  # partitions only grow
+    # The cached sizes do not bound what is read: a partition that a forget or an erase
+    # moved to another generation comes back whole (replacing its cached view), and an
+    # erase shrinks it. So the statement returns at most ``bound + 1`` rows, and the bound
+    # is checked on the views it leaves.
     keys = {sql_key(owner): owner for owner in known}
     session_key = sql_key(session_id)
-    parameters: dict[str, Any] = {"session": session_key, "limit": bound - known_total + 1}
+    parameters: dict[str, Any] = {"session": session_key, "limit": bound + 1}
     if owner_id is not None:
         parameters["owner"] = sql_key(owner_id)
         parameters["seen"] = known[owner_id].next_seq if known else 0
@@ -108,7 +111,7 @@ def read_views(
         parameters["generations"] = [known[owner].generation for owner in keys.values()]
         statement = SESSION_ROWS
     rows = connection.execute(statement, parameters).fetchall()
-    if sum(1 for row in rows if row[0] == 0) > bound - known_total:
+    if sum(1 for row in rows if row[0] == 0) > bound:
         raise _too_large(session_id, bound)
     current = {owner: cached.view for owner, cached in known.items()}
     for owner_key, group in _group(rows).items():
@@ -136,6 +139,8 @@ def read_views(
         cache.remember(session_id, owner, CachedPartition(view, group.next_seq, group.generation))
         current[owner] = view
     views = list(current.values())
+    if sum(len(view) for view in views) > bound:
+        raise _too_large(session_id, bound)
     if len(views) > 1:
         views.sort(key=lambda view: ordinal_key(view.owner_id))
     return views
