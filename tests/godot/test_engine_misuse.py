@@ -53,3 +53,25 @@ def test_a_failure_at_start_reaches_a_handler_connected_in_ready(
             f"{label}_leaves_the_node_failed",
         }
     assert_case_passed(run, "early_failure", expected)
+
+
+def test_values_json_cannot_carry_are_refused_and_named(
+    engine: None, sidecars: SidecarStarter
+) -> None:
+    run = run_cases(["unsendable"], sidecars("lexical"))
+    assert_clean_run(run)
+    assert_case_passed(
+        run,
+        "unsendable",
+        {
+            "a_vector_is_refused_and_named",
+            "an_object_is_refused_and_named",
+            "a_dictionary_that_contains_itself_is_refused_and_named",
+            "an_array_that_contains_itself_is_refused_and_named",
+            "a_key_that_is_not_a_string_is_refused_and_named",
+            "a_nan_in_a_packed_array_is_refused_and_named",
+            "nothing_was_stored",
+            "json_values_are_sent_as_they_are",
+            "the_connection_still_answers",
+        },
+    )

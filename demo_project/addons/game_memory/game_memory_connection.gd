@@ -41,6 +41,9 @@ const MAX_MESSAGE_BYTES: int = 1048576
 const MAX_RESPONSE_BYTES: int = 16777216
 ## The most requests on the wire at once; more wait in the queue.
 const MAX_IN_FLIGHT: int = 64
+## How deep params may nest before a request is refused unsent (the sidecar allows a payload
+## 128 levels; a deeper structure cannot be checked or stringified safely).
+const MAX_PARAMS_DEPTH: int = 160
 #endregion
 
 
@@ -99,8 +102,9 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 ## Queues a call of [param method] with [param params] and returns its request. The request
 ## times out [param timeout_seconds] after it becomes sendable (at once when the connection is
 ## open, else when it opens). It fails at once when the connection is closed, when
-## [param params] holds a NaN or infinite number, or when the message is over
-## [constant MAX_MESSAGE_BYTES].
+## [param params] holds something JSON cannot carry (a NaN or infinite number, a Vector2, an
+## Object, a key that is not a String, a dictionary or array that contains itself), or when
+## the message is over [constant MAX_MESSAGE_BYTES].
 func request(method: String, params: Dictionary, timeout_seconds: float) -> GameMemoryRequest:
 	var req: GameMemoryRequest = GameMemoryRequest.new(_next_id, method, params, timeout_seconds)
 	_next_id += 1
@@ -108,11 +112,10 @@ func request(method: String, params: Dictionary, timeout_seconds: float) -> Game
 		req.finish(GameMemoryError.failure(GameMemoryError.CONNECTION_LOST,
 				"%s was not sent: the connection to the game-memory sidecar is closed" % method))
 		return req
-	var bad_number: String = _find_non_finite(params, "params")
-	if not bad_number.is_empty():
+	var problem: String = _find_unsendable(params, "params", [])
+	if not problem.is_empty():
 		req.finish(GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
-				"%s was not sent: %s is NaN or infinite, which JSON cannot carry; give a finite "
-				% [method, bad_number] + "number"))
+				"%s was not sent: %s" % [method, problem]))
 		return req
 	var size: int = JSON.stringify(req.to_message()).to_utf8_buffer().size()
 	if size > MAX_MESSAGE_BYTES:
@@ -170,23 +173,56 @@ func close(error: Dictionary) -> void:
 
 
 #region Private methods
-func _find_non_finite(value: Variant, path: String, depth: int = 0) -> String:
-	if value is float:
-		return path if not is_finite(value) else ""
-	if depth > 32:
-		return ""
-	if value is Dictionary:
-		for key: Variant in value:
-			var found: String = _find_non_finite(value[key], "%s.%s" % [path, key], depth + 1)
+# Returns why [param value] (at [param path]) cannot be sent as JSON, or "" when it can.
+# [param parents] are the dictionaries and arrays that contain it.
+func _find_unsendable(value: Variant, path: String, parents: Array) -> String:
+	match typeof(value):
+		TYPE_NIL, TYPE_BOOL, TYPE_INT, TYPE_STRING, TYPE_STRING_NAME, TYPE_PACKED_BYTE_ARRAY, \
+				TYPE_PACKED_INT32_ARRAY, TYPE_PACKED_INT64_ARRAY, TYPE_PACKED_STRING_ARRAY:
+			return ""
+		TYPE_FLOAT:
+			return "" if is_finite(value) else "%s is NaN or infinite, which JSON cannot " % path \
+					+ "carry; give a finite number"
+		TYPE_PACKED_FLOAT32_ARRAY, TYPE_PACKED_FLOAT64_ARRAY:
+			var numbers: Array = Array(value)
+			for index: int in numbers.size():
+				if not is_finite(numbers[index]):
+					return "%s[%d] is NaN or infinite, which JSON cannot carry; give a finite " \
+							% [path, index] + "number"
+			return ""
+		TYPE_DICTIONARY, TYPE_ARRAY:
+			return _find_unsendable_in(value, path, parents)
+	return "%s is a %s, which JSON cannot carry; give a String, a number, a bool, null, " \
+			% [path, type_string(typeof(value))] + "an Array or a Dictionary (convert it first)"
+
+
+func _find_unsendable_in(container: Variant, path: String, parents: Array) -> String:
+	for parent: Variant in parents:
+		if is_same(parent, container):
+			return "%s contains itself, which JSON cannot carry; send a copy without the " % path \
+					+ "loop"
+	if parents.size() >= MAX_PARAMS_DEPTH:
+		return "%s nests more than %d levels deep; flatten it" % [path, MAX_PARAMS_DEPTH]
+	parents.push_back(container)
+	var found: String = ""
+	if container is Dictionary:
+		var dictionary: Dictionary = container
+		for key: Variant in dictionary:
+			if not key is String and not key is StringName:
+				found = "%s has a key %s that is a %s; JSON keys are Strings, give it as one" \
+						% [path, str(key).left(40), type_string(typeof(key))]
+			else:
+				found = _find_unsendable(dictionary[key], "%s.%s" % [path, key], parents)
 			if not found.is_empty():
-				return found
-	elif value is Array:
-		for index: int in value.size():
-			var found: String = _find_non_finite(value[index], "%s[%d]" % [path, index],
-					depth + 1)
+				break
+	else:
+		var array: Array = container
+		for index: int in array.size():
+			found = _find_unsendable(array[index], "%s[%d]" % [path, index], parents)
 			if not found.is_empty():
-				return found
-	return ""
+				break
+	parents.pop_back()
+	return found
 
 
 func _send_initialize() -> void:
