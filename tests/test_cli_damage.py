@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,28 @@ def test_a_garbage_identities_file_is_degraded_and_rebuild_force_repairs_it_alon
     assert "ready" in out and "degraded" not in out
     code, out, _err = run(["search", *where, "--text", "coin", "--json"], capsys)
     assert code == 0 and json.loads(out)["fallback"] is False
+
+
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_the_damage_advice_is_a_command_that_runs_as_written(
+    save: Path, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = mira_log(save)
+    data = bytearray(log.read_bytes())
+    if damage == "cut":
+        data = data[:4_000]
+    else:
+        data[len(data) // 2] ^= 0x20
+    log.write_bytes(bytes(data))
+    where = ["--save-dir", str(save), "--model", "lexical", "--session", "slot"]
+    code, _out, err = run(["search", *where, "--text", "coin"], capsys)
+    assert code == 1
+    commands = re.findall(r"'(game-memory check [^']*)'", err)
+    assert commands == [
+        f"game-memory check --save-dir {save}",
+        f"game-memory check --fix --accept-loss --save-dir {save}",
+    ], err
+    assert run(shlex.split(commands[0])[1:], capsys)[0] == 1  # names the damage
+    code, out, _err = run(shlex.split(commands[1])[1:], capsys)
+    assert code == 0 and "gave up" in out
+    assert run(["search", *where, "--text", "coin"], capsys)[0] == 0

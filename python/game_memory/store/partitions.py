@@ -22,6 +22,7 @@ import dataclasses
 import logging
 import os
 import re
+import shlex
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -38,6 +39,7 @@ from game_memory.model import GameMemory
 from game_memory.store.documents import DocumentError, decode_document
 from game_memory.store.growing import Growing
 from game_memory.store.grown import Part, build_view, grown_state
+from game_memory.store.layout import DATA_FOLDER
 from game_memory.store.lazy import LazyPositions, concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
@@ -62,7 +64,14 @@ from game_memory.store.upkeep import Upkeep
 
 # identity_hash, partition_hash, segment_path and PartitionState are re-exported: other
 # layers import them from here.
-__all__ = ["PartitionCache", "PartitionState", "identity_hash", "partition_hash", "segment_path"]
+__all__ = [
+    "PartitionCache",
+    "PartitionState",
+    "damage_advice",
+    "identity_hash",
+    "partition_hash",
+    "segment_path",
+]
 
 #: The view builder under its old name here (``tests/store/test_view.py`` imports it).
 _build_view = build_view
@@ -70,6 +79,25 @@ _LOG = logging.getLogger("game_memory.store")
 _SEGMENT = re.compile(r"^[or]-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
 _Item = TypeVar("_Item")
+
+
+def damage_advice(root: Path | None) -> str:
+    """What a user can do about damage to the save at ``root`` (``None``: not known), as
+    commands to run as written: each names the save folder."""
+    save = "DIR" if root is None else shlex.quote(str(root))
+    return (
+        f"Run 'game-memory check --save-dir {save}' to see the damage, then "
+        f"'game-memory check --fix --accept-loss --save-dir {save}' to keep every intact "
+        "memory and give up the lost ones, or restore the save from a backup"
+    )
+
+
+def _save_root(path: Path) -> Path | None:
+    """The save folder a data file lies in (the parent of its ``.game-memory`` folder)."""
+    for parent in path.parents:
+        if parent.name == DATA_FOLDER:
+            return parent.parent
+    return None
 
 
 class PartitionCache:
@@ -501,8 +529,8 @@ class PartitionCache:
             )
         except RecordCorruption as exc:
             raise PersistenceError(
-                f"{path} is corrupt ({exc.reason} at byte {exc.offset}); restore the save from "
-                "a backup. game-memory never guesses at damaged data."
+                f"{path} is corrupt ({exc.reason} at byte {exc.offset}); game-memory never "
+                f"guesses at damaged data. {damage_advice(_save_root(Path(path)))}."
             ) from exc
         new = [decode(payload, path) for payload in scan.payloads]
         starts = np.empty(len(new), np.int64)

@@ -26,7 +26,12 @@ from game_memory.store.intents import LedgerIndex, LedgerMark
 from game_memory.store.journal import MigrationJournal
 from game_memory.store.layout import SaveLayout
 from game_memory.store.ledger import KIND_RETRACT, Ledger
-from game_memory.store.partitions import PartitionCache, PartitionState, partition_hash
+from game_memory.store.partitions import (
+    PartitionCache,
+    PartitionState,
+    damage_advice,
+    partition_hash,
+)
 from game_memory.store.rewrite_journal import RewriteJournal
 from game_memory.store.rewriting import RewriteContext, finish_rewrite
 from game_memory.store.verification import missing_memories, missing_retractions, partition_name
@@ -43,15 +48,6 @@ def validated_id(value: str, what: str) -> str:
         return check_bounded_id(value, what)
     except ValueError as exc:
         raise InvalidArgumentError(str(exc)) from exc
-
-
-def damage_advice(root: Path) -> str:
-    """What a user can do about damage to the save at ``root``."""
-    return (
-        f"Run 'game-memory check --save-dir {root}' to see the damage, then "
-        "'game-memory check --fix --accept-loss' to keep every intact memory and give up "
-        "the lost ones, or restore the save from a backup"
-    )
 
 
 class StoreReader:
