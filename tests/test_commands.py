@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -11,8 +12,11 @@ import pytest
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.cli import main
+from game_memory.cli.parser import build_parser
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _memory(index: int, text: str, tick: int) -> GameMemory:
@@ -181,3 +185,19 @@ def test_every_benchmark_starts_from_the_cli(
     assert main(["bench", name, "--", "--help"]) == 0
     assert "usage:" in capsys.readouterr().out
     assert sys.path == path_before
+
+
+def test_the_readme_names_the_commands_that_take_model_and_index_dir() -> None:
+    """The README said every command that opens a save takes both; check, forget and
+    compact take neither, and erase only --index-dir."""
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    options = {name: set(sub._option_string_actions) for name, sub in commands.items()}
+    opening = {name for name, given in options.items() if "--save-dir" in given}
+    both = {name for name in opening if {"--model", "--index-dir"} <= options[name]}
+    index_only = {name for name in opening if "--index-dir" in options[name]} - both
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    (sentence,) = re.findall(r"((?:`\w+`(?:, | and ))+`\w+`) take `--model", readme)
+    assert set(re.findall(r"`(\w+)`", sentence)) == both
+    (alone,) = re.findall(r"((?:`\w+`(?:, | and ))+`\w+`) work on the save alone", readme)
+    assert set(re.findall(r"`(\w+)`", alone)) == opening - both - index_only
+    assert index_only == {"erase"} and "`erase` takes `--index-dir` only" in readme
