@@ -9,10 +9,13 @@ arguments with such values.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +27,7 @@ from game_memory.cli import main
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
 
+CLI = [sys.executable, "-m", "game_memory.cli"]
 READ_COMMANDS = {
     "status": ["--model", "lexical", "--session", "s"],
     "search": ["--model", "lexical", "--session", "s", "--text", "x"],
@@ -443,3 +447,123 @@ def test_any_demo_arguments_exit_with_a_documented_code_and_no_traceback(
         assert code in (0, 1, 2), (argv, code)
 
     attempt()
+
+
+# -- a closed output pipe, Ctrl-C, and what the messages name ------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--save-dir", "{save}"],
+        ["demo", "--model", "lexical"],
+        ["models", "info", "--home", "{home}"],
+    ],
+)
+def test_every_command_exits_141_when_its_reader_goes_away(
+    save: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    argv = [part.format(save=save, home=tmp_path / "models") for part in argv]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "game_memory.cli", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # what `| head -0` does: the reader is gone before the output
+    _out, errors = process.communicate(timeout=120)
+    assert process.returncode == 141, errors  # not 1, which check uses for "problems found"
+    assert b"Traceback" not in errors
+
+
+def test_ctrl_c_during_check_fix_lets_the_repair_finish_and_reports_it(tmp_path: Path) -> None:
+    if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        pytest.skip("needs /proc to see when the check has opened the save")
+    folder = tmp_path / "big"
+
+    async def seed() -> None:
+        async with FileGameMemoryStore(folder) as store:
+            batch = [memory(index, owner=f"npc{index % 20}") for index in range(6_000)]
+            for start in range(0, len(batch), 1_000):
+                await store.append_many(batch[start : start + 1_000])
+
+    asyncio.run(seed())
+    for log in sorted(folder.glob(".game-memory/s-*/o-*.log"))[:3]:
+        data = bytearray(log.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        log.write_bytes(bytes(data))
+    process = subprocess.Popen(
+        [*CLI, "check", "--save-dir", str(folder), "--fix", "--accept-loss"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def opened_the_save() -> bool:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{process.pid}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{process.pid}/fd/{fd}").startswith(str(folder)):
+                        return True
+        return False
+
+    deadline = time.monotonic() + 60
+    while not opened_the_save() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    process.send_signal(signal.SIGINT)  # the check is running: it opened the save
+    out, errors = process.communicate(timeout=120)
+    assert "Traceback" not in errors
+    assert process.returncode == 130
+    # Not a bare "interrupted": the salvage went to its end and says what it did.
+    assert "the check goes on to the end (a repair is never stopped halfway)" in errors
+    assert "the report is complete" in errors
+    assert out.count("repaired: gave up") == 3 and "5997 memories" in out and "consistent" in out
+    done = subprocess.run(
+        [sys.executable, "-m", "game_memory.cli", "check", "--save-dir", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and "consistent" in done.stdout
+
+
+def test_demo_with_an_unknown_model_names_every_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _out, err = run(["demo", "--model", "bogus"], capsys)
+    assert code == 2
+    assert all(name in err for name in ("default", "multilingual", "lexical", "hashing"))
+
+
+def test_a_file_given_as_a_model_or_output_folder_is_named_as_a_file(
+    save: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    code, _out, err = run(
+        ["search", "--save-dir", str(save), "--session", "slot", "--model", str(afile)], capsys
+    )
+    assert code == 1 and f"--model {afile} is a file, not a model folder" in err
+    for command in ("addon", "bundle"):
+        code, _out, err = run([command, "--output", str(afile)], capsys)
+        assert code == 1 and f"--output {afile} is a file, not a folder" in err, err
+        assert "File exists" not in err
+    assert afile.read_text() == "x"
+
+
+def test_models_info_advice_names_the_home_it_looked_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "model home"
+    code, out, _err = run(["models", "info", "--home", str(home)], capsys)
+    assert code == 1
+    assert f"run 'game-memory models prepare default --home {shlex.quote(str(home))}'" in out
+    assert f"models prepare multilingual --home {shlex.quote(str(home))}'" in out
+
+
+def test_two_fusion_modes_that_disagree_are_refused(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["search", "--save-dir", str(save), "--model", "lexical", "--session", "slot"]
+    code, _out, err = run([*argv, "--fusion", "convex", "--fusion-option", "mode=rrf"], capsys)
+    assert code == 1 and "--fusion convex and --fusion-option mode=rrf disagree" in err
+    code, _out, _err = run([*argv, "--fusion", "rrf", "--fusion-option", "mode=rrf"], capsys)
+    assert code == 0

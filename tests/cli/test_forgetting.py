@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,49 @@ def test_forgetting_an_unknown_memory_is_one_line_and_exit_1(
     code = main(_forget(save, "--memory", "m9", "--timeline", "main", "--tick", "1"))
     errors = capsys.readouterr().err
     assert code == 1 and "holds no memory 'm9'" in errors and "Traceback" not in errors
+    # The advice is a command of this CLI (there is no 'enumerate' command), runnable as
+    # written: it lists what the owner holds.
+    assert "enumerate" not in errors
+    (listing,) = re.findall(r"'(game-memory search [^']*)'", errors.replace("\n", ""))
+    assert main(shlex.split(listing)[1:]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"memory {number}: the thief" in listed for number in range(3))
+
+
+def test_forget_at_a_tick_out_of_range_is_the_one_line_search_gives(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tick = ["--timeline", "main", "--tick", "9" * 23]
+    assert main(_forget(save, "--memory", "m1", *tick)) == 1
+    forget = capsys.readouterr().err
+    where = ["--save-dir", str(save), "--model", "lexical", "--session", "slot"]
+    assert main(["search", *where, *tick]) == 1
+    search = capsys.readouterr().err
+    assert forget == search and forget.count("\n") == 1
+    assert forget.startswith("error: tick: ") and "bug" not in forget
+    assert _recalled(save, tick=100) == ["m0", "m1", "m2", "m3"]  # nothing forgotten
+
+
+def test_erase_refuses_an_index_dir_that_does_not_exist_before_erasing(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    index = save.with_name("save.index")
+    vectors = sorted(path.read_bytes() for path in index.rglob("*") if path.is_file())
+    typo = save.with_name("save.idx")
+    base = ["erase", "--save-dir", str(save), "--session", "slot", "--index-dir", str(typo)]
+    for extra in ([], ["--owner", "mira"], ["--dry-run"]):
+        assert main([*base, *extra]) == 1
+        errors = capsys.readouterr().err
+        assert f"--index-dir {typo} does not exist; nothing was erased" in errors
+    assert _recalled(save) == ["m0", "m1", "m2", "m3"]
+    assert sorted(path.read_bytes() for path in index.rglob("*") if path.is_file()) == vectors
+    assert not typo.exists()
+    # The default index folder may be absent: then the save alone is erased, as before.
+    shutil.rmtree(index)
+    assert main(["erase", "--save-dir", str(save), "--session", "slot"]) == 0
+    out = capsys.readouterr().out
+    assert "erased 4 memories for good" in out and "vectors" not in out
+    assert _recalled(save) == []
 
 
 def test_erase_drops_memories_and_their_vectors(

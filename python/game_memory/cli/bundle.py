@@ -15,6 +15,7 @@ from pathlib import Path
 
 from game_memory.bundle.build import BuiltBundle, build_bundle
 from game_memory.bundle.layout import BundleError
+from game_memory.cli.folders import output_problem
 
 __all__ = ["run", "summary"]
 
@@ -50,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"[{time.monotonic() - started:6.1f} s] {line}", file=sys.stderr, flush=True)
 
     home = Path(args.home).expanduser() if args.home else None
+    problem = output_problem(args.output)
+    if problem is not None:
+        print(f"game-memory bundle: {problem}", file=sys.stderr)
+        return 1
     try:
         bundle = build_bundle(Path(args.output), args.model, home=home, stage=stage)
     except BundleError as exc:

@@ -15,17 +15,25 @@ from pathlib import Path
 
 from game_memory.opening import default_index_dir
 
-__all__ = ["folder_problem", "index_folder", "is_new_save"]
+__all__ = ["folder_problem", "index_folder", "is_new_save", "output_problem"]
 
 _INDEX_DATA = ".game-memory-index"
 _SAVE_DATA = ".game-memory"
 
 
-def folder_problem(path: str | os.PathLike[str] | None, option: str) -> str | None:
+def folder_problem(
+    path: str | os.PathLike[str] | None,
+    option: str,
+    *,
+    advice: str = "give the folder that holds it",
+    what: str = "a folder",
+) -> str | None:
     """Why ``path`` (given as ``option``) cannot be a folder, or ``None`` if it can.
 
     A missing path is fine here (a command that writes creates it; one that reads says
-    so when it opens it); a link is left to the stores, which refuse it by name.
+    so when it opens it); a link is left to the stores, which refuse it by name. ``what``
+    names the folder expected and ``advice`` what to give instead of a file, because
+    "File exists" or "does not exist" from further down would name the wrong problem.
     """
     if path is None:
         return None
@@ -39,7 +47,14 @@ def folder_problem(path: str | os.PathLike[str] | None, option: str) -> str | No
         return f"{option} {path} cannot be inspected: {exc.strerror or exc}"
     if stat.S_ISDIR(info.st_mode) or stat.S_ISLNK(info.st_mode):
         return None
-    return f"{option} {path} is a file, not a folder; give the folder that holds it"
+    return f"{option} {path} is a file, not {what}; {advice}"
+
+
+def output_problem(output: str) -> str | None:
+    """Why ``--output`` (bundle, addon) cannot be written into, or ``None`` if it can."""
+    return folder_problem(
+        os.path.expanduser(output), "--output", advice="give a folder to write into"
+    )
 
 
 def index_folder(save: str, index: str | None) -> tuple[Path | None, str | None]:

@@ -8,7 +8,8 @@ and exit 1):
   hidden with their memory);
 * ``erase`` removes memories for good from the save *and* the derived index, whatever
   model the index was built with, so it opens the index without loading a model (a missing
-  index folder is left alone); ``--dry-run`` counts what would go and changes nothing;
+  default index folder is left alone; a given ``--index-dir`` that does not exist is
+  refused before anything is erased); ``--dry-run`` counts what would go and changes nothing;
 * ``compact`` rewrites what needs it and prints the bytes before and after.
 
 Every ``GameMemoryError`` (an unknown memory, a damaged partition) and ``OSError`` becomes
@@ -21,14 +22,16 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from pydantic import ValidationError
 
 from game_memory.cli.folders import folder_problem, index_folder
-from game_memory.errors import GameMemoryError
+from game_memory.cli.terminal import POSTGRES_HINT, console, fail, one_line, os_error, verbatim
+from game_memory.errors import GameMemoryError, MemoryNotFoundError
 from game_memory.index.protocol import VectorIndex
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMoment
@@ -38,18 +41,11 @@ from game_memory.store.protocol import GameMemoryStore
 __all__ = ["run_compact", "run_erase", "run_forget"]
 
 
-def _fail(message: str) -> int:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(
-        f"[red]error:[/red] {message}", markup=True
-    )
-    return 1
-
-
 def _print(args: argparse.Namespace, text: str, document: dict[str, Any]) -> None:
     if getattr(args, "json", False):
         print(json.dumps(document))
     else:
-        Console(highlight=False, soft_wrap=True).print(text, markup=False)
+        console().print(verbatim(text), soft_wrap=True)
 
 
 def _save(args: argparse.Namespace) -> GameMemoryStore:
@@ -95,7 +91,7 @@ def _run(
     ):
         problem = folder_problem(path, option)
         if problem is not None:
-            return _fail(problem)
+            return fail(problem)
 
     async def main() -> int:
         save = _save(args)
@@ -110,20 +106,25 @@ def _run(
     try:
         return asyncio.run(main())
     except ImportError as exc:
-        return _fail(f"--database needs pip install 'game-memory[postgres]' ({exc})")
+        return fail(f"{POSTGRES_HINT} ({exc})")
     except GameMemoryError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        return _fail(f"{exc.strerror or exc}{where}")
+        return fail(os_error(exc))
 
 
 def run_forget(args: argparse.Namespace) -> int:
     """``game-memory forget``: retract one memory of one NPC as of a game moment."""
-    at = GameMoment(timeline_id=args.timeline, tick=args.tick)
+    try:
+        at = GameMoment(timeline_id=args.timeline, tick=args.tick)
+    except ValidationError as exc:  # a tick past the 64-bit range, as search says it
+        return fail(one_line(exc))
 
     async def action(memory: VectorMemoryStore) -> int:
-        forgotten = await memory.forget(args.session, args.owner, args.memory, at)
+        try:
+            forgotten = await memory.forget(args.session, args.owner, args.memory, at)
+        except MemoryNotFoundError:
+            return fail(_unknown_memory(args))
         where = f"{args.memory!r} of {args.owner!r} in session {args.session!r}"
         text = (
             f"forgot {where} as of {args.timeline}:{args.tick} (earlier moments still recall it)"
@@ -136,11 +137,30 @@ def run_forget(args: argparse.Namespace) -> int:
     return _run(args, action)
 
 
+def _unknown_memory(args: argparse.Namespace) -> str:
+    """An unknown ``forget --memory``, with the command that lists what the owner holds
+    (the library's message names its own ``enumerate``, which the CLI has not)."""
+    save = ["--database", args.database] if args.database else ["--save-dir", args.save_dir]
+    who = ["--session", args.session, "--owner", args.owner, "--model", "lexical"]
+    listing = shlex.join(["game-memory", "search", *save, *who])
+    return (
+        f"owner {args.owner!r} of session {args.session!r} holds no memory {args.memory!r}; "
+        f"nothing was forgotten. Check the id ('{listing}' lists what the owner holds)"
+    )
+
+
 def run_erase(args: argparse.Namespace) -> int:
     """``game-memory erase``: remove a session, an NPC or listed memories for good."""
     memory_ids = args.memory or None
     if memory_ids is not None and args.owner is None:
-        return _fail("--memory needs --owner (the NPC whose memories to erase)")
+        return fail("--memory needs --owner (the NPC whose memories to erase)")
+    if args.index_dir is not None and not os.path.lexists(args.index_dir):
+        # A mistyped --index-dir would erase from the save and leave the vectors in the
+        # real index: refuse before anything is erased. (The default folder may be absent.)
+        return fail(
+            f"--index-dir {args.index_dir} does not exist; nothing was erased. Give the "
+            "save's index folder, or leave --index-dir out to use the one beside the save"
+        )
     scope = (
         f"session {args.session!r}"
         if args.owner is None

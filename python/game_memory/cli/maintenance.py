@@ -23,16 +23,19 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from pydantic import ValidationError
-from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.hints import empty_result_hint, fallback_hint
+from game_memory.cli.interrupts import finish_on_interrupt
 from game_memory.cli.options import recall_settings
+from game_memory.cli.terminal import POSTGRES_HINT, console, fail, one_line, os_error, say, verbatim
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMemoryQuery, GameMoment
+from game_memory.models import NAMED_MODELS
 from game_memory.opening import open_memory
 from game_memory.store.file_store import FileGameMemoryStore
 
@@ -61,34 +64,6 @@ _BENCHMARKS = {
 }
 
 
-def _console() -> Console:
-    return Console(highlight=False)
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _fail(message: str) -> int:
-    _stderr().print(f"[red]error:[/red] {message}", markup=True)
-    return 1
-
-
-def _say(kind: str, message: str) -> None:
-    colour = "yellow" if kind in ("notice", "hint") else "cyan"
-    _stderr().print(f"[{colour}]{kind}:[/{colour}] ", end="", markup=True)
-    _stderr().print(message, markup=False)
-
-
-def _one_line(error: ValidationError) -> str:
-    """``field: reason; ...`` from a pydantic error, without its documentation links."""
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "value"
-        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)
-
-
 def _with_memory(
     args: argparse.Namespace,
     action: Callable[[VectorMemoryStore], Awaitable[int]],
@@ -99,19 +74,29 @@ def _with_memory(
     try:
         settings = recall_settings(args)
     except ValueError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     given_index = getattr(args, "index_dir", None)
     database = getattr(args, "database", None)
     for path, option in ((args.save_dir, "--save-dir"), (given_index, "--index-dir")):
         problem = folder_problem(path, option)
         if problem is not None:
-            return _fail(problem)
+            return fail(problem)
+    model = getattr(args, "model", None)
+    if model is not None and model not in NAMED_MODELS:
+        problem = folder_problem(
+            model,
+            "--model",
+            what="a model folder",
+            advice="give the folder that holds the model, or one of " + ", ".join(NAMED_MODELS),
+        )
+        if problem is not None:
+            return fail(problem)
     index: Path | None = Path(given_index) if given_index else None
     new_save = False
     if database is None:
         index, found = index_folder(args.save_dir, given_index)
         if found is not None:
-            _say("notice", found)
+            say("notice", found)
         new_save = create and is_new_save(args.save_dir)
     _show_warnings()
 
@@ -127,7 +112,7 @@ def _with_memory(
         )
         try:
             if memory.notice is not None:
-                _say("notice", memory.notice.message)
+                say("notice", memory.notice.message)
             return await action(memory)
         finally:
             await memory.aclose()
@@ -135,13 +120,13 @@ def _with_memory(
     try:
         code = asyncio.run(main())
     except GameMemoryError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except BrokenPipeError:
         raise  # the reader of the output went away: main() ends quietly
     except OSError as exc:
-        return _fail(_os_error(exc))
+        return fail(os_error(exc))
     if new_save and not is_new_save(args.save_dir):
-        _say("notice", f"created a new save at {os.path.abspath(args.save_dir)}")
+        say("notice", f"created a new save at {os.path.abspath(args.save_dir)}")
     return code
 
 
@@ -150,7 +135,7 @@ class _WarningLine(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         with contextlib.suppress(Exception):
-            _say("warning", record.getMessage())
+            say("warning", record.getMessage())
 
 
 def _show_warnings() -> None:
@@ -159,17 +144,12 @@ def _show_warnings() -> None:
         logger.addHandler(_WarningLine(logging.WARNING))
 
 
-def _os_error(exc: OSError) -> str:
-    where = f" ({exc.filename})" if exc.filename else ""
-    return f"{exc.strerror or exc}{where}"
-
-
 def run_status(args: argparse.Namespace) -> int:
     """``game-memory status``: the session's vector index status."""
 
     async def action(memory: VectorMemoryStore) -> int:
         status = await memory.get_status(args.session)
-        table = Table(title=f"session {args.session}", show_header=False)
+        table = Table(title=verbatim(f"session {args.session}"), show_header=False)
         identity = status.active_identity
         rows = {
             **status.model_dump(mode="json"),
@@ -177,8 +157,8 @@ def run_status(args: argparse.Namespace) -> int:
             "active_identity": None if identity is None else str(identity),
         }
         for key, value in rows.items():
-            table.add_row(key, str(value))
-        _console().print(table)
+            table.add_row(key, verbatim(value))
+        console().print(table)
         return 0
 
     return _with_memory(args, action, create=False, create_index=False)
@@ -198,7 +178,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
                 bar.update(task, completed=done, total=total)
 
             status = await memory.rebuild(args.session, force=args.force, progress=progress)
-        _console().print(
+        console().print(
             f"state [bold]{status.state}[/bold]: {status.ready_entries} ready, "
             f"{status.pending_entries} pending, {status.stale_entries} stale, "
             f"{status.orphan_entries} orphan"
@@ -216,7 +196,7 @@ def run_migrate(args: argparse.Namespace) -> int:
 
     async def action(memory: VectorMemoryStore) -> int:
         report = await memory.migrate()
-        _console().print(
+        console().print(
             f"migrated {report.migrated_entries} legacy memories "
             f"({report.partitioned_entries} in the save) and {report.vector_entries} "
             "legacy vector entries"
@@ -229,12 +209,12 @@ def run_migrate(args: argparse.Namespace) -> int:
 def _copy_to_database(args: argparse.Namespace) -> int:
     """``game-memory migrate --to-database URL --save-dir DIR``, with a progress bar."""
     if not args.save_dir:
-        return _fail("--to-database copies the save of --save-dir; give the folder to copy")
+        return fail("--to-database copies the save of --save-dir; give the folder to copy")
     try:
         from game_memory.postgres import PostgresGameMemoryStore
         from game_memory.postgres.copy import copy_save
     except ImportError as exc:
-        return _fail(f"--to-database needs pip install 'game-memory[postgres]' ({exc})")
+        return fail(f"--to-database{POSTGRES_HINT.removeprefix('--database')} ({exc})")
 
     async def main() -> int:
         store = PostgresGameMemoryStore(args.to_database)
@@ -250,9 +230,9 @@ def _copy_to_database(args: argparse.Namespace) -> int:
                 report = await copy_save(args.save_dir, store, progress=progress)
         finally:
             await store.aclose()
-        _console().print(
+        console().print(
             f"copied {report.read} memories of {len(report.sessions)} sessions into "
-            f"{store.where}: {report.added} added, {report.already_there} already there. "
+            f"{escape(store.where)}: {report.added} added, {report.already_there} already there. "
             "Vectors are derived: run 'game-memory rebuild --database ... --session ID'."
         )
         return 0
@@ -260,13 +240,13 @@ def _copy_to_database(args: argparse.Namespace) -> int:
     try:
         return asyncio.run(main())
     except GameMemoryError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
 
 
 def run_search(args: argparse.Namespace) -> int:
     """``game-memory search``: recall as of a game moment."""
     if (args.tick is None) != (args.timeline is None):
-        return _fail("--tick and --timeline go together (a moment is a tick on a timeline)")
+        return fail("--tick and --timeline go together (a moment is a tick on a timeline)")
 
     async def action(memory: VectorMemoryStore) -> int:
         at = None
@@ -305,39 +285,50 @@ def run_search(args: argparse.Namespace) -> int:
             m = hit.memory
             belief = (m.belief_key or "",) if beliefs else ()
             text = m.searchable_text or m.payload_json
-            table.add_row(m.owner_id, str(m.moment.tick), hit.channels, *belief, text)
-        _console().print(table)
+            cells = (m.owner_id, m.moment.tick, hit.channels, *belief, text)
+            table.add_row(*(verbatim(cell) for cell in cells))
+        console().print(table)
         await _explain(memory, result.fallback, bool(result.hits))
         return 0
 
     async def _explain(memory: VectorMemoryStore, fallback: bool, found: bool) -> None:
         if fallback:
-            _say("hint", await fallback_hint(memory, args))
+            say("hint", await fallback_hint(memory, args))
         if not found:
             hint = await empty_result_hint(memory, args)
             if hint is not None:
-                _say("hint", hint)
+                say("hint", hint)
 
     try:
         return _with_memory(args, action, create=False, create_index=False)
     except ValidationError as exc:
-        return _fail(_one_line(exc))
+        return fail(one_line(exc))
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """``game-memory check``: verify (with --fix repair, with --accept-loss salvage) a save."""
+    """``game-memory check``: verify (with --fix repair, with --accept-loss salvage) a save.
+
+    A Ctrl-C does not stop it halfway: a repair stopped between two of its steps would
+    leave the user not knowing what was applied, and the work runs in the store's threads,
+    which cannot be stopped anyway. So the check goes on to the end and prints its whole
+    report (every repair it made), says at once and again at the end that it was
+    interrupted, and exits 130.
+    """
     problem = folder_problem(args.save_dir, "--save-dir")
     if problem is not None:
-        return _fail(problem)
+        return fail(problem)
 
     database = getattr(args, "database", None)
     if database is not None and (args.accept_loss or args.ids):
-        return _fail("--accept-loss and --ids apply to a save folder, not to --database")
+        return fail("--accept-loss and --ids apply to a save folder, not to --database")
+    if database is not None:
+        try:
+            from game_memory.postgres import PostgresGameMemoryStore
+        except ImportError as exc:
+            return fail(f"{POSTGRES_HINT} ({exc})")
 
     async def main() -> int:
         if database is not None:
-            from game_memory.postgres import PostgresGameMemoryStore
-
             async with PostgresGameMemoryStore(database, migrate=False) as database_store:
                 report = await database_store.check(fix=args.fix)
         else:
@@ -347,34 +338,46 @@ def run_check(args: argparse.Namespace) -> int:
                     accept_loss=args.accept_loss,
                     list_ids=args.ids,
                 )
-        console = _console()
+        out = console()
         for repair in report.repairs:
-            console.print("[green]repaired:[/green] ", end="")
-            console.print(repair, markup=False, soft_wrap=True)
+            out.print("[green]repaired:[/green] ", end="")
+            out.print(verbatim(repair), soft_wrap=True)
         for found in report.problems:
-            console.print("[red]problem:[/red] ", end="")
-            console.print(found, markup=False, soft_wrap=True)
-        console.print(
+            out.print("[red]problem:[/red] ", end="")
+            out.print(verbatim(found), soft_wrap=True)
+        out.print(
             f"{report.memories} memories, {report.ledger_entries} ledger entries: "
             + ("consistent" if report.ok else f"{len(report.problems)} problems")
         )
         return 0 if report.ok else 1
 
+    repairing = args.fix or args.accept_loss
+    work = "a repair is never stopped halfway" if repairing else "it changes nothing"
     try:
-        return asyncio.run(main())
+        with finish_on_interrupt(
+            f"interrupted: the check goes on to the end ({work}) and then reports what it "
+            "found" + (" and repaired" if repairing else "")
+        ) as interrupted:
+            code = asyncio.run(main())
     except GameMemoryError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except BrokenPipeError:
         raise  # the reader of the output went away: main() ends quietly
     except OSError as exc:
-        return _fail(_os_error(exc))
+        return fail(os_error(exc))
+    if interrupted:
+        say(
+            "notice", "interrupted (Ctrl-C); the check ran to its end first: the report is complete"
+        )
+        return 130
+    return code
 
 
 def run_bench(args: argparse.Namespace) -> int:
     """``game-memory bench NAME``: run a benchmark script from a source checkout."""
     script = Path(__file__).resolve().parents[3] / "benchmarks" / _BENCHMARKS[args.name]
     if not script.is_file():
-        return _fail(
+        return fail(
             f"{script} is not here: benchmarks ship with the source checkout, not the package"
         )
     extra = [item for item in args.extra if item != "--"]
@@ -386,7 +389,7 @@ def run_bench(args: argparse.Namespace) -> int:
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exit_:
-        return int(exit_.code or 0) if not isinstance(exit_.code, str) else _fail(exit_.code)
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else fail(exit_.code)
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0

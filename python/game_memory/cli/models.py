@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -50,7 +51,7 @@ def run_prepare(args: argparse.Namespace) -> int:
     """
     home = _home(args)
     name = getattr(args, "name", None) or "default"
-    errors = Console(stderr=True)
+    errors = Console(stderr=True, emoji=False)
     stages = {"download": f"download {MODEL_SOURCES[name].requirement} (pip)", **_STAGES}
     columns = (
         SpinnerColumn(),
@@ -93,10 +94,19 @@ def run_info(args: argparse.Namespace) -> int:
     Exit 0 when at least one model is prepared and every prepared one is intact, else 1.
     """
     home = _home(args)
-    out = Console(soft_wrap=True, highlight=False)
+    out = Console(soft_wrap=True, highlight=False, emoji=False)
     out.print(f"model home:   {home if home is not None else default_model_home()}", markup=False)
     states = [_show_model(out, name, home) for name in MODEL_NAMES]
     return 0 if "intact" in states and "damaged" not in states else 1
+
+
+def _prepare(name: str, home: Path | None, *, force: bool = False) -> str:
+    """The command that prepares ``name`` into ``home``: without ``--home`` it would prepare
+    into another folder than the one just shown."""
+    command = named_model(name).prepare_command
+    if home is not None:
+        command += f" --home {shlex.quote(str(home))}"
+    return command + (" --force" if force else "")
 
 
 def _show_model(out: Console, name: str, home: Path | None) -> str:
@@ -109,10 +119,14 @@ def _show_model(out: Console, name: str, home: Path | None) -> str:
     try:
         prepared = PreparedModelManifest.read(directory)
     except OnnxEmbeddingError:
-        out.print(f"  state:      not prepared; run '{model.prepare_command}'", markup=False)
+        out.print(f"  state:      not prepared; run '{_prepare(name, home)}'", markup=False)
         return "missing"
     problems = prepared_model_problems(directory, MODEL_SOURCES[name])
-    state = "prepared and intact" if not problems else "damaged: " + "; ".join(problems)
+    state = (
+        "prepared and intact"
+        if not problems
+        else f"damaged: {'; '.join(problems)}; run '{_prepare(name, home, force=True)}'"
+    )
     out.print(f"  state:      {state}", markup=False)
     files = ModelFileManifest(
         directory=directory,

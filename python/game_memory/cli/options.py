@@ -98,8 +98,13 @@ def recall_settings(args: argparse.Namespace) -> RecallSettings:
     from game_memory.recall.reranker import GameAwareMemoryRerankerOptions
 
     fusion_values = _pairs(getattr(args, "fusion_option", []) or [], "--fusion-option")
-    if getattr(args, "fusion", None):
-        fusion_values.setdefault("mode", args.fusion)
+    mode = getattr(args, "fusion", None)
+    if mode:
+        given = fusion_values.setdefault("mode", mode)
+        if given != mode:  # two modes asked for: neither may win silently
+            raise ValueError(
+                f"--fusion {mode} and --fusion-option mode={given} disagree; give the mode once"
+            )
     reranker_values = _pairs(getattr(args, "reranker_option", []) or [], "--reranker-option")
     options = None
     if fusion_values:

