@@ -68,8 +68,7 @@ def assert_identical(fast: GameMemory, slow: GameMemory) -> None:
         assert fast_moment.__pydantic_fields_set__ == slow_moment.__pydantic_fields_set__
         assert fast_moment.__pydantic_extra__ is None and fast_moment.__pydantic_private__ is None
         assert hash(fast_moment) == hash(slow_moment)
-    with pytest.raises(TypeError):  # a memory's metadata is a mapping proxy: unhashable
-        hash(fast)
+    assert hash(fast) == hash(slow) == hash(slow.key)  # a memory hashes by its identity
     assert GameMemory.model_validate(fast.model_dump()) == fast
 
 
