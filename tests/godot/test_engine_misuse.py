@@ -75,3 +75,34 @@ def test_values_json_cannot_carry_are_refused_and_named(
             "the_connection_still_answers",
         },
     )
+
+
+def test_arguments_of_the_wrong_type_are_refused_and_named(
+    engine: None, sidecars: SidecarStarter
+) -> None:
+    run = run_cases(["bad_arguments"], sidecars("lexical"))
+    assert_clean_run(run)
+    refused = (
+        "a_string_tick",
+        "a_fractional_tick",
+        "a_tick_past_64_bits",
+        "a_huge_expiry_tick",
+        "a_kind_given_as_an_int",
+        "a_kinds_entry_given_as_an_int",
+        "a_forget_moment_with_a_string_tick",
+        "a_recall_many_moment_given_as_a_tick",
+        "a_recall_many_owner_given_as_an_int",
+        "a_remember_many_moment_given_as_a_tick",
+        "a_remember_many_text_given_as_an_array",
+    )
+    assert_case_passed(
+        run,
+        "bad_arguments",
+        {f"{label}_is_refused_and_named" for label in refused}
+        | {
+            "a_whole_float_tick_is_an_int_tick",
+            "a_whole_float_limit_works",
+            "no_refused_call_stored_anything",
+            "no_refused_forget_took_effect",
+        },
+    )

@@ -406,6 +406,9 @@ func rebuild(force: bool = false) -> Dictionary:
 ## [code]memory_id[/code] and [code]forgotten[/code] (false when it was forgotten by then
 ## already); an unknown memory fails with [constant GameMemoryError.NOT_FOUND].
 func forget(owner_id: String, memory_id: String, at: Dictionary) -> Dictionary:
+	var bad_moment: Dictionary = GameMemoryCodec.moment_problem(at, "at")
+	if not bad_moment.is_empty():
+		return bad_moment
 	var params: Dictionary = {
 		"session_id": session_id,
 		"owner_id": owner_id,

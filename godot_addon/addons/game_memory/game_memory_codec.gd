@@ -53,6 +53,14 @@ const _MIGRATE_COUNTS: Array[String] = [
 	"vector_entries",
 ]
 const _STAGE_COUNTS: Array[String] = ["scanned_count", "candidate_count"]
+## Options whose value is one id or name, a String.
+const _STRING_OPTIONS: Array[String] = ["kind", "scope", "memory_id", "source_input_id",
+		"belief_key"]
+## Options whose value is a list of Strings.
+const _STRING_LIST_OPTIONS: Array[String] = ["kinds", "scopes", "tags"]
+## The int64 range a tick given as a float must lie in (as floats: -2^63 to 2^63).
+const _TICK_MIN: float = -9223372036854775808.0
+const _TICK_MAX: float = 9223372036854775808.0
 const _WHY_INTS: Array[String] = ["lexical_rank", "vector_rank", "age_ticks"]
 #endregion
 
@@ -65,10 +73,30 @@ static func wire_moment(moment: Dictionary) -> Dictionary:
 	return copy
 
 
+## Returns [code]{}[/code] when [param value] can be sent as the moment [param name], else a
+## failed result that names it: a moment is a Dictionary, and its [code]tick[/code] a whole
+## number in the 64-bit range (an int, or a whole float such as [code]2.0[/code]). A missing
+## key is left for the sidecar to name.
+static func moment_problem(value: Variant, name: String) -> Dictionary:
+	if not value is Dictionary:
+		return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+				"%s must be a moment Dictionary {\"timeline_id\": String, \"tick\": int}, got %s"
+				% [name, type_string(typeof(value))])
+	var moment: Dictionary = value
+	if moment.has("tick") and not _is_tick(moment["tick"]):
+		return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+				"%s.tick must be a whole number in the 64-bit range (an int), got %s %s"
+				% [name, type_string(typeof(moment["tick"])), str(moment["tick"]).left(40)])
+	return {}
+
+
 ## Returns [code]{"ok": true, "params": {...}}[/code] for [code]memory.remember[/code], or a
-## failed result naming an unknown option.
+## failed result naming an unknown option or a value of the wrong type.
 static func remember_params(session_id: String, owner_id: String, text: String,
 		moment: Dictionary, options: Dictionary) -> Dictionary:
+	var bad_moment: Dictionary = moment_problem(moment, "moment")
+	if not bad_moment.is_empty():
+		return bad_moment
 	var params: Dictionary = {
 		"session_id": session_id,
 		"owner_id": owner_id,
@@ -78,7 +106,10 @@ static func remember_params(session_id: String, owner_id: String, text: String,
 	var problem: Dictionary = _merge_options(params, options, REMEMBER_OPTIONS, "remember")
 	if not problem.is_empty():
 		return problem
-	if params.get("expires_at") is Dictionary:
+	if params.get("expires_at") != null:
+		var bad_expiry: Dictionary = moment_problem(params["expires_at"], "expires_at")
+		if not bad_expiry.is_empty():
+			return bad_expiry
 		params["expires_at"] = wire_moment(params["expires_at"])
 	return {"ok": true, "params": params}
 
@@ -94,6 +125,9 @@ static func recall_params(session_id: String, owner_id: String, text: String,
 	if not text.is_empty():
 		params["text"] = text
 	if not at_or_before.is_empty():
+		var bad_moment: Dictionary = moment_problem(at_or_before, "at_or_before")
+		if not bad_moment.is_empty():
+			return bad_moment
 		params["at_or_before"] = wire_moment(at_or_before)
 	var problem: Dictionary = _merge_options(params, options, RECALL_OPTIONS, "recall")
 	if not problem.is_empty():
@@ -118,9 +152,11 @@ static func recall_many_params(session_id: String, queries: Array) -> Dictionary
 		var options: Dictionary = query.duplicate()
 		for key: String in _QUERY_KEYS:
 			options.erase(key)
-		var moment: Variant = query.get("at_or_before", {})
-		var built: Dictionary = recall_params(session_id, str(query.get("owner_id", "")),
-				str(query.get("text", "")), moment if moment is Dictionary else {}, options)
+		var fields: Dictionary = _batch_fields(query, _QUERY_KEYS)
+		var built: Dictionary = fields
+		if fields["ok"]:
+			built = recall_params(session_id, fields["owner_id"], fields["text"],
+					fields["at_or_before"], options)
 		if not built["ok"]:
 			built["error"]["message"] = "query %d: %s" % [index, built["error"]["message"]]
 			return built
@@ -145,9 +181,11 @@ static func remember_many_params(session_id: String, entries: Array) -> Dictiona
 		var options: Dictionary = entry.duplicate()
 		for key: String in _MEMORY_KEYS:
 			options.erase(key)
-		var moment: Variant = entry.get("moment", {})
-		var built: Dictionary = remember_params(session_id, str(entry.get("owner_id", "")),
-				str(entry.get("text", "")), moment if moment is Dictionary else {}, options)
+		var fields: Dictionary = _batch_fields(entry, _MEMORY_KEYS)
+		var built: Dictionary = fields
+		if fields["ok"]:
+			built = remember_params(session_id, fields["owner_id"], fields["text"],
+					fields["moment"], options)
 		if not built["ok"]:
 			built["error"]["message"] = "entry %d: %s" % [index, built["error"]["message"]]
 			return built
@@ -216,8 +254,60 @@ static func _merge_options(params: Dictionary, options: Dictionary, allowed: Arr
 			return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
 					"%s got an unknown option %s; allowed options are: %s"
 					% [method, JSON.stringify(key), ", ".join(PackedStringArray(allowed))])
+		var problem: String = _option_problem(key, options[key])
+		if not problem.is_empty():
+			return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+					"%s option %s" % [method, problem])
 		params[key] = options[key]
 	return {}
+
+
+# Returns why the option [param key] cannot take [param value] (a kind given as an int, which
+# the sidecar would read as another kind), or "".
+static func _option_problem(key: String, value: Variant) -> String:
+	if _STRING_OPTIONS.has(key) and not _is_text(value):
+		return "%s must be a String, got %s %s" % [key, type_string(typeof(value)),
+				str(value).left(40)]
+	if _STRING_LIST_OPTIONS.has(key) and (value is Array or value is PackedStringArray):
+		var items: Array = Array(value)
+		for index: int in items.size():
+			if not _is_text(items[index]):
+				return "%s[%d] must be a String, got %s %s" % [key, index,
+						type_string(typeof(items[index])), str(items[index]).left(40)]
+	return ""
+
+
+# Returns owner_id and text (Strings; absent or null: "") and the moment (a Dictionary;
+# absent or null: {}) of a batch item with the keys [param keys], or a failed result naming
+# the one of the wrong type.
+static func _batch_fields(item: Dictionary, keys: Array[String]) -> Dictionary:
+	var fields: Dictionary = {"ok": true}
+	for key: String in keys:
+		var value: Variant = item.get(key)
+		var is_moment: bool = key == "moment" or key == "at_or_before"
+		if value == null:
+			fields[key] = {} if is_moment else ""
+		elif is_moment and value is Dictionary:
+			fields[key] = value
+		elif not is_moment and _is_text(value):
+			fields[key] = str(value)
+		else:
+			var expected: String = "a moment Dictionary" if is_moment else "a String"
+			return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+					"%s must be %s, got %s %s" % [key, expected, type_string(typeof(value)),
+					str(value).left(40)])
+	return fields
+
+
+static func _is_text(value: Variant) -> bool:
+	return value is String or value is StringName
+
+
+static func _is_tick(value: Variant) -> bool:
+	if value is int:
+		return true
+	return value is float and is_finite(value) and value == floorf(value) \
+			and value >= _TICK_MIN and value < _TICK_MAX
 
 
 static func _to_int(target: Dictionary, key: String) -> void:
