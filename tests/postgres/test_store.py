@@ -87,6 +87,34 @@ async def test_a_full_partition_refuses_new_memories_but_not_duplicates(
     assert await store.append(make_memory("m3", owner_id="other"))
 
 
+async def test_erasing_memories_of_a_full_partition_makes_room_for_as_many_new_ones(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    """The bound is on the memories an owner holds, not on the positions it ever used: an
+    NPC kept under its bound by erasures (a retention policy) can go on appending."""
+    store = make_postgres_store(maximum_partition_entries=4)
+    await store.append_many([make_memory(f"m{number}") for number in range(4)])
+    assert await store.erase("session", "owner", ["m0", "m1", "m2"]) == 3
+    assert await store.append(make_memory("a1"))
+    assert await store.append_many([make_memory("b1"), make_memory("b2"), make_memory("m3")]) == [
+        True,
+        True,
+        False,
+    ]
+    with pytest.raises(CapacityExceededError) as raised:
+        await store.append(make_memory("a2"))
+    assert raised.value.bound == "maximum_partition_entries"
+    assert await store.erase("session", "owner", ["b1"]) == 1
+    with pytest.raises(CapacityExceededError):  # one free place, two new memories
+        await store.append_many([make_memory("c1"), make_memory("c2")])
+    assert await store.append_many([make_memory("c1"), make_memory("a1")]) == [True, False]
+    reader = make_postgres_store()  # a cold reader and the cached one agree
+    expected = ["a1", "b2", "c1", "m3"]
+    for opened in (store, reader):
+        assert sorted(m.memory_id for m in await opened.enumerate("session")) == expected
+    assert (await store.check()).ok
+
+
 async def test_snapshots_are_bounded(
     make_postgres_store: Factory, make_memory: MemoryFactory
 ) -> None:

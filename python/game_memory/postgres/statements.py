@@ -11,7 +11,9 @@ __all__ = [
     "APPEND_MANY",
     "COUNT_LOCKED",
     "EXISTING",
+    "HELD",
     "OWNER_ROWS",
+    "PARTITION_LOCKED",
     "SESSION_ROWS",
 ]
 
@@ -104,6 +106,18 @@ SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':game-memory entries'
 EXISTING = """
 SELECT digest, document FROM game_memory_memories
 WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = %(memory)s
+"""
+
+#: An owner partition's ``next_seq``, its row locked to the end of the caller's transaction:
+#: no append to the partition commits until then, so ``HELD`` counts it exactly.
+PARTITION_LOCKED = """
+SELECT next_seq FROM game_memory_partitions
+WHERE session_id = %(session)s AND owner_id = %(owner)s FOR UPDATE
+"""
+
+#: How many memories one owner partition holds (after erasures, fewer than its positions).
+HELD = """
+SELECT count(*) FROM game_memory_memories WHERE session_id = %(session)s AND owner_id = %(owner)s
 """
 
 #: The rows of one owner partition from position ``seen`` on, with its ``next_seq`` and

@@ -10,7 +10,14 @@ import psycopg
 from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
 from game_memory.model import GameMemory
 from game_memory.postgres.rows import decode_row, encode_memory, sql_key
-from game_memory.postgres.statements import APPEND, APPEND_MANY, COUNT_LOCKED, EXISTING
+from game_memory.postgres.statements import (
+    APPEND,
+    APPEND_MANY,
+    COUNT_LOCKED,
+    EXISTING,
+    HELD,
+    PARTITION_LOCKED,
+)
 
 __all__ = ["append_batch", "append_one"]
 
@@ -46,6 +53,29 @@ def check_equivalent(memory: GameMemory, digest: bytes, document: bytes, where: 
             f"{memory.session_id!r} already holds different content; an id cannot be "
             "reused. Use a new id (derive_memory_id gives stable ones)."
         )
+
+
+def _position_bound(
+    connection: psycopg.Connection[Any], session: str, owner: str, capacity: int, wanted: int
+) -> int | None:
+    """The ``capacity`` to pass ``APPEND``/``APPEND_MANY`` so that ``wanted`` more memories
+    fit when the partition's positions are used up but erasures left room; ``None`` if the
+    partition (an existing one) holds too many memories for them. Run in a transaction.
+
+    The statements bound positions (``next_seq``), which an erase never lowers: positions
+    stay unique and in commit order for cached readers. So when they run out, the memories
+    the partition holds are counted under its row's lock (no append to it commits
+    meanwhile), and the bound on positions is moved on by the room erasures left.
+    """
+    keys = {"session": session, "owner": owner}
+    row = connection.execute(PARTITION_LOCKED, keys).fetchone()
+    if row is None:
+        return None
+    held = connection.execute(HELD, keys).fetchone()
+    assert held is not None
+    if int(held[0]) + wanted > capacity:
+        return None
+    return int(row[0]) + capacity - int(held[0])
 
 
 def _store_full(maximum: int) -> CapacityExceededError:
@@ -107,7 +137,17 @@ def append_one(
         if inserted is not None:
             return True
         if existing_digest is None and claimed == 0:
-            raise _full(memory.owner_id, memory.session_id, capacity, "is full")
+            with connection.transaction():  # positions used up: did erasures leave room?
+                bound = _position_bound(
+                    connection, sql_key(memory.session_id), sql_key(memory.owner_id), capacity, 1
+                )
+                if bound is None:
+                    raise _full(memory.owner_id, memory.session_id, capacity, "is full")
+                row = connection.execute(APPEND, {**parameters, "capacity": bound}).fetchone()
+            assert row is not None
+            inserted, existing_digest, existing_document, claimed = row
+            if inserted is not None:
+                return True
         if existing_digest is None:
             # A concurrent append of this id committed after our snapshot: read its row.
             found = connection.execute(EXISTING, parameters).fetchone()
@@ -160,19 +200,26 @@ def append_batch(
             stored = int(row[1])
         for (session_id, owner_id), batch in ordered:
             encoded = [encode_memory(memory) for memory in batch.values()]
-            row = connection.execute(
-                APPEND_MANY,
-                {
-                    "session": sql_key(session_id),
-                    "owner": sql_key(owner_id),
-                    "memories": [sql_key(memory_id) for memory_id in batch],
-                    "digests": [digest for _, digest in encoded],
-                    "documents": [document for document, _ in encoded],
-                    "capacity": capacity,
-                },
-            ).fetchone()
+            parameters = {
+                "session": sql_key(session_id),
+                "owner": sql_key(owner_id),
+                "memories": [sql_key(memory_id) for memory_id in batch],
+                "digests": [digest for _, digest in encoded],
+                "documents": [document for document, _ in encoded],
+                "capacity": capacity,
+            }
+            row = connection.execute(APPEND_MANY, parameters).fetchone()
             assert row is not None
             new, claimed, inserted, keys, digests, documents, present = row
+            if new and not claimed:  # positions used up: did erasures leave room?
+                bound = _position_bound(
+                    connection, sql_key(session_id), sql_key(owner_id), capacity, int(new)
+                )
+                if bound is not None:
+                    parameters["capacity"] = bound
+                    row = connection.execute(APPEND_MANY, parameters).fetchone()
+                    assert row is not None
+                    new, claimed, inserted, keys, digests, documents, present = row
             by_key = {sql_key(memory_id): memory for memory_id, memory in batch.items()}
             for key, digest, document in zip(keys, digests, documents, strict=True):
                 check_equivalent(by_key[key], digest, document, where)
