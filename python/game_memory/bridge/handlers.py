@@ -165,10 +165,10 @@ async def _remember_many(
 async def _recall(service: BridgeService, params: RecallParams, context: CallContext) -> Any:
     result = await service.recall(build_query(params), require_semantic=params.require_semantic)
     # Each memory object is charged as it is built, so a result past the cap stops early.
-    bound = sum(memory_json_bound(hit.memory) for hit in result.hits)
-    if context.budget.charged + bound > OFFLOAD_BYTES:
-        return await context.offload(recall_to_json, result, context.budget)
-    return recall_to_json(result, context.budget)
+    bounds = [memory_json_bound(hit.memory) for hit in result.hits]
+    if context.budget.charged + sum(bounds) > OFFLOAD_BYTES:
+        return await context.offload(recall_to_json, result, context.budget, bounds)
+    return recall_to_json(result, context.budget, bounds)
 
 
 async def _recall_many(

@@ -79,7 +79,7 @@ def memory_json_bound(memory: GameMemory) -> int:
     overestimates (ordinary text takes one byte a character, not twelve), which only makes
     the response budget measure exactly sooner.
     """
-    moments = (memory.moment, memory.expires_at)
+    moment = memory.moment
     characters = (
         len(memory.memory_id)
         + len(memory.session_id)
@@ -89,16 +89,23 @@ def memory_json_bound(memory: GameMemory) -> int:
         + len(memory.payload_json)
         + len(memory.source_input_id or "")
         + len(memory.belief_key or "")
-        + sum(
-            len(moment.timeline_id) + len(moment.calendar_json or "")
-            for moment in moments
-            if moment
-        )
-        + sum(len(tag) for tag in memory.tags)
-        + sum(len(key) + len(value) for key, value in memory.metadata.items())
-        + sum(len(source) for source in memory.consolidates)
+        + len(moment.timeline_id)
+        + len(moment.calendar_json or "")
     )
-    entries = len(memory.tags) + len(memory.metadata) + len(memory.consolidates)
+    entries = 0
+    # Most memories have few or none of these: skip the empty ones without a generator.
+    if memory.expires_at is not None:
+        expires = memory.expires_at
+        characters += len(expires.timeline_id) + len(expires.calendar_json or "")
+    if memory.tags:
+        characters += sum(map(len, memory.tags))
+        entries += len(memory.tags)
+    if memory.metadata:
+        characters += sum(map(len, memory.metadata)) + sum(map(len, memory.metadata.values()))
+        entries += len(memory.metadata)
+    if memory.consolidates:
+        characters += sum(map(len, memory.consolidates))
+        entries += len(memory.consolidates)
     return _BYTES_PER_CHARACTER * characters + _ENTRY_BYTES * entries + _FIXED_BYTES
 
 
@@ -127,22 +134,26 @@ def stage_to_json(stage: GameMemorySearchStage) -> dict[str, Any]:
 
 
 def recall_to_json(
-    result: RecallResultView, budget: ResponseBudget | None = None
+    result: RecallResultView,
+    budget: ResponseBudget | None = None,
+    bounds: list[int] | None = None,
 ) -> dict[str, Any]:
     """Return ``{"memories", "stages", "fallback"}`` of one recall.
 
     Args:
         result: The recall.
         budget: When given, each memory object is charged to it as soon as it is built.
+        bounds: The :func:`memory_json_bound` of each hit, when the caller has them.
 
     Raises:
         ResponseTooLargeError: The budget's cap was passed; the rest is not built.
     """
     memories: list[dict[str, Any]] = []
-    for hit in result.hits:
+    for position, hit in enumerate(result.hits):
         item = hit_to_json(hit)
         if budget is not None:
-            budget.charge(item, memory_json_bound(hit.memory))
+            bound = memory_json_bound(hit.memory) if bounds is None else bounds[position]
+            budget.charge(item, bound)
         memories.append(item)
     return {
         "memories": memories,
