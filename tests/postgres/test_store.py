@@ -278,3 +278,22 @@ async def test_an_append_racing_another_of_the_same_id_waits_then_judges_its_row
     with psycopg.connect(database) as connection:  # the loser's position stays unused
         row = connection.execute("SELECT next_seq FROM game_memory_partitions").fetchone()
     assert row is not None and row[0] == 3
+
+
+async def test_ids_too_long_for_the_key_index_are_an_invalid_argument_not_a_lost_server(
+    make_postgres_store: Factory, make_memory: MemoryFactory
+) -> None:
+    """1,024 characters an id is valid, but three such ids of CJK text (3 bytes each in
+    UTF-8, hardly compressible) do not fit a B-tree entry: PostgreSQL raises a
+    program-limit error, a subclass of psycopg's OperationalError, which must not read as
+    an unreachable server. Nothing is written and the store goes on working."""
+    store = make_postgres_store()
+    long_ids = [
+        "".join(chr(0x4E00 + (seed * 7919 + n * 104729) % 20_000) for n in range(1_024))
+        for seed in range(3)
+    ]
+    with pytest.raises(InvalidArgumentError) as raised:
+        await store.append(make_memory(long_ids[0], session_id=long_ids[1], owner_id=long_ids[2]))
+    assert "could not reach" not in str(raised.value) and "shorter ids" in str(raised.value)
+    assert await store.count() == 0
+    assert await store.append(make_memory("m1"))

@@ -68,10 +68,11 @@ def translate(
     """The project's error for a psycopg error raised while doing ``what`` at ``where``.
 
     Lock and statement timeouts, serialization failures and deadlocks are
-    :class:`StoreBusyError` (retry later); data PostgreSQL refuses is
-    :class:`InvalidArgumentError`; anything else (a lost connection, missing privileges, a
-    damaged table) is ``error`` (``PersistenceError`` for the save, ``DerivedIndexError``
-    for the vector index).
+    :class:`StoreBusyError` (retry later); data PostgreSQL refuses, or that is past one of
+    its limits (ids too long for a key index entry), is :class:`InvalidArgumentError`;
+    anything else (a lost connection, missing privileges, a full disk, a damaged table) is
+    ``error`` (``PersistenceError`` for the save, ``DerivedIndexError`` for the vector
+    index). Only a lost or refused connection is worded as one.
     """
     if isinstance(exc, GameMemoryError):
         return exc
@@ -86,7 +87,13 @@ def translate(
         return StoreBusyError(f"{where} was busy while {what} ({detail}); retry later")
     if isinstance(exc, pg_errors.DataError | pg_errors.CharacterNotInRepertoire):
         return InvalidArgumentError(f"{where} refused the data while {what}: {detail}")
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, pg_errors.ProgramLimitExceeded):
+        return InvalidArgumentError(
+            f"{where} refused the data while {what}: it is past a limit of PostgreSQL "
+            f"({detail}). A memory's session, owner and memory ids together must fit one "
+            "key entry (about 2,700 bytes of UTF-8, see docs/postgres.md): use shorter ids"
+        )
+    if isinstance(exc, psycopg.OperationalError) and _lost_connection(exc):
         return error(
             f"could not reach {where} while {what} ({detail}); check that the server is "
             "running and the URL is right, then retry"
@@ -97,6 +104,17 @@ def translate(
             "the privileges docs/postgres.md lists"
         )
     return error(f"{where} failed while {what}: {detail}")
+
+
+#: SQLSTATEs of a connection that failed or was shut down (class 08; admin or crash
+#: shutdown, the server starting): psycopg raises them as ``OperationalError``, like a
+#: full disk or a statement past a limit, which are no reason to check the server or URL.
+_DISCONNECTED = ("57P01", "57P02", "57P03")
+
+
+def _lost_connection(exc: psycopg.Error) -> bool:
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _DISCONNECTED
 
 
 def _first_line(exc: Exception) -> str:
