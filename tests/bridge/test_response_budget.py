@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
 
+from game_memory.bridge import handlers, results
 from game_memory.bridge.budget import ResponseBudget, ResponseTooLargeError
 from game_memory.bridge.limits import BridgeLimits
 from game_memory.bridge.messages import encode_message
+from game_memory.bridge.protocol import BridgeConnection
 from game_memory.bridge.results import memory_json_bound, memory_to_json
 from game_memory.bridge.server import BridgeServer
 from game_memory.model import GameMemory, GameMemoryKind, GameMoment
@@ -82,12 +85,35 @@ async def test_a_result_under_the_cap_is_answered_whole() -> None:
     assert [len(entry["memories"]) for entry in results] == [2, 2]
 
 
-async def test_a_big_result_is_built_and_encoded_off_the_event_loop() -> None:
+async def test_a_big_result_is_built_and_encoded_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads: dict[str, set[int]] = {"build": set(), "encode": set()}
+    build, encode = results.recall_to_json, BridgeConnection.encode_result
+
+    def recording_build(*args: Any) -> Any:
+        threads["build"].add(threading.get_ident())
+        return build(*args)
+
+    def recording_encode(self: BridgeConnection, *args: Any) -> str:
+        threads["encode"].add(threading.get_ident())
+        return encode(self, *args)
+
+    monkeypatch.setattr(handlers, "recall_to_json", recording_build)
+    monkeypatch.setattr(BridgeConnection, "encode_result", recording_encode)
     # Two memories of 600 k characters: past the offload threshold, under the 16 MiB cap.
     service = FakeService(memories=[big_memory(number, 600_000) for number in range(2)])
     session = await open_ready(BridgeServer(service, INFO))
     response = await call(session, "memory.recall", {"session_id": "s", "limit": 2})
     assert [item["memory_id"] for item in response["result"]["memories"]] == ["m0", "m1"]
+    loop_thread = threading.get_ident()
+    assert threads["build"] and loop_thread not in threads["build"]
+    assert threads["encode"] and loop_thread not in threads["encode"]
+    # A small result stays on the loop: no thread hop on the fast path.
+    threads["build"].clear()
+    service.memories[:] = [big_memory(9, 10)]
+    await call(session, "memory.recall", {"session_id": "s"}, 2)
+    assert threads["build"] == {loop_thread}
 
 
 async def test_the_members_of_a_batch_share_one_budget() -> None:
