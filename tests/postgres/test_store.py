@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +22,7 @@ from game_memory import (
     StoreClosedError,
 )
 from game_memory.postgres import PostgresGameMemoryStore
+from game_memory.postgres.connection import ConnectionPool
 from game_memory.postgres.writes import append_one
 
 Factory = Callable[..., PostgresGameMemoryStore]
@@ -297,3 +299,23 @@ async def test_ids_too_long_for_the_key_index_are_an_invalid_argument_not_a_lost
     assert "could not reach" not in str(raised.value) and "shorter ids" in str(raised.value)
     assert await store.count() == 0
     assert await store.append(make_memory("m1"))
+
+
+def test_after_a_lost_connection_the_idle_ones_are_dropped_too(database: str) -> None:
+    """A server restart (or failover) kills every pooled connection: the first call that
+    meets one fails, and the next call connects afresh instead of meeting the next dead one."""
+    pool = ConnectionPool(database, size=4, timeout=5)
+    try:
+        with contextlib.ExitStack() as stack:
+            borrowed = [stack.enter_context(pool.connection()) for _ in range(4)]
+            pids = [connection.info.backend_pid for connection in borrowed]
+        with psycopg.connect(database, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
+        with pytest.raises(psycopg.OperationalError), pool.connection() as connection:
+            connection.execute("SELECT 1")
+        for _ in range(4):
+            with pool.connection() as connection:
+                assert connection.execute("SELECT 1").fetchone() == (1,)
+                assert connection.info.backend_pid not in pids
+    finally:
+        pool.close()

@@ -8,7 +8,9 @@ explicit transaction (:meth:`ConnectionPool.transaction`).
 The pool is deliberately small and synchronous: the store and the index run their blocking
 calls in their own threads, each borrowing a connection for one call. A connection that
 failed (the server restarted, the network dropped) is discarded, so the next call opens a
-fresh one. psycopg's errors never escape this package: :func:`translate` maps them to the
+fresh one, and so is every idle one (a lost connection means a restarted server or a dropped
+network, which they went through too): after a restart one call fails, not one per pooled
+connection. psycopg's errors never escape this package: :func:`translate` maps them to the
 project's error tree and never puts the password of a URL in a message.
 """
 
@@ -207,15 +209,22 @@ class ConnectionPool:
         healthy = not connection.closed and not connection.broken
         if healthy and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             healthy = False  # never hand out a connection inside a transaction
+        stale: list[psycopg.Connection[Any]] = []
         with self._condition:
             if healthy and not self._closed:
                 self._idle.append(connection)
                 self._condition.notify()
                 return
-            self._open -= 1
-            self._condition.notify()
-        with contextlib.suppress(psycopg.Error):
-            connection.close()
+            if connection.broken:
+                # The connection was lost: the server restarted, failed over, or the network
+                # dropped, which the idle ones went through too. Drop them, so that one call
+                # fails rather than one per pooled connection.
+                stale, self._idle = self._idle, []
+            self._open -= 1 + len(stale)
+            self._condition.notify_all()
+        for lost in (connection, *stale):
+            with contextlib.suppress(psycopg.Error):
+                lost.close()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
