@@ -68,9 +68,19 @@ def _real_number(value: Any) -> Any:
 
 
 def _kind(value: Any) -> GameMemoryKind:
-    if isinstance(value, bool):
-        raise ValueError("a memory kind is a string such as 'event'")
+    # Names only: the core also takes the reference's ordinals (0 to 5), which a client
+    # sending a number by mistake would see stored as another kind without an error.
+    if not isinstance(value, str):
+        raise ValueError("a memory kind is a string such as 'event' or 'fact', not a number")
     return GameMemoryKind.parse(value)
+
+
+def _moment(value: Any) -> Any:
+    # The core model reads a tick given as a numeric string ("5"), as legacy saves may hold
+    # one; the protocol's integers are JSON numbers (docs/protocol.md), so "5" is refused.
+    if isinstance(value, dict) and isinstance(value.get("tick"), str):
+        raise ValueError("its tick must be a whole number, not a string")
+    return value
 
 
 def _string_list(value: Any) -> Any:
@@ -88,6 +98,7 @@ def _not_blank(value: str) -> str:
 
 Id = Annotated[str, Field(min_length=1, max_length=_MAXIMUM_ID), AfterValidator(_not_blank)]
 Kind = Annotated[GameMemoryKind, BeforeValidator(_kind)]
+Moment = Annotated[GameMoment, BeforeValidator(_moment)]
 Unit = Annotated[float, BeforeValidator(_real_number), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 IdList = Annotated[list[Id], BeforeValidator(_string_list), Field(max_length=_MAXIMUM_LIST)]
 
@@ -113,14 +124,14 @@ class RememberParams(_Params):
     session_id: Id
     owner_id: Id
     text: Annotated[str, Field(max_length=1_000_000)]
-    moment: GameMoment
+    moment: Moment
     kind: Kind = GameMemoryKind.EVENT
     scope: Id = "personal"
     importance: Unit = 0.5
     tags: IdList = Field(default_factory=list)
     payload: JsonValue = None
     memory_id: Id | None = None
-    expires_at: GameMoment | None = None
+    expires_at: Moment | None = None
     source_input_id: Id | None = None
     metadata: dict[str, str] | None = None
     belief_key: Id | None = None
@@ -137,7 +148,7 @@ class RecallParams(_Params):
     session_id: Id
     owner_id: Id | None = None
     text: Annotated[str | None, Field(max_length=1_000_000)] = None
-    at_or_before: GameMoment | None = None
+    at_or_before: Moment | None = None
     limit: Annotated[int, BeforeValidator(_whole_number), Field(ge=0, le=MAXIMUM_RECALL_LIMIT)] = 8
     scopes: IdList = Field(default_factory=list)
     kinds: Annotated[list[Kind], Field(max_length=_MAXIMUM_LIST)] = Field(default_factory=list)
@@ -172,7 +183,7 @@ class ForgetParams(_Params):
     session_id: Id
     owner_id: Id
     memory_id: Id
-    at: GameMoment
+    at: Moment
 
 
 class EraseParams(_Params):
