@@ -438,6 +438,31 @@ async def test_a_non_loopback_host_is_refused_before_binding(tmp_path: Path) -> 
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        (["--request-timeout", "0"], "--request-timeout"),  # 0 is not "not given"
+        (["--request-timeout", "nan"], "--request-timeout"),
+        ([], "GAME_MEMORY_REQUEST_TIMEOUT"),  # the environment's value, named as such
+    ],
+)
+async def test_a_request_timeout_that_is_not_positive_is_refused_naming_its_source(
+    tmp_path: Path, given: list[str], named: str
+) -> None:
+    environment = {**os.environ, "GAME_MEMORY_REQUEST_TIMEOUT": "-1" if not given else "5"}
+    process = await asyncio.create_subprocess_exec(
+        *serve_command("--websocket", "127.0.0.1:0", "--save-dir", str(tmp_path / "s"), *given),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=environment,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2, stderr
+    assert stdout == b""
+    assert f"{named} must be a positive number of seconds".encode() in stderr
+
+
 async def test_stdio_serves_one_client_line_by_line(tmp_path: Path) -> None:
     async with serving(tmp_path, "--stdio", "--model", "lexical") as server:
         assert server.ready == {"event": "ready", "transport": "stdio", "protocol_version": 1}

@@ -92,11 +92,15 @@ class ServeSettings:
         elif args.token_file:
             raise ValueError("--token-file applies to --websocket only; stdio needs no token")
         limits = DEFAULT_LIMITS
-        timeout = getattr(args, "request_timeout", None) or os.environ.get(
-            TIMEOUT_ENVIRONMENT_VARIABLE
-        )
-        if timeout:
-            limits = dataclasses.replace(limits, request_timeout_seconds=_seconds(timeout))
+        given = getattr(args, "request_timeout", None)
+        if given is not None:  # 0 included: refused, never taken for "not given"
+            seconds = _seconds(given, "--request-timeout")
+            limits = dataclasses.replace(limits, request_timeout_seconds=seconds)
+        elif os.environ.get(TIMEOUT_ENVIRONMENT_VARIABLE):
+            seconds = _seconds(
+                os.environ[TIMEOUT_ENVIRONMENT_VARIABLE], TIMEOUT_ENVIRONMENT_VARIABLE
+            )
+            limits = dataclasses.replace(limits, request_timeout_seconds=seconds)
         return cls(
             save_dir=Path(args.save_dir) if args.save_dir else None,
             index_dir=(
@@ -144,13 +148,18 @@ def _read_token(path: str) -> str:
     return token
 
 
-def _seconds(text: Any) -> float:
+def _seconds(text: Any, what: str) -> float:
+    """``text`` as a request deadline in seconds; ``what`` names where it came from.
+
+    Raises:
+        ValueError: not a positive, finite number of seconds (under 10,000,000).
+    """
     try:
         value = float(text)
     except (TypeError, ValueError):
         value = float("nan")
     if not 0 < value < 1e7:
-        raise ValueError(f"{TIMEOUT_ENVIRONMENT_VARIABLE} must be a positive number of seconds")
+        raise ValueError(f"{what} must be a positive number of seconds, not {text!r}")
     return value
 
 
