@@ -221,7 +221,9 @@ def test_the_rich_output_shows_the_clock_the_villager_and_why(
 
 def test_an_unknown_model_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--model", "bert"]) == 2
-    assert "--model must be 'default' or 'lexical'" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "--model must be one of default, multilingual, lexical, hashing" in error
+    assert "not 'bert'" in error
 
 
 def test_without_the_model_and_offline_the_demo_falls_back_to_lexical_with_a_notice(

@@ -162,8 +162,9 @@ def test_models_info_shows_both_models(
 ) -> None:
     assert run_info(argparse.Namespace(home=str(tmp_path))) == 1  # nothing prepared
     output = capsys.readouterr().out
-    assert "'game-memory models prepare default'" in output
-    assert "'game-memory models prepare multilingual'" in output
+    # The advice names the home it was asked about, so it runs as written.
+    assert f"'game-memory models prepare default --home {tmp_path}'" in output
+    assert f"'game-memory models prepare multilingual --home {tmp_path}'" in output
     place(tiny_bert_files, tmp_path, "multilingual")
     assert run_info(argparse.Namespace(home=str(tmp_path))) == 0
     output = capsys.readouterr().out
