@@ -567,3 +567,16 @@ def test_two_fusion_modes_that_disagree_are_refused(
     assert code == 1 and "--fusion convex and --fusion-option mode=rrf disagree" in err
     code, _out, _err = run([*argv, "--fusion", "rrf", "--fusion-option", "mode=rrf"], capsys)
     assert code == 0
+
+
+def test_a_rebuild_without_a_model_says_so_before_any_progress_bar(
+    save: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It used to draw "rebuilding 0/?" and then advise restarting a server.
+    code, out, err = run(
+        ["rebuild", "--save-dir", str(save), "--session", "s", "--model", "lexical"], capsys
+    )
+    assert code == 1 and "rebuilding" not in out + err
+    assert "rebuild embeds the session's memories, so it needs a model" in err
+    assert "--model lexical has no vectors" in err and "restart" not in err
+    assert not (tmp_path / "save.index").exists()

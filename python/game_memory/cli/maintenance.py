@@ -169,6 +169,17 @@ def run_rebuild(args: argparse.Namespace) -> int:
 
     async def action(memory: VectorMemoryStore) -> int:
         await memory.authoritative.count()  # the save must exist before the index is touched
+        if memory.provider is None:  # before a progress bar: there is nothing to embed with
+            why = (
+                "the model could not be loaded (see the notice above)"
+                if memory.notice is not None
+                else "--model lexical has no vectors"
+            )
+            return fail(
+                f"rebuild embeds the session's memories, so it needs a model: {why}; run it "
+                "with --model default (prepared by 'game-memory models prepare'), "
+                "--model multilingual or --model PATH"
+            )
         with Progress(
             TextColumn("rebuilding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         ) as bar:
