@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
+import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import zipfile
@@ -107,3 +109,20 @@ def test_a_git_archive_of_the_repository_holds_only_the_addon() -> None:
     ).stdout.split()
     assert files == sorted(tracked)
     assert "godot_addon/addons/game_memory/plugin.cfg" in files
+
+
+@pytest.mark.parametrize(
+    ("umask", "mode"), [(0o022, 0o644), (0o027, 0o640)], ids=["umask-022", "umask-027"]
+)
+def test_the_archive_is_readable_as_the_umask_allows_not_only_by_its_builder(
+    tmp_path: Path, umask: int, mode: int
+) -> None:
+    """A release zip is uploaded, served or copied by other users (a CI runner, a web
+    server, a shared dist folder); it gets the mode any new file gets, not the private
+    0600 of the temporary file it was written to."""
+    previous = os.umask(umask)
+    try:
+        archive = write_addon_archive(tmp_path)
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(archive.path.stat().st_mode) == mode

@@ -11,9 +11,10 @@ files land in ``res://addons/game_memory/``, where the addon's scripts expect th
 from __future__ import annotations
 
 import configparser
+import errno
 import importlib.metadata
 import os
-import tempfile
+import secrets
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,24 @@ def _plugin_version(source: Path) -> str:
         ) from exc
 
 
+def _new_temporary(folder: Path) -> tuple[Path, int]:
+    """Create a new, empty ``.addon-*.zip`` in ``folder`` and open it for writing.
+
+    Not ``tempfile.mkstemp``: its file is private (0600) and keeps that mode through the
+    rename, so the released zip could be read by its builder only (not by the CI upload,
+    web server or colleague that picks it up). Created with 0666 less the umask, like any
+    file the user makes; ``O_EXCL`` keeps two builds from sharing one temporary file.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _attempt in range(100):
+        path = folder / f".addon-{secrets.token_hex(8)}.zip"
+        try:
+            return path, os.open(path, flags, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary file name", str(folder))
+
+
 def write_addon_archive(output: Path, source: Path | None = None) -> AddonArchive:
     """Write ``output/game-memory-addon-<version>.zip`` from the addon folder ``source``.
 
@@ -110,8 +129,7 @@ def write_addon_archive(output: Path, source: Path | None = None) -> AddonArchiv
     temporary: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        handle, name = tempfile.mkstemp(prefix=".addon-", suffix=".zip", dir=target.parent)
-        temporary = Path(name)
+        temporary, handle = _new_temporary(target.parent)
         with os.fdopen(handle, "wb") as stream, zipfile.ZipFile(stream, "w") as archive:
             for path, name in zip(files, names, strict=True):
                 entry = zipfile.ZipInfo(name, date_time=_TIMESTAMP)
