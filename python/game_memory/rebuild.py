@@ -116,10 +116,12 @@ async def rebuild_session(
     3. On a failed batch: report, mark the batch's memories that had no ready vector as
        failed (a forced rebuild never loses a good vector), stop.
     4. After the last batch, sweep orphans in three steps: list the index entries that
-       are absent from the snapshot of step 1 (candidates); *then* re-read the save; then
-       delete each candidate that is still absent from that fresh read and whose entry has
-       not changed since it was listed (see ``VectorIndex.remove_orphans``). Finally the
-       session's partitions are compacted.
+       are absent from a read of the save made after that batch was written (candidates;
+       a memory erased while its batch was embedded is absent from it, though its vector
+       was just written); *then* re-read the save; then delete each candidate that is
+       still absent from that fresh read and whose entry has not changed since it was
+       listed (see ``VectorIndex.remove_orphans``). Finally the session's partitions are
+       compacted.
 
     The progress callback runs on the event loop; an exception it raises ends the rebuild
     (the batches already written stay written).
@@ -173,7 +175,12 @@ async def rebuild_session(
             break
         await _notify(progress, min(start + batch_size, total), total)
     if completed:
-        candidates = await run(lambda: index.orphans(session_id, views))
+        # Candidates are listed against a read of the save made *after* the last batch
+        # was written, not against the first read: a memory erased while its batch was
+        # embedded had its vector written after the erase dropped it, and only a later
+        # read lacks it. Any read made before the listing keeps the sweep safe.
+        listed = await session_views(store, session_id, options)
+        candidates = await run(lambda: index.orphans(session_id, listed))
         current = await session_views(store, session_id, options)
         await run(lambda: index.remove_orphans(candidates, current))
     status = await index_status(store, index, identity, session_id, options, run)

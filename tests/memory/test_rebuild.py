@@ -337,3 +337,27 @@ async def test_a_second_rebuild_of_a_session_while_one_runs_is_refused(
     finally:
         provider.release.set()
     assert (await running).state is VectorMemoryState.READY
+
+
+async def test_a_memory_erased_while_its_batch_is_embedded_leaves_no_vector_behind(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, provider: FaultyProvider
+) -> None:
+    """The rebuild embeds what its first read of the save held; a memory erased meanwhile
+    gets its vector written after the erase dropped it. The sweep must find it: erase
+    promises no byte of an erased memory's vector is left, and the status must be READY."""
+    store = make_vector_store(options={"rebuild_batch_size": 2})
+    await pending_memories(store, provider, make_memory, 4)
+    erased: list[int] = []
+
+    async def erase_meanwhile(_: Sequence[str]) -> None:
+        if not erased:
+            erased.append(await store.erase("session", "owner", ["m0"]))
+
+    provider.on_documents = erase_meanwhile
+    status = await store.rebuild("session")
+    assert erased == [1]
+    assert status.state is VectorMemoryState.READY
+    assert (status.ready_entries, status.pending_entries, status.orphan_entries) == (3, 0, 0)
+    partition = store.index.engine.partition(identity_hash("session"), identity_hash("owner"))
+    assert partition is not None and partition.record(memory_hash("m0")) is None
+    assert (await store.get_status("session")).orphan_entries == 0
