@@ -292,3 +292,21 @@ def test_a_lexical_bundle_refuses_a_model_folder_it_cannot_load(
     )
     assert result.returncode == 2
     assert "built with --model lexical" in result.stderr and "Traceback" not in result.stderr
+
+
+async def test_the_bundle_writes_nothing_into_the_players_home(
+    built_bundle: BuiltBundleRun, tmp_path: Path, player: dict[str, str]
+) -> None:
+    """onnxruntime's official builds (1.32 on Linux) keep a telemetry device id and an event
+    database under ``~/.cache/Microsoft/DeveloperTools/.onnxruntime`` and upload them; a game
+    must not leave an identifier in its players' home folders (nor send it anywhere). The
+    bundle saves where the game tells it and nowhere else, so HOME stays empty after a
+    hybrid session that loaded the model and embedded a memory."""
+    home = Path(player["HOME"])
+    async with stdio_rpc(
+        [*_env_i(player), str(built_bundle.executable)], tmp_path / "save", {}, tmp_path / "log"
+    ) as rpc:
+        assert rpc.server_info["mode"] == "hybrid"
+        await recall_script(rpc)
+    assert sorted(path.relative_to(home).as_posix() for path in home.rglob("*")) == []
+    assert "telemetry" not in (tmp_path / "log").read_text(encoding="utf-8")

@@ -92,3 +92,24 @@ def test_the_entry_point_keeps_blas_on_one_thread_unless_the_game_says_otherwise
         [sys.executable, "-c", probe], env=environment, capture_output=True, text=True, check=True
     ).stdout.split()
     assert printed == [expected, "False"]
+
+
+def test_the_entry_point_turns_onnxruntime_telemetry_off_even_when_the_player_has_it_on() -> None:
+    """Set before anything imports onnxruntime, which reads it once; a player's (or a CI
+    machine's) ``ORT_DISABLE_TELEMETRY=0`` does not turn the upload back on in a game."""
+    import os
+    import subprocess
+    import sys
+
+    from game_memory.bundle.freeze import _ENTRY_SCRIPT
+
+    head, _call = _ENTRY_SCRIPT.split("from game_memory.cli.frozen_sidecar import main")
+    probe = head + "print(os.environ['ORT_DISABLE_TELEMETRY'], 'onnxruntime' in sys.modules)\n"
+    printed = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "ORT_DISABLE_TELEMETRY": "0"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert printed == ["1", "False"]

@@ -92,11 +92,17 @@ EMBEDDING_RUNTIME_MODULES = (
 #: set before numpy loads (docs/performance.md, "Warm hybrid recall": a recall's products
 #: are small, and a second BLAS thread spinning beside them doubled a warm recall's CPU time
 #: at 10k memories, a core taken from the game, for no gain in wall time).
+#: It also turns off onnxruntime's telemetry, always: the official builds (1.32 on Linux and
+#: macOS) otherwise write a device id and an event database under the player's
+#: ``~/.cache/Microsoft/DeveloperTools/.onnxruntime`` and upload events, and a game must not
+#: identify or report its players through a library it bundled. The variable is read when
+#: onnxruntime creates its environment, so it is set before anything can import it.
 _ENTRY_SCRIPT = """\
 import os
 import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ["ORT_DISABLE_TELEMETRY"] = "1"
 
 from game_memory.cli.frozen_sidecar import main
 
