@@ -109,6 +109,15 @@ def test_the_bundle_is_under_250_mb_with_the_default_model(built_bundle: BuiltBu
     assert 10_000_000 < summary["model_bytes"] < on_disk
 
 
+def test_the_bundle_leaves_out_the_postgresql_backend_it_cannot_serve(
+    built_bundle: BuiltBundleRun,
+) -> None:
+    """The bundled sidecar refuses ``--database``; psycopg's binary build (libpq, OpenSSL,
+    Kerberos, LDAP: 10 MB) installed with the ``postgres`` extra must not ride along."""
+    internal = sorted(path.name for path in (built_bundle.folder / "_internal").iterdir())
+    assert [name for name in internal if name.startswith(("psycopg", "pgvector", "libpq"))] == []
+
+
 def test_the_bundled_model_is_intact_and_leaves_out_the_unused_fp32_graph(
     built_bundle: BuiltBundleRun,
 ) -> None:

@@ -44,13 +44,17 @@ PYINSTALLER_REQUIREMENT = "pyinstaller>=6.10,<7"
 #: and build tools found in a development environment (mypy alone is 0.9 MB, hypothesis
 #: 2 MB), the parts of onnx and onnxruntime that build or quantize graphs (only
 #: ``game-memory models prepare`` does that, and the bundle runs ``serve`` only), rich (the
-#: progress bars of other commands), and GUI or terminal libraries.
+#: progress bars of other commands), GUI or terminal libraries, and the PostgreSQL backend
+#: with its driver (``game_memory.postgres``, psycopg and its 9 MB of libpq and OpenSSL,
+#: pgvector): the bundled sidecar serves a save folder and refuses ``--database``, yet the
+#: backend's lazy imports pulled it in whenever the ``postgres`` extra was installed.
 EXCLUDED_MODULES = (
     "IPython",
     "_pytest",
     "ast_serialize",
     "curses",
     "distutils",
+    "game_memory.postgres",
     "hypothesis",
     "lib2to3",
     "mypy",
@@ -61,8 +65,13 @@ EXCLUDED_MODULES = (
     "onnxruntime.quantization",
     "onnxruntime.tools",
     "onnxruntime.transformers",
+    "pgvector",
     "pip",
     "pkg_resources",
+    "psycopg",
+    "psycopg_binary",
+    "psycopg_c",
+    "psycopg_pool",
     "pydoc_data",
     "pytest",
     "readline",
