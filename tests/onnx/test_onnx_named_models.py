@@ -12,6 +12,7 @@ import game_memory.onnx as onnx
 from game_memory.cli import main as cli_main
 from game_memory.cli.models import run_info, run_prepare
 from game_memory.cli.parser import build_parser
+from game_memory.models import load_model
 from game_memory.onnx import (
     MODEL_NAMES,
     MiniLmOnnxEmbeddingProvider,
@@ -19,6 +20,7 @@ from game_memory.onnx import (
     OnnxFailureKind,
     SentenceEncoderOnnxEmbeddingProvider,
     load_named_provider,
+    load_provider_from_directory,
     prepare_named_model,
 )
 from game_memory.onnx.build.prepare import MODEL_SOURCES
@@ -110,6 +112,32 @@ async def test_each_name_opens_its_own_folder_and_options_pass_through(
         assert multilingual.identity.model_id == "intfloat/multilingual-e5-small"
         assert multilingual.identity.version.endswith("-max16")
     assert default.identity != multilingual.identity
+
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+async def test_a_half_prepared_folder_names_the_command_that_repairs_it(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path, name: str
+) -> None:
+    """A folder with its manifest but a file gone (deleted, or copied in part): the error
+    names the command that rebuilds it, as for a folder never prepared, because the front
+    door's notice for this kind (``models.load_model``) only says to restart."""
+    place(tiny_bert_files, tmp_path, name)
+    (named_model_directory(name, tmp_path) / "onnx" / "model_int8.onnx").unlink()
+    with pytest.raises(OnnxEmbeddingError) as caught:
+        await load_named_provider(name, tmp_path)
+    assert caught.value.kind is OnnxFailureKind.MISSING_MODEL_FILE
+    assert "onnx/model_int8.onnx" in str(caught.value)
+    assert f"'game-memory models prepare {name}'" in str(caught.value)
+    choice = await load_model(name, tmp_path)
+    assert choice.provider is None and choice.notice is not None
+    assert f"'game-memory models prepare {name}'" in choice.notice.message
+
+
+async def test_a_file_given_as_a_model_folder_is_not_said_to_be_missing(tmp_path: Path) -> None:
+    (tmp_path / "model").write_text("not a folder")
+    with pytest.raises(OnnxEmbeddingError, match="is not a folder") as caught:
+        await load_provider_from_directory(tmp_path / "model")
+    assert caught.value.kind is OnnxFailureKind.INVALID_CONFIGURATION
 
 
 async def test_worker_threads_do_not_spin_between_runs_unless_asked(

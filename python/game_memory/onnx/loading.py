@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from game_memory.onnx.bge_m3 import BgeM3OnnxEmbeddingProvider
-from game_memory.onnx.errors import OnnxFailureKind, onnx_error
+from game_memory.onnx.errors import OnnxEmbeddingError, OnnxFailureKind, onnx_error
 from game_memory.onnx.named_models import named_model, named_model_directory
 from game_memory.onnx.options import (
     BgeM3OnnxEmbeddingOptions,
@@ -44,8 +44,9 @@ async def load_named_provider(
 
     Raises:
         OnnxEmbeddingError: ``INVALID_CONFIGURATION`` for an unknown name or option;
-            ``MISSING_MODEL_FILE`` when the model is not prepared (the message names the
-            command, e.g. ``game-memory models prepare multilingual``);
+            ``MISSING_MODEL_FILE`` when the model is not prepared, or its folder lacks a
+            file (the message names the command, e.g. ``game-memory models prepare
+            multilingual``);
             ``UNSUPPORTED_MODEL`` when the folder holds another model; other kinds as for
             :meth:`SentenceEncoderOnnxEmbeddingProvider.create`.
     """
@@ -61,7 +62,19 @@ async def load_named_provider(
     kind = (
         MiniLmOnnxEmbeddingProvider if name == "default" else SentenceEncoderOnnxEmbeddingProvider
     )
-    provider = await kind.create(settings)
+    try:
+        provider = await kind.create(settings)
+    except OnnxEmbeddingError as exc:
+        if exc.kind is not OnnxFailureKind.MISSING_MODEL_FILE:
+            raise
+        # The manifest is there but a file it names is not (deleted, or a folder copied in
+        # part): say what repairs it, as for a folder never prepared; callers advise by
+        # kind and count on the message naming the command.
+        raise onnx_error(
+            OnnxFailureKind.MISSING_MODEL_FILE,
+            f"{exc}; the prepared folder is incomplete: run '{model.prepare_command}' "
+            "(it rebuilds a damaged folder)",
+        ) from exc
     if provider.prepared.model_id != model.model_id:
         await provider.aclose()
         raise onnx_error(
@@ -98,14 +111,16 @@ async def load_provider_from_directory(
         **options: Options of the matching provider, except ``model_directory``.
 
     Raises:
-        OnnxEmbeddingError: ``INVALID_CONFIGURATION`` if the folder does not exist;
+        OnnxEmbeddingError: ``INVALID_CONFIGURATION`` if the folder does not exist (or
+            is a file);
             ``UNSUPPORTED_MODEL`` if it is neither kind; otherwise as the provider's
             ``create``.
     """
     directory = Path(path).expanduser()
     if not directory.is_dir():
+        problem = "is not a folder" if directory.exists() else "does not exist"
         raise onnx_error(
-            OnnxFailureKind.INVALID_CONFIGURATION, f"the model folder {directory} does not exist"
+            OnnxFailureKind.INVALID_CONFIGURATION, f"the model folder {directory} {problem}"
         )
     if (directory / "sentencepiece.bpe.model").exists():
         return await BgeM3OnnxEmbeddingProvider.create(
