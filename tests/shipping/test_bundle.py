@@ -30,6 +30,7 @@ from .sidecars import (
     installed_command,
     recall_script,
     scrubbed_environment,
+    started,
     stdio_rpc,
     websocket_rpc,
 )
@@ -319,3 +320,54 @@ async def test_the_bundle_writes_nothing_into_the_players_home(
         await recall_script(rpc)
     assert sorted(path.relative_to(home).as_posix() for path in home.rglob("*")) == []
     assert "telemetry" not in (tmp_path / "log").read_text(encoding="utf-8")
+
+
+def _damage(model: Path, how: str) -> None:
+    """Damage the bundled model as a player's disk might: a flipped byte in the graph (a
+    bad sector, a partial patch) or a file deleted (a virus scanner's quarantine). The
+    graph is replaced, never written in place: the copy shares its files with the session's
+    bundle through hard links."""
+    graph = model / "onnx" / "model_int8.onnx"
+    if how == "flipped-byte":
+        data = bytearray(graph.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        damaged = graph.with_name("damaged.onnx")
+        damaged.write_bytes(bytes(data))
+        os.replace(damaged, graph)
+    else:
+        (model / "tokenizer.json").unlink()
+
+
+@pytest.mark.parametrize("how", ["flipped-byte", "missing-file"])
+async def test_a_damaged_bundled_model_falls_back_to_lexical_recall_with_a_diagnostic(
+    built_bundle: BuiltBundleRun, tmp_path: Path, player: dict[str, str], how: str
+) -> None:
+    """``--model default`` promises lexical recall and ``embedding_model_unavailable`` when
+    the model cannot load (docs/protocol.md); in a bundle it named the model folder as a
+    path, so a damaged file ended the sidecar with exit code 1 and the game had no memory."""
+    bundle = tmp_path / "installed-game" / "game-memory"
+    shutil.copytree(built_bundle.folder, bundle, symlinks=True, copy_function=os.link)
+    model = BundleManifest.read(bundle).model_folder(bundle)
+    assert model is not None
+    _damage(model, how)
+    log = tmp_path / "sidecar.log"
+    async with started(
+        [
+            *_env_i(player | {"GAME_MEMORY_HOME": str(built_bundle.model_home)}),
+            str(bundle / "game-memory"),
+            *["serve", "--stdio", "--save-dir", str(tmp_path / "save"), "--model", "default"],
+        ],
+        {},
+        log,
+    ) as (process, _ready):
+        assert process.stdin is not None and process.stdout is not None
+        request = {"jsonrpc": "2.0", "id": 1, "method": "initialize"}
+        process.stdin.write(json.dumps(request | {"params": {"protocol_version": 1}}).encode())
+        process.stdin.write(b"\n")
+        replies = [json.loads(await process.stdout.readline()) for _ in range(2)]
+    initialized = next(reply for reply in replies if reply.get("id") == 1)
+    assert initialized["result"]["mode"] == "lexical"
+    (notice,) = [reply["params"] for reply in replies if "id" not in reply]
+    assert notice["code"] == "embedding_model_unavailable"
+    assert str(model) in notice["message"]  # names the damaged folder, not the player's cache
+    assert "Traceback" not in log.read_text(encoding="utf-8")

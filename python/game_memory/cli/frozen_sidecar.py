@@ -6,11 +6,15 @@ installed command does not need to:
 
 * **It finds its bundled model.** The bundle folder is the folder of the executable
   (``sys.executable`` when frozen). Its ``game-memory-bundle.json`` names the model folder
-  relative to the bundle, and ``--model default`` (the addon's default) becomes that
-  folder's absolute path, or ``lexical`` in a bundle built with ``--model lexical``. Any
-  other ``--model`` value is passed on unchanged, except that a lexical bundle, which
-  holds no embedding runtime, refuses a model folder (exit code 2). ``GAME_MEMORY_HOME``,
-  the current directory and the player's model cache play no part.
+  relative to the bundle. ``--model default`` (the addon's default) loads the bundled
+  named model from there (``GAME_MEMORY_HOME`` is set to the bundle folder for this
+  process), so a bundled model that cannot load falls back to lexical recall with the
+  ``embedding_model_unavailable`` diagnostic, as ``serve --model default`` does. A model
+  folder bundled with ``--model PATH`` becomes that folder's absolute path, and a bundle
+  built with ``--model lexical`` serves ``lexical``. Any other ``--model`` value is passed
+  on unchanged, except that a lexical bundle, which holds no embedding runtime, refuses a
+  model folder (exit code 2). The player's ``GAME_MEMORY_HOME``, the current directory
+  and the player's model cache play no part.
 * **It checks that the save and index folders are writable** (creating them if needed) and
   exits with code 1 and one line on stderr naming the folder when one is not, instead of
   starting and failing the game's first ``remember``. Exit codes are those of ``serve``:
@@ -61,6 +65,36 @@ def unwritable_folder_problem(folder: Path) -> str | None:
     return None
 
 
+def _bundled_model(manifest: BundleManifest, root: Path) -> str:
+    """What ``--model default`` means in this bundle, as a ``--model`` value for ``serve``.
+
+    A bundled named model (``bundle --model default`` or ``multilingual``) stays a *name*,
+    loaded from the bundle: ``GAME_MEMORY_HOME`` is set to the bundle folder for this
+    process (whatever the player's environment says), where the model sits at
+    ``models/<folder>`` as in a model cache. ``serve`` then keeps what it promises for
+    ``--model default``: a model that cannot load (a file damaged or deleted on the
+    player's disk, by a partial update or a virus scanner) gives lexical recall and the
+    ``embedding_model_unavailable`` diagnostic, not a sidecar that refuses to start and a
+    game with no memory. A model folder bundled with ``--model PATH`` is passed as that
+    path (a failure to load it ends the sidecar, as for ``serve --model PATH``), and a
+    lexical bundle serves ``lexical``.
+    """
+    folder = manifest.model_folder(root)
+    if folder is None:
+        return "lexical"
+    if manifest.model.kind == "default":
+        try:
+            from game_memory.onnx.model_home import HOME_VARIABLE
+            from game_memory.onnx.named_models import MODEL_NAMES, named_model_directory
+        except ImportError:  # a damaged runtime: serve --model PATH reports the import error
+            return str(folder)
+        for name in MODEL_NAMES:
+            if named_model_directory(name, root).resolve() == folder:
+                os.environ[HOME_VARIABLE] = str(root)
+                return name
+    return str(folder)
+
+
 def _serve_arguments(
     argv: Sequence[str], manifest: BundleManifest, root: Path
 ) -> argparse.Namespace | int:
@@ -76,8 +110,7 @@ def _serve_arguments(
         )
         return 2
     if args.model == "default":
-        folder = manifest.model_folder(root)
-        args.model = "lexical" if folder is None else str(folder)
+        args.model = _bundled_model(manifest, root)
     elif manifest.model.kind == "lexical" and args.model not in ("lexical", "hashing"):
         print(
             f"{_PROGRAM}: this bundle was built with --model lexical and holds no embedding "
