@@ -113,3 +113,13 @@ def test_the_entry_point_turns_onnxruntime_telemetry_off_even_when_the_player_ha
         check=True,
     ).stdout.split()
     assert printed == ["1", "False"]
+
+
+def test_a_bundle_is_never_built_inside_another_bundle(tmp_path: Path) -> None:
+    """``--output project/game-memory`` (the bundle, not the project) would nest a second
+    185 MB bundle inside the first, and the export plugin would ship both."""
+    bundle = _bundle(tmp_path / "project" / "game-memory")
+    with pytest.raises(BundleError, match="is itself a game-memory bundle") as raised:
+        build_bundle(bundle, "lexical")
+    assert f"--output {tmp_path / 'project'}" in str(raised.value)
+    assert sorted(path.name for path in bundle.iterdir()) == ["game-memory-bundle.json"]

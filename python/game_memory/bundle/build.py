@@ -94,12 +94,19 @@ def build_bundle(
         The bundle, checked by starting it once.
 
     Raises:
-        BundleError: Any stage failed; the previous bundle, if any, is left untouched.
+        BundleError: Any stage failed, ``output`` is itself a bundle, or
+            ``output/game-memory`` is a folder that is not a bundle; the previous bundle,
+            if any, is left untouched.
     """
     report = stage or (lambda _line: None)
     started = time.monotonic()
     output = output.expanduser().resolve()
     target = output / BUNDLE_FOLDER
+    if (output / MANIFEST_NAME).is_file():  # --output named the bundle, not its parent
+        raise BundleError(
+            f"{output} is itself a game-memory bundle; give the folder that holds it "
+            f"(--output {output.parent}), and the bundle there is replaced"
+        )
     if target.exists() and not (target / MANIFEST_NAME).is_file():
         raise BundleError(
             f"{target} exists and is not a game-memory bundle; move it away or choose another "
