@@ -123,3 +123,22 @@ def test_a_bundle_is_never_built_inside_another_bundle(tmp_path: Path) -> None:
         build_bundle(bundle, "lexical")
     assert f"--output {tmp_path / 'project'}" in str(raised.value)
     assert sorted(path.name for path in bundle.iterdir()) == ["game-memory-bundle.json"]
+
+
+def test_the_write_check_tests_the_index_folder_serve_will_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The layout 'game-memory demo --data DIR' writes: DIR/save beside DIR/index. serve
+    # uses DIR/index there; the check used to create and test an empty DIR/save.index.
+    import game_memory.cli.frozen_sidecar as frozen
+
+    root = _bundle(tmp_path / "game-memory")
+    data = tmp_path / "data"
+    (data / "save").mkdir(parents=True)
+    (data / "index").mkdir()
+    (data / "index" / ".game-memory-index").mkdir()
+    served: list[object] = []
+    monkeypatch.setattr(frozen, "run", lambda args: served.append(args) or 0)
+    argv = ["serve", "--stdio", "--save-dir", str(data / "save"), "--model", "hashing"]
+    assert main(argv, root=root) == 0 and len(served) == 1
+    assert not (data / "save.index").exists()

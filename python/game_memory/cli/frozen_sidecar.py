@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from game_memory.bundle.layout import BundleError, BundleManifest
+from game_memory.cli.folders import index_folder
 from game_memory.cli.parser import build_parser
 from game_memory.cli.serve import run
 from game_memory.opening import default_index_dir
@@ -153,9 +154,11 @@ def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
     save_dir = Path(args.save_dir).expanduser()
     needed = [save_dir]
     if args.model != "lexical":  # lexical recall reads the save alone; no index is opened
-        needed.append(
-            Path(args.index_dir).expanduser() if args.index_dir else default_index_dir(save_dir)
-        )
+        # The folder serve will use (``index_folder``: the demo layout's DIR/index beside
+        # DIR/save included), not always the default sibling: checking that one created an
+        # empty ``save.index`` and tested the wrong folder.
+        chosen = index_folder(str(save_dir), args.index_dir or None)[0]
+        needed.append(chosen.expanduser() if chosen is not None else default_index_dir(save_dir))
     for folder_needed in needed:
         problem = unwritable_folder_problem(folder_needed)
         if problem is not None:
