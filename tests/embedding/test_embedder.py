@@ -157,3 +157,16 @@ async def test_the_front_door_remembers_query_vectors_as_its_options_say(
         (h.memory.memory_id, h.vector_score) for h in first.hits
     ]
     assert Counted.calls == (1 if entries else 2)
+
+
+async def test_a_remembered_text_takes_at_most_two_kib_whatever_its_script() -> None:
+    """The options promise at most 2 KiB per remembered text: 2,048 characters of ASCII,
+    but 2,048 emoji take 8 KiB in memory (four bytes each), so those are embedded each
+    time instead of remembered (1,024 of them would have held 8 MiB of keys)."""
+    provider = _Counting()
+    embedder = _cached(provider, 8)
+    ascii_text, cjk_text = "a" * 2_048, "中" * 1_000  # 2,048 and 2,000 bytes of characters
+    emoji_text, wide_cjk = "\N{GRINNING FACE}" * 2_048, "中" * 2_048  # 8,192 and 4,096 bytes
+    for text in (ascii_text, cjk_text, emoji_text, wide_cjk) * 2:
+        await embedder.embed_query(text)
+    assert provider.calls == [ascii_text, cjk_text, emoji_text, wide_cjk, emoji_text, wide_cjk]

@@ -9,6 +9,7 @@ vector it returns is L2-normalized float32, so a dot product is the cosine.
 from __future__ import annotations
 
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -21,11 +22,17 @@ from game_memory.embedding.provider import EmbeddingProvider, EmbeddingVector
 from game_memory.errors import EmbeddingUnavailableError
 from game_memory.model import GameMemory, GameMemoryQuery, MemoryEmbeddingIdentity
 
-__all__ = ["CACHED_QUERY_CHARACTERS", "Embedder"]
+__all__ = ["CACHED_QUERY_BYTES", "CACHED_QUERY_CHARACTERS", "Embedder"]
 
-#: Longest query text whose vector is remembered (bounds the cache's keys: 2 MiB at most
-#: for 1,024 texts); longer ones are embedded each time.
+#: Longest query text whose vector is remembered; longer ones are embedded each time.
 CACHED_QUERY_CHARACTERS = 2_048
+#: Most bytes of characters a remembered text may hold in memory (``sys.getsizeof`` beyond
+#: an empty string's): Python stores a text at 1, 2 or 4 bytes per character by its widest
+#: one, so 2,048 characters can take 8 KiB; this bounds the cache's keys at 2 KiB each
+#: (2 MiB for 1,024 texts) whatever the script: 2,048 ASCII characters, about 1,000 CJK,
+#: about 500 emoji.
+CACHED_QUERY_BYTES = 2_048
+_CACHED_QUERY_SIZE = sys.getsizeof("") + CACHED_QUERY_BYTES
 
 
 class Embedder:
@@ -65,7 +72,8 @@ class Embedder:
         """Embed a query text through the gate; one normalized vector (read-only).
 
         A text embedded before is answered from the query cache (see the class), without
-        a provider call; only vectors that passed the checks are remembered.
+        a provider call; only vectors that passed the checks are remembered, and only for
+        texts within :data:`CACHED_QUERY_CHARACTERS` and :data:`CACHED_QUERY_BYTES`.
 
         Raises:
             EmbeddingTimeoutError: the queue or the call exceeded the deadline.
@@ -78,7 +86,11 @@ class Embedder:
         embedded = await self._gate.call(lambda: self.provider.embed_query(text), "the query")
         vector = self._normalize(embedded)
         vector.flags.writeable = False
-        if self._query_cache and len(text) <= CACHED_QUERY_CHARACTERS:
+        if (
+            self._query_cache
+            and len(text) <= CACHED_QUERY_CHARACTERS
+            and sys.getsizeof(text) <= _CACHED_QUERY_SIZE
+        ):
             self._queries[text] = vector
             if len(self._queries) > self._query_cache:
                 self._queries.popitem(last=False)
