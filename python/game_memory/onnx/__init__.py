@@ -16,6 +16,15 @@ Providers, all on one bounded inference engine:
 :class:`ModelPreparationError`. See ``docs/embeddings.md`` for options, limits and kinds.
 """
 
+import os
+
+# onnxruntime (1.32 on Linux too) writes a device id and a queue of telemetry events under
+# ~/.cache/Microsoft as soon as it is imported, unless this is set before: a library inside
+# a game must not write outside its folders on a player's machine. ``setdefault``: a host
+# that set it itself decides. Every import of onnxruntime here passes through this package
+# first; a host that imported onnxruntime before game-memory has decided for itself.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+
 # Names imported "as" themselves but left out of __all__ belong to the previous surface:
 # still importable for their callers (the demo, the README, benchmarks) until they move to
 # load_named_provider("default") and prepare_named_model("default"); not the public face.
