@@ -35,7 +35,9 @@ from game_memory.embedding.projector import MemoryTextProjector
 from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import (
     DerivedIndexError,
+    EmbeddingTimeoutError,
     EmbeddingUnavailableError,
+    GameMemoryError,
     InvalidArgumentError,
     StoreBusyError,
     StoreClosedError,
@@ -98,6 +100,31 @@ def _is_provider(value: object) -> bool:
     return all(callable(getattr(value, name, None)) for name in calls) and isinstance(
         getattr(value, "identity", None), MemoryEmbeddingIdentity
     )
+
+
+async def _close_provider(provider: EmbeddingProvider, seconds: float) -> None:
+    """Close a provider within ``seconds``: a model's close that hangs or fails must not keep
+    the save from being closed (its lock released, its read files written).
+
+    Raises:
+        EmbeddingTimeoutError: the close took longer.
+        EmbeddingUnavailableError: the close failed (the provider's error as its cause).
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await provider.aclose()
+    except TimeoutError as exc:
+        raise EmbeddingTimeoutError(
+            f"the embedding provider did not close within {seconds:g} s; the save and the "
+            "index were closed anyway"
+        ) from exc
+    except GameMemoryError:
+        raise
+    except Exception as exc:
+        raise EmbeddingUnavailableError(
+            f"the embedding provider failed to close ({type(exc).__name__}: {exc}); the save "
+            "and the index were closed anyway"
+        ) from exc
 
 
 def _check_session(session_id: str) -> None:
@@ -432,9 +459,12 @@ class VectorMemoryStore(MemoryOverTime):
         damaged vector file shows in recall, which falls back, and is repaired by
         ``rebuild``). In lexical mode the counts come from the save (state ``LEXICAL``).
 
+        A damaged index (entries, vector files, the folder) is derived data gone bad, not
+        an error of the call: the state is then ``DEGRADED`` with every memory of the
+        session pending, and a warning is logged; ``rebuild`` repairs it.
+
         Raises:
-            DerivedIndexError: the session's index entries are damaged; run ``rebuild``
-                (or, for a damaged index folder, delete it).
+            InvalidArgumentError: ``session_id`` is not a valid id.
             CapacityExceededError: the session holds more than ``maximum_index_entries``.
         """
         self._check_open()
@@ -519,14 +549,16 @@ class VectorMemoryStore(MemoryOverTime):
         """Close the store, its index, its authoritative store and (optionally) provider.
 
         The authoritative store is closed even when the index's close fails (its derived
-        files are written and its lock released); that failure is raised after.
+        files are written and its lock released); that failure is raised after. So is it
+        when the provider's close fails or takes longer than ``embedding_timeout``: then
+        ``EmbeddingUnavailableError`` (or ``EmbeddingTimeoutError``) is raised after.
         """
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
         try:
             if self.provider is not None and self.options.dispose_embedding_provider:
-                await self.provider.aclose()
+                await _close_provider(self.provider, self.options.embedding_timeout)
         finally:
             await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +14,7 @@ from game_memory import (
     CapacityExceededError,
     DerivedIndexError,
     EmbeddingProvider,
+    EmbeddingTimeoutError,
     EmbeddingUnavailableError,
     FileGameMemoryStore,
     FileVectorMemoryIndex,
@@ -632,3 +634,34 @@ async def test_bad_arguments_to_the_front_door_are_library_errors(
     # records are: equal memories hash alike.
     one, same = make_memory("m1", metadata={"k": "v"}), make_memory("m1", metadata={"k": "v"})
     assert hash(one) == hash(same) and len({one, same, make_memory("m2")}) == 2
+
+
+class StubbornProvider(ListProvider):
+    """A provider whose close hangs, or fails with a plain exception."""
+
+    def __init__(self, hangs: bool) -> None:
+        super().__init__()
+        self.hangs = hangs
+
+    async def aclose(self) -> None:
+        if self.hangs:
+            await asyncio.Event().wait()
+        raise RuntimeError("the model's runtime crashed while closing")
+
+
+@pytest.mark.parametrize("hangs", [True, False])
+async def test_a_provider_whose_close_hangs_or_fails_never_keeps_the_save_open(
+    tmp_path: Path, make_memory: MemoryFactory, hangs: bool
+) -> None:
+    store = VectorMemoryStore(
+        FileGameMemoryStore(tmp_path / "save"),
+        FileVectorMemoryIndex(tmp_path / "index"),
+        StubbornProvider(hangs),
+        options=VectorMemoryStoreOptions(embedding_timeout=0.2),
+    )
+    await store.append(make_memory("m1", text="the cat sleeps on the roof"))
+    expected = EmbeddingTimeoutError if hangs else EmbeddingUnavailableError
+    with pytest.raises(expected, match="closed anyway"):
+        await asyncio.wait_for(store.aclose(), 10)
+    async with FileGameMemoryStore(tmp_path / "save") as again:  # the save was closed
+        assert [m.memory_id for m in await again.enumerate("session")] == ["m1"]
