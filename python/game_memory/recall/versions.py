@@ -32,6 +32,7 @@ import functools
 import itertools
 import math
 import operator
+import sys
 from collections.abc import Mapping, Sequence
 from itertools import repeat
 from typing import Any
@@ -41,7 +42,7 @@ import numpy.typing as npt
 
 from game_memory.store.tokenizer import tokenize
 
-__all__ = ["WORD_CACHE_ENTRIES", "Fields", "implicit_versions"]
+__all__ = ["WORD_CACHED_TEXT_BYTES", "WORD_CACHE_ENTRIES", "Fields", "implicit_versions"]
 
 #: A pydantic model's fields, as its instance dictionary holds them (``vars(model)``): a
 #: recall reads several fields of each candidate's memory and moment, and an attribute
@@ -266,23 +267,47 @@ def _alike_vectors(
 
 #: Word sets of recently compared texts (see :func:`_text_words`).
 WORD_CACHE_ENTRIES = 4_096
+#: Most bytes of characters a text may hold in memory (``sys.getsizeof`` beyond an empty
+#: string's) for its words to be remembered. The cache holds its keys alive, after their
+#: memories are dropped, erased or their store closed: texts of up to 1,000,000 characters
+#: (payloads up to 10,000,000) would keep up to 4,096 of them, gigabytes, in the process.
+#: 4 KiB covers the usual memory (a sentence or a paragraph in any script) and bounds the
+#: keys at 16 MiB; a longer text is tokenized each time it is compared (at most 100,000
+#: UTF-16 units are read, a few milliseconds).
+WORD_CACHED_TEXT_BYTES = 4_096
+_WORD_CACHED_SIZE = sys.getsizeof("") + WORD_CACHED_TEXT_BYTES
 
 
-@functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
 def _text_words(text: str) -> bytes:
     """The distinct tokens of ``text`` as the bytes of a sorted int64 array of their 64-bit
     string hashes (8 bytes a word).
 
-    Cached: the same memories are compared recall after recall (an NPC's recent
-    candidates), and tokenizing 32 of them per recall cost more than the rest of the
-    reranker. Bounded by :data:`WORD_CACHE_ENTRIES` texts (each at most 4,096 tokens);
-    keyed by the text itself, so a memory is never given another's words. Two distinct
-    words share a hash with a probability of about 2⁻⁶⁴ per pair (it would count them as
-    one shared word in one overlap). Bytes, so that the words of all the memories compared
-    become one array by a ``bytes.join`` and one ``np.frombuffer`` (a sixth of the cost of
-    concatenating 32 arrays).
+    Cached for texts of at most :data:`WORD_CACHED_TEXT_BYTES` (:func:`_cached_words`);
+    a longer text's words are computed each time, the same bytes.
     """
+    if sys.getsizeof(text) <= _WORD_CACHED_SIZE:
+        return _cached_words(text)
+    return _words(text)
+
+
+def _words(text: str) -> bytes:
+    """:func:`_text_words` without the cache."""
     return np.array(sorted({hash(token) for token in tokenize(text)}), np.int64).tobytes()
+
+
+@functools.lru_cache(maxsize=WORD_CACHE_ENTRIES)
+def _cached_words(text: str) -> bytes:
+    """:func:`_words`, cached: the same memories are compared recall after recall (an NPC's
+    recent candidates), and tokenizing 32 of them per recall cost more than the rest of the
+    reranker. Bounded by :data:`WORD_CACHE_ENTRIES` texts of at most
+    :data:`WORD_CACHED_TEXT_BYTES` each (:func:`_text_words` checks); keyed by the text
+    itself, so a memory is never given another's words. Two distinct words share a hash
+    with a probability of about 2⁻⁶⁴ per pair (it would count them as one shared word in
+    one overlap). Bytes, so that the words of all the memories compared become one array
+    by a ``bytes.join`` and one ``np.frombuffer`` (a sixth of the cost of concatenating 32
+    arrays).
+    """
+    return _words(text)
 
 
 def _alike_words(
