@@ -7,6 +7,7 @@ import math
 import random
 import subprocess
 import sys
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from game_memory.store.lexical import lexical_search
 from game_memory.store.tokenizer import tokenize
 from game_memory.store.view import PartitionView
 from support.stores import search
+from support.vectors import MemoryFactory
 
 from .helpers import StoreFactory
 
@@ -332,6 +334,7 @@ def test_the_first_sparse_search_of_a_process_does_not_import_numpy_ma() -> None
     # recall after opening a save must not.
     script = """
 import sys
+import unicodedata
 from game_memory import GameMemory, GameMemoryQuery, GameMoment
 from game_memory.store import lexical
 from game_memory.store.view import PartitionView
@@ -351,3 +354,18 @@ print("numpy.ma" in sys.modules)
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "False"
+
+
+def test_a_decomposed_query_finds_a_memory_written_composed(make_memory: MemoryFactory) -> None:
+    composed = unicodedata.normalize("NFC", "crème brûlée at the café")
+    texts = [composed, "plain cafe talk", "nothing related"]
+    memories = [make_memory(f"m{i}", text=text, tick=i) for i, text in enumerate(texts)]
+    decomposed = unicodedata.normalize("NFD", "café")
+    assert decomposed != "café"
+    query = GameMemoryQuery(session_id="s", limit=10, text=decomposed)
+    hits, _ = lexical_search(views_of(memories), query, 10)
+    # "cafe" (the decomposed word up to its mark) and "café" (its NFC form) are the terms.
+    assert [hit.memory.memory_id for hit in hits] == ["m1", "m0"]
+    composed_query = GameMemoryQuery(session_id="s", limit=10, text="café")
+    hits, _ = lexical_search(views_of(memories), composed_query, 10)
+    assert [hit.memory.memory_id for hit in hits] == ["m0"]  # an NFC query: as before

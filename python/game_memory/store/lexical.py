@@ -3,6 +3,11 @@
 For the visible memories of a snapshot (the visibility predicate applied), with
 ``terms`` = the distinct tokens of the query text:
 
+* ``terms`` also holds the tokens of the query's NFC form when the query is not in NFC: a
+  query typed decomposed (``e`` + U+0301, as some keyboards and macOS give it) finds a
+  memory written composed (``é``), the usual form; an NFC query's terms are unchanged.
+  (A memory written decomposed is tokenized as written, its marks separating words:
+  normalizing documents would change the postings read files hold.)
 * ``score = importance + 0.1 × (query tags on the memory) + Σ_t idf(t) · tf·(k1+1) /
   (tf + k1·(1 − b + b·len/avgdl))`` with ``k1 = 1.2``, ``b = 0.75``,
   ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``; ``N``, ``df`` and ``avgdl`` (mean of
@@ -26,6 +31,7 @@ import functools
 import itertools
 import math
 import operator
+import unicodedata
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
@@ -77,7 +83,15 @@ class LexicalHit(NamedTuple):
 
 
 def _distinct_terms(text: str) -> list[str]:
-    return list(dict.fromkeys(tokenize(text)))
+    """The query's distinct tokens, then those its NFC form adds (see the module docstring).
+
+    ASCII text is always in NFC (one O(1) check); other text is checked, and normalized
+    only if it is not: the terms of an NFC query are exactly its tokens.
+    """
+    tokens = tokenize(text)
+    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
+        tokens += tokenize(unicodedata.normalize("NFC", text))
+    return list(dict.fromkeys(tokens))
 
 
 def lexical_search(
