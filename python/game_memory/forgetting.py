@@ -64,13 +64,17 @@ __all__ = [
 _T = TypeVar("_T")
 
 
+_Owner = tuple[str, str]
+
+
 class Flight:
     """Memories an append has in flight (:meth:`EvictionGuard.flying`)."""
 
-    def __init__(self, flying: Counter[tuple[str, str, str]], keys: list[tuple[str, str, str]]):
+    def __init__(self, flying: dict[_Owner, Counter[str]], memories: Iterable[GameMemory]):
         self._flying = flying
-        self._keys = Counter(keys)
-        flying.update(self._keys)
+        self._keys: Counter[tuple[str, str, str]] = Counter(memory.key for memory in memories)
+        for (session_id, owner_id, memory_id), count in self._keys.items():
+            flying.setdefault((session_id, owner_id), Counter())[memory_id] += count
 
     def land(self, memories: Iterable[GameMemory]) -> None:
         """``memories`` (of this flight) are indexed: other evictions may take them now."""
@@ -81,15 +85,20 @@ class Flight:
                 self._drop(key)
 
     def land_all(self) -> None:
+        """Every memory of this flight is done (saved and indexed, or failed)."""
         for key, count in self._keys.items():
             for _ in range(count):
                 self._drop(key)
         self._keys.clear()
 
     def _drop(self, key: tuple[str, str, str]) -> None:
-        self._flying[key] -= 1
-        if self._flying[key] <= 0:
-            del self._flying[key]
+        owner = (key[0], key[1])
+        counts = self._flying[owner]
+        counts[key[2]] -= 1
+        if counts[key[2]] <= 0:
+            del counts[key[2]]
+            if not counts:
+                del self._flying[owner]
 
 
 class EvictionGuard:
@@ -107,26 +116,24 @@ class EvictionGuard:
     """
 
     def __init__(self) -> None:
-        self._flying: Counter[tuple[str, str, str]] = Counter()
+        #: Per owner, the ids in flight and how many appends have each in flight.
+        self._flying: dict[_Owner, Counter[str]] = {}
         self.lock = asyncio.Lock()
 
     @contextlib.contextmanager
     def flying(self, memories: Iterable[GameMemory]) -> Iterator[Flight]:
         """Mark ``memories`` in flight for the ``with`` block (saving and indexing them);
         :meth:`Flight.land` lets some go earlier."""
-        flight = Flight(self._flying, [memory.key for memory in memories])
+        flight = Flight(self._flying, memories)
         try:
             yield flight
         finally:
             flight.land_all()
 
     def spared(self, session_id: str, owner_id: str) -> set[str]:
-        """The ids of the owner's memories in flight (an eviction leaves them)."""
-        return {
-            memory_id
-            for session, owner, memory_id in self._flying
-            if session == session_id and owner == owner_id
-        }
+        """The ids of the owner's memories in flight (an eviction leaves them): the owner's
+        alone, however many memories other owners have in flight."""
+        return set(self._flying.get((session_id, owner_id), ()))
 
 
 class MemoryOverTime(abc.ABC):

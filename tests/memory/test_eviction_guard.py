@@ -1,0 +1,25 @@
+"""The bookkeeping of what an append has in flight (``forgetting.EvictionGuard``)."""
+
+from __future__ import annotations
+
+from game_memory.forgetting import EvictionGuard
+from support.vectors import MemoryFactory
+
+
+def test_memories_in_flight_are_spared_per_owner_until_they_land(
+    make_memory: MemoryFactory,
+) -> None:
+    guard = EvictionGuard()
+    mine = [make_memory(f"m{n}") for n in range(3)]
+    theirs = make_memory("t", owner_id="tomas")
+    with guard.flying([*mine, mine[0], theirs]) as flight:  # m0 twice: counted twice
+        with guard.flying([mine[1]]):  # another append of the same memory at once
+            assert guard.spared("session", "owner") == {"m0", "m1", "m2"}
+            assert guard.spared("session", "tomas") == {"t"}
+            flight.land([mine[0], mine[1]])
+            assert guard.spared("session", "owner") == {"m0", "m1", "m2"}  # still held
+        assert guard.spared("session", "owner") == {"m0", "m2"}
+        flight.land([mine[0], mine[0]])  # the second landing of m0 is one too many: ignored
+        assert guard.spared("session", "owner") == {"m2"}
+    assert guard.spared("session", "owner") == set() == guard.spared("session", "tomas")
+    assert guard._flying == {}  # nothing left behind
