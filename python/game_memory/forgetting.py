@@ -247,7 +247,7 @@ class MemoryOverTime(abc.ABC):
     def _stored_summary(summary: GameMemory, memory_ids: Sequence[str]) -> GameMemory:
         """The summary as the store saves it (its ``consolidates`` filled in); the store's
         own checks refuse bad ``memory_ids`` before this is used."""
-        if isinstance(memory_ids, str):
+        if isinstance(memory_ids, str) or not isinstance(memory_ids, Sequence):
             return summary
         return summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
 
