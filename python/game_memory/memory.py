@@ -321,14 +321,19 @@ class VectorMemoryStore(MemoryOverTime):
     # -- writes -------------------------------------------------------------------------
 
     async def append(self, memory: GameMemory) -> bool:
-        """Save ``memory`` in the authoritative store, then (hybrid mode) index its vector.
+        """Save ``memory`` in the authoritative store, then (hybrid mode) index its vector,
+        then apply the retention policy (``maximum_memories_per_owner``).
+
+        A memory whose ``consolidates`` is set is a summary: it is appended as
+        :meth:`consolidate` appends one, with the same checks.
 
         Returns:
             ``True`` if the memory was new, ``False`` if an equivalent one was there.
 
         Raises:
             Everything the authoritative ``append`` raises (nothing else happens then);
-            ``EmbeddingUnavailableError`` only with ``fail_when_embedding_unavailable``.
+            for a summary, what :meth:`consolidate` raises; ``EmbeddingUnavailableError``
+            only with ``fail_when_embedding_unavailable``.
         """
         self._check_open()
         self._start_pool()
