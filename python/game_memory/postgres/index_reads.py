@@ -22,7 +22,7 @@ from game_memory.postgres.rows import from_sql_key, sql_key
 __all__ = ["IndexReader"]
 
 _STRIPES = 64
-_IDENTITY_ATTEMPTS = 5
+_IDENTITY_ATTEMPTS = 100
 
 
 class IndexReader:
@@ -46,23 +46,38 @@ class IndexReader:
     def code(
         self, connection: psycopg.Connection[Any], identity: MemoryEmbeddingIdentity, create: bool
     ) -> int | None:
-        """The code of ``identity``; with ``create``, give it one if it has none."""
+        """The code of ``identity``; with ``create``, give it one if it has none.
+
+        Adding one is a transaction under an advisory lock, so processes adding different
+        identities at once (a rolling model upgrade) take codes in turn and none fails.
+        """
         name = str(identity)
-        for _ in range(_IDENTITY_ATTEMPTS):
-            known = self._identities.get(name)
-            if known is not None:
-                if known[1] != identity.dimensions:
-                    raise DerivedIndexError(f"{self.where} records {name} with other dimensions")
-                return known[0]
+        known = self._identities.get(name)
+        if known is None:
             self.read_identities(connection)
-            if name in self._identities:
-                continue
-            if not create:
-                return None
-            connection.execute(
-                sql.ADD_IDENTITY, {"name": name, "dimensions": identity.dimensions}
-            ).fetchall()
-        raise DerivedIndexError(f"could not record the embedding identity {name} in {self.where}")
+            known = self._identities.get(name)
+        if known is None and create:
+            with connection.transaction():
+                connection.execute(sql.LOCK_IDENTITIES)
+                # Under the lock a code is lost only to a process of an older release (which
+                # adds without it): take the next one then.
+                for _ in range(_IDENTITY_ATTEMPTS):
+                    added = connection.execute(
+                        sql.ADD_IDENTITY, {"name": name, "dimensions": identity.dimensions}
+                    ).fetchall()
+                    if added or connection.execute(sql.IDENTITY, {"name": name}).fetchall():
+                        break
+            self.read_identities(connection)
+            known = self._identities.get(name)
+            if known is None:
+                raise DerivedIndexError(
+                    f"could not record the embedding identity {name} in {self.where}"
+                )
+        if known is None:
+            return None
+        if known[1] != identity.dimensions:
+            raise DerivedIndexError(f"{self.where} records {name} with other dimensions")
+        return known[0]
 
     def _entry_rows(
         self, rows: list[tuple[Any, ...]]

@@ -13,6 +13,8 @@ __all__ = [
     "DELETE_ORPHANS",
     "ENTRY",
     "IDENTITIES",
+    "IDENTITY",
+    "LOCK_IDENTITIES",
     "LOCK_PARTITION",
     "LOCK_SESSION",
     "OWNER_ENTRIES",
@@ -25,8 +27,17 @@ __all__ = [
 
 IDENTITIES = "SELECT code, name, dimensions FROM game_memory_identities"
 
-#: Give a new identity the next code; nothing when it exists or another process took the
-#: code first (the caller reads the identities again and retries).
+IDENTITY = "SELECT code FROM game_memory_identities WHERE name = %(name)s"
+
+#: Serialize the processes adding identities to this schema's table (held to the end of
+#: the adding transaction): without it, processes adding different identities at once all
+#: take the same next code and all but one lose, again and again.
+LOCK_IDENTITIES = (
+    "SELECT pg_advisory_xact_lock(hashtext('game-memory identities ' || current_schema()))"
+)
+
+#: Give a new identity the next code, under :data:`LOCK_IDENTITIES`; nothing when another
+#: process added it first.
 ADD_IDENTITY = """
 INSERT INTO game_memory_identities (code, name, dimensions)
 SELECT coalesce(max(code) + 1, 0), %(name)s, %(dimensions)s FROM game_memory_identities
