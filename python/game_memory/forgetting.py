@@ -32,7 +32,7 @@ import abc
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from game_memory.embedding.embedder import Embedder
@@ -224,30 +224,44 @@ class MemoryOverTime(abc.ABC):
             MemoryConflictError: the summary's id holds other content.
         """
         self._check_open()
-        if self.options.maximum_memories_per_owner is None or not isinstance(summary, GameMemory):
-            created = await self.authoritative.consolidate(
-                session_id, owner_id, memory_ids, summary
-            )
-            await self._index(self._stored_summary(summary, memory_ids), created)
+        # A summary is an append: indexed, then the retention policy, as after any.
+        return await self._saved_then_indexed(
+            self._stored_summary(summary, memory_ids),
+            lambda: self.authoritative.consolidate(session_id, owner_id, memory_ids, summary),
+        )
+
+    async def _saved_then_indexed(
+        self, memory: GameMemory, save: Callable[[], Awaitable[bool]]
+    ) -> bool:
+        """``save()`` ``memory``, index it, then keep its owner within the retention policy
+        (``maximum_memories_per_owner``); return what ``save`` returned.
+
+        With the policy on, the memory is in flight from before its save until it is
+        indexed, so that no other append's eviction erases it in between
+        (:class:`EvictionGuard`).
+        """
+        if self.options.maximum_memories_per_owner is None or not isinstance(memory, GameMemory):
+            created = await save()
+            await self._index(memory, created)
             return created
-        # A summary is an append: the retention policy applies after it, as after any.
-        stored = self._stored_summary(summary, memory_ids)
-        with self._eviction_guard.flying([stored]):
-            created = await self.authoritative.consolidate(
-                session_id, owner_id, memory_ids, summary
-            )
+        with self._eviction_guard.flying([memory]):
+            created = await save()
             try:
-                await self._index(stored, created)
+                await self._index(memory, created)
             finally:
                 if created:
-                    await self._evict(stored)
+                    await self._evict(memory)
         return created
 
     @staticmethod
     def _stored_summary(summary: GameMemory, memory_ids: Sequence[str]) -> GameMemory:
         """The summary as the store saves it (its ``consolidates`` filled in); the store's
-        own checks refuse bad ``memory_ids`` before this is used."""
-        if isinstance(memory_ids, str) or not isinstance(memory_ids, Sequence):
+        own checks refuse a bad summary or bad ``memory_ids`` before this is used."""
+        if (
+            not isinstance(summary, GameMemory)
+            or isinstance(memory_ids, str)
+            or not isinstance(memory_ids, Sequence)
+        ):
             return summary
         return summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
 

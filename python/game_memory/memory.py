@@ -94,14 +94,6 @@ def _started() -> None:
     """The job that starts a thread of the pool ahead of real work (it does nothing)."""
 
 
-def _is_provider(value: object) -> bool:
-    """Whether ``value`` has the shape of an :class:`EmbeddingProvider`."""
-    calls = ("embed_query", "embed_documents", "aclose")
-    return all(callable(getattr(value, name, None)) for name in calls) and isinstance(
-        getattr(value, "identity", None), MemoryEmbeddingIdentity
-    )
-
-
 async def _close_provider(provider: EmbeddingProvider, seconds: float) -> None:
     """Close a provider within ``seconds``: a model's close that hangs or fails must not keep
     the save from being closed (its lock released, its read files written).
@@ -176,7 +168,7 @@ class VectorMemoryStore(MemoryOverTime):
             raise InvalidArgumentError(
                 f"options must be a VectorMemoryStoreOptions, not {type(options).__name__}"
             )
-        if provider is not None and not _is_provider(provider):
+        if provider is not None and not isinstance(provider, EmbeddingProvider):
             raise InvalidArgumentError(
                 "the provider must be an EmbeddingProvider (identity, embed_query, "
                 f"embed_documents, aclose), not {type(provider).__name__}"
@@ -344,20 +336,7 @@ class VectorMemoryStore(MemoryOverTime):
             return await self.consolidate(
                 memory.session_id, memory.owner_id, memory.consolidates, memory
             )
-        if self.options.maximum_memories_per_owner is None or not isinstance(memory, GameMemory):
-            created = await self.authoritative.append(memory)
-            await self._index(memory, created)
-            return created
-        # The retention policy: in flight from before the save until indexed, so that no
-        # other append's eviction erases it in between (``forgetting.EvictionGuard``).
-        with self._eviction_guard.flying([memory]):
-            created = await self.authoritative.append(memory)
-            try:
-                await self._index(memory, created)
-            finally:
-                if created:
-                    await self._evict(memory)
-        return created
+        return await self._saved_then_indexed(memory, lambda: self.authoritative.append(memory))
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
         """Save a batch atomically and durably, then index it in batches (``ingest.py``).

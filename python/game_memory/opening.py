@@ -127,7 +127,7 @@ async def open_memory(
     """
     if isinstance(model, os.PathLike):
         model = os.fspath(model)  # a model folder
-    if not isinstance(model, str) and not callable(getattr(model, "embed_query", None)):
+    if not isinstance(model, (str, EmbeddingProvider)):
         raise InvalidArgumentError(
             "model must be 'default', 'lexical', 'hashing', a model folder or an "
             f"EmbeddingProvider, not {model!r}"
