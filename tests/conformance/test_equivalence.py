@@ -42,7 +42,7 @@ OWNERS = ["npc-a", "npc-b", "npc-\U0001f600"]
 SESSIONS = ["s1", "s2"]
 TIMELINES = ["world", "branch"]
 CANDIDATES = sorted(name for name in STORE_BACKENDS if name != "file" and name in INDEX_BACKENDS)
-EXAMPLES = 100
+EXAMPLES = int(os.environ.get("GAME_MEMORY_EQUIVALENCE_EXAMPLES", "100"))  # more: a stress run
 
 
 # -- the programs -------------------------------------------------------------------------

@@ -9,6 +9,8 @@ with prefixes (a query as of an earlier moment), scattered rows and ties.
 
 from __future__ import annotations
 
+import math
+import operator
 import os
 
 import numpy as np
@@ -136,11 +138,19 @@ def _part(memories: list[GameMemory], rows: list[int], matrix: np.ndarray) -> Pa
 def _reference(
     parts: list[Part], query: npt.NDArray[np.float32], limit: int
 ) -> list[tuple[str, float, list[float]]]:
-    """The vector top-k written plainly: every visible row scored by one whole product."""
+    """The vector top-k written plainly: every visible row scored alone, in float64 (each
+    term exact, a plain left-to-right sum), rounded once to float32."""
     rows: list[tuple[tuple[float, float, int, str, str], str, float, list[float]]] = []
     for joined, matrix, visible in parts:
         assert joined.view is not None
-        whole = np.clip(matrix @ query, -1.0, 1.0)
+        whole = np.clip(
+            np.array(
+                [math.fsum(map(operator.mul, row, query.tolist())) for row in matrix.tolist()],
+                dtype=np.float32,
+            ),
+            -1.0,
+            1.0,
+        )
         for position, row in zip(joined.positions.tolist(), joined.rows.tolist(), strict=True):
             if not visible[position]:
                 continue
@@ -239,3 +249,71 @@ def test_one_partition_is_ordered_by_its_scores_alone_only_when_they_differ(
         ]
         assert found == _reference([(joined, matrix, visible)], query, limit)
         assert all(not vector.flags.writeable for vector in vectors)
+
+
+def _exact(row: npt.NDArray[np.float32], query: npt.NDArray[np.float32]) -> float:
+    return float(
+        np.clip(np.float32(math.fsum(map(operator.mul, row.tolist(), query.tolist()))), -1, 1)
+    )
+
+
+def test_a_memory_scores_the_same_at_any_row_of_any_matrix(make_memory: MemoryFactory) -> None:
+    """The score of one memory does not depend on where its row sits nor on how many rows
+    the matrix holds: BLAS's product sums a row's terms in an order that depends on both
+    (a row in the tail of a product differs in its last bit), which made two backends
+    holding the same save in other row orders, or two memories with one vector, disagree."""
+    rng = np.random.default_rng(20261206)
+    dimensions = 64
+    query = rng.standard_normal(dimensions).astype(np.float32)
+    query /= np.linalg.norm(query)
+    fillers = rng.standard_normal((40, dimensions)).astype(np.float32)
+    fillers /= np.linalg.norm(fillers, axis=1, keepdims=True)
+    targets = rng.standard_normal((12, dimensions)).astype(np.float32)
+    targets /= np.linalg.norm(targets, axis=1, keepdims=True)
+    products_differed = False
+    for target in targets:
+        seen: set[float] = set()
+        for count in range(1, 30):
+            for at in {0, count // 2, count - 1}:
+                matrix = np.insert(fillers[: count - 1], at, target, axis=0)
+                memories = [make_memory(f"m{index:03d}") for index in range(count)]
+                joined = _part(memories, list(range(count)), matrix)
+                visible = np.ones(count, dtype=np.bool_)
+                hits = top_vector_candidates([(joined, matrix, visible)], query, count)[0]
+                seen.add(dict((m.memory_id, s) for m, s in hits)[f"m{at:03d}"])
+                products_differed |= float(np.clip((matrix @ query)[at], -1, 1)) != _exact(
+                    target, query
+                )
+        assert seen == {_exact(target, query)}
+    assert products_differed  # the product alone would have failed this test
+
+
+def test_the_best_rows_are_chosen_by_their_exact_scores(make_memory: MemoryFactory) -> None:
+    """Near-identical memories (one text saved many times, say) whose cosines differ by
+    less than the product's rounding: the ``limit`` returned are the ``limit`` best by
+    exact score, ties broken by the memory order, whatever the product's own order."""
+    rng = np.random.default_rng(7)
+    dimensions = 384
+    base = rng.standard_normal(dimensions)
+    misordered = 0
+    for trial in range(20):
+        count = 300
+        matrix = (base + rng.standard_normal((count, dimensions)) * 3e-7).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        query = (base + rng.standard_normal(dimensions) * 0.5).astype(np.float32)
+        query /= np.linalg.norm(query)
+        memories = [make_memory(f"m{index:03d}", tick=trial) for index in range(count)]
+        joined = _part(memories, list(range(count)), matrix)
+        visible = np.ones(count, dtype=np.bool_)
+        exact = [_exact(row, query) for row in matrix]
+        expected = sorted(range(count), key=lambda index: (-exact[index], f"m{index:03d}"))
+        for limit in (1, 5, 32):
+            hits = top_vector_candidates([(joined, matrix, visible)], query, limit)[0]
+            assert [memory.memory_id for memory, _ in hits] == [
+                f"m{index:03d}" for index in expected[:limit]
+            ]
+            assert [score for _, score in hits] == [exact[index] for index in expected[:limit]]
+            product = np.clip(matrix @ query, -1, 1)
+            by_product = sorted(range(count), key=lambda index: (-product[index], index))
+            misordered += by_product[:limit] != expected[:limit]
+    assert misordered  # the product's own order would have failed this test

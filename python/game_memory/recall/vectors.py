@@ -1,4 +1,5 @@
-"""Vector candidates of a recall: one matrix-vector product per joined partition."""
+"""Vector candidates of a recall: one matrix-vector product per joined partition, and the
+few rows it finds rescored exactly."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from game_memory.store.view import PartitionView
 
 __all__ = [
     "SCORING_BLOCK_ROWS",
+    "exact_scores",
     "score_rows",
     "score_span",
+    "selection_margin",
     "top_vector_candidates",
     "top_vector_hits",
 ]
@@ -126,9 +129,12 @@ def top_vector_hits(
             :func:`game_memory.recall.product.product`); the same results without it.
 
     Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
-    One matrix-vector product per partition (over the blocks of rows the query may see);
-    everything after it is vectorized except the final sort, which only sees the ``limit``
-    best scores (and any ties with the last).
+    One matrix-vector product per partition (over the blocks of rows the query may see)
+    finds the rows that may reach the best ``limit`` (those within
+    :func:`selection_margin` of its ``limit``-th best score); they alone are rescored by
+    :func:`exact_scores`, which order and are returned: a memory's score depends on its
+    vector and the query only, not on which row or backend holds it. Everything after the
+    product is vectorized except the final sort, which only sees those few rows.
     """
     return top_vector_candidates(parts, query, limit, helper)[0]
 
@@ -144,8 +150,8 @@ def top_vector_candidates(
     A dense join (``PartitionJoin.dense``: row ``i`` is view position ``i``, the usual case)
     whose visible rows form one run (a query as of a moment sees a prefix) is scored by
     :func:`score_span` and carried as that run alone; any other as the rows it may see.
-    Either way only the few rows at or above the ``limit``-th best score get positions,
-    rows and sort keys.
+    Either way only the few rows that may reach the best ``limit`` get positions, rows,
+    exact scores and sort keys.
     """
     if limit <= 0:
         return [], []
@@ -157,26 +163,27 @@ def top_vector_candidates(
     total = sum(part[1].size for part in scored)
     if total == 0:
         return [], []
-    threshold: float | None = None
+    floor: float | None = None
     if total > limit:
         everything = (
             scored[0][1] if len(scored) == 1 else np.concatenate([part[1] for part in scored])
         )
-        threshold = np.partition(everything, total - limit)[total - limit]
+        threshold = float(np.partition(everything, total - limit)[total - limit])
+        floor = threshold - selection_margin(query.size)
+    query64 = query.astype(np.float64)
+    picks = [_pick(part, floor, query64) for part in scored]
     if len(scored) == 1:
-        distinct = _distinct_top(scored[0], threshold, limit)
+        distinct = _distinct_top(scored[0], picks[0], limit)
         if distinct is not None:
             return distinct
     # Order on the views' columns, then read only the chosen memories (a view opened from
     # its read file decodes a memory when it is read).
     ranked: list[tuple[float, float, int, str, str, int, int, int]] = []
-    for number, (view, scores, places, first, _) in enumerate(scored):
-        if threshold is None:
-            chosen = np.arange(scores.size)
-        else:
-            chosen = np.flatnonzero(scores >= threshold)
-            if chosen.size == 0:
-                continue
+    for number, ((view, _, places, first, _), (chosen, _, exact)) in enumerate(
+        zip(scored, picks, strict=True)
+    ):
+        if chosen.size == 0:
+            continue
         if places is None:  # a dense run: the position is the row, from ``first`` on
             at = chosen + first
             picked = picked_rows = at.tolist()
@@ -189,7 +196,7 @@ def top_vector_candidates(
         keys = ids if all(map(str.isascii, ids)) else list(map(ordinal_key, ids))
         ranked.extend(
             zip(
-                map(operator.neg, scores[chosen].tolist()),
+                map(operator.neg, exact.tolist()),
                 map(operator.neg, columns.importance[at].tolist()),
                 map(operator.neg, columns.ticks[at].tolist()),
                 itertools.repeat(ordinal_key(view.owner_id)),
@@ -214,34 +221,78 @@ def top_vector_candidates(
     return list(zip(memories, map(operator.neg, map(_first, kept)), strict=True)), vectors
 
 
+def selection_margin(dimensions: int) -> float:
+    """How far below the ``limit``-th best product score a row is still rescored.
+
+    A float32 dot product of ``n`` terms differs from the exact one by at most
+    ``γ(n) · Σ|aᵢbᵢ|`` (γ(n) = n·u / (1 − n·u), u = 2⁻²⁴), and ``Σ|aᵢbᵢ| ≤ 1`` for unit
+    vectors: two rows whose exact scores are in one order may come out of the product in the
+    other, by at most twice that. Every row whose exact score can reach the ``limit`` best
+    lies within ``2·γ(n)`` of the product's ``limit``-th best score; the margin doubles that
+    again for vectors a little off unit length. ``n · 2⁻²¹``: 1.8e-4 at 384 dimensions,
+    far below the gap between two distinct memories' cosines, so it rarely adds a row.
+    """
+    return max(dimensions, 1) * 2.0**-21
+
+
+def exact_scores(rows: npt.NDArray[np.float32], query64: npt.NDArray[np.float64]) -> FloatVector:
+    """Each row's dot product with the query, the same wherever the row sits, clipped to
+    [-1, 1].
+
+    BLAS's matrix-vector kernels sum a row's terms in an order that depends on where the
+    row sits in the product (a group of rows or the tail): the same memory scored by two
+    backends whose matrices hold it at other rows, or after the matrix grew, may differ in
+    its last bit, and so may two memories with one vector, which then tie or not by where
+    they were saved. Here each product of two float32 values is exact in float64, each row
+    is summed alone (numpy's pairwise sum along the row), and the sum is rounded once to
+    float32: a function of the row and the query only, and the correctly rounded cosine
+    but for float64's rounding. About 12 µs for 32 rows of 384.
+    """
+    products = rows.astype(np.float64)
+    products *= query64
+    scores: FloatVector = products.sum(axis=1).astype(np.float32)
+    np.clip(scores, -1.0, 1.0, out=scores)
+    return scores
+
+
+def _pick(
+    scored: _Scored, floor: float | None, query64: npt.NDArray[np.float64]
+) -> tuple[IntArray, npt.NDArray[np.float32], FloatVector]:
+    """The indices (into the part's scores) of the rows at or above ``floor`` (all when
+    ``None``), their rows gathered, and their :func:`exact_scores`."""
+    _, scores, places, first, matrix = scored
+    chosen = np.arange(scores.size) if floor is None else np.flatnonzero(scores >= floor)
+    rows = chosen + first if places is None else places[1][chosen]
+    gathered = matrix[rows]
+    return chosen, gathered, exact_scores(gathered, query64)
+
+
 def _distinct_top(
-    scored: _Scored, threshold: float | None, limit: int
+    scored: _Scored,
+    pick: tuple[IntArray, npt.NDArray[np.float32], FloatVector],
+    limit: int,
 ) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]] | None:
     """:func:`top_vector_candidates` of one partition when no two of its best ``limit`` + 1
-    scores tie (nor is one NaN), else ``None``.
+    exact scores tie (nor is one NaN), else ``None``.
 
     The full order (score, then importance, tick, owner and memory id) is then the order of
     the scores alone, so the tie-break keys (ids, importance and tick columns, a tuple per
     candidate) are never built: the usual case, as cosines of distinct memories rarely tie.
     """
-    view, scores, places, first, matrix = scored
-    chosen = np.arange(scores.size) if threshold is None else np.flatnonzero(scores >= threshold)
-    values = scores[chosen]
+    view, _, places, first, _ = scored
+    chosen, gathered, values = pick
     order = np.argsort(-values, kind="stable")
     best = values[order[: limit + 1]]
     if best.size > 1 and not bool((best[1:] < best[:-1]).all()):
         return None  # a tie or a NaN among them: the tie-breaks decide
     if best.size == 1 and np.isnan(best[0]):
         return None
-    kept = chosen[order[:limit]]
-    if places is None:
-        positions = rows = (kept + first).tolist()
-    else:
-        positions, rows = places[0][kept].tolist(), places[1][kept].tolist()
-    memories = view.memories_at(positions)
-    picked = matrix[rows]
+    kept = order[:limit]
+    at = chosen[kept]
+    positions = (at + first).tolist() if places is None else places[0][at].tolist()
+    picked = gathered[kept]
     picked.flags.writeable = False
-    return list(zip(memories, best[:limit].tolist(), strict=True)), list(picked)
+    return list(zip(view.memories_at(positions), best[:limit].tolist(), strict=True)), list(picked)
 
 
 _first = operator.itemgetter(0)
