@@ -6,7 +6,9 @@ hidden behind ``TYPE_CHECKING`` is still a circle). Floors, from the top::
     cli, bridge, demo            the ways in (bridge and demo never import cli)
     bundle                       shipping: the sidecar bundle and the addon zip (under cli)
     opening, memory, rebuild,    the front door, what builds it, and its upkeep
-    models, lifecycle
+    models, lifecycle,
+    forgetting, ingest,
+    write_guards
     recall                       the pipeline over explicit collaborators
     postgres                     the save and the index on PostgreSQL (optional extra)
     index, store, embedding      the derived index, the save, the model seam
@@ -42,10 +44,12 @@ ALLOWED: dict[str, set[str]] = {
     "index": SEAMS | {"index"},
     "recall": SEAMS | {"index", "recall"},
     "memory": SEAMS
-    | {"index", "recall", "memory", "rebuild", "forgetting", "ingest", "models", "lifecycle"},
-    "ingest": SEAMS | {"index", "recall", "forgetting", "ingest"},
+    | {"index", "recall", "memory", "rebuild", "forgetting", "ingest", "models", "lifecycle"}
+    | {"write_guards"},
+    "ingest": SEAMS | {"index", "recall", "forgetting", "ingest", "write_guards"},
     "rebuild": SEAMS | {"index", "recall", "rebuild"},
-    "forgetting": SEAMS | {"index", "recall", "forgetting"},
+    "forgetting": SEAMS | {"index", "recall", "forgetting", "write_guards"},
+    "write_guards": BASE | {"write_guards"},
     "models": SEAMS | {"index", "recall", "memory", "rebuild", "models", "onnx"},
     "lifecycle": SEAMS | {"index", "recall", "memory", "lifecycle"},
     "opening": SEAMS | {"index", "recall", "memory", "rebuild", "models", "opening"},

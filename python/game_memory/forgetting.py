@@ -23,16 +23,18 @@ consolidation share.)
   without any text. Appends running at once (tasks of one event loop) never evict each
   other's memories while those are being indexed (an erased memory's vector written after
   its erase would be left behind), and their evictions run one at a time, each counting
-  what the one before left (:class:`EvictionGuard`).
+  what the one before left (:class:`~game_memory.write_guards.EvictionGuard`).
+
+An erase and this front door's appends are never interleaved
+(:class:`~game_memory.write_guards.EraseGate`): the appends' vectors would otherwise be left
+behind by the erase, or erased after their memory was saved again.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
-import contextlib
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from game_memory.embedding.embedder import Embedder
@@ -50,10 +52,9 @@ from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.lifecycle import eviction_order, eviction_target, newest_ticks
 from game_memory.store.protocol import GameMemoryStore
+from game_memory.write_guards import EraseGate, EvictionGuard
 
 __all__ = [
-    "EvictionGuard",
-    "Flight",
     "MemoryOverTime",
     "erase_memories",
     "evict_over_bound",
@@ -62,78 +63,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-
-_Owner = tuple[str, str]
-
-
-class Flight:
-    """Memories an append has in flight (:meth:`EvictionGuard.flying`)."""
-
-    def __init__(self, flying: dict[_Owner, Counter[str]], memories: Iterable[GameMemory]):
-        self._flying = flying
-        self._keys: Counter[tuple[str, str, str]] = Counter(memory.key for memory in memories)
-        for (session_id, owner_id, memory_id), count in self._keys.items():
-            flying.setdefault((session_id, owner_id), Counter())[memory_id] += count
-
-    def land(self, memories: Iterable[GameMemory]) -> None:
-        """``memories`` (of this flight) are indexed: other evictions may take them now."""
-        for memory in memories:
-            key = memory.key
-            if self._keys[key] > 0:
-                self._keys[key] -= 1
-                self._drop(key)
-
-    def land_all(self) -> None:
-        """Every memory of this flight is done (saved and indexed, or failed)."""
-        for key, count in self._keys.items():
-            for _ in range(count):
-                self._drop(key)
-        self._keys.clear()
-
-    def _drop(self, key: tuple[str, str, str]) -> None:
-        owner = (key[0], key[1])
-        counts = self._flying[owner]
-        counts[key[2]] -= 1
-        if counts[key[2]] <= 0:
-            del counts[key[2]]
-            if not counts:
-                del self._flying[owner]
-
-
-class EvictionGuard:
-    """What keeps a front door's concurrent appends from evicting each other's memories.
-
-    An append saves its memory, indexes it, then applies the retention policy. Two appends
-    of one owner running at once (tasks of one event loop) could otherwise have the first's
-    eviction erase the second's memory between its save and its index write: the vector
-    written after the erase is left behind (an orphan until a rebuild), and two evictions
-    counting from one state erase twice as much. So the memories being appended are *in
-    flight* from before their save until they are indexed, and an eviction spares them
-    (as it spares the memory just appended); and evictions run one at a time, each from a
-    fresh count. Across processes each front door guards its own; the orphan a race there
-    could leave is swept by erasing again or by a rebuild, as after a crash.
-    """
-
-    def __init__(self) -> None:
-        #: Per owner, the ids in flight and how many appends have each in flight.
-        self._flying: dict[_Owner, Counter[str]] = {}
-        self.lock = asyncio.Lock()
-
-    @contextlib.contextmanager
-    def flying(self, memories: Iterable[GameMemory]) -> Iterator[Flight]:
-        """Mark ``memories`` in flight for the ``with`` block (saving and indexing them);
-        :meth:`Flight.land` lets some go earlier."""
-        flight = Flight(self._flying, memories)
-        try:
-            yield flight
-        finally:
-            flight.land_all()
-
-    def spared(self, session_id: str, owner_id: str) -> set[str]:
-        """The ids of the owner's memories in flight (an eviction leaves them): the owner's
-        alone, however many memories other owners have in flight."""
-        return set(self._flying.get((session_id, owner_id), ()))
 
 
 class MemoryOverTime(abc.ABC):
@@ -146,6 +75,7 @@ class MemoryOverTime(abc.ABC):
     index: VectorIndex | None
     options: VectorMemoryStoreOptions
     _eviction_guard: EvictionGuard
+    _erase_gate: EraseGate
 
     @abc.abstractmethod
     def _check_open(self) -> None:
@@ -191,7 +121,10 @@ class MemoryOverTime(abc.ABC):
         No byte of their text, payload or vectors is left in the save or the index when this
         returns, and the capacity count goes down. An earlier save does not bring them back.
         Crash-safe: interrupted, it is finished by the next use of the save (or erase
-        again: it completes, and drops derived vectors a crash left behind).
+        again: it completes, and drops derived vectors a crash left behind). Appends of
+        this front door running at the same time are not interleaved with it: it waits
+        for those being saved and indexed (a batch's whole embedding included), and those
+        that come while it waits or runs wait for it.
 
         Returns:
             How many memories were erased from the save.
@@ -201,9 +134,10 @@ class MemoryOverTime(abc.ABC):
             PersistenceError: a partition to erase from is damaged (salvage it first).
         """
         self._check_open()
-        return await erase_memories(
-            self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
-        )
+        async with self._erase_gate.erasing():  # no append between the save and the index
+            return await erase_memories(
+                self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
+            )
 
     async def consolidate(
         self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
@@ -236,20 +170,24 @@ class MemoryOverTime(abc.ABC):
         """``save()`` ``memory``, index it, then keep its owner within the retention policy
         (``maximum_memories_per_owner``); return what ``save`` returned.
 
-        With the policy on, the memory is in flight from before its save until it is
-        indexed, so that no other append's eviction erases it in between
-        (:class:`EvictionGuard`).
+        The save and the index write share the erase gate with other appends, so that no
+        erase runs between them (:class:`~game_memory.write_guards.EraseGate`). With the
+        policy on, the memory is in flight from before its save until it is indexed, so
+        that no other append's eviction erases it in between (:class:`EvictionGuard`).
         """
         if self.options.maximum_memories_per_owner is None or not isinstance(memory, GameMemory):
-            created = await save()
-            await self._index(memory, created)
+            async with self._erase_gate.appending():
+                created = await save()
+                await self._index(memory, created)
             return created
         with self._eviction_guard.flying([memory]):
-            created = await save()
+            created = False
             try:
-                await self._index(memory, created)
+                async with self._erase_gate.appending():
+                    created = await save()
+                    await self._index(memory, created)
             finally:
-                if created:
+                if created:  # out of the gate: the eviction is an erase of its own
                     await self._evict(memory)
         return created
 

@@ -26,13 +26,14 @@ from collections.abc import Iterable, Sequence
 
 from game_memory.embedding.embedder import Embedder
 from game_memory.errors import InvalidArgumentError
-from game_memory.forgetting import EvictionGuard, evict_over_bound, report_index_failure
+from game_memory.forgetting import evict_over_bound, report_index_failure
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner
 from game_memory.store.lifecycle import checked_summary
 from game_memory.store.protocol import GameMemoryStore
+from game_memory.write_guards import EraseGate, EvictionGuard
 
 __all__ = ["EMBEDDING_BATCH", "append_many"]
 
@@ -49,6 +50,7 @@ async def append_many(
     run: Runner,
     report: Report,
     guard: EvictionGuard,
+    gate: EraseGate,
     embedding_batch: int = EMBEDDING_BATCH,
 ) -> list[bool]:
     """Save a batch atomically, index it in batches, apply the retention policy.
@@ -64,32 +66,36 @@ async def append_many(
     batch = _listed(memories)
     await _check_summaries(batch, store)
     if options.maximum_memories_per_owner is None:
-        created = await store.append_many(batch)
-        if embedder is not None and index is not None:
-            await _index_batch(
-                batch, created, index, embedder, options, run, report, embedding_batch
-            )
-        return created
-    # The retention policy: the batch is in flight from before the save until indexed, so
-    # that no other append's eviction erases its memories in between (``EvictionGuard``).
-    with guard.flying(memory for memory in batch if isinstance(memory, GameMemory)) as flight:
-        created = await store.append_many(batch)
-        try:
+        async with gate.appending():  # no erase between the save and the index writes
+            created = await store.append_many(batch)
             if embedder is not None and index is not None:
                 await _index_batch(
                     batch, created, index, embedder, options, run, report, embedding_batch
                 )
+        return created
+    # The retention policy: the batch is in flight from before the save until indexed, so
+    # that no other append's eviction erases its memories in between (``EvictionGuard``).
+    with guard.flying(memory for memory in batch if isinstance(memory, GameMemory)) as flight:
+        saved: list[bool] | None = None
+        try:
+            async with gate.appending():  # no erase between the save and the index writes
+                saved = await store.append_many(batch)
+                if embedder is not None and index is not None:
+                    await _index_batch(
+                        batch, saved, index, embedder, options, run, report, embedding_batch
+                    )
         finally:
-            owners: dict[tuple[str, str], GameMemory] = {}
-            for memory, new in zip(batch, created, strict=True):
-                if new:  # the owner's last new memory of the batch is the one never evicted
-                    owners[(memory.session_id, memory.owner_id)] = memory
-            # Indexed: the rest of the batch may be evicted (by its value, as any memory).
-            kept = {id(memory) for memory in owners.values()}
-            flight.land(memory for memory in batch if id(memory) not in kept)
-            for memory in owners.values():
-                await evict_over_bound(memory, store, index, options, run, report, guard)
-    return created
+            if saved is not None:  # out of the gate: each eviction is an erase of its own
+                owners: dict[tuple[str, str], GameMemory] = {}
+                for memory, new in zip(batch, saved, strict=True):
+                    if new:  # the owner's last new memory of the batch is never evicted
+                        owners[(memory.session_id, memory.owner_id)] = memory
+                # Indexed: the rest of the batch may be evicted (by its value, as any).
+                kept = {id(memory) for memory in owners.values()}
+                flight.land(memory for memory in batch if id(memory) not in kept)
+                for memory in owners.values():
+                    await evict_over_bound(memory, store, index, options, run, report, guard)
+    return saved
 
 
 async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> None:

@@ -42,7 +42,7 @@ from game_memory.errors import (
     StoreBusyError,
     StoreClosedError,
 )
-from game_memory.forgetting import EvictionGuard, MemoryOverTime, index_memory
+from game_memory.forgetting import MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
 from game_memory.ingest import append_many
 from game_memory.model import (
@@ -66,6 +66,7 @@ from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.store.pool import run_in_pool
 from game_memory.store.protocol import GameMemoryStore
+from game_memory.write_guards import EraseGate, EvictionGuard
 
 __all__ = ["VectorMemoryStore"]
 
@@ -228,6 +229,7 @@ class VectorMemoryStore(MemoryOverTime):
         self._rebuilding: set[str] = set()
         self._warned_stale: set[str] = set()
         self._eviction_guard = EvictionGuard()
+        self._erase_gate = EraseGate()
         self._state = _State.OPEN
 
     def __repr__(self) -> str:
@@ -345,7 +347,8 @@ class VectorMemoryStore(MemoryOverTime):
         """
         self._check_open()
         parts = (self.authoritative, self.index, self._embedder, self.options)
-        return await append_many(memories, *parts, self._run, self._report, self._eviction_guard)
+        guards = (self._eviction_guard, self._erase_gate)
+        return await append_many(memories, *parts, self._run, self._report, *guards)
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""

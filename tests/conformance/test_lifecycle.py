@@ -450,3 +450,100 @@ async def test_an_earlier_save_still_recalls_what_a_later_moment_forgot(
     day_five = await memory.recall(query("dragon", at_or_before=at(500)))
     loaded_day_two = await memory.recall(query("dragon", at_or_before=at(200)))
     assert ids(day_five.memories) == [] and ids(loaded_day_two.memories) == ["rumour"]
+
+
+# -- an erase and appends running at once -------------------------------------------------
+
+
+async def _settled(memory: Any) -> tuple[list[str], Any]:
+    held = ids(await memory.enumerate("session", "owner"))
+    return held, await memory.get_status("session")
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+async def test_an_erase_started_while_an_append_embeds_leaves_no_orphan_vector(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory, bounded: bool
+) -> None:
+    # The append has saved its memory and is embedding it when the erase of its owner
+    # starts. Had the erase run then, the vector written after it would stay behind for a
+    # memory no longer saved (an orphan, reported as degraded until a rebuild).
+    options = {"maximum_memories_per_owner": 50} if bounded else {}
+    memory = open_hybrid(provider, options=options)
+    await village(memory, make_memory)
+    erasing: list[asyncio.Task[int]] = []
+
+    async def erase_meanwhile(texts: Sequence[str]) -> None:
+        if not erasing:
+            erasing.append(asyncio.create_task(memory.erase("session", "owner")))
+            for _ in range(50):  # every chance to run to its end before the vector is written
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.02)
+
+    provider.on_documents = erase_meanwhile
+    assert await memory.append(make_memory("late", text="the well ran dry", tick=40)) is True
+    assert await erasing[0] == 4  # it waited for the append: the new memory is erased too
+    held, status = await _settled(memory)
+    assert held == []
+    assert (status.total_entries, status.orphan_entries) == (0, 0), status
+
+
+@pytest.mark.parametrize("bounded", [False, True])
+async def test_an_append_started_while_an_erase_runs_keeps_its_vector(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory, bounded: bool
+) -> None:
+    # The erase has erased from the save and not yet from the index when an append of the
+    # same owner starts. Had the append saved and indexed then, the index erase would have
+    # dropped the new memory's vector: a saved memory recalled lexically only.
+    options = {"maximum_memories_per_owner": 50} if bounded else {}
+    memory = open_hybrid(provider, options=options)
+    await village(memory, make_memory)
+    store_erase = memory.authoritative.erase
+    appending: list[asyncio.Task[Any]] = []
+
+    async def erase_then_append_meanwhile(*args: Any) -> int:
+        erased = await store_erase(*args)
+        if not appending:
+            late = make_memory("late", text="the well ran dry", tick=40)
+            appending.append(asyncio.create_task(memory.append(late)))
+            batch = [make_memory(f"b{n}", text="more rain", tick=41 + n) for n in range(3)]
+            appending.append(asyncio.create_task(memory.append_many(batch)))
+            for _ in range(50):  # every chance to save and index before the index erase
+                await asyncio.sleep(0)
+            await asyncio.sleep(0.02)
+        return erased
+
+    memory.authoritative.erase = erase_then_append_meanwhile  # type: ignore[method-assign]
+    assert await memory.erase("session", "owner") == 3
+    assert await appending[0] is True and await appending[1] == [True] * 3
+    held, status = await _settled(memory)
+    assert held == ["b0", "b1", "b2", "late"]
+    assert status.orphan_entries == 0
+    assert status.total_entries == status.ready_entries == 4, status
+    hits = await memory.recall(query("well", limit=5), require_semantic=True)
+    assert "late" in [hit.memory.memory_id for hit in hits.hits]
+
+
+async def test_an_erase_waits_for_appends_and_appends_wait_for_a_waiting_erase(
+    open_hybrid: HybridFactory, provider: FaultyProvider, make_memory: MemoryFactory
+) -> None:
+    # Appends that keep coming do not starve an erase, and each ends erased or kept whole.
+    memory = open_hybrid(provider)
+    await village(memory, make_memory)
+    release = asyncio.Event()
+
+    async def slow(texts: Sequence[str]) -> None:
+        await release.wait()
+
+    provider.on_documents = slow
+    first = asyncio.create_task(memory.append(make_memory("a0", text="one", tick=50)))
+    await asyncio.sleep(0.01)
+    erase = asyncio.create_task(memory.erase("session", "owner"))
+    await asyncio.sleep(0.01)
+    later = asyncio.create_task(memory.append(make_memory("a1", text="two", tick=51)))
+    await asyncio.sleep(0.01)
+    assert not erase.done() and not later.done()  # the erase waits for a0; a1 for the erase
+    release.set()
+    assert await first is True and await erase == 4 and await later is True
+    held, status = await _settled(memory)
+    assert held == ["a1"]
+    assert status.total_entries == status.ready_entries == 1 and status.orphan_entries == 0

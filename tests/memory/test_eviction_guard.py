@@ -1,4 +1,4 @@
-"""The bookkeeping of what an append has in flight (``forgetting.EvictionGuard``)."""
+"""The bookkeeping of what an append has in flight (``write_guards.EvictionGuard``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from game_memory import InvalidArgumentError, VectorMemoryStoreOptions, open_memory
-from game_memory.forgetting import EvictionGuard
+from game_memory.write_guards import EvictionGuard
 from support.vectors import MemoryFactory
 
 
