@@ -149,6 +149,7 @@ async def test_ids_cannot_escape_the_store_folder(
         "format.json",
         "ledger.log",
         "lock",
+        "rewrite-counts",
         "unsynced.log",
     }
 

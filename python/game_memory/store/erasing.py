@@ -196,6 +196,8 @@ def _remove_empty_packs(engine: StoreEngine, directory: Path) -> int:
     contiguous; a reader that loses the race reads again under the lock)."""
     indexes = engine.cache.pack_indexes(directory)
     removed = 0
+    if indexes and not indexes[-1].owners:
+        engine.counts.bump(directory.name[2:], None)  # files of the session go
     while indexes and not indexes[-1].owners:
         try:
             os.unlink(indexes.pop().path)

@@ -540,3 +540,4 @@ class FileGameMemoryStore:
                 encoded_digests.clear()
 
             await asyncio.get_running_loop().run_in_executor(None, close_out)
+        self._engine.counts.close()

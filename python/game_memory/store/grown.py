@@ -135,6 +135,7 @@ def grown_state(
         folder,
         state.retraction_segments,
         state.read_chain,
+        state.rewrites,  # grown by this writer under the lock: no rewrite in between
     )
 
 

@@ -52,6 +52,7 @@ from game_memory.store.read_chain import seeded_state
 from game_memory.store.read_path import content_digests, persist, wants_persist
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
+from game_memory.store.rewrite_counts import RewriteCounts
 from game_memory.store.state import (
     Chain,
     PackPart,
@@ -125,6 +126,9 @@ class PartitionCache:
         #: read-file thread and at close; without one they are written during the load.
         self.upkeep: Upkeep | None = None
         self._persisting: set[tuple[str, str]] = set()  # a background write is queued
+        #: Other processes' rewrites (``rewrite_counts.py``; the reader sets it): a cached
+        #: partition whose counts moved is read again from its files, never reused.
+        self.counts: RewriteCounts | None = None
 
     # -- listing ------------------------------------------------------------------------
 
@@ -166,6 +170,12 @@ class PartitionCache:
             cached = self._states.get(key)
         if cached is None or not is_current(cached):
             return None
+        # After the lstat calls: a file they found under a reused inode number was made
+        # after the rewrite that freed it, which counted first.
+        if self.counts is not None and cached.rewrites != self.counts.stamp(
+            session_hash, owner_hash
+        ):
+            return None
         with self._lock:
             if key in self._states:
                 self._states.move_to_end(key)
@@ -180,12 +190,19 @@ class PartitionCache:
             PersistenceError: a link, a corrupt record or pack, a record in the wrong
                 partition, or one id holding two different memories.
         """
+        # The counts before any file is looked at: a rewrite after this is seen next time.
+        rewrites = None if self.counts is None else self.counts.stamp(session_hash, owner_hash)
         current = self.current(session_hash, owner_hash)
         if current is not None:
             return current
         key = (session_hash, owner_hash)
         with self._lock:
             cached = self._states.get(key)
+        if cached is not None and cached.rewrites != rewrites:
+            # Rewritten by another process since: its files may be new ones that look
+            # like the old (``rewrite_counts.py``). Read from scratch, packs included.
+            cached = None
+            self._forget_packs(os.fspath(session_directory))
         folder_inode = session_folder(session_directory)
         indexes = self.pack_indexes(session_directory)
         if cached is None and folder_inode is not None:
@@ -235,7 +252,9 @@ class PartitionCache:
         )
         folder = None if folder_inode is None else (os.fspath(session_directory), folder_inode)
         if not changed and not retracted and cached is not None:
-            state = dataclasses.replace(cached, probes=tuple(probes), absent=absent, folder=folder)
+            state = dataclasses.replace(
+                cached, probes=tuple(probes), absent=absent, folder=folder, rewrites=rewrites
+            )
             state = self._remember(key, state)
             return self._persisted(session_directory, key, state)
         for series in (segments, retractions):
@@ -264,6 +283,7 @@ class PartitionCache:
             tuple(retractions),
             # The chain covers a prefix of these memories only if they extend its view's.
             cached.read_chain if extends and cached is not None else (),
+            rewrites,
         )
         state = self._remember(key, state)
         return self._persisted(session_directory, key, state)
@@ -455,6 +475,13 @@ class PartitionCache:
         with self._lock:
             for key in [key for key in self._states if key[0] == session_hash]:
                 self._entries -= self._states.pop(key).memory_count
+
+    def _forget_packs(self, session_directory: str) -> None:
+        """Drop the cached pack indexes of one session folder."""
+        prefix = os.path.join(session_directory, "")
+        with self._lock:
+            for path in [path for path in self._packs if path.startswith(prefix)]:
+                del self._packs[path]
 
     def _pack_index(self, path: str, info: os.stat_result) -> PackIndex:
         with self._lock:

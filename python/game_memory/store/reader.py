@@ -32,6 +32,7 @@ from game_memory.store.partitions import (
     damage_advice,
     partition_hash,
 )
+from game_memory.store.rewrite_counts import RewriteCounts
 from game_memory.store.rewrite_journal import RewriteJournal
 from game_memory.store.rewriting import RewriteContext, finish_rewrite
 from game_memory.store.verification import missing_memories, missing_retractions, partition_name
@@ -78,6 +79,10 @@ class StoreReader:
         self.journal_path = self.journal.path
         self.rewrites = RewriteJournal(self.data)
         self.cache = PartitionCache(maximum_file_bytes, cache_entries)
+        #: What tells this process's cache that another one rewrote a partition
+        #: (``rewrite_counts.py``); mapped by :meth:`open_layout`.
+        self.counts = RewriteCounts(self.data)
+        self.cache.counts = self.counts
         self.rewrite_context = RewriteContext(
             root,
             self.data,
@@ -86,6 +91,7 @@ class StoreReader:
             self.rewrites,
             self.cache,
             maximum_file_bytes,
+            self.counts,
         )
         self._lock = ProcessLock(self.data / "lock", lock_timeout)
         self._verified: dict[int, tuple[int, int] | None] = {}  # ledger kind -> (inode, size)
@@ -112,6 +118,12 @@ class StoreReader:
                             "the save is damaged. Restore it from a backup."
                         )
                     self.layout.write_format()
+        self.counts.open(create=False)
+        if not self.counts.usable and create:
+            with self.locked():
+                self.counts.open(create=False)  # another process may have written it
+                if not self.counts.usable:
+                    self.counts.write()
         self.layout.remember()
         return created
 

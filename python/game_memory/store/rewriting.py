@@ -51,6 +51,7 @@ from game_memory.store.partitions import PartitionCache
 from game_memory.store.read_files import remove_read_files
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, encode_record, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
+from game_memory.store.rewrite_counts import RewriteCounts
 from game_memory.store.rewrite_journal import Rewrite, RewriteJournal
 
 __all__ = ["RewriteContext", "finish_rewrite", "split_segments"]
@@ -73,6 +74,7 @@ class RewriteContext:
     journal: RewriteJournal
     cache: PartitionCache
     maximum_file_bytes: int
+    counts: RewriteCounts
 
 
 def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
@@ -81,6 +83,10 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
     Raises:
         PersistenceError: a file could not be read (it is corrupt) or written.
     """
+    # Before any file is deleted or replaced: other processes' caches of the partition
+    # (or the session) are not reused from here on (``rewrite_counts.py``). Counted again
+    # when a recovery finishes it: a count too many only costs a re-read.
+    context.counts.bump(rewrite.session_hash, rewrite.owner_hash)
     if rewrite.phase == "copies":
         _remove_copies(context, rewrite)
         rewrite = dataclasses.replace(rewrite, phase="files")

@@ -90,6 +90,9 @@ class PartitionState:
     retraction_segments: tuple[Segment[Retraction], ...] = ()
     #: The partition's read-file chain (``read_path.py``): what of its memories it covers.
     read_chain: Chain = ()
+    #: Its session's and its own rewrite counts before it was read (``rewrite_counts.py``;
+    #: ``None``: counts off, or a state not read through the cache yet).
+    rewrites: tuple[int, int] | None = None
 
     @property
     def read_file_count(self) -> int:
