@@ -139,3 +139,27 @@ async def test_a_corrupt_partition_is_reported_not_raised(
     report = await store.check()
     assert not report.ok and any("corrupt at bytes" in p for p in report.problems)
     assert session_folder(tmp_path / "save", "session").is_dir()
+
+
+async def test_check_hashes_each_memory_id_a_bounded_number_of_times(
+    make_store: StoreFactory, make_memory: MemoryFactory, monkeypatch: object
+) -> None:
+    # The audit's set of a partition's id hashes was rebuilt for every ledger intent:
+    # check was quadratic in one NPC's memories (11 s at 4,000, hours at 100,000).
+    import game_memory.store.audit as audit
+
+    store = make_store()
+    count = 400
+    await store.append_many([make_memory(f"m{n}", tick=n) for n in range(count)])
+    calls = 0
+    hash_id = audit.identity_hash
+
+    def counted(value: str) -> str:
+        nonlocal calls
+        calls += 1
+        return hash_id(value)
+
+    monkeypatch.setattr(audit, "identity_hash", counted)  # type: ignore[attr-defined]
+    report = await store.check()
+    assert report.ok and report.memories == count
+    assert calls <= 4 * count, calls
