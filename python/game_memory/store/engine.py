@@ -8,7 +8,7 @@ in full in ``docs/storage-format.md``)::
     lock                 the cross-process writer lock (flock)
     ledger.log           one 128-byte intent per memory (see ledger.py)
     unsynced.log         partitions whose records may outlive unsynced intents (unsynced.py)
-    rewrite-counts       counters every rewrite moves, so other processes re-read (rewrite_counts.py)
+    rewrite-counts       counters each rewrite moves: other processes re-read (rewrite_counts.py)
     retraction-ledger.log  one 128-byte intent per retraction (forget)
     migration.json       present only while a legacy migration batch is uncommitted
     rewrite.json         present only while an erase or a compaction is unfinished
