@@ -35,7 +35,14 @@ from game_memory.durable.checksum import crc32
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.entries import ENTRY_BYTES, EntryRecord, EntryState, decode_entries
-from game_memory.index.layout import INDEX_FOLDER, IndexLayout, identity_dimensions
+from game_memory.index.layout import (
+    INDEX_FOLDER,
+    IndexLayout,
+    file_owner,
+    identity_dimensions,
+    leftover_names,
+    list_names,
+)
 from game_memory.index.partition import (
     FloatMatrix,
     IndexPartition,
@@ -63,6 +70,7 @@ from game_memory.index.writer import (
     check_capacity,
     compact_files,
     remove_files,
+    sweep_files,
 )
 
 __all__ = ["INDEX_FOLDER", "IndexEngine", "check_capacity", "identity_dimensions"]
@@ -70,6 +78,8 @@ __all__ = ["INDEX_FOLDER", "IndexEngine", "check_capacity", "identity_dimensions
 _LOG = logging.getLogger("game_memory.index")
 _MAXIMUM_ENTRIES_BYTES = 1 << 32
 _CACHED_PARTITIONS = 4_096
+#: ``IndexEngine._tidied`` of a partition found without entries file (and without mark).
+_ABSENT = (0, 0, 0)
 
 
 class IndexEngine(IndexLayout):
@@ -89,6 +99,11 @@ class IndexEngine(IndexLayout):
         self._loading: dict[tuple[str, str], threading.Lock] = {}
         #: Partitions this engine appended to (stamped at close: ``stamp_written``).
         self._written: set[tuple[str, str]] = set()
+        #: Per partition, the entries file this writer found holding no leftover of an
+        #: interrupted rewrite (``tidy``): its inode, tag and how many of its records were
+        #: seen to hold no tombstone; ``_ABSENT`` when it found no entries file. Used under
+        #: the writer lock only.
+        self._tidied: dict[tuple[str, str], tuple[int, int, int]] = {}
 
     # -- reading ------------------------------------------------------------------------
 
@@ -390,6 +405,118 @@ class IndexEngine(IndexLayout):
 
     # -- writing (call under the lock) --------------------------------------------------
 
+    def is_tidy(self, session_hash: str, owner_hash: str, current: IndexPartition | None) -> bool:
+        """Whether this writer already found ``current`` (the partition as just read, under
+        the lock) free of what an interrupted rewrite leaves (see :meth:`tidy`): the same
+        entries file, grown since by records none of which is a tombstone. Touches no file;
+        ``False`` for a partition without entries."""
+        if current is None:
+            return False
+        key = (session_hash, owner_hash)
+        mark = self._tidied.get(key)
+        if mark is None or mark[0] != current.inode or mark[1] != current.tag:
+            return False
+        seen = mark[2]
+        if seen == current.records:
+            return True
+        if seen > current.records or bool((current.states[seen:] == EntryState.DELETED).any()):
+            return False  # tombstones another writer appended: an erase, maybe killed
+        self._tidied[key] = (current.inode, current.tag, current.records)
+        return True
+
+    def tidy(
+        self,
+        session_hash: str,
+        owner_hash: str,
+        current: IndexPartition | None,
+        *,
+        sweep: bool = False,
+    ) -> IndexPartition | None:
+        """``current`` (the partition as just read, under the lock) once nothing is left of
+        a rewrite that a killed writer interrupted; the partition as it is then.
+
+        An erase appends tombstones, then rewrites the partition (``compact``): new row
+        files, the entries file, then the old generation's files are deleted. Killed before
+        the rewrite, the tombstones are there and the erased rows with them: the partition
+        is compacted now. Killed during it, the rewrite mark is there and so may be row
+        files of another generation and temporary files, holding the erased vectors: the
+        owner's files the live entries do not use are deleted (``writer.sweep_files``).
+
+        The first use of a partition by this writer, and the first after another writer
+        replaced its entries file or appended tombstones, costs an ``lstat`` of the mark
+        (and a scan of the records for tombstones); later appends cost a dictionary
+        lookup (:meth:`is_tidy`). With ``sweep`` the files are looked for by a listing of
+        the folder even without a mark (a check's repair: the mark came with this rule).
+        """
+        if not sweep and self.is_tidy(session_hash, owner_hash, current):
+            return current
+        key = (session_hash, owner_hash)
+        if current is not None and bool((current.states == EntryState.DELETED).any()):
+            self.compact(session_hash, owner_hash, set(range(len(self.identities()))))
+            current = self.partition(session_hash, owner_hash)
+        elif sweep or os.path.lexists(self.rewriting_path(session_hash, owner_hash)):
+            keep = current.tag if current is not None and current.records else None
+            removed = sweep_files(self, session_hash, owner_hash, keep)
+            if removed:
+                _LOG.info(
+                    "removed %d file(s) an interrupted rewrite of a partition left in %s",
+                    len(removed),
+                    self.session_directory(session_hash),
+                )
+        self._tidied[key] = (
+            (current.inode, current.tag, current.records) if current is not None else _ABSENT
+        )
+        return current
+
+    def untidy_owners(self, session_hash: str) -> list[str]:
+        """The session's owners whose files hold what an interrupted rewrite left (see
+        :meth:`tidy`): tombstones not compacted away, a rewrite mark, row files of a
+        generation the entries do not name or temporary files of entries or rows (sorted).
+
+        One listing of the session folder and the partitions as :meth:`partition` reads
+        them, without the lock: a rewrite in progress shows the same, so confirm under the
+        lock. Owners with row files but no entries file (a first append killed before its
+        entries) are not counted; a partition that cannot be read is left to
+        :meth:`verify_partition`.
+        """
+        names: dict[str, list[str]] = {}
+        for name in list_names(self.session_directory(session_hash)):
+            owner = file_owner(name)
+            if owner is not None:
+                names.setdefault(owner, []).append(name)
+        found = []
+        for owner_hash, files in sorted(names.items()):
+            marked = f"o-{owner_hash}.rewriting" in files
+            try:
+                partition = self.partition(session_hash, owner_hash)
+            except DerivedIndexError:
+                continue
+            if partition is None:
+                if marked:
+                    found.append(owner_hash)
+                continue
+            keep = partition.tag if partition.records else None
+            if (
+                marked
+                or leftover_names(files, owner_hash, keep)
+                or bool((partition.states == EntryState.DELETED).any())
+            ):
+                found.append(owner_hash)
+        return found
+
+    def _tidied_after(
+        self, key: tuple[str, str], clean: bool, info: os.stat_result, tag: int
+    ) -> None:
+        """After this writer appended records (none a tombstone) to a partition it found
+        tidy (``clean``): the entries file as it is now (``info``) is tidy too."""
+        if clean:
+            self._tidied[key] = (info.st_ino, tag, info.st_size // ENTRY_BYTES)
+
+    def _was_tidy(self, key: tuple[str, str], current: IndexPartition | None) -> bool:
+        if current is None:
+            return self._tidied.get(key) == _ABSENT
+        return self.is_tidy(key[0], key[1], current)
+
     def append(
         self,
         session_hash: str,
@@ -402,7 +529,8 @@ class IndexEngine(IndexLayout):
         """Append vectors (per identity code) and entry records; return records with rows.
 
         See :func:`~game_memory.index.writer.append_files`: rows are flushed before the
-        entries that point at them.
+        entries that point at them. The partition is not tidied (:meth:`tidy`): a writer
+        of memories' entries calls that first.
         """
         current = self.partition(session_hash, owner_hash)
         return self.append_to(current, session_hash, owner_hash, records, vectors, durable)
@@ -419,10 +547,16 @@ class IndexEngine(IndexLayout):
         """:meth:`append` onto ``current``, the partition as :meth:`partition` returned it
         under this hold of the lock (a writer that read it already: nothing appends
         meanwhile)."""
-        self._written.add((session_hash, owner_hash))
-        placed, data, info = append_files(
+        key = (session_hash, owner_hash)
+        self._written.add(key)
+        clean = self._was_tidy(key, current)
+        placed, data, info, tag = append_files(
             self, session_hash, owner_hash, current, records, vectors, durable=durable
         )
+        if records:
+            self._tidied_after(
+                key, clean and all(r.state is not EntryState.DELETED for r in records), info, tag
+            )
         if current is not None:
             self._install(current, data, info)
         return placed
@@ -439,10 +573,14 @@ class IndexEngine(IndexLayout):
     ) -> None:
         """:meth:`append_to` of one ready record per row of ``matrix`` (``digests``: each
         memory's hash and content digest), framed in one pass (``writer.append_ready``)."""
-        self._written.add((session_hash, owner_hash))
+        key = (session_hash, owner_hash)
+        self._written.add(key)
+        clean = self._was_tidy(key, current)
         written = append_ready(
             self, session_hash, owner_hash, current, code, matrix, digests, durable=durable
         )
+        if digests:
+            self._tidied_after(key, clean, written.entries, written.tag)
         if current is None:
             return
         grown = self._install(current, written.data, written.entries)
@@ -551,6 +689,7 @@ class IndexEngine(IndexLayout):
             keep_codes,
         )
         self._forget(session_hash, owner_hash)
+        self._tidied.pop((session_hash, owner_hash), None)
 
     def reset_partition(self, session_hash: str, owner_hash: str) -> None:
         """Delete a partition's entries and row files: its memories have no vectors after.
@@ -560,6 +699,7 @@ class IndexEngine(IndexLayout):
         remove_files(self, session_hash, owner_hash)
         remove_stamp(stamp_path(self.entries_path(session_hash, owner_hash)))
         self._forget(session_hash, owner_hash)
+        self._tidied[(session_hash, owner_hash)] = _ABSENT
 
     def _forget(self, session_hash: str, owner_hash: str) -> None:
         """Drop the cached versions of a partition that was replaced or deleted."""

@@ -24,6 +24,7 @@ from game_memory.errors import (
     GameMemoryError,
     InvalidArgumentError,
     PersistenceError,
+    StoreBusyError,
     StoreClosedError,
 )
 from game_memory.index.engine import IndexEngine, check_capacity
@@ -257,7 +258,11 @@ class FileVectorMemoryIndex:
             assert code is not None
             for (session_hash, owner_hash), positions in _groups(memories).items():
                 digests = self._digests.get_many([memories[p] for p in positions])
-                current = self._check_capacity(session_hash, owner_hash, digests)
+                # First, what a rewrite a killed writer interrupted may have left.
+                current = engine.tidy(
+                    session_hash, owner_hash, engine.partition(session_hash, owner_hash)
+                )
+                self._check_capacity(current, digests)
                 matrix = rows if len(positions) == len(rows) else rows[positions]
                 engine.append_ready(
                     current,
@@ -298,8 +303,11 @@ class FileVectorMemoryIndex:
         if not lock.try_acquire():
             return False
         try:
+            current = engine.partition(session_hash, owner_hash)
+            if not engine.is_tidy(session_hash, owner_hash, current):
+                return False  # write() tidies it first (it may compact: not on the loop)
             digests = self._digests.get_many(memories)
-            current = self._check_capacity(session_hash, owner_hash, digests)
+            self._check_capacity(current, digests)
             engine.append_ready(
                 current,
                 session_hash,
@@ -331,24 +339,23 @@ class FileVectorMemoryIndex:
                     EntryRecord(state, NO_VALUE, NO_VALUE, *self._digests.get(memories[p]), code)
                     for p in positions
                 ]
+                engine.tidy(session_hash, owner_hash, engine.partition(session_hash, owner_hash))
                 engine.append(session_hash, owner_hash, records, durable=self._durable)
 
     def _check_capacity(
-        self, session_hash: str, owner_hash: str, digests: list[tuple[bytes, bytes]]
-    ) -> IndexPartition | None:
+        self, partition: IndexPartition | None, digests: list[tuple[bytes, bytes]]
+    ) -> None:
         """Raise ``CapacityExceededError`` if entries for ``digests`` (each memory's hash and
-        content digest) do not fit; the partition as read (under the lock: the append
+        content digest) do not fit in ``partition`` (as read under the lock: the append
         writes on top of it)."""
-        partition = self.engine.partition(session_hash, owner_hash)
         if partition is not None and partition.records + len(digests) <= self._capacity:
             # Live memories never outnumber the records read, so this fits without the
             # memory-to-slot dictionary (an append would otherwise build it: O(partition)).
-            return partition
+            return
         new = sum(
             1 for hashed, _ in digests if partition is None or hashed not in partition.position
         )
         check_capacity(partition, new, self._capacity)
-        return partition
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -385,7 +392,43 @@ class FileVectorMemoryIndex:
                             engine.reset_partition(session_hash, owner_hash)
                     damaged.append(exc)
                     break
+        if not damaged:
+            damaged.extend(self._leftovers(engine, session_hash, repair=repair))
         return damaged
+
+    def _leftovers(
+        self, engine: IndexEngine, session_hash: str, *, repair: bool
+    ) -> list[Exception]:
+        """What interrupted rewrites left in the session's partitions (``IndexEngine.tidy``:
+        files that may hold erased memories' vectors): removed with ``repair``, else
+        reported. Seen without the lock, then confirmed under it (a rewrite in progress
+        shows the same files); a report is skipped when the lock cannot be had in time,
+        and made unconfirmed when it cannot be taken at all (a read-only folder)."""
+        owners = engine.untidy_owners(session_hash)
+        if not owners:
+            return []
+        if repair:
+            with engine.locked():
+                for owner_hash in engine.untidy_owners(session_hash):
+                    partition = engine.partition(session_hash, owner_hash)
+                    engine.tidy(session_hash, owner_hash, partition, sweep=True)
+            return []
+        try:
+            with engine.locked():
+                owners = engine.untidy_owners(session_hash)
+        except StoreBusyError:
+            return []
+        except PersistenceError as exc:
+            _LOG.debug("leftovers of a rewrite not confirmed under the lock (%s)", exc)
+        if not owners:
+            return []
+        return [
+            DerivedIndexError(
+                f"{len(owners)} partition(s) of {engine.session_directory(session_hash)} hold "
+                "files an interrupted rewrite left (they may hold erased memories' vectors); "
+                "erasing again or a rebuild removes them"
+            )
+        ]
 
     def _reset(self) -> None:
         """Empty the whole index and start from a fresh engine (no cached partitions)."""

@@ -7,6 +7,7 @@ Layout of ``<index>/.game-memory-index/`` (format version 1)::
     lock                           the writer lock
     s-<sha256(session)>/o-<sha256(owner)>.entries            128-byte entry records (entries.py)
     s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.f32   float32 rows of identity <code>
+    s-<sha256(session)>/o-<sha256(owner)>.rewriting          an owner rewrite in progress (empty)
 
 :class:`IndexLayout` names these paths, creates or verifies the folder, lists sessions and
 owners, and keeps the identity table (identity string -> small code). The reading and
@@ -27,7 +28,14 @@ from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.partition import derived_error
 from game_memory.model.identity import MemoryEmbeddingIdentity
 
-__all__ = ["INDEX_FOLDER", "ROWS_NAME", "IndexLayout", "identity_dimensions", "list_names"]
+__all__ = [
+    "INDEX_FOLDER",
+    "ROWS_NAME",
+    "IndexLayout",
+    "identity_dimensions",
+    "leftover_names",
+    "list_names",
+]
 
 INDEX_FOLDER = ".game-memory-index"
 _FORMAT = "game-memory-vector-index"
@@ -35,6 +43,14 @@ _ENTRIES = re.compile(r"^o-([0-9a-f]{64})\.entries$")
 _SESSION = re.compile(r"^s-([0-9a-f]{64})$")
 #: A row file's name: owner hash, identity code, generation tag.
 ROWS_NAME = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.f32$")
+#: The temporary file of an atomic write of an entries or row file (``fs.atomic_write``:
+#: ``<name>.<uuid>.tmp``), which a writer killed mid write leaves with records or rows.
+_DATA_TEMPORARY = re.compile(
+    r"^o-([0-9a-f]{64})\.(?:entries|[0-9]+\.[0-9a-f]{8}\.f32)\.[0-9a-f]{32}\.tmp$"
+)
+#: The mark of a rewrite (compaction or reset) of an owner's files in progress: created
+#: before its first write, deleted after its last removal (``writer.compact_files``).
+_REWRITING = re.compile(r"^o-([0-9a-f]{64})\.rewriting$")
 
 
 class IndexLayout:
@@ -202,6 +218,11 @@ class IndexLayout:
         """The row file of identity ``code`` in generation ``tag`` of a partition."""
         return f"{self.data}{os.sep}s-{session_hash}{os.sep}o-{owner_hash}.{code}.{tag:08x}.f32"
 
+    def rewriting_path(self, session_hash: str, owner_hash: str) -> str:
+        """The mark of a rewrite of a partition in progress (or killed: its files may hold
+        another generation's rows, which the next writer of the partition removes)."""
+        return f"{self.data}{os.sep}s-{session_hash}{os.sep}o-{owner_hash}.rewriting"
+
     def owner_hashes(self, session_hash: str) -> list[str]:
         """Owners with an entries file in the session (sorted)."""
         names = list_names(self.session_directory(session_hash))
@@ -211,12 +232,11 @@ class IndexLayout:
         """Owners with an entries file *or a row file* in the session (sorted).
 
         A writer killed after appending rows and before their entries leaves row files of
-        an owner with no entries file; an erase must find them too (they hold vectors).
+        an owner with no entries file; an erase must find them too (they hold vectors). So
+        are owners with only a temporary file or a rewrite mark a killed writer left.
         """
         names = list_names(self.session_directory(session_hash))
-        return sorted(
-            {m.group(1) for name in names if (m := _ENTRIES.match(name) or ROWS_NAME.match(name))}
-        )
+        return sorted({owner for name in names if (owner := file_owner(name)) is not None})
 
     def session_hashes(self) -> list[str]:
         """Sessions with a folder in the index."""
@@ -233,6 +253,35 @@ def identity_dimensions(name: str) -> int:
     if not separator or not head or not tail.isdigit() or not 1 <= int(tail) <= 65_536:
         raise ValueError(f"{name!r} is not an embedding identity")
     return int(tail)
+
+
+def file_owner(name: str) -> str | None:
+    """The owner hash of a partition's file (entries, rows, a temporary file of either, the
+    rewrite mark; not the stamp), else ``None``."""
+    match = (
+        _ENTRIES.match(name)
+        or ROWS_NAME.match(name)
+        or _DATA_TEMPORARY.match(name)
+        or _REWRITING.match(name)
+    )
+    return match.group(1) if match is not None else None
+
+
+def leftover_names(names: list[str], owner_hash: str, keep_tag: int | None) -> list[str]:
+    """The owner's files among ``names`` that its entries of generation ``keep_tag`` (``None``:
+    no entries, or none that name rows) do not use: row files of other generations and
+    temporary files of entries and rows (what a rewrite killed midway leaves; they may hold
+    erased memories' vectors). Not the rewrite mark nor the stamp's temporary file (a
+    reader may be writing that one; it holds no vector)."""
+    found = []
+    for name in names:
+        rows = ROWS_NAME.match(name)
+        if rows is not None:
+            if rows.group(1) == owner_hash and int(rows.group(3), 16) != keep_tag:
+                found.append(name)
+        elif (temporary := _DATA_TEMPORARY.match(name)) and temporary.group(1) == owner_hash:
+            found.append(name)
+    return found
 
 
 def list_names(directory: Path) -> list[str]:

@@ -8,8 +8,13 @@ order of every write is what makes a crash harmless:
   sees an entry whose row is missing;
 * a compaction writes the new generation's row files under a new tag, renames the new
   entries file into place, and only then deletes the old generation's rows, so a crash
-  leaves either version whole (plus, at worst, unreferenced row files the next compaction
-  removes) and a concurrent reader gets the old pair or ``PartitionReplacedError``.
+  leaves either version whole and a concurrent reader gets the old pair or
+  ``PartitionReplacedError``. A crash can leave unreferenced row files and temporary
+  files, which may hold the vectors of memories an erase was removing: so a compaction
+  (and a reset) first creates the partition's *rewrite mark* ``o-<owner>.rewriting`` and
+  deletes it after its last removal, and the next writer of the partition that finds the
+  mark removes every file its live entries do not use (:func:`sweep_files`, called by
+  ``IndexEngine.tidy``): one ``lstat`` per partition and process, no folder listing.
 """
 
 from __future__ import annotations
@@ -35,7 +40,13 @@ from game_memory.index.entries import (
     encode_ready,
     row_checksums,
 )
-from game_memory.index.layout import ROWS_NAME, IndexLayout, identity_dimensions, list_names
+from game_memory.index.layout import (
+    ROWS_NAME,
+    IndexLayout,
+    identity_dimensions,
+    leftover_names,
+    list_names,
+)
 from game_memory.index.partition import FloatMatrix, IndexPartition, derived_error, new_tag
 
 __all__ = [
@@ -45,17 +56,20 @@ __all__ = [
     "check_capacity",
     "compact_files",
     "remove_files",
+    "sweep_files",
 ]
 
 
 class ReadyAppend(NamedTuple):
     """What :func:`append_ready` appended: the entry bytes and the entries file's ``fstat``
-    after, the number of the first row written and the row file's ``fstat`` after."""
+    after, the number of the first row written and the row file's ``fstat`` after, and the
+    generation tag of the records."""
 
     data: bytes
     entries: os.stat_result
     first_row: int
     rows: os.stat_result
+    tag: int
 
 
 #: ``rows(code, dimensions)``: the matrix of identity ``code`` of the partition.
@@ -71,9 +85,10 @@ def append_files(
     vectors: dict[int, FloatMatrix] | None,
     *,
     durable: bool,
-) -> tuple[list[EntryRecord], bytes, os.stat_result]:
+) -> tuple[list[EntryRecord], bytes, os.stat_result, int]:
     """Append vectors (per identity code) and entry records; return the records with
-    their rows, the bytes appended to the entries file and that file's ``fstat`` after.
+    their rows, the bytes appended to the entries file, that file's ``fstat`` after and the
+    records' generation tag.
 
     Each ready record's ``row`` is an offset into the ``vectors`` rows of its identity
     given here; it is rewritten to the row's position in the partition's row file.
@@ -110,7 +125,7 @@ def append_files(
         raise derived_error(exc) from exc
     except OSError as exc:
         raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
-    return placed, data, info
+    return placed, data, info, tag
 
 
 def append_ready(
@@ -144,7 +159,7 @@ def append_ready(
         raise derived_error(exc) from exc
     except OSError as exc:
         raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
-    return ReadyAppend(data, info, first, rows_info)
+    return ReadyAppend(data, info, first, rows_info, tag)
 
 
 def _append_entries(path: str, data: bytes, durable: bool) -> os.stat_result:
@@ -191,7 +206,9 @@ def compact_files(
             )
         records.append(record)
     directory = layout.session_directory(session_hash)
+    mark = layout.rewriting_path(session_hash, owner_hash)
     try:
+        _create_mark(mark)
         for code, kept in vectors.items():
             target = layout.vectors_path(session_hash, owner_hash, code, tag)
             fs.atomic_write(Path(target), np.asarray(kept, dtype="<f4").tobytes())
@@ -200,6 +217,7 @@ def compact_files(
             b"".join(encode_entry(r, tag) for r in records),
         )
         _remove_row_files(directory, owner_hash, keep_tag=tag)
+        _remove_mark(mark)
         fs.fsync_directory(directory)
     except OSError as exc:
         raise DerivedIndexError(f"could not compact {directory}: {exc}") from exc
@@ -210,15 +228,43 @@ def compact_files(
 def remove_files(layout: IndexLayout, session_hash: str, owner_hash: str) -> None:
     """Delete a partition's entries and row files: its memories have no vectors after."""
     directory = layout.session_directory(session_hash)
+    mark = layout.rewriting_path(session_hash, owner_hash)
     try:
+        with contextlib.suppress(FileNotFoundError):  # no folder: nothing to remove
+            _create_mark(mark)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(layout.entries_path(session_hash, owner_hash))
         _remove_row_files(directory, owner_hash, keep_tag=None)
+        _remove_mark(mark)
         fs.fsync_directory(directory)
     except OSError as exc:
         raise DerivedIndexError(f"could not reset a partition in {directory}: {exc}") from exc
     except PersistenceError as exc:
         raise derived_error(exc) from exc
+
+
+def sweep_files(
+    layout: IndexLayout, session_hash: str, owner_hash: str, keep_tag: int | None
+) -> list[str]:
+    """Delete what an interrupted rewrite of a partition left: the owner's row files of
+    generations other than ``keep_tag`` (the live entries' tag; ``None`` when no entries
+    name rows), temporary files of its entries and rows, then its rewrite mark; the names
+    deleted. Under the lock (no other writer has one of them open); a reader in another
+    process that mapped an old row file keeps its mapping, and one that opens it after
+    finds the entries replaced and reads them again (as after a compaction)."""
+    directory = layout.session_directory(session_hash)
+    try:
+        removed = leftover_names(list_names(directory), owner_hash, keep_tag)
+        for name in removed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+        _remove_mark(layout.rewriting_path(session_hash, owner_hash))
+        fs.fsync_directory(directory)
+    except OSError as exc:
+        raise DerivedIndexError(f"could not tidy a partition in {directory}: {exc}") from exc
+    except PersistenceError as exc:
+        raise derived_error(exc) from exc
+    return removed
 
 
 def check_capacity(partition: IndexPartition | None, new: int, capacity: int) -> None:
@@ -247,6 +293,16 @@ def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None)
         if other_generation or (name.startswith(leftover) and name.endswith(".tmp")):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(directory / name)
+
+
+def _create_mark(path: str) -> None:
+    """Create a partition's rewrite mark (kept if a killed rewrite left it; no link)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+
+
+def _remove_mark(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
 
 
 def _append_rows(path: str, matrix: FloatMatrix, durable: bool) -> tuple[int, os.stat_result]:
