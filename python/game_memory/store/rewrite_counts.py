@@ -18,8 +18,9 @@ read, and is reused or read on only while they are unchanged; otherwise it is re
 from its files. Two partitions sharing a slot only cost each other a re-read.
 
 ``rewrite-counts`` in the data folder: ``GMRWC001`` (8 bytes), 8 bytes reserved, then
-:data:`SLOTS` little-endian u64 counters, mapped shared by every process (a load per
-check, no system call). Advisory and derived, so never fsynced (a power loss ends every
+:data:`SLOTS` little-endian u64 counters, mapped shared and read-only by every process (a
+load per check, no system call) and bumped with ``pwrite`` (the page cache is one: every
+map sees it). Advisory and derived, so never fsynced (a power loss ends every
 process that cached anything): created at open when missing (a save of an earlier
 release, whose writers do not bump it: a process of that release beside this one keeps the
 old rules). A file of another size or header (damaged) is written again by the next open
@@ -69,6 +70,7 @@ class RewriteCounts:
         self.path = data / REWRITE_COUNTS
         self._counts: npt.NDArray[np.uint64] | None = None
         self._map: mmap.mmap | None = None
+        self._writer: int | None = None  # a descriptor bumps are written through
 
     @property
     def usable(self) -> bool:
@@ -108,10 +110,26 @@ class RewriteCounts:
         if counts is None:
             return
         session, partition = _slots(session_hash, owner_hash)
-        counts[session if owner_hash is None else partition] += np.uint64(1)
+        slot = session if owner_hash is None else partition
+        # Written with pwrite, not through the map (mapped read-only everywhere): every
+        # change to a save goes through a call the crash tests' recorder logs.
+        value = (int(counts[slot]) + 1) & 0xFFFF_FFFF_FFFF_FFFF
+        try:
+            if self._writer is None:
+                flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                self._writer = os.open(self.path, flags)
+            os.pwrite(self._writer, value.to_bytes(8, "little"), _HEADER + 8 * slot)
+        except OSError as exc:
+            raise PersistenceError(
+                f"could not write {self.path}: {exc.strerror}; nothing was rewritten"
+            ) from exc
 
     def close(self) -> None:
         self._counts = None
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._writer)
+            self._writer = None
         if self._map is not None:
             with contextlib.suppress(BufferError):  # a stamp being read holds no view
                 self._map.close()
@@ -119,16 +137,14 @@ class RewriteCounts:
 
 
 def _mapped(path: Path) -> mmap.mmap | None:
-    """The file mapped shared (read-write when it may be written), if it is the counters."""
-    writable = os.access(path, os.W_OK, follow_symlinks=False)
-    flags = (os.O_RDWR if writable else os.O_RDONLY) | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    """The file mapped shared and read-only, if it is the counters."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_size != _BYTES:
             return None
-        access = mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ
-        mapped = mmap.mmap(fd, _BYTES, access=access)
+        mapped = mmap.mmap(fd, _BYTES, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
     if mapped[: len(_MAGIC)] != _MAGIC:
