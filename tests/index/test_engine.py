@@ -330,3 +330,23 @@ def test_a_file_reusing_the_inode_of_a_replaced_one_is_read_whole_not_as_a_conti
     assert reread is not None and reread is not cached
     assert reread.tag == cached.tag ^ 0xFFFF
     assert reread.record(memory_hash("a")) is None and reread.record(memory_hash("c")) is not None
+
+
+def test_row_buffers_leave_with_their_partition_past_the_cache_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each eviction once scanned every cached partition's row buffers (quadratic past the
+    # bound: 7.8 s of an 18.7 s session-wide recall over 10,000 NPCs).
+    monkeypatch.setattr(engine_module, "_CACHED_PARTITIONS", 8)
+    engine = engine_at(tmp_path)
+    owners = [identity_hash(f"npc{n}") for n in range(20)]
+    with engine.locked():
+        for number, owner in enumerate(owners):
+            engine.append(SESSION, owner, [ready("a")], vectors([number, 1, 0, 0]))
+    for _ in range(2):
+        for number, owner in enumerate(owners):
+            partition = engine.partition(SESSION, owner)
+            assert partition is not None
+            assert engine.matrix(partition, 0, DIMENSIONS).tolist() == [[number, 1, 0, 0]]
+        assert len(engine._partitions) <= 8
+        assert set(engine._row_buffers) <= set(engine._partitions)

@@ -78,6 +78,7 @@ __all__ = ["INDEX_FOLDER", "IndexEngine", "check_capacity", "identity_dimensions
 _LOG = logging.getLogger("game_memory.index")
 _MAXIMUM_ENTRIES_BYTES = 1 << 32
 _CACHED_PARTITIONS = 4_096
+_NO_BUFFERS: dict[int, RowBuffer] = {}  # never written: what a partition without buffers holds
 #: ``IndexEngine._tidied`` of a partition found without entries file (and without mark).
 _ABSENT = (0, 0, 0)
 
@@ -93,7 +94,9 @@ class IndexEngine(IndexLayout):
         super().__init__(directory, lock_timeout=lock_timeout)
         self.capacity = capacity
         self._partitions: OrderedDict[tuple[str, str], IndexPartition] = OrderedDict()
-        self._row_buffers: dict[tuple[str, str, int], RowBuffer] = {}
+        #: Per cached partition, its row buffers by identity code (nested, so dropping a
+        #: partition's buffers costs its own few codes, not a pass over every partition's).
+        self._row_buffers: dict[tuple[str, str], dict[int, RowBuffer]] = {}
         self._cache_lock = threading.Lock()
         #: Partitions being read whole, each by one thread (``_read_whole``).
         self._loading: dict[tuple[str, str], threading.Lock] = {}
@@ -172,7 +175,7 @@ class IndexEngine(IndexLayout):
         if needed == 0:
             return np.empty((0, dimensions), dtype=np.float32)
         with self._cache_lock:
-            buffer = self._row_buffers.get((partition.session_hash, partition.owner_hash, code))
+            buffer = self._buffers((partition.session_hash, partition.owner_hash)).get(code)
         if buffer is None or buffer.tag != partition.tag or buffer.dimensions != dimensions:
             return None
         return buffer.checked_rows(partition, needed)
@@ -263,8 +266,7 @@ class IndexEngine(IndexLayout):
             self._partitions.move_to_end(key)
             while len(self._partitions) > _CACHED_PARTITIONS:
                 evicted, _ = self._partitions.popitem(last=False)
-                for buffer_key in [k for k in self._row_buffers if k[:2] == evicted]:
-                    del self._row_buffers[buffer_key]
+                self._row_buffers.pop(evicted, None)
 
     def matrix(
         self, partition: IndexPartition, code: int, dimensions: int, *, stamp: bool = True
@@ -282,11 +284,11 @@ class IndexEngine(IndexLayout):
         needed = partition.rows_needed(code)
         if needed == 0:
             return np.empty((0, dimensions), dtype=np.float32)
-        key = (partition.session_hash, partition.owner_hash, code)
         with self._cache_lock:
-            buffer = self._row_buffers.get(key)
+            held = self._row_buffers.setdefault((partition.session_hash, partition.owner_hash), {})
+            buffer = held.get(code)
             if buffer is None or buffer.tag != partition.tag or buffer.dimensions != dimensions:
-                buffer = self._row_buffers[key] = RowBuffer(partition.tag, dimensions)
+                buffer = held[code] = RowBuffer(partition.tag, dimensions)
         path = self.vectors_path(partition.session_hash, partition.owner_hash, code, partition.tag)
         try:
             with buffer.lock:
@@ -328,11 +330,8 @@ class IndexEngine(IndexLayout):
             return
         rows = {code: RowsStamp(partition.tag, file, count)}
         with self._cache_lock:
-            others = [
-                (key[2], other)
-                for key, other in self._row_buffers.items()
-                if key[:2] == (partition.session_hash, partition.owner_hash) and key[2] != code
-            ]
+            held = self._buffers((partition.session_hash, partition.owner_hash))
+            others = [(number, other) for number, other in held.items() if number != code]
         for other_code, other in others:
             if other.file is not None and other.tag == partition.tag:
                 rows[other_code] = RowsStamp(
@@ -587,7 +586,7 @@ class IndexEngine(IndexLayout):
         if grown is None:
             return
         with self._cache_lock:
-            buffer = self._row_buffers.get((session_hash, owner_hash, code))
+            buffer = self._buffers((session_hash, owner_hash)).get(code)
         if buffer is not None and buffer.tag == grown.tag:
             # Held already: the next search finds the rows without a read or a check.
             path = self.vectors_path(session_hash, owner_hash, code, grown.tag)
@@ -663,7 +662,7 @@ class IndexEngine(IndexLayout):
         for code in codes:
             self.matrix(partition, code, identity_dimensions(identities[code]), stamp=False)
             with self._cache_lock:
-                buffer = self._row_buffers.get((session_hash, owner_hash, code))
+                buffer = self._buffers((session_hash, owner_hash)).get(code)
             if buffer is None or buffer.checked != partition.records or buffer.file is None:
                 return False
             buffers.append((code, buffer.file, buffer.checked))
@@ -701,12 +700,15 @@ class IndexEngine(IndexLayout):
         self._forget(session_hash, owner_hash)
         self._tidied[(session_hash, owner_hash)] = _ABSENT
 
+    def _buffers(self, key: tuple[str, str]) -> dict[int, RowBuffer]:
+        """The row buffers held for a partition (empty when none; call under the cache lock)."""
+        return self._row_buffers.get(key, _NO_BUFFERS)
+
     def _forget(self, session_hash: str, owner_hash: str) -> None:
         """Drop the cached versions of a partition that was replaced or deleted."""
         with self._cache_lock:
             self._partitions.pop((session_hash, owner_hash), None)
-            for key in [k for k in self._row_buffers if k[:2] == (session_hash, owner_hash)]:
-                del self._row_buffers[key]
+            self._row_buffers.pop((session_hash, owner_hash), None)
 
 
 def _unchanged(cached: IndexPartition, info: os.stat_result) -> bool:
