@@ -118,10 +118,10 @@ class StoreReader:
                             "the save is damaged. Restore it from a backup."
                         )
                     self.layout.write_format()
-        self.counts.open(create=False)
+        self.counts.open()
         if not self.counts.usable and create:
             with self.locked():
-                self.counts.open(create=False)  # another process may have written it
+                self.counts.open()  # another process may have written it
                 if not self.counts.usable:
                     self.counts.write()
         self.layout.remember()

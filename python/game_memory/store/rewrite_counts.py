@@ -76,7 +76,7 @@ class RewriteCounts:
     def usable(self) -> bool:
         return self._counts is not None
 
-    def open(self, *, create: bool) -> None:
+    def open(self) -> None:
         """Map the counters, if the file is there and sound. Never raises for it: a file
         that cannot be used leaves the counts off (see the module docstring)."""
         if self._counts is not None:
@@ -93,7 +93,7 @@ class RewriteCounts:
         self.close()
         with contextlib.suppress(PersistenceError):
             fs.atomic_write(self.path, _MAGIC + bytes(_BYTES - len(_MAGIC)))
-        self.open(create=False)
+        self.open()
 
     def stamp(self, session_hash: str, owner_hash: str) -> Stamp | None:
         """The partition's counters now (``None`` when the counts are off)."""
