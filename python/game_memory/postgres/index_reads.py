@@ -112,8 +112,9 @@ class IndexReader:
         loaded = load(
             base, session_id, owner_id, generation, changes, entries, self._dimensions, where
         )
-        if fresh:
-            self.loads.remember(loaded)
+        # A load extended in place is counted again too: its growth counts toward the
+        # cache's bound (``Loads`` keeps a running total).
+        self.loads.remember(loaded)
         return loaded
 
     def _reload(
