@@ -17,10 +17,14 @@ from pydantic import ValidationError
 
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.store.plain_document import decode_plain_document
 
 __all__ = ["decode_row", "encode_memory", "from_sql_key", "sql_key"]
 
 _SERIALIZER = GameMemory.__pydantic_serializer__
+#: A row's document inside the record payload the fast decoder reads (format 2 admits
+#: every field a memory may carry).
+_WRAPPED = b'{"format_version":2,"memory":'
 
 
 def sql_key(value: str) -> str:
@@ -69,13 +73,15 @@ def decode_row(
             "does not match its content digest: the row was changed outside game-memory or is "
             "damaged. Restore it from a backup."
         )
-    try:
-        memory = GameMemory.model_validate_json(document)
-    except ValidationError as exc:
-        raise PersistenceError(
-            f"memory {memory_key!r} of owner {owner_key!r} in session {session_key!r} in {where} "
-            f"is not a valid memory ({exc.error_count()} problems); restore it from a backup"
-        ) from exc
+    # The file store's fast decoder first (its plain shape, the model's rules by hand: a
+    # fifth of the model's cost, which made the first recall of an NPC with 100k memories
+    # take 4 s); the document is the memory object a file record wraps, so it is wrapped
+    # the same way. Anything it is unsure of goes to the model, which names the damage.
+    plain = decode_plain_document(_WRAPPED + document + b"}")
+    if plain is not None and plain[0] == 2:
+        memory = plain[1]
+    else:
+        memory = _validated(document, session_key, owner_key, memory_key, where)
     if (
         sql_key(memory.session_id) != session_key
         or sql_key(memory.owner_id) != owner_key
@@ -86,3 +92,16 @@ def decode_row(
             f"in {where} holds another memory ({memory.key!r}): the save is damaged"
         )
     return memory
+
+
+def _validated(
+    document: bytes, session_key: str, owner_key: str, memory_key: str, where: str
+) -> GameMemory:
+    """The memory the model decodes from ``document``, or the damage named."""
+    try:
+        return GameMemory.model_validate_json(document)
+    except ValidationError as exc:
+        raise PersistenceError(
+            f"memory {memory_key!r} of owner {owner_key!r} in session {session_key!r} in {where} "
+            f"is not a valid memory ({exc.error_count()} problems); restore it from a backup"
+        ) from exc
