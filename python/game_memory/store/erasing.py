@@ -117,7 +117,7 @@ def compact(engine: StoreEngine) -> CompactionReport:
                     engine.rewrites.write(rewrite)
                     finish_rewrite(engine.rewrite_context, rewrite)
                     rewritten += 1
-            removed += _remove_empty_packs(engine, directory)
+            removed += _remove_empty_packs(engine, session_hash, directory)
             removed += _remove_empty_folder(directory)
         return CompactionReport(
             bytes_before=before,
@@ -191,13 +191,13 @@ def _remove_staged_leftovers(directory: Path) -> int:
     return removed
 
 
-def _remove_empty_packs(engine: StoreEngine, directory: Path) -> int:
+def _remove_empty_packs(engine: StoreEngine, session_hash: str, directory: Path) -> int:
     """Delete the empty packs at the end of the session's series (the numbering stays
     contiguous; a reader that loses the race reads again under the lock)."""
     indexes = engine.cache.pack_indexes(directory)
     removed = 0
     if indexes and not indexes[-1].owners:
-        engine.counts.bump(directory.name[2:], None)  # files of the session go
+        engine.counts.bump(session_hash, None)  # files of the session go
     while indexes and not indexes[-1].owners:
         try:
             os.unlink(indexes.pop().path)

@@ -165,17 +165,26 @@ class PartitionCache:
     def current(self, session_hash: str, owner_hash: str) -> PartitionState | None:
         """The cached state of a partition if its files are still the ones it was read
         from (``is_current``: a few ``lstat`` calls), else ``None``; never reads a file."""
+        return self._current(session_hash, owner_hash, None)
+
+    def _current(
+        self, session_hash: str, owner_hash: str, rewrites: tuple[int, int] | None
+    ) -> PartitionState | None:
+        """:meth:`current`, with the rewrite counts already read before it (``read``), or
+        ``None`` to read them after the ``lstat`` calls."""
         key = (session_hash, owner_hash)
         with self._lock:
             cached = self._states.get(key)
         if cached is None or not is_current(cached):
             return None
-        # After the lstat calls: a file they found under a reused inode number was made
-        # after the rewrite that freed it, which counted first.
-        if self.counts is not None and cached.rewrites != self.counts.stamp(
-            session_hash, owner_hash
-        ):
-            return None
+        # Read after the lstat calls (or before them, by ``read``): a file they found under
+        # a reused inode number was made after the rewrite that freed it, which counted
+        # first.
+        if self.counts is not None:
+            if rewrites is None:
+                rewrites = self.counts.stamp(session_hash, owner_hash)
+            if cached.rewrites != rewrites:
+                return None
         with self._lock:
             if key in self._states:
                 self._states.move_to_end(key)
@@ -192,7 +201,7 @@ class PartitionCache:
         """
         # The counts before any file is looked at: a rewrite after this is seen next time.
         rewrites = None if self.counts is None else self.counts.stamp(session_hash, owner_hash)
-        current = self.current(session_hash, owner_hash)
+        current = self._current(session_hash, owner_hash, rewrites)
         if current is not None:
             return current
         key = (session_hash, owner_hash)

@@ -176,8 +176,8 @@ def _rewrite_ledgers(
     rows = context.ledger.records()
     if rewrite.erases:
         drop = np.zeros(rows.shape[0], dtype=np.bool_)
+        hashes = rewrite.memory_hashes
         for position in context.ledger.partition_rows(rows, session, owner).tolist():
-            hashes = rewrite.memory_hashes
             drop[position] = hashes is None or context.ledger.memory_hash(rows, position) in hashes
         if drop.any():
             context.ledger.rewrite_records(rows, drop)
