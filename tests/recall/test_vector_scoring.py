@@ -11,38 +11,20 @@ from __future__ import annotations
 
 import math
 import operator
-import os
 
 import numpy as np
 import numpy.typing as npt
 import pytest
 
-from game_memory import GameMemory
-from game_memory.durable.names import identity_hash
-from game_memory.index.entries import (
-    EntryRecord,
-    EntryState,
-    MemoryDigests,
-    content_digest,
-    decode_entries,
-    encode_entry,
-    memory_hash,
-)
-from game_memory.index.join import JoinCache, PartitionJoin
-from game_memory.index.partition import extend_partition
-from game_memory.model import ordinal_key
 from game_memory.recall.vectors import (
     SCORING_BLOCK_ROWS,
     score_rows,
     score_span,
     top_vector_candidates,
 )
-from game_memory.store.view import PartitionView
 from support.blas import run_with_one_blas_thread
+from support.joins import Part, part_of, reference_top
 from support.vectors import MemoryFactory
-
-ACTIVE = 0
-Part = tuple[PartitionJoin, npt.NDArray[np.float32], npt.NDArray[np.bool_]]
 
 # Bit-identity with the whole-matrix product holds for a single-threaded BLAS (a threaded
 # one splits a product by its size); BLAS reads its thread count when numpy loads, so the
@@ -107,67 +89,6 @@ def test_only_the_blocks_holding_a_wanted_row_are_multiplied() -> None:
     assert score_rows(matrix, np.ones(2, np.float32), np.empty(0, np.int64)).size == 0
 
 
-def _view(memories: list[GameMemory]) -> PartitionView:
-    positions = {memory.memory_id: index for index, memory in enumerate(memories)}
-    return PartitionView("session", memories[0].owner_id, tuple(memories), positions)
-
-
-def _part(memories: list[GameMemory], rows: list[int], matrix: np.ndarray) -> PartitionJoin:
-    records = [
-        EntryRecord(
-            state=EntryState.READY,
-            identity=ACTIVE,
-            row=row,
-            memory_hash=memory_hash(memory.memory_id),
-            digest=content_digest(memory),
-            code="",
-        )
-        for memory, row in zip(memories, rows, strict=True)
-    ]
-    decoded, _ = decode_entries(b"".join(encode_entry(record, 7) for record in records))
-    partition = extend_partition(
-        None,
-        decoded,
-        identity_hash("session"),
-        identity_hash(memories[0].owner_id),
-        os.stat(__file__),
-    )
-    return JoinCache(MemoryDigests()).join(_view(memories), partition, ACTIVE)
-
-
-def _reference(
-    parts: list[Part], query: npt.NDArray[np.float32], limit: int
-) -> list[tuple[str, float, list[float]]]:
-    """The vector top-k written plainly: every visible row scored alone, in float64 (each
-    term exact, a plain left-to-right sum), rounded once to float32."""
-    rows: list[tuple[tuple[float, float, int, str, str], str, float, list[float]]] = []
-    for joined, matrix, visible in parts:
-        assert joined.view is not None
-        whole = np.clip(
-            np.array(
-                [math.fsum(map(operator.mul, row, query.tolist())) for row in matrix.tolist()],
-                dtype=np.float32,
-            ),
-            -1.0,
-            1.0,
-        )
-        for position, row in zip(joined.positions.tolist(), joined.rows.tolist(), strict=True):
-            if not visible[position]:
-                continue
-            memory = joined.view.memories[position]
-            score = float(whole[row])
-            key = (
-                -score,
-                -memory.importance,
-                -memory.moment.tick,
-                ordinal_key(memory.owner_id),
-                ordinal_key(memory.memory_id),
-            )
-            rows.append((key, memory.memory_id, score, matrix[row].tolist()))
-    rows.sort(key=lambda entry: entry[0])
-    return [(memory_id, score, vector) for _, memory_id, score, vector in rows[:limit]]
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_top_candidates_equal_a_plain_reference_on_random_partitions(
     make_memory: MemoryFactory, seed: int
@@ -191,7 +112,7 @@ def test_top_candidates_equal_a_plain_reference_on_random_partitions(
         palette /= np.linalg.norm(palette, axis=1, keepdims=True)
         matrix = palette[rng.integers(0, 5, count)].astype(np.float32)
         order = np.arange(count) if seed % 3 else rng.permutation(count)
-        joined = _part(memories, order.tolist(), matrix)
+        joined = part_of(memories, order.tolist(), matrix)
         # Rows in the memories' order: a dense join, scored as one run when the query
         # sees a prefix (odd seeds: ticks in append order) and row by row otherwise.
         assert joined.dense == bool(seed % 3) or count == 1
@@ -208,7 +129,7 @@ def test_top_candidates_equal_a_plain_reference_on_random_partitions(
             (memory.memory_id, score, vector.tolist())
             for (memory, score), vector in zip(hits, vectors, strict=True)
         ]
-        assert found == _reference(parts, query, limit)
+        assert found == reference_top(parts, query, limit)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -236,7 +157,7 @@ def test_one_partition_is_ordered_by_its_scores_alone_only_when_they_differ(
         matrix = palette[rng.integers(0, 3, count)]
     matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
     order = np.arange(count) if seed < 6 else rng.permutation(count)
-    joined = _part(memories, order.tolist(), matrix)
+    joined = part_of(memories, order.tolist(), matrix)
     ticks = np.array([memory.moment.tick for memory in memories])
     visible = ticks <= int(rng.integers(0, count + 1))
     query = rng.standard_normal(dimensions).astype(np.float32)
@@ -247,7 +168,7 @@ def test_one_partition_is_ordered_by_its_scores_alone_only_when_they_differ(
             (memory.memory_id, score, vector.tolist())
             for (memory, score), vector in zip(hits, vectors, strict=True)
         ]
-        assert found == _reference([(joined, matrix, visible)], query, limit)
+        assert found == reference_top([(joined, matrix, visible)], query, limit)
         assert all(not vector.flags.writeable for vector in vectors)
 
 
@@ -277,7 +198,7 @@ def test_a_memory_scores_the_same_at_any_row_of_any_matrix(make_memory: MemoryFa
             for at in {0, count // 2, count - 1}:
                 matrix = np.insert(fillers[: count - 1], at, target, axis=0)
                 memories = [make_memory(f"m{index:03d}") for index in range(count)]
-                joined = _part(memories, list(range(count)), matrix)
+                joined = part_of(memories, list(range(count)), matrix)
                 visible = np.ones(count, dtype=np.bool_)
                 hits = top_vector_candidates([(joined, matrix, visible)], query, count)[0]
                 seen.add(dict((m.memory_id, s) for m, s in hits)[f"m{at:03d}"])
@@ -303,7 +224,7 @@ def test_the_best_rows_are_chosen_by_their_exact_scores(make_memory: MemoryFacto
         query = (base + rng.standard_normal(dimensions) * 0.5).astype(np.float32)
         query /= np.linalg.norm(query)
         memories = [make_memory(f"m{index:03d}", tick=trial) for index in range(count)]
-        joined = _part(memories, list(range(count)), matrix)
+        joined = part_of(memories, list(range(count)), matrix)
         visible = np.ones(count, dtype=np.bool_)
         exact = [_exact(row, query) for row in matrix]
         expected = sorted(range(count), key=lambda index: (-exact[index], f"m{index:03d}"))

@@ -14,6 +14,7 @@ import numpy.typing as npt
 from game_memory.index.join import PartitionJoin
 from game_memory.model import GameMemory, ordinal_key
 from game_memory.recall.product import product
+from game_memory.recall.quantized import first_pass
 from game_memory.store.view import PartitionView
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
 
 IntArray = npt.NDArray[np.int64]
 FloatVector = npt.NDArray[np.float32]
+FloatMatrix = npt.NDArray[np.float32]
 
 #: Rows of a matrix are scored in aligned blocks of this many: a block none of whose rows
 #: the query may see is skipped (a query as of an earlier moment sees a prefix of an NPC's
@@ -163,15 +165,12 @@ def top_vector_candidates(
     total = sum(part[1].size for part in scored)
     if total == 0:
         return [], []
-    floor: float | None = None
-    if total > limit:
-        everything = (
-            scored[0][1] if len(scored) == 1 else np.concatenate([part[1] for part in scored])
-        )
-        threshold = float(np.partition(everything, total - limit)[total - limit])
-        floor = threshold - selection_margin(query.size)
+    floors = _floors(scored, total, limit)
+    chosen = [_chosen(part, floor) for part, floor in zip(scored, floors, strict=True)]
+    if any(part[5] > selection_margin(query.size) for part in scored):
+        chosen = _narrowed(chosen, query, limit)  # a first pass kept a wider window
     query64 = query.astype(np.float64)
-    picks = [_pick(part, floor, query64) for part in scored]
+    picks = [(rows, gathered, exact_scores(gathered, query64)) for rows, gathered in chosen]
     if len(scored) == 1:
         distinct = _distinct_top(scored[0], picks[0], limit)
         if distinct is not None:
@@ -179,17 +178,17 @@ def top_vector_candidates(
     # Order on the views' columns, then read only the chosen memories (a view opened from
     # its read file decodes a memory when it is read).
     ranked: list[tuple[float, float, int, str, str, int, int, int]] = []
-    for number, ((view, _, places, first, _), (chosen, _, exact)) in enumerate(
+    for number, ((view, _, places, first, _, _), (taken, _, exact)) in enumerate(
         zip(scored, picks, strict=True)
     ):
-        if chosen.size == 0:
+        if taken.size == 0:
             continue
         if places is None:  # a dense run: the position is the row, from ``first`` on
-            at = chosen + first
+            at = taken + first
             picked = picked_rows = at.tolist()
         else:
-            at = places[0][chosen]
-            picked, picked_rows = at.tolist(), places[1][chosen].tolist()
+            at = places[0][taken]
+            picked, picked_rows = at.tolist(), places[1][taken].tolist()
         columns = view.columns
         ids = view.memory_ids.picked(picked)
         # ordinal_key returns ASCII text as it is: the same keys without the calls.
@@ -255,16 +254,58 @@ def exact_scores(rows: npt.NDArray[np.float32], query64: npt.NDArray[np.float64]
     return scores
 
 
-def _pick(
-    scored: _Scored, floor: float | None, query64: npt.NDArray[np.float64]
-) -> tuple[IntArray, npt.NDArray[np.float32], FloatVector]:
+def _floors(scored: Sequence[_Scored], total: int, limit: int) -> list[float | None]:
+    """Each part's floor: its rows scoring at least that may reach the best ``limit``
+    (``None``: all of them, when there are no more than ``limit`` rows).
+
+    A part's scores lie within half its window of the exact ones, so the ``limit``-th best
+    of the rows' lowest possible exact scores (score − half the window) is a score the best
+    ``limit`` reach, and a row whose highest possible score is below it cannot be among
+    them. One window (one partition, or all scored alike): the ``limit``-th best score
+    less the window, as before the first pass existed.
+    """
+    if total <= limit:
+        return [None] * len(scored)
+    windows = [part[5] for part in scored]
+    if windows.count(windows[0]) == len(windows):
+        everything = (
+            scored[0][1] if len(scored) == 1 else np.concatenate([part[1] for part in scored])
+        )
+        threshold = float(np.partition(everything, total - limit)[total - limit])
+        return [threshold - windows[0]] * len(scored)
+    lowest = np.concatenate([part[1] - part[5] / 2 for part in scored])
+    threshold = float(np.partition(lowest, total - limit)[total - limit])
+    return [threshold - window / 2 for window in windows]
+
+
+def _chosen(scored: _Scored, floor: float | None) -> tuple[IntArray, FloatMatrix]:
     """The indices (into the part's scores) of the rows at or above ``floor`` (all when
-    ``None``), their rows gathered, and their :func:`exact_scores`."""
-    _, scores, places, first, matrix = scored
+    ``None``) and those rows gathered."""
+    _, scores, places, first, matrix, _ = scored
     chosen = np.arange(scores.size) if floor is None else np.flatnonzero(scores >= floor)
     rows = chosen + first if places is None else places[1][chosen]
-    gathered = matrix[rows]
-    return chosen, gathered, exact_scores(gathered, query64)
+    return chosen, matrix[rows]
+
+
+def _narrowed(
+    chosen: list[tuple[IntArray, FloatMatrix]], query: FloatVector, limit: int
+) -> list[tuple[IntArray, FloatMatrix]]:
+    """The rows a first pass kept (:mod:`game_memory.recall.quantized`: its window is
+    about 0.04 wide, so some 100–250 rows of 10k), narrowed by the float32 product of those
+    rows alone to the float32 window (:func:`selection_margin`), as if the whole matrix had
+    been multiplied: a row's product error is bounded alike wherever the row sits."""
+    total = sum(rows.size for rows, _ in chosen)
+    if total <= limit:
+        return chosen
+    products = [gathered @ query for _, gathered in chosen]
+    everything = products[0] if len(products) == 1 else np.concatenate(products)
+    floor = float(np.partition(everything, total - limit)[total - limit])
+    floor -= selection_margin(query.size)
+    narrowed: list[tuple[IntArray, FloatMatrix]] = []
+    for (rows, gathered), scores in zip(chosen, products, strict=True):
+        keep = np.flatnonzero(scores >= floor)
+        narrowed.append((rows[keep], gathered[keep]))
+    return narrowed
 
 
 def _distinct_top(
@@ -279,7 +320,7 @@ def _distinct_top(
     the scores alone, so the tie-break keys (ids, importance and tick columns, a tuple per
     candidate) are never built: the usual case, as cosines of distinct memories rarely tie.
     """
-    view, _, places, first, _ = scored
+    view, _, places, first, _, _ = scored
     chosen, gathered, values = pick
     order = np.argsort(-values, kind="stable")
     best = values[order[: limit + 1]]
@@ -300,11 +341,18 @@ _position = operator.itemgetter(6)
 _row = operator.itemgetter(7)
 
 
-#: A partition's visible rows scored: its view, the scores, the view position and row of
-#: each score (``None`` for a dense run: both are ``first`` + the score's index), ``first``
-#: and the matrix.
+#: A partition's visible rows scored: its view, the scores (float32 from the product,
+#: float64 from a first pass), the view position and row of each score (``None`` for a
+#: dense run: both are ``first`` + the score's index), ``first``, the matrix, and the
+#: window: how far below the ``limit``-th best score a row may still reach the best
+#: (twice the most a score differs from the exact one).
 _Scored = tuple[
-    PartitionView, FloatVector, tuple[IntArray, IntArray] | None, int, npt.NDArray[np.float32]
+    PartitionView,
+    npt.NDArray[np.floating],
+    tuple[IntArray, IntArray] | None,
+    int,
+    npt.NDArray[np.float32],
+    float,
 ]
 
 
@@ -316,20 +364,35 @@ def _score(
     query: FloatVector,
     helper: Executor | None,
 ) -> _Scored:
-    """Score the rows of ``joined`` that ``visible`` shows, clipped to [-1, 1]."""
+    """Score the rows of ``joined`` that ``visible`` shows, clipped to [-1, 1]: by the
+    first pass over the matrix's int8 copy when it has one
+    (:func:`game_memory.recall.quantized.first_pass`), else by the float32 product."""
+    margin = selection_margin(query.size)
     if joined.dense:
         shown = visible[: joined.positions.size]  # position i is row i
         count = int(np.count_nonzero(shown))
         first = int(shown.argmax()) if count else 0
         if bool(shown[first : first + count].all()):  # one run (count 0 included)
-            scores = score_span(matrix, query, first, first + count, helper)
-            np.clip(scores, -1.0, 1.0, out=scores)
-            return view, scores, None, first, matrix
+            quick = first_pass(matrix, query, first, first + count, helper)
+            if quick is not None:
+                np.clip(quick.scores, -1.0, 1.0, out=quick.scores)
+                return view, quick.scores, None, first, matrix, 2.0 * quick.slack
+            spanned = score_span(matrix, query, first, first + count, helper)
+            np.clip(spanned, -1.0, 1.0, out=spanned)
+            return view, spanned, None, first, matrix, margin
         positions = rows = np.flatnonzero(shown)
     else:
         keep = visible[joined.positions]
         positions = joined.positions[keep]
         rows = joined.rows[keep]
-    scores = score_rows(matrix, query, rows, helper)
+    scores: npt.NDArray[np.floating] | None = None
+    window = margin
+    if rows.size >= SCORING_BLOCK_ROWS:
+        low = int(rows.min())
+        quick = first_pass(matrix, query, low, int(rows.max()) + 1, helper)
+        if quick is not None:
+            scores, window = quick.scores[rows - low], 2.0 * quick.slack
+    if scores is None:
+        scores = score_rows(matrix, query, rows, helper)
     np.clip(scores, -1.0, 1.0, out=scores)
-    return view, scores, (positions, rows), 0, matrix
+    return view, scores, (positions, rows), 0, matrix, window
