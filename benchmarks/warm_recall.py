@@ -6,7 +6,8 @@ the peer and the other figures of ``npc_workload.py``, so one build's warm recal
 measured against another's in turns on the same save, and counted by ``valgrind``:
 
 * ``--seed``: build the save under ``--root`` (a folder per size), then exit;
-* default: open it, recall every query twice (warm-up), then ``--rounds`` times each query,
+* default: open it, recall every query twice (warm-up), wait until the int8 copies of the
+  rows stop growing (made while no recall runs), then ``--rounds`` times each query,
   and print the medians of the wall time (excluding the query embedding, as
   ``npc_workload.py``), of the process's CPU time (all threads) and of each stage, and a
   SHA-256 over every hit of the first pass (memory, both ranks, both scores and the fused
@@ -93,6 +94,22 @@ async def seed(folder: Path, size: int) -> Json:
     return {"seeded": size, "seconds": round(seconds, 2)}
 
 
+async def settled() -> None:
+    """Wait (at most 5 s) until the int8 copies of the rows, which a build from the tenth
+    session makes after an NPC's 4th recall while no recall runs, stop growing: a game
+    asks between frames, so its warm recalls find them made (``recall/quantized.py``)."""
+    try:
+        from game_memory.recall.quantized import held_bytes
+    except ImportError:  # an earlier build: nothing to wait for
+        return
+    last = -1
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if held_bytes() == last:
+            return
+        last = held_bytes()
+
+
 async def measure(folder: Path, size: int, rounds: int, recalls: int | None) -> Json:
     provider = FakeProvider()
     store = gm_open(folder, size + 10_000, provider)
@@ -108,6 +125,7 @@ async def measure(folder: Path, size: int, rounds: int, recalls: int | None) -> 
         digest.update(fingerprint(result))
     for query in asked:
         await store.recall(query)
+    await settled()
     if recalls is not None:
         for number in range(recalls):
             await store.recall(asked[number % len(asked)])

@@ -4,8 +4,8 @@
 its ``slack`` of the row's exact score (whatever the rows and query hold), so that the rows
 it drops cannot reach the best ``limit``; and :func:`top_vector_candidates` with a copy
 returns what it returns without one (same memories, order, scores and vectors). These tests
-pin both on adversarial data, and the copy's life: made on the pool, extended after
-appends, dropped with its matrix and beyond its budget.
+pin both on adversarial data, and the copy's life: made by the copier thread (giving way to
+recalls), extended after appends, dropped with its matrix and beyond its budget.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_every_score_lies_within_its_slack_of_the_exact_one() -> None:
         matrix = _owned(matrix)
         assert copy_now(matrix), name
         for query in _queries(rng, matrix.shape[1]):
-            found = first_pass(matrix, query, 0, matrix.shape[0], None)
+            found = first_pass(matrix, query, 0, matrix.shape[0], False)
             assert found is not None, name
             exact = exact_scores(matrix, query.astype(np.float64))
             np.clip(exact, -1.0, 1.0, out=exact)
@@ -132,7 +132,7 @@ def test_every_score_lies_within_its_slack_of_the_exact_one() -> None:
     # Not absurdly loose: 384-dim unit rows and query, a window of a few hundredths.
     unit = _owned(_unit(rng.standard_normal((QUANTIZED_FROM_ROWS, 384))))
     assert copy_now(unit)
-    found = first_pass(unit, _unit(rng.standard_normal(384)), 0, unit.shape[0], None)
+    found = first_pass(unit, _unit(rng.standard_normal(384)), 0, unit.shape[0], False)
     assert found is not None and 0.005 < found.slack < 0.03
 
 
@@ -199,69 +199,110 @@ def test_the_best_are_the_same_with_and_without_the_copy(
     assert used.count(True) == 4 and used.count(False) == 4  # each way, each limit
 
 
+def _copied_rows(owner: Matrix) -> int:
+    copy = quantized._COPIES.entry(owner, owner.ctypes.data).copy
+    return 0 if copy is None else copy.rows
+
+
+def _until_copied(owner: Matrix, rows: int) -> None:
+    for _ in range(500):
+        if _copied_rows(owner) >= rows:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the copier copied {_copied_rows(owner)} rows, not {rows}")
+
+
 def test_rows_appended_after_the_copy_are_scored_and_the_copy_extended(
-    make_memory: MemoryFactory,
+    make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An owner that grows in place (the in-memory and PostgreSQL indexes' buffers): the
-    copy of its first rows stays valid, the rows after it are scored by the product, and
-    a copy ``STALE_ROWS`` behind is extended on the pool."""
+    copy of its first rows stays valid, up to ``STALE_ROWS`` rows after it are scored by
+    the product beside it, and a copy further behind is extended by the copier."""
     rng = np.random.default_rng(11)
-    dimensions, first, more = 16, QUANTIZED_FROM_ROWS, STALE_ROWS + 100
+    dimensions, first, few, more = 16, QUANTIZED_FROM_ROWS, STALE_ROWS // 2, STALE_ROWS + 100
     owner = np.zeros((first + more, dimensions), dtype=np.float32)
     owner[:first] = _unit(rng.standard_normal((first, dimensions)))
-    early = owner[:first]
-    assert copy_now(early)
+    assert copy_now(owner[:first])
     owner[first:] = _unit(rng.standard_normal((more, dimensions)))
-    owner[first + 5] = owner[first + 5] * 0 + _unit(np.ones(dimensions))  # a best row, late
-    grown = owner.view()
-    grown.flags.writeable = False
+    owner[first + 5] = _unit(np.ones(dimensions))  # the best rows come after the copy
+    owner[first + few + 7] = _unit(np.ones(dimensions))
     memories = [make_memory(f"m{index:05d}", tick=index) for index in range(first + more)]
-    joined = part_of(memories, list(range(first + more)), grown)
-    visible = np.ones(first + more, dtype=np.bool_)
     query = _unit(np.ones(dimensions))
-    expected = reference_top([(joined, grown, visible)], query, 8)
+    used: list[bool] = []
+    real = quantized.first_pass
+
+    def spy(*arguments: object) -> object:
+        found = real(*arguments)  # type: ignore[arg-type]
+        used.append(found is not None)
+        return found
+
+    monkeypatch.setattr("game_memory.recall.vectors.first_pass", spy)
     with ThreadPoolExecutor(1) as pool:
-        for _ in range(COPY_AFTER):  # the extension is asked for from the COPY_AFTER-th
-            hits = top_vector_candidates([(joined, grown, visible)], query, 8, pool)
-            assert hits[0][0][0].memory_id == f"m{first + 5:05d}"
-            assert [(m.memory_id, s) for m, s in hits[0]] == [(i, s) for i, s, _ in expected]
-    # The pool extended the copy to every row (the pool is shut down: its jobs ran).
-    found = first_pass(grown, query, 0, first + more, None)
-    assert found is not None and quantized._COPIES.entry(owner, owner.ctypes.data).copy
-    copy = quantized._COPIES.entry(owner, owner.ctypes.data).copy
-    assert copy is not None and copy.rows == first + more
+        for rows in (first + few, first + more, first + more):
+            grown = owner[:rows]
+            grown.flags.writeable = False
+            joined = part_of(memories[:rows], list(range(rows)), grown)
+            visible = np.ones(rows, dtype=np.bool_)
+            expected = reference_top([(joined, grown, visible)], query, 8)
+            for _ in range(COPY_AFTER):  # the extension is asked for from the COPY_AFTER-th
+                hits = top_vector_candidates([(joined, grown, visible)], query, 8, pool)
+                assert [(m.memory_id, s) for m, s in hits[0]] == [(i, s) for i, s, _ in expected]
+                assert int(hits[0][0][0].memory_id[1:]) >= first  # a row after the copy
+            if rows == first + more:
+                _until_copied(owner, first + more)
+    # A few rows behind: the copy and the product beside it; more: the product alone (the
+    # copier catches up meanwhile: the next passes may use the copy again); caught up, the copy.
+    assert used[:COPY_AFTER] == [True] * COPY_AFTER
+    assert used[COPY_AFTER] is False
+    assert used[2 * COPY_AFTER :] == [True] * COPY_AFTER
 
 
-def test_a_copy_is_made_on_the_pool_in_slices_and_never_on_the_recall() -> None:
+def test_a_copy_is_made_by_the_copier_in_slices_and_never_on_the_recall() -> None:
     rng = np.random.default_rng(3)
     count = COPY_SLICE_ROWS + QUANTIZED_FROM_ROWS
     matrix = _owned(_unit(rng.standard_normal((count, 8))))
     query = _unit(rng.standard_normal(8))
-    assert first_pass(matrix, query, 0, count, None) is None  # no pool: no copy
-    assert held_bytes() == 0
-    quantized.forget_all()
-    pool = ThreadPoolExecutor(1)
-    for _ in range(COPY_AFTER - 1):  # an NPC asked once or twice is not copied
-        assert first_pass(matrix, query, 0, count, pool) is None
+    for _ in range(COPY_AFTER):  # not a front door's recall: no copy
+        assert first_pass(matrix, query, 0, count, False) is None
     time.sleep(0.05)
     assert held_bytes() == 0
-    assert first_pass(matrix, query, 0, count, pool) is None  # scheduled, not waited for
+    quantized.forget_all()
+    for _ in range(COPY_AFTER - 1):  # an NPC asked once or twice is not copied
+        assert first_pass(matrix, query, 0, count, True) is None
+    time.sleep(0.05)
+    assert held_bytes() == 0
+    assert first_pass(matrix, query, 0, count, True) is None  # scheduled, not waited for
     for _ in range(500):  # two slices, two jobs: the second queued by the first
         if held_bytes() == count * (8 + 4):
             break
         time.sleep(0.01)
     assert held_bytes() == count * (8 + 4)
-    assert first_pass(matrix, query, 0, count, None) is not None
-    pool.shutdown()
-    quantized.forget_all()
-    for _ in range(COPY_AFTER):
-        assert first_pass(matrix, query, 0, count, pool) is None  # a closed pool: no error
+    assert first_pass(matrix, query, 0, count, False) is not None
+
+
+def test_a_copy_gives_way_to_running_recalls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a recall runs, the copier waits before each chunk (up to ``_MOST_WAIT``)."""
+    monkeypatch.setattr(quantized, "_MOST_WAIT", 10.0)
+    rng = np.random.default_rng(4)
+    count = QUANTIZED_FROM_ROWS
+    matrix = _owned(_unit(rng.standard_normal((count, 8))))
+    query = _unit(rng.standard_normal(8))
+    with quantized.recalling:
+        for _ in range(COPY_AFTER):
+            first_pass(matrix, query, 0, count, True)
+        time.sleep(0.2)
+        assert held_bytes() == 0  # waiting for the recall to end
+    for _ in range(500):
+        if held_bytes():
+            break
+        time.sleep(0.01)
+    assert held_bytes() == count * (8 + 4)
 
 
 def test_small_or_foreign_matrices_are_not_copied() -> None:
     rng = np.random.default_rng(5)
     small = _owned(_unit(rng.standard_normal((QUANTIZED_FROM_ROWS - 1, 8))))
-    assert first_pass(small, small[0], 0, small.shape[0], None) is None
+    assert first_pass(small, small[0], 0, small.shape[0], False) is None
     whole = _unit(rng.standard_normal((QUANTIZED_FROM_ROWS + 10, 8)))
     assert not copy_now(whole[5:])  # not starting at its owner's row 0
     assert not copy_now(np.asfortranarray(whole))
@@ -270,7 +311,7 @@ def test_small_or_foreign_matrices_are_not_copied() -> None:
     broken = whole.copy()
     broken[7, 3] = np.nan  # no bound holds for it: never copied, scored by the product
     assert not copy_now(broken)
-    assert first_pass(broken, broken[0], 0, broken.shape[0], None) is None
+    assert first_pass(broken, broken[0], 0, broken.shape[0], False) is None
     assert held_bytes() == 0
 
 
@@ -292,8 +333,8 @@ def test_a_copy_goes_with_its_matrix_and_the_copies_keep_to_their_budget(
     assert held_bytes() == 2 * count * (dimensions + 4)
     query = matrices[0][0]
     # The least recently used (the first) was dropped; the others are held.
-    assert first_pass(matrices[0], query, 0, count, None) is None
-    assert first_pass(matrices[2], query, 0, count, None) is not None
+    assert first_pass(matrices[0], query, 0, count, False) is None
+    assert first_pass(matrices[2], query, 0, count, False) is not None
 
 
 async def test_a_recall_answers_the_same_with_the_copy(
@@ -302,7 +343,7 @@ async def test_a_recall_answers_the_same_with_the_copy(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Through the front door: an NPC of 5,000 memories, recalled as of several moments,
-    before and after its rows were copied (the copy is made on the store's own pool)."""
+    before and after its rows were copied (by the copier, after the 4th recall)."""
     provider = HashingEmbeddingProvider()
     store = make_vector_store(provider)
     words = ["bridge", "storm", "market", "dragon", "river", "king", "bread", "sword", "inn"]
@@ -339,7 +380,7 @@ async def test_a_recall_answers_the_same_with_the_copy(
     before = answers([await store.recall(query) for query in asked])
     monkeypatch.undo()
     quantized.forget_all()
-    for _ in range(COPY_AFTER):  # the last one schedules the copy on the store's pool
+    for _ in range(COPY_AFTER):  # the last one schedules the copy
         await store.recall(asked[0])
     for _ in range(200):
         if held_bytes():

@@ -1,8 +1,8 @@
 """Freeze the sidecar with PyInstaller into one folder that runs with no Python installed.
 
 PyInstaller (onedir mode) copies the interpreter, the standard library modules the sidecar
-imports and every native library of numpy, onnxruntime, tokenizers and pydantic-core into
-``game-memory/`` beside a small launcher. It runs in a child process: its analysis imports
+imports and every native library of numpy, onnxruntime, tokenizers, SimSIMD and
+pydantic-core into ``game-memory/`` beside a small launcher. It runs in a child process: its analysis imports
 half the environment and keeps global state, and its log goes to a file the error can
 quote. Onedir, not onefile: a onefile build unpacks itself into a temporary folder at every
 start (seconds, and a second copy on disk), which a game must not pay each launch.

@@ -46,6 +46,7 @@ from game_memory.model import (
 )
 from game_memory.recall.fusion import FusedCandidate, fuse
 from game_memory.recall.options import VectorMemoryStoreOptions
+from game_memory.recall.quantized import recalling
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.recall.vectors import top_vector_candidates
 from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
@@ -124,11 +125,20 @@ async def recall(
 ) -> RecallResult:
     """Recall ``query`` as of ``query.at_or_before`` (game time), with evidence per hit.
 
+    While it runs, copies of index rows being made give way (``quantized.recalling``).
+
     Raises:
         CapacityExceededError: the snapshot exceeds the bound.
         EmbeddingUnavailableError, DerivedIndexError: only with
             ``fail_when_embedding_unavailable``; otherwise ``fallback`` is set.
     """
+    with recalling:
+        return await _recall(query, parts, maximum_snapshot_entries)
+
+
+async def _recall(
+    query: GameMemoryQuery, parts: RecallParts, maximum_snapshot_entries: int | None
+) -> RecallResult:
     options = parts.options
     bound = options.maximum_index_entries
     if maximum_snapshot_entries is not None:

@@ -36,12 +36,15 @@ and a compaction or a reload is a new array: the ``VectorIndex.vectors`` contrac
 copy of a row stays its copy. Rows gained since the copy was made are scored by the float32
 product (their error is far below ``B``).
 
-When: never on a recall's way. The :data:`COPY_AFTER`-th recall that scores a matrix
-without a copy (or with one :data:`STALE_ROWS` rows or more behind) hands the copying to
-the front door's pool, in slices of :data:`COPY_SLICE_ROWS` rows (each one job, so other
-work queued on the pool interleaves), and is answered by the float32 product; the recalls
-after use the copy. No pool (``helper`` ``None``): no copy is made. A copy costs one core
-about 1.1 µs a row (384 dimensions): 11 ms at 10k rows, 110 ms at 100k.
+When: never on a recall's way. The :data:`COPY_AFTER`-th front-door recall that scores a
+matrix without a copy (or with one :data:`STALE_ROWS` rows or more behind) hands the
+copying to the process's copier thread (its own, not the front door's pool, whose second
+thread shares large products), in slices of :data:`COPY_SLICE_ROWS` rows (one job each,
+so copies of several NPCs interleave), and is answered by the float32 product, as is every
+recall until the copy covers all but :data:`STALE_ROWS` of the rows it scores. The copier
+gives way to running recalls before each chunk (``recalling``; at most :data:`_MOST_WAIT`
+a chunk). A copy costs one core about 1.1 µs a row (384 dimensions): 11 ms at 10k rows,
+110 ms at 100k.
 
 Memory: ``d + 4`` bytes a row (+26% over the float32 rows at 384 dimensions; the float32
 rows are then read only for the few rows rescored), in buffers of their own with room for
@@ -60,7 +63,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Executor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +90,7 @@ __all__ = [
     "first_pass",
     "forget_all",
     "held_bytes",
+    "recalling",
 ]
 
 FloatMatrix = npt.NDArray[np.float32]
@@ -98,7 +102,7 @@ QUANTIZED_FROM_ROWS = 4_096
 #: A copy this many rows behind its matrix (rows appended since) is extended; until then the
 #: rows after it are scored by the float32 product (1,024 × 384: ~50 µs).
 STALE_ROWS = 1_024
-#: Rows copied per job on the pool (a few ms at 384 dimensions).
+#: Rows copied per job on the copier thread (about 9 ms at 384 dimensions).
 COPY_SLICE_ROWS = 8_192
 #: Rows quantized at once within a job: its two float32 scratch arrays (384 KB each at 384
 #: dimensions) stay in a core's cache. 100k × 384 copied in 110 ms (256 rows a chunk),
@@ -124,7 +128,7 @@ def _kernel() -> _Dot | None:
     cdist: Any = simsimd.cdist
 
     def dot(query: npt.NDArray[np.int8], rows: npt.NDArray[np.int8]) -> npt.NDArray[np.float64]:
-        # threads=1: the pool's other thread is the recall's (or another recall's).
+        # threads=1: a recall's product already uses the machine's second core.
         result: npt.NDArray[np.float64] = np.asarray(
             cdist(query, rows, metric="dot", threads=1)
         ).reshape(-1)
@@ -161,8 +165,8 @@ class _Entry:
     """One matrix owner's copy and whether a job is extending it."""
 
     __slots__ = (
-        "__weakref__", "codes", "copy", "lock", "owner", "pending", "refused", "scales",
-        "scored", "start",
+        "__weakref__", "codes", "copy", "direct", "lock", "owner", "pending", "refused",
+        "scales", "scored", "start",
     )  # fmt: skip
 
     def __init__(self, owner: weakref.ref[Any], start: int) -> None:
@@ -180,6 +184,8 @@ class _Entry:
         self.scales: npt.NDArray[np.float32] | None = None
         #: Held while the copy is extended (its buffers written): one writer at a time.
         self.lock = threading.Lock()
+        #: Copied by :func:`copy_now` (a caller that wants it now): no giving way.
+        self.direct = False
 
 
 class _Copies:
@@ -262,6 +268,47 @@ class _Copies:
 _COPIES = _Copies(COPIES_BYTES)
 
 
+class _Traffic:
+    """How many recalls are running in this process, so that a copy gives way to them.
+
+    A copy job and a recall share two cores and one interpreter lock: measured at 100k, a
+    recall running while its NPC's rows were copied took 20–35 ms instead of 7. The job
+    waits before each chunk while a recall runs (up to :data:`_MOST_WAIT` seconds a chunk,
+    so a process that is never idle still gets its copy made).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = 0
+        self._idle = threading.Condition(self._lock)
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._running += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._running -= 1
+            if not self._running:
+                self._idle.notify_all()
+
+    def give_way(self) -> None:
+        """Wait while a recall runs (at most :data:`_MOST_WAIT` seconds)."""
+        with self._lock:
+            if self._running:
+                self._idle.wait_for(lambda: not self._running, timeout=_MOST_WAIT)
+
+
+#: Longest a copy job waits for running recalls before each chunk (seconds): a process
+#: never idle still copies 100k rows, in about 20 s. Shorter waits let chunks run inside
+#: recalls, and a chunk's many short numpy calls take and give back the interpreter lock
+#: so often that the recall's own threads wait for it (up to the 5 ms switch interval a
+#: time): with 5 ms, the 100k recall that scheduled the copy scored in 9.8 ms against 5–6.
+_MOST_WAIT = 0.05
+#: Enter around a recall (``with recalling:``): copies give way while any runs.
+recalling = _Traffic()
+
+
 @dataclass(frozen=True, slots=True)
 class FirstPass:
     """Approximate scores of rows ``begin .. end − 1`` (float64) and the ``slack`` within
@@ -331,14 +378,18 @@ def _quantized(
 
 def copy_now(matrix: FloatMatrix) -> bool:
     """Copy ``matrix``'s rows (those not copied yet) now, on this thread; whether it has a
-    copy after. For tests and benchmarks: recalls copy on the pool (module docstring)."""
+    copy after. For tests and benchmarks: recalls copy on the copier (module docstring)."""
     found = _owner(matrix) if _DOT is not None else None
     if found is None:
         return False
     entry = _COPIES.entry(*found)
-    while entry.copy is None or entry.copy.rows < matrix.shape[0]:
-        if not _extend(entry, matrix):
-            return False
+    entry.direct = True
+    try:
+        while entry.copy is None or entry.copy.rows < matrix.shape[0]:
+            if not _extend(entry, matrix):
+                return False
+    finally:
+        entry.direct = False
     return not entry.refused
 
 
@@ -379,6 +430,8 @@ def _extend_locked(entry: _Entry, matrix: FloatMatrix) -> bool:
     )
     for start in range(first, last, _CHUNK_ROWS):
         stop = min(last, start + _CHUNK_ROWS)
+        if not entry.direct:
+            recalling.give_way()
         found = _quantized(matrix[start:stop], codes[start:stop], scales[start:stop], scratch)
         if found is None:  # the indexes hold finite rows; a foreign one may not
             entry.refused = True
@@ -390,25 +443,43 @@ def _extend_locked(entry: _Entry, matrix: FloatMatrix) -> bool:
     return entry.copy is copy
 
 
-def _schedule(entry: _Entry, matrix: FloatMatrix, helper: Executor) -> None:
-    """Have ``helper`` extend ``entry``'s copy to ``matrix``'s rows, one slice a job (at
-    most one job queued or running per entry)."""
+_COPIER_LOCK = threading.Lock()
+_COPIER: list[ThreadPoolExecutor] = []
+
+
+def _copier() -> ThreadPoolExecutor:
+    """The process's one thread that makes copies (started at the first copy).
+
+    Not the front door's pool: a job waiting there for recalls to end (``recalling``)
+    would hold one of its two threads, and a 100k recall shares its product with the
+    other (measured: with the copy on the pool, the recall that scheduled it scored in
+    16–18 ms instead of 10, the product on one thread)."""
+    with _COPIER_LOCK:
+        if not _COPIER:
+            _COPIER.append(ThreadPoolExecutor(1, thread_name_prefix="game-memory-int8"))
+        return _COPIER[0]
+
+
+def _schedule(entry: _Entry, matrix: FloatMatrix) -> None:
+    """Have the copier extend ``entry``'s copy to ``matrix``'s rows, one slice a job (at
+    most one job queued or running per entry; copies of other matrices interleave)."""
     if not _COPIES.claim(entry):
         return
+    copier = _copier()
 
     def job() -> None:
         try:
             copied = _extend(entry, matrix) and entry.copy is not None
             if copied and entry.copy is not None and entry.copy.rows < matrix.shape[0]:
-                helper.submit(job)  # the next slice, behind whatever else is queued
+                copier.submit(job)  # the next slice, behind whatever else is queued
                 return
         except Exception:  # a copy only speeds recalls up: without it, the product
             _LOG.debug("copying rows to int8 failed", exc_info=True)
         entry.pending = False
 
     try:
-        helper.submit(job)
-    except RuntimeError:  # the pool is shut down (a racing close)
+        copier.submit(job)
+    except RuntimeError:  # the interpreter is shutting down
         entry.pending = False
 
 
@@ -417,12 +488,14 @@ def first_pass(
     query: npt.NDArray[np.float32],
     begin: int,
     end: int,
-    helper: Executor | None,
+    copies: bool,
 ) -> FirstPass | None:
     """Approximate scores of rows ``begin .. end − 1`` from ``matrix``'s int8 copy, or
-    ``None`` when it has none covering ``begin`` (then the caller multiplies in float32).
+    ``None`` when it has none covering all but :data:`STALE_ROWS` of them (then the caller
+    multiplies in float32).
 
-    Schedules the copy (or its extension) on ``helper`` when it is missing or
+    With ``copies`` (a front door's recall), schedules the copy (or its extension) on the
+    copier from the matrix's :data:`COPY_AFTER`-th first pass when it is missing or
     :data:`STALE_ROWS` behind. Rows after the copy are scored by the float32 product.
     """
     if _DOT is None or matrix.shape[0] < QUANTIZED_FROM_ROWS or end <= begin:
@@ -436,10 +509,10 @@ def first_pass(
         return None
     entry.scored += 1
     behind = copy is None or matrix.shape[0] - copy.rows >= STALE_ROWS
-    if helper is not None and behind and entry.scored >= COPY_AFTER:
-        _schedule(entry, matrix, helper)
-    if copy is None or copy.rows <= begin:
-        return None
+    if copies and behind and entry.scored >= COPY_AFTER:
+        _schedule(entry, matrix)
+    if copy is None or end - max(begin, min(end, copy.rows)) > STALE_ROWS:
+        return None  # none yet, or one being made: the product (shared with the pool)
     query64 = query.astype(np.float64)
     peak = float(np.abs(query64).max())
     if not peak > 0.0 or not np.isfinite(peak):

@@ -373,7 +373,7 @@ def _score(
         count = int(np.count_nonzero(shown))
         first = int(shown.argmax()) if count else 0
         if bool(shown[first : first + count].all()):  # one run (count 0 included)
-            quick = first_pass(matrix, query, first, first + count, helper)
+            quick = first_pass(matrix, query, first, first + count, helper is not None)
             if quick is not None:
                 np.clip(quick.scores, -1.0, 1.0, out=quick.scores)
                 return view, quick.scores, None, first, matrix, 2.0 * quick.slack
@@ -389,7 +389,7 @@ def _score(
     window = margin
     if rows.size >= SCORING_BLOCK_ROWS:
         low = int(rows.min())
-        quick = first_pass(matrix, query, low, int(rows.max()) + 1, helper)
+        quick = first_pass(matrix, query, low, int(rows.max()) + 1, helper is not None)
         if quick is not None:
             scores, window = quick.scores[rows - low], 2.0 * quick.slack
     if scores is None:
