@@ -184,3 +184,15 @@ def test_serve_takes_the_retention_policy() -> None:
     refused = [*arguments[:-1], "0"]
     with pytest.raises(ValueError, match="maximum-memories-per-owner"):
         recall_settings(build_parser().parse_args(refused))
+
+
+def test_serve_can_keep_no_int8_copies() -> None:
+    arguments = ["serve", "--stdio", "--save-dir", "s", "--maximum-memories-per-owner", "50"]
+    settings = recall_settings(build_parser().parse_args([*arguments, "--no-int8-copies"]))
+    assert settings.options is not None
+    assert settings.options.int8_copies is False
+    assert settings.options.maximum_memories_per_owner == 50  # kept beside it
+    alone = recall_settings(build_parser().parse_args([*arguments[:4], "--no-int8-copies"]))
+    assert alone.options is not None and alone.options.int8_copies is False
+    default = recall_settings(build_parser().parse_args(arguments[:4]))
+    assert default.options is None or default.options.int8_copies

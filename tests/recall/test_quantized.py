@@ -245,7 +245,7 @@ def test_rows_appended_after_the_copy_are_scored_and_the_copy_extended(
             visible = np.ones(rows, dtype=np.bool_)
             expected = reference_top([(joined, grown, visible)], query, 8)
             for _ in range(COPY_AFTER):  # the extension is asked for from the COPY_AFTER-th
-                hits = top_vector_candidates([(joined, grown, visible)], query, 8, pool)
+                hits = top_vector_candidates([(joined, grown, visible)], query, 8, pool, True)
                 assert [(m.memory_id, s) for m, s in hits[0]] == [(i, s) for i, s, _ in expected]
                 assert int(hits[0][0][0].memory_id[1:]) >= first  # a row after the copy
             if rows == first + more:
@@ -337,6 +337,36 @@ def test_a_copy_goes_with_its_matrix_and_the_copies_keep_to_their_budget(
     assert first_pass(matrices[2], query, 0, count, False) is not None
 
 
+_WORDS = ["bridge", "storm", "market", "dragon", "river", "king", "bread", "sword", "inn"]
+
+
+def _npc(make_memory: MemoryFactory, count: int) -> list[object]:
+    rng = np.random.default_rng(17)
+    return [
+        make_memory(
+            f"m{index:05d}",
+            owner_id="npc",
+            tick=index,
+            text=" ".join(rng.choice(_WORDS, 6).tolist()) + f" note {index}",
+            importance=float(rng.choice([0.0, 0.5, 1.0])),
+        )
+        for index in range(count)
+    ]
+
+
+def _questions(ticks: tuple[int, ...]) -> list[GameMemoryQuery]:
+    return [
+        GameMemoryQuery(
+            session_id="session",
+            owner_id="npc",
+            text=f"{_WORDS[number % 9]} {_WORDS[(number * 5) % 9]}",
+            limit=8,
+            at_or_before=GameMoment(timeline_id="world", tick=tick),
+        )
+        for number, tick in enumerate(ticks)
+    ]
+
+
 async def test_a_recall_answers_the_same_with_the_copy(
     make_vector_store: VectorStoreFactory,
     make_memory: MemoryFactory,
@@ -344,31 +374,9 @@ async def test_a_recall_answers_the_same_with_the_copy(
 ) -> None:
     """Through the front door: an NPC of 5,000 memories, recalled as of several moments,
     before and after its rows were copied (by the copier, after the 4th recall)."""
-    provider = HashingEmbeddingProvider()
-    store = make_vector_store(provider)
-    words = ["bridge", "storm", "market", "dragon", "river", "king", "bread", "sword", "inn"]
-    rng = np.random.default_rng(17)
-    records = [
-        make_memory(
-            f"m{index:05d}",
-            owner_id="npc",
-            tick=index,
-            text=" ".join(rng.choice(words, 6).tolist()) + f" note {index}",
-            importance=float(rng.choice([0.0, 0.5, 1.0])),
-        )
-        for index in range(5_000)
-    ]
-    assert all(await store.append_many(records))
-    asked = [
-        GameMemoryQuery(
-            session_id="session",
-            owner_id="npc",
-            text=f"{words[number % 9]} {words[(number * 5) % 9]}",
-            limit=8,
-            at_or_before=GameMoment(timeline_id="world", tick=tick),
-        )
-        for number, tick in enumerate((4_999, 4_200, 2_500, 100))
-    ]
+    store = make_vector_store(HashingEmbeddingProvider())
+    assert all(await store.append_many(_npc(make_memory, 5_000)))  # type: ignore[arg-type]
+    asked = _questions((4_999, 4_200, 2_500, 100))
 
     def answers(results: list[object]) -> list[object]:
         return [
@@ -390,3 +398,14 @@ async def test_a_recall_answers_the_same_with_the_copy(
     after = answers([await store.recall(query) for query in asked])
     assert after == before
     assert any(hit[1] is not None for hits in after for hit in hits)  # vectors were used
+
+
+async def test_a_store_told_not_to_keeps_no_copy(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> None:
+    store = make_vector_store(HashingEmbeddingProvider(), options={"int8_copies": False})
+    assert all(await store.append_many(_npc(make_memory, QUANTIZED_FROM_ROWS)))  # type: ignore[arg-type]
+    for query in _questions((4_000,)) * (COPY_AFTER + 2):
+        assert (await store.recall(query)).hits
+    await asyncio.sleep(0.2)
+    assert held_bytes() == 0

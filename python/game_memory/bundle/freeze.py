@@ -2,10 +2,11 @@
 
 PyInstaller (onedir mode) copies the interpreter, the standard library modules the sidecar
 imports and every native library of numpy, onnxruntime, tokenizers, SimSIMD and
-pydantic-core into ``game-memory/`` beside a small launcher. It runs in a child process: its analysis imports
-half the environment and keeps global state, and its log goes to a file the error can
-quote. Onedir, not onefile: a onefile build unpacks itself into a temporary folder at every
-start (seconds, and a second copy on disk), which a game must not pay each launch.
+pydantic-core into ``game-memory/`` beside a small launcher. It runs in a child process:
+its analysis imports half the environment and keeps global state, and its log goes to a
+file the error can quote. Onedir, not onefile: a onefile build unpacks itself into a
+temporary folder at every start (seconds, and a second copy on disk), which a game must
+not pay each launch.
 
 Why PyInstaller: measured here on the same entry point, PyInstaller's folder was 153 MB
 with the exclusions below against 214 MB for cx_Freeze 8.7 (which copies whole packages,

@@ -116,6 +116,9 @@ def recall_settings(args: argparse.Namespace) -> RecallSettings:
         if options is not None:
             values["fusion"] = options.fusion
         options = _build(VectorMemoryStoreOptions, values, "--maximum-memories-per-owner")
+    if getattr(args, "no_int8_copies", False):  # serve --no-int8-copies
+        base = options if options is not None else VectorMemoryStoreOptions()
+        options = base.model_copy(update={"int8_copies": False})
     reranker = (
         _build(GameAwareMemoryRerankerOptions, reranker_values, "--reranker-option")
         if reranker_values

@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         "lowest-value ones are erased down to 90%% of N (default: off)",
     )
     serve.add_argument(
+        "--no-int8-copies",
+        action="store_true",
+        help="keep no int8 copy of a large NPC's vectors (saves a quarter of their memory; "
+        "its recalls then scan the float32 rows, with the same results)",
+    )
+    serve.add_argument(
         "--request-timeout",
         type=float,
         default=None,

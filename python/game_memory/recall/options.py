@@ -38,6 +38,12 @@ class VectorMemoryStoreOptions(BaseModel):
             takes an owner past it, the owner's lowest-value memories are erased (see
             ``store/lifecycle.py`` for the value) and ``memories_evicted`` reports how
             many, 1..1,000,000.
+        int8_copies: Keep an int8 copy of the vectors of an NPC with 4,096 memories or
+            more once it was recalled 4 times (made in the background while no recall
+            runs): recalls then scan a quarter of the bytes, with the same results
+            (``recall/quantized.py``). Costs ``d + 4`` bytes a memory (about a quarter
+            of its float32 vector) and, once, about 1.1 µs of one core a memory. Off: a
+            game short of memory keeps only the float32 rows.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -58,6 +64,7 @@ class VectorMemoryStoreOptions(BaseModel):
     dispose_embedding_provider: bool = True
     fusion: FusionOptions = FusionOptions()
     maximum_memories_per_owner: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    int8_copies: bool = True
 
     def candidate_limit(self, limit: int) -> int:
         """How many candidates each channel returns for a query of ``limit``."""

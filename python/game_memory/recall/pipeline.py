@@ -336,6 +336,7 @@ async def _vector_recall(
     index = parts.index
     if index is None:
         raise _Unavailable("memory_vector_index_missing", "No vector index is configured.")
+    copies = parts.options.int8_copies
     started = time.perf_counter()
     vector = await embedder.embed_query(embedder.query_text(query))
     embedded_at = time.perf_counter()
@@ -355,14 +356,14 @@ async def _vector_recall(
                     raise
         # One executor hop for both stages; each is timed where its work runs.
         read_at = time.perf_counter()
-        hits = top_vector_candidates(joined, vector, limit, parts.helper)
+        hits = top_vector_candidates(joined, vector, limit, parts.helper, copies)
         ready = sum(j.ready for j, _, _ in joined)
         return hits, ready, read_at, time.perf_counter()
 
     cached = _cached_parts(index, embedder, parts.options, query, views)
     if cached is not None:  # held in memory and small: scored here, without a thread hop
         read_at = time.perf_counter()
-        hits = top_vector_candidates(cached, vector, limit, parts.helper)
+        hits = top_vector_candidates(cached, vector, limit, parts.helper, copies)
         ready, scored_at = sum(j.ready for j, _, _ in cached), time.perf_counter()
     else:
         hits, ready, read_at, scored_at = await parts.run(read_and_score)

@@ -119,6 +119,7 @@ def top_vector_hits(
     query: npt.NDArray[np.float32],
     limit: int,
     helper: Executor | None = None,
+    copies: bool = False,
 ) -> list[tuple[GameMemory, float]]:
     """Score every visible joined row and return the best ``limit`` memories.
 
@@ -129,6 +130,9 @@ def top_vector_hits(
         limit: How many candidates to keep.
         helper: A pool a large product is shared with (see
             :func:`game_memory.recall.product.product`); the same results without it.
+        copies: Whether large matrices may be copied to int8 for later first passes
+            (:mod:`game_memory.recall.quantized`; a front door's recall); the same results
+            either way.
 
     Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
     One matrix-vector product per partition (over the blocks of rows the query may see)
@@ -138,7 +142,7 @@ def top_vector_hits(
     vector and the query only, not on which row or backend holds it. Everything after the
     product is vectorized except the final sort, which only sees those few rows.
     """
-    return top_vector_candidates(parts, query, limit, helper)[0]
+    return top_vector_candidates(parts, query, limit, helper, copies)[0]
 
 
 def top_vector_candidates(
@@ -146,6 +150,7 @@ def top_vector_candidates(
     query: npt.NDArray[np.float32],
     limit: int,
     helper: Executor | None = None,
+    copies: bool = False,
 ) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]]:
     """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order.
 
@@ -161,7 +166,7 @@ def top_vector_candidates(
     for joined, matrix, visible in parts:
         if joined.ready == 0 or joined.view is None:
             continue
-        scored.append(_score(joined, joined.view, matrix, visible, query, helper))
+        scored.append(_score(joined, joined.view, matrix, visible, query, helper, copies))
     total = sum(part[1].size for part in scored)
     if total == 0:
         return [], []
@@ -363,6 +368,7 @@ def _score(
     visible: npt.NDArray[np.bool_],
     query: FloatVector,
     helper: Executor | None,
+    copies: bool,
 ) -> _Scored:
     """Score the rows of ``joined`` that ``visible`` shows, clipped to [-1, 1]: by the
     first pass over the matrix's int8 copy when it has one
@@ -373,7 +379,7 @@ def _score(
         count = int(np.count_nonzero(shown))
         first = int(shown.argmax()) if count else 0
         if bool(shown[first : first + count].all()):  # one run (count 0 included)
-            quick = first_pass(matrix, query, first, first + count, helper is not None)
+            quick = first_pass(matrix, query, first, first + count, copies)
             if quick is not None:
                 np.clip(quick.scores, -1.0, 1.0, out=quick.scores)
                 return view, quick.scores, None, first, matrix, 2.0 * quick.slack
@@ -389,7 +395,7 @@ def _score(
     window = margin
     if rows.size >= SCORING_BLOCK_ROWS:
         low = int(rows.min())
-        quick = first_pass(matrix, query, low, int(rows.max()) + 1, helper is not None)
+        quick = first_pass(matrix, query, low, int(rows.max()) + 1, copies)
         if quick is not None:
             scores, window = quick.scores[rows - low], 2.0 * quick.slack
     if scores is None:
