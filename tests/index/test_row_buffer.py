@@ -4,6 +4,10 @@ A grown file used to be copied into anonymous memory with room: at 100k × 384 t
 held the rows twice while copying (434 MB at its peak, 265 MB before) and the first recall
 after the first append took 85 ms. Where a map cannot grow in place, it still copies, but
 releases each window of the map it copied.
+
+A small file (``SMALL_ROWS_BYTES``) is read into memory instead: a map per small NPC cost a
+world of thousands of them thousands of address ranges. The tests of maps make every file
+"large" (``_maps_only``); the small files' tests say so.
 """
 
 from __future__ import annotations
@@ -16,10 +20,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from game_memory.index import partition as partition_module
 from game_memory.index import row_map
-from game_memory.index.partition import RowBuffer
+from game_memory.index.partition import SMALL_ROWS_BYTES, RowBuffer
 from game_memory.index.row_map import RowMap
 from support.maps import mapped_file, resident_bytes
+
+
+@pytest.fixture(autouse=True)
+def _maps_only(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if "small" not in request.node.name:
+        monkeypatch.setattr(partition_module, "SMALL_ROWS_BYTES", 0)
 
 
 def _append(path: Path, rows: np.ndarray, torn: bytes = b"") -> None:
@@ -181,3 +192,49 @@ def test_readers_of_handed_out_rows_see_them_unchanged_while_the_file_grows(
     assert not problems and sweeps[0] > 100
     assert len({matrix[:1].ctypes.data for matrix in handed}) >= 2  # outgrown: mapped again
     assert float(buffer.array.sum(dtype=np.float64)) == dimensions * sum(range(4_000))
+
+
+def test_a_small_row_file_is_read_not_mapped_and_grows_in_memory(tmp_path: Path) -> None:
+    path = tmp_path / "rows.f32"
+    rng = np.random.default_rng(9)
+    dimensions = 4
+    rows = rng.standard_normal((SMALL_ROWS_BYTES // 16 + 50, dimensions)).astype(np.float32)
+    _append(path, rows[:10], torn=b"\x01\x02")  # a row being written is not read
+    buffer = RowBuffer(tag=1, dimensions=dimensions)
+    handed = buffer.load(str(path), 10)
+    first = handed.copy()
+    assert mapped_file(handed) != str(path)  # held in memory
+    assert np.array_equal(handed, rows[:10])
+    with path.open("r+b") as file:  # complete the torn row, then append more
+        file.truncate(10 * 16)
+    _append(path, rows[10:40])
+    grown = buffer.load(str(path), 40)
+    assert np.array_equal(grown, rows[:40]) and mapped_file(grown) != str(path)
+    assert np.array_equal(handed, first)  # arrays handed out are never written again
+    # Past SMALL_ROWS_BYTES it is mapped like any large file; earlier arrays stay valid.
+    _append(path, rows[40:])
+    large = buffer.load(str(path), rows.shape[0])
+    assert mapped_file(large) == str(path)
+    assert np.array_equal(large, rows) and np.array_equal(handed, first)
+
+
+def test_small_row_files_cost_no_address_range_of_their_own(tmp_path: Path) -> None:
+    """A world of thousands of small NPCs: each NPC's row file mapped was two address ranges
+    (its rows and the reserve after them) against the kernel's 65,530 by default; read into
+    memory, 200 of them add none."""
+
+    def ranges() -> int:
+        with open("/proc/self/maps") as maps:
+            return sum(1 for _ in maps)
+
+    rng = np.random.default_rng(3)
+    paths = []
+    for number in range(200):
+        path = tmp_path / f"rows-{number}.f32"
+        _append(path, rng.standard_normal((10, 384)).astype(np.float32))
+        paths.append(path)
+    before = ranges()
+    buffers = [RowBuffer(tag=1, dimensions=384) for _ in paths]
+    held = [buffer.load(str(path), 10) for buffer, path in zip(buffers, paths, strict=True)]
+    assert ranges() - before < 20  # the heap may grow by an arena or two, not 400 ranges
+    assert all(array.shape == (10, 384) for array in held)

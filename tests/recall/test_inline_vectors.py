@@ -24,6 +24,7 @@ import pytest
 
 from game_memory import VectorMemoryStore
 from game_memory.index import join, row_map
+from game_memory.index import partition as partition_module
 from game_memory.index.partition import RowBuffer
 from game_memory.recall import pipeline
 from support.maps import mapped_file
@@ -242,9 +243,14 @@ def appender(path: Path) -> Callable[[np.ndarray], Any]:
     return append
 
 
+@pytest.mark.parametrize("small", [False, True], ids=["mapped", "small-read"])
 def test_a_writer_s_rows_are_mapped_as_checked_only_after_every_checked_row(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool
 ) -> None:
+    # A small file is read into memory with room (``SMALL_ROWS_BYTES``), a large one mapped:
+    # a writer's rows are taken alike, into the room or mapped in place.
+    if not small:
+        monkeypatch.setattr(partition_module, "SMALL_ROWS_BYTES", 0)
     path, rows = rows_file(tmp_path)
 
     append = appender(path)
@@ -264,7 +270,8 @@ def test_a_writer_s_rows_are_mapped_as_checked_only_after_every_checked_row(
         assert not buffer.take_written(str(path), 4, info, Written(4), Written(6))
     assert buffer.rows == 4 and buffer.checked == 4
     assert buffer.take_written(str(path), 4, info, Written(4), Written(6))
-    assert buffer.rows == 6 and buffer.checked == 6 and mapped_file(buffer.array) == str(path)
+    assert buffer.rows == 6 and buffer.checked == 6
+    assert (mapped_file(buffer.array) == str(path)) is not small
     assert buffer.file is not None and buffer.file[2] == info.st_size
     held = buffer.checked_rows(Written(6), 6)
     assert held is not None and np.array_equal(held, np.concatenate((rows, one, two)))
@@ -281,6 +288,7 @@ def test_where_a_map_cannot_grow_in_place_the_writer_leaves_the_first_copy_to_a_
     # The first growth without an in-place map copies every row: never on the writer's
     # thread (the event loop), always on a search's (the pool). Later rows fit the room.
     monkeypatch.setattr(row_map, "_MMAP", None)  # as on Windows
+    monkeypatch.setattr(partition_module, "SMALL_ROWS_BYTES", 0)  # a file that is mapped
     path, rows = rows_file(tmp_path)
 
     append = appender(path)

@@ -489,10 +489,11 @@ class JoinCache:
     index's ``digest_cache_entries``), least recently used dropped first (the latest
     join is always kept). Without it, 4,096 joins kept their views whatever the store's
     partition cache let go: 1,000 NPCs of 100 memories held all 100,000 parsed memories
-    (785 MB) under a partition cache of 5,000.
+    (785 MB) under a partition cache of 5,000. The count bound was 4,096 until a world of
+    5,000 NPCs was measured re-joining every partition on every session-wide call.
     """
 
-    def __init__(self, digests: MemoryDigests, maximum: int = 4_096) -> None:
+    def __init__(self, digests: MemoryDigests, maximum: int = 16_384) -> None:
         self._digests = digests
         self._maximum = maximum
         self._maximum_memories = digests.maximum

@@ -7,8 +7,9 @@ built on first use: a recall whose entries line up with the snapshot (``join.py`
 needs it, so opening a large partition creates no object per entry. A
 :class:`RowBuffer` holds the float32 rows of one identity and generation, memory-mapped
 from the row file (read-only; the page cache is shared, nothing is copied; a grown file is
-mapped in place, ``row_map.py``), and checksums each row once (or trusts a verified
-stamp, ``stamps.py``).
+mapped in place, ``row_map.py``) unless the file is small (read into memory: a map per small
+NPC would cost the process two address ranges each), and checksums each row once (or trusts
+a verified stamp, ``stamps.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 MAXIMUM_ROWS_BYTES = 1 << 40
+#: A row file of at most this many bytes is read into memory, not mapped (``RowBuffer``):
+#: 85 rows of 384 values, 32 of 1,024.
+SMALL_ROWS_BYTES = 128 << 10
 FloatMatrix = npt.NDArray[np.float32]
 
 
@@ -297,6 +301,7 @@ class RowBuffer:
         self.file: tuple[int, int, int, int, int] | None = None  # what was mapped (stamps.py)
         self._spare: FloatMatrix | None = None  # rows held in memory, with room (``_grow``)
         self._map: RowMap | None = None  # the map ``array`` views, unless rows were copied
+        self._small = False  # first read whole into memory (``SMALL_ROWS_BYTES``)
         self.lock = threading.Lock()
 
     def load(self, path: str, needed: int) -> FloatMatrix:
@@ -409,7 +414,7 @@ class RowBuffer:
         self.checked = partition.records
         return int(rows.size)
 
-    def _grow(self, fd: int, total: int) -> int:
+    def _grow(self, fd: int, total: int, *, small: bool = False) -> int:
         """Read rows ``rows..total`` into spare room after the rows held; return the rows
         now held (fewer than ``total`` only if the file ended early). Where a map cannot
         be extended in place (``row_map.py``).
@@ -425,7 +430,9 @@ class RowBuffer:
         """
         spare = self._spare
         if spare is None or spare.shape[0] < total:
-            room = max(total + total // 2, total + 1_024)
+            # A small file read whole (``small``): room of half again, at least 16 rows;
+            # a few kilobytes from the heap, not an address range of its own.
+            room = total + max(total // 2, 16) if small else max(total + total // 2, total + 1_024)
             grown = empty_buffer((room, self.dimensions), np.float32)
             _copy_rows(grown, self.array, self.rows, self._map)
             spare = self._spare = grown
@@ -466,9 +473,18 @@ class RowBuffer:
             same = self.file is not None and self.file[:2] == (info.st_dev, info.st_ino)
             if held is not None and self.rows and same and held.extend(fd, total):
                 self.array = held.array()  # mapped in place: nothing paged in again
-            elif self.rows and (held is None or not held.extendable):
+            elif total * row_bytes <= SMALL_ROWS_BYTES and (not self.rows or self._small):
+                # A small NPC's rows: read, not mapped. A map is two address ranges of the
+                # process (the rows and the reserve after them), and a world of thousands
+                # of small NPCs would hold thousands (the kernel allows 65,530 by default)
+                # for a few kilobytes each.
+                self._small = True
+                total = self._grow(fd, total, small=True)
+            elif self.rows and not self._small and (held is None or not held.extendable):
                 total = self._grow(fd, total)  # no map grows in place here: copy
-            else:  # the first read, or a map the file outgrew: map it (again)
+            else:  # the first read, a small file grown large, or a map it outgrew: map it
+                self._small = False
+                self._spare = None  # arrays handed out keep their rows alive
                 self._map = RowMap(fd, total, self.dimensions)
                 self.array = self._map.array()
             self.rows = total
