@@ -17,6 +17,7 @@ import numpy.typing as npt
 import pytest
 
 from game_memory.recall.vectors import (
+    _MANY_PARTS,
     SCORING_BLOCK_ROWS,
     score_rows,
     score_span,
@@ -238,3 +239,47 @@ def test_the_best_rows_are_chosen_by_their_exact_scores(make_memory: MemoryFacto
             by_product = sorted(range(count), key=lambda index: (-product[index], index))
             misordered += by_product[:limit] != expected[:limit]
     assert misordered  # the product's own order would have failed this test
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_top_candidates_over_many_npcs_equal_a_plain_reference(
+    make_memory: MemoryFactory, seed: int
+) -> None:
+    """A session-wide recall: more partitions than ``_MANY_PARTS``, selected in one pass
+    over all their scores and scored exactly in one call, as part by part."""
+    rng = np.random.default_rng(900 + seed)
+    dimensions = 4
+    palette = rng.standard_normal((6, dimensions))
+    palette /= np.linalg.norm(palette, axis=1, keepdims=True)
+    parts: list[Part] = []
+    for number in range(_MANY_PARTS + 37):
+        owner = f"npc-{number:03d}"
+        count = int(rng.integers(1, 40))
+        memories = [
+            make_memory(
+                f"{owner}-{index:03d}",
+                owner_id=owner,
+                tick=index if seed % 2 else int(rng.integers(0, count)),
+                importance=float(rng.choice([0.0, 0.5, 1.0])),
+            )
+            for index in range(count)
+        ]
+        if seed >= 2:  # few distinct vectors across the world: ties between NPCs
+            matrix = palette[rng.integers(0, 6, count)].astype(np.float32)
+        else:
+            matrix = rng.standard_normal((count, dimensions))
+            matrix = (matrix / np.linalg.norm(matrix, axis=1, keepdims=True)).astype(np.float32)
+        order = np.arange(count) if number % 3 else rng.permutation(count)
+        joined = part_of(memories, order.tolist(), matrix)
+        ticks = np.array([memory.moment.tick for memory in memories])
+        visible = ticks <= int(rng.integers(0, count + 1))
+        parts.append((joined, matrix, visible))
+    query = rng.standard_normal(dimensions).astype(np.float32)
+    query /= np.linalg.norm(query)
+    for limit in (1, 8, 32, 10_000):
+        hits, vectors = top_vector_candidates(parts, query, limit)
+        found = [
+            (memory.memory_id, score, vector.tolist())
+            for (memory, score), vector in zip(hits, vectors, strict=True)
+        ]
+        assert found == reference_top(parts, query, limit)

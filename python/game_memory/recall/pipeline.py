@@ -306,6 +306,11 @@ def _cached_parts(
     """What :func:`_read_parts` would return, when the index holds every view's join and
     rows in memory and they are few (:data:`INLINE_ROWS`); ``None`` when the blocking path
     must run (anything to read, check or report, or more rows)."""
+    if sum(map(len, views)) > INLINE_ROWS:
+        # More memories than that: the rows are (nearly always) more too, and asking the
+        # index about each view first cost a session-wide recall over 5,000 NPCs 110 ms of
+        # lookups whose answer was then dropped. ``None`` is always a correct answer.
+        return None
     identity = embedder.identity
     held: list[tuple[PartitionJoin, FloatMatrix, PartitionView]] = []
     entries = rows = 0
@@ -318,6 +323,8 @@ def _cached_parts(
             return None
         entries += joined.entries
         rows += matrix.shape[0]
+        if rows > INLINE_ROWS:
+            return None
         held.append((joined, matrix, view))
     too_many = entries * identity.dimensions > options.maximum_vector_comparisons_per_search
     if not held or too_many or rows > INLINE_ROWS:

@@ -171,11 +171,17 @@ def top_vector_candidates(
     if total == 0:
         return [], []
     floors = _floors(scored, total, limit)
-    chosen = [_chosen(part, floor) for part, floor in zip(scored, floors, strict=True)]
+    if len(scored) > _MANY_PARTS and floors.count(floors[0]) == len(floors):
+        chosen = _chosen_among_many(scored, floors[0])
+    else:
+        chosen = [_chosen(part, floor) for part, floor in zip(scored, floors, strict=True)]
     if any(part[5] > selection_margin(query.size) for part in scored):
         chosen = _narrowed(chosen, query, limit)  # a first pass kept a wider window
     query64 = query.astype(np.float64)
-    picks = [(rows, gathered, exact_scores(gathered, query64)) for rows, gathered in chosen]
+    if len(chosen) > _MANY_PARTS:
+        picks = _exact_among_many(chosen, query64)
+    else:
+        picks = [(rows, gathered, exact_scores(gathered, query64)) for rows, gathered in chosen]
     if len(scored) == 1:
         distinct = _distinct_top(scored[0], picks[0], limit)
         if distinct is not None:
@@ -290,6 +296,48 @@ def _chosen(scored: _Scored, floor: float | None) -> tuple[IntArray, FloatMatrix
     chosen = np.arange(scores.size) if floor is None else np.flatnonzero(scores >= floor)
     rows = chosen + first if places is None else places[1][chosen]
     return chosen, matrix[rows]
+
+
+#: Parts (NPCs) from which a recall's selection runs once over all of them rather than part
+#: by part: a session-wide recall over 5,000 NPCs made some ten numpy calls per NPC there,
+#: nearly all for NPCs none of whose rows could reach the best.
+_MANY_PARTS = 64
+
+
+def _chosen_among_many(
+    scored: Sequence[_Scored], floor: float | None
+) -> list[tuple[IntArray, FloatMatrix]]:
+    """:func:`_chosen` of every part with one ``floor``: one comparison over all the
+    scores, and rows gathered only for the parts that hold a chosen one."""
+    if floor is None:
+        return [_chosen(part, None) for part in scored]
+    sizes = [part[1].size for part in scored]
+    starts = np.cumsum([0, *sizes])
+    everything = np.concatenate([part[1] for part in scored])
+    found = np.flatnonzero(everything >= floor)
+    owners = np.searchsorted(starts, found, side="right") - 1
+    none = np.empty(0, dtype=np.int64)
+    chosen: list[tuple[IntArray, FloatMatrix]] = [(none, part[4][:0]) for part in scored]
+    for number in np.unique(owners).tolist():
+        _, _, places, first, matrix, _ = scored[number]
+        indices = found[owners == number] - starts[number]
+        rows = indices + first if places is None else places[1][indices]
+        chosen[number] = (indices, matrix[rows])
+    return chosen
+
+
+def _exact_among_many(
+    chosen: Sequence[tuple[IntArray, FloatMatrix]], query64: npt.NDArray[np.float64]
+) -> list[tuple[IntArray, FloatMatrix, FloatVector]]:
+    """:func:`exact_scores` of every part's chosen rows in one call (a row's exact score
+    does not depend on the rows beside it), split back by part."""
+    sizes = [gathered.shape[0] for _, gathered in chosen]
+    held = [gathered for _, gathered in chosen if gathered.shape[0]]
+    if not held:
+        return [(rows, gathered, np.empty(0, dtype=np.float32)) for rows, gathered in chosen]
+    exact = exact_scores(np.concatenate(held), query64)
+    parts = np.split(exact, np.cumsum(sizes)[:-1])
+    return [(rows, gathered, part) for (rows, gathered), part in zip(chosen, parts, strict=True)]
 
 
 def _narrowed(
