@@ -122,15 +122,7 @@ def test_top_candidates_equal_a_plain_reference_on_random_partitions(
         if seed == 5:
             visible = rng.random(count) < 0.02  # a few scattered visible memories
         parts.append((joined, matrix, visible))
-    query = rng.standard_normal(dimensions).astype(np.float32)
-    query /= np.linalg.norm(query)
-    for limit in (1, 8, 32, 10_000):
-        hits, vectors = top_vector_candidates(parts, query, limit)
-        found = [
-            (memory.memory_id, score, vector.tolist())
-            for (memory, score), vector in zip(hits, vectors, strict=True)
-        ]
-        assert found == reference_top(parts, query, limit)
+    _top_equals_the_reference(parts, rng, dimensions)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -274,6 +266,12 @@ def test_top_candidates_over_many_npcs_equal_a_plain_reference(
         ticks = np.array([memory.moment.tick for memory in memories])
         visible = ticks <= int(rng.integers(0, count + 1))
         parts.append((joined, matrix, visible))
+    _top_equals_the_reference(parts, rng, dimensions)
+
+
+def _top_equals_the_reference(parts: list[Part], rng: np.random.Generator, dimensions: int) -> None:
+    """For a random unit query, the candidates at limits 1, 8, 32 and 10,000 are the plain
+    reference's (memories, order, scores and vectors)."""
     query = rng.standard_normal(dimensions).astype(np.float32)
     query /= np.linalg.norm(query)
     for limit in (1, 8, 32, 10_000):
