@@ -113,7 +113,7 @@ _CHUNK_ROWS = 256
 #: twice is not copied.
 COPY_AFTER = 4
 #: Most bytes all copies hold together (codes and scales), least recently used dropped first:
-#: 640k rows of 384 values.
+#: about 690k rows of 384 values.
 COPIES_BYTES = 256 << 20
 #: Largest dimension count: ``127 · 127 · d`` must stay exact in the kernel's int32 sums.
 _MOST_DIMENSIONS = 65_536
