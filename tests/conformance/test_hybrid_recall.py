@@ -6,6 +6,7 @@ The provider is the deterministic hashing one (``support.providers``: "feline" e
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from game_memory import (
     StoreClosedError,
     VectorMemoryState,
 )
+from game_memory.recall import quantized
 from support.providers import Fault, FaultyProvider
 from support.vectors import Diagnostics, MemoryFactory, query
 
@@ -262,3 +264,49 @@ async def test_a_closed_front_door_refuses_every_call(
             await operation
     with pytest.raises(StoreClosedError):  # the store and index were closed with it
         await memory.authoritative.count()
+
+
+async def test_a_large_npc_answers_the_same_with_its_int8_copy(
+    open_hybrid: HybridFactory,
+    provider: FaultyProvider,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every index hands out rows that never change while their array lives (its
+    ``vectors`` contract), which the int8 copies rely on: on every store × index pair, an
+    NPC of 4,200 memories answers the same before and after its rows were copied."""
+    memory = open_hybrid(provider)
+    words = ["cat", "roof", "bridge", "storm", "bread", "sword", "river", "inn", "king"]
+    records = [
+        make_memory(
+            f"m{number:05d}",
+            text=f"{words[number % 9]} {words[(number * 7) % 9]} note {number}",
+            tick=number,
+            importance=(number % 3) / 2,
+        )
+        for number in range(quantized.QUANTIZED_FROM_ROWS + 104)
+    ]
+    assert all(await memory.append_many(records))
+    asked = [query("feline bridge", limit=8), query("storm over the inn", limit=8)]
+
+    async def answers() -> list[list[tuple[str, float | None, float]]]:
+        results = [await memory.recall(question) for question in asked]
+        assert not any(result.fallback for result in results)
+        return [
+            [(hit.memory.memory_id, hit.vector_score, hit.fused_score) for hit in result.hits]
+            for result in results
+        ]
+
+    quantized.forget_all()
+    with monkeypatch.context() as patched:
+        patched.setattr(quantized, "_DOT", None)  # as on a platform without SimSIMD
+        before = await answers()
+    for _ in range(quantized.COPY_AFTER):
+        await memory.recall(asked[0])
+    for _ in range(300):
+        if quantized.held_bytes():
+            break
+        await asyncio.sleep(0.01)
+    assert quantized.held_bytes() > 0  # this index's rows were copied
+    assert await answers() == before
+    quantized.forget_all()
