@@ -16,34 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from game_memory import GameMemory, GameMoment, open_memory
-from game_memory.embedding.embedder import Embedder
-from game_memory.embedding.gate import EmbeddingGate
+from game_memory import GameMemory, open_memory
 from game_memory.embedding.hashing import HashingEmbeddingProvider
-from game_memory.embedding.projector import MemoryTextProjector
+from support.erased import files_holding, vector_bytes, witnessed
 
 
 def _memory(memory_id: str) -> GameMemory:
-    return GameMemory(
-        memory_id=memory_id,
-        session_id="slot",
-        owner_id="mira",
-        scope="personal",
-        kind="event",
-        payload_json="{}",
-        moment=GameMoment(timeline_id="main", tick=1),
-        searchable_text=f"ORPHAN-MARKER {memory_id} the well is dry",
-    )
-
-
-async def _vector_bytes(memory: GameMemory) -> bytes:
-    embedder = Embedder(HashingEmbeddingProvider(), EmbeddingGate(1, 60.0), MemoryTextProjector())
-    matrix = await embedder.embed_documents([memory], "the erased memory")
-    return np.asarray(matrix[0], dtype="<f4").tobytes()
-
-
-def _holding(folder: Path, data: bytes) -> list[str]:
-    return sorted(p.name for p in folder.rglob("*") if p.is_file() and data in p.read_bytes())
+    return witnessed(memory_id, "ORPHAN-MARKER the well is dry")
 
 
 @pytest.mark.parametrize("shape", ["listed", "owner", "session"])
@@ -54,15 +33,15 @@ async def test_an_erase_removes_rows_a_writer_killed_before_its_entries_left(
     item = _memory("m1")
     async with await open_memory(save, index=index, model="hashing") as memory:
         await memory.append(item)
-    vector = await _vector_bytes(item)
-    assert _holding(index, vector)  # the grep finds the vector where it is
+    vector = await vector_bytes([item])
+    assert files_holding(index, vector)  # the grep finds the vector where it is
     for entries in index.rglob("o-*.entries"):
         os.unlink(entries)  # as a writer killed after the rows, before the entries, leaves it
-    assert _holding(index, vector)
+    assert files_holding(index, vector)
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         owner = None if shape == "session" else "mira"
         assert await memory.erase("slot", owner, ["m1"] if shape == "listed" else None) == 1
-    assert _holding(index, vector) == []
+    assert files_holding(index, vector) == []
     assert not [p for p in index.rglob("*") if p.is_file() and b"ORPHAN-MARKER" in p.read_bytes()]
 
 
@@ -74,7 +53,7 @@ async def test_an_erase_removes_the_temporary_file_a_killed_index_compaction_lef
     item = _memory("m1")
     async with await open_memory(save, index=index, model="hashing") as memory:
         await memory.append(item)
-    vector = await _vector_bytes(item)
+    vector = await vector_bytes([item])
     (rows,) = index.rglob("o-*.f32")
     # A compaction killed mid atomic write leaves <rows>.<uuid>.tmp with the vectors it kept.
     rows.with_name(f"{rows.name}.0123456789abcdef0123456789abcdef.tmp").write_bytes(
@@ -83,7 +62,7 @@ async def test_an_erase_removes_the_temporary_file_a_killed_index_compaction_lef
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         owner = None if shape == "session" else "mira"
         assert await memory.erase("slot", owner, ["m1"] if shape == "listed" else None) == 1
-    assert _holding(index, vector) == []
+    assert files_holding(index, vector) == []
 
 
 @pytest.mark.parametrize("shape", ["listed", "owner", "session"])

@@ -25,47 +25,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from game_memory import GameMemory, GameMemoryQuery, GameMoment, VectorMemoryState, open_memory
-from game_memory.embedding.embedder import Embedder
-from game_memory.embedding.gate import EmbeddingGate
+from game_memory import GameMemory, GameMemoryQuery, VectorMemoryState, open_memory
 from game_memory.embedding.hashing import HashingEmbeddingProvider
-from game_memory.embedding.projector import MemoryTextProjector
 from game_memory.errors import DerivedIndexError
 from game_memory.index import engine, writer
 from game_memory.index.file_index import FileVectorMemoryIndex
+from support.erased import files_holding, vector_bytes, witnessed
 
 _KEPT = [f"m{i}" for i in range(1, 9, 2)]
 _ERASED = [f"m{i}" for i in range(0, 9, 2)]
 
 
 def _memory(memory_id: str, tick: int = 1) -> GameMemory:
-    return GameMemory(
-        memory_id=memory_id,
-        session_id="slot",
-        owner_id="mira",
-        scope="personal",
-        kind="event",
-        payload_json="{}",
-        moment=GameMoment(timeline_id="main", tick=tick),
-        searchable_text=f"{memory_id} saw the wolves cross the frozen river",
-    )
-
-
-async def _vectors(memories: list[GameMemory]) -> list[bytes]:
-    embedder = Embedder(HashingEmbeddingProvider(), EmbeddingGate(1, 60.0), MemoryTextProjector())
-    matrix = await embedder.embed_documents(memories, "the erased memories")
-    return [np.asarray(row, dtype="<f4").tobytes() for row in matrix]
-
-
-def _holding(folder: Path, vectors: list[bytes]) -> list[str]:
-    """The files under ``folder`` holding any of ``vectors`` (their float32 bytes)."""
-    found = []
-    for path in sorted(folder.rglob("*")):
-        if path.is_file():
-            data = path.read_bytes()
-            if any(vector in data for vector in vectors):
-                found.append(path.name)
-    return found
+    return witnessed(memory_id, "saw the wolves cross the frozen river", tick)
 
 
 class _Killed(OSError):
@@ -89,7 +61,7 @@ async def _saved(save: Path, index: Path) -> list[bytes]:
     items = [_memory(m, tick) for tick, m in enumerate(sorted(_KEPT + _ERASED))]
     async with await open_memory(save, index=index, model="hashing") as memory:
         await memory.append_many(items)
-    return await _vectors([m for m in items if m.memory_id in _ERASED])
+    return await vector_bytes([m for m in items if m.memory_id in _ERASED])
 
 
 # The steps of a partition rewrite a kill can stop before: the old generation's removal
@@ -104,25 +76,25 @@ async def test_the_next_append_after_a_killed_erase_removes_the_erased_vectors(
 ) -> None:
     save, index = tmp_path / "save", tmp_path / "save.index"
     erased = await _saved(save, index)
-    assert len(_holding(index, erased)) == 1  # the grep finds them where they are
+    assert len(files_holding(index, erased)) == 1  # the grep finds them where they are
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         with _killed_before(step), pytest.raises((DerivedIndexError, _Killed)):
             await memory.erase("slot", "mira", _ERASED)
     # The kill left the erased vectors in the index folder.
-    assert _holding(index, erased)
+    assert files_holding(index, erased)
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         status = await memory.get_status("slot")
         # Not called clean while the erased vectors are there.
         assert status.state is not VectorMemoryState.READY or status.requires_rebuild
         await memory.append(_memory("after", 99))  # the next use of the partition
-        assert _holding(index, erased) == []
+        assert files_holding(index, erased) == []
         status = await memory.get_status("slot")
         assert status.state is VectorMemoryState.READY
         assert (status.ready_entries, status.orphan_entries) == (len(_KEPT) + 1, 0)
         query = GameMemoryQuery(session_id="slot", owner_id="mira", text="wolves", limit=20)
         found = await memory.recall(query, require_semantic=True)
         assert sorted(m.memory_id for m in found.memories) == sorted([*_KEPT, "after"])
-    assert _holding(index, erased) == []
+    assert files_holding(index, erased) == []
 
 
 @pytest.mark.parametrize("step", _STEPS)
@@ -140,9 +112,9 @@ async def test_a_writer_that_kept_running_removes_what_another_killed_writer_lef
     a.write([_memory("before", 50)], one, identity)  # a holds the partition, tidied
     with _killed_before(step), pytest.raises((DerivedIndexError, _Killed)):
         b.erase("slot", "mira", _ERASED)
-    assert _holding(folder, erased)
+    assert files_holding(folder, erased)
     a.write([_memory("after", 99)], one * 2, identity)
-    assert _holding(folder, erased) == []
+    assert files_holding(folder, erased) == []
     await a.aclose()
     await b.aclose()
 
@@ -155,10 +127,10 @@ async def test_the_next_append_after_a_killed_owner_erase_removes_its_rows(tmp_p
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         with _killed_before("_remove_row_files"), pytest.raises((DerivedIndexError, _Killed)):
             await memory.erase("slot", "mira")
-    assert _holding(index, erased)
+    assert files_holding(index, erased)
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         await memory.append(_memory("after", 99))
-        assert _holding(index, erased) == []
+        assert files_holding(index, erased) == []
         status = await memory.get_status("slot")
         assert (status.state, status.ready_entries) == (VectorMemoryState.READY, 1)
 
@@ -171,7 +143,7 @@ async def test_a_rebuild_removes_what_a_killed_erase_left(tmp_path: Path) -> Non
             await memory.erase("slot", "mira", _ERASED)
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         status = await memory.rebuild("slot")
-        assert _holding(index, erased) == []
+        assert files_holding(index, erased) == []
         assert (status.state, status.ready_entries) == (VectorMemoryState.READY, len(_KEPT))
 
 
@@ -187,12 +159,12 @@ async def test_status_reports_a_leftover_row_file_and_a_rebuild_removes_it(
     data = old.read_bytes()
     async with await open_memory(save, index=index, model="hashing", create=False) as memory:
         await memory.erase("slot", "mira", _ERASED)
-        assert _holding(index, erased) == []
+        assert files_holding(index, erased) == []
         old.write_bytes(data)  # back, as a kill before the old generation's removal left it
         status = await memory.get_status("slot")
         assert status.requires_rebuild
         rebuilt = await memory.rebuild("slot")
-        assert _holding(index, erased) == []
+        assert files_holding(index, erased) == []
         assert (rebuilt.state, rebuilt.ready_entries) == (VectorMemoryState.READY, len(_KEPT))
 
 

@@ -50,6 +50,21 @@ def _no_copies() -> Iterator[None]:
     quantized.forget_all()
 
 
+@pytest.fixture
+def used(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each first pass the recall's scoring asked for answered from a copy."""
+    answers: list[bool] = []
+    real = quantized.first_pass
+
+    def spy(*arguments: object) -> object:
+        found = real(*arguments)  # type: ignore[arg-type]
+        answers.append(found is not None)
+        return found
+
+    monkeypatch.setattr("game_memory.recall.vectors.first_pass", spy)
+    return answers
+
+
 def _unit(rows: npt.NDArray[np.floating]) -> Matrix:
     norms = np.linalg.norm(rows, axis=-1, keepdims=True)
     return (rows / np.where(norms == 0, 1, norms)).astype(np.float32)
@@ -169,20 +184,11 @@ def _memories_and_parts(
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_best_are_the_same_with_and_without_the_copy(
-    make_memory: MemoryFactory, seed: int, monkeypatch: pytest.MonkeyPatch
+    make_memory: MemoryFactory, seed: int, used: list[bool]
 ) -> None:
     rng = np.random.default_rng(300 + seed)
     parts, matrix = _memories_and_parts(make_memory, rng, seed)
     query = _unit(rng.standard_normal(matrix.shape[1]))
-    used: list[bool] = []
-    real = quantized.first_pass
-
-    def spy(*arguments: object) -> object:
-        found = real(*arguments)  # type: ignore[arg-type]
-        used.append(found is not None)
-        return found
-
-    monkeypatch.setattr("game_memory.recall.vectors.first_pass", spy)
     for limit in (1, 8, 32, 10_000):
         without = top_vector_candidates(parts, query, limit)
         assert copy_now(matrix)
@@ -213,7 +219,7 @@ def _until_copied(owner: Matrix, rows: int) -> None:
 
 
 def test_rows_appended_after_the_copy_are_scored_and_the_copy_extended(
-    make_memory: MemoryFactory, monkeypatch: pytest.MonkeyPatch
+    make_memory: MemoryFactory, used: list[bool]
 ) -> None:
     """An owner that grows in place (the in-memory and PostgreSQL indexes' buffers): the
     copy of its first rows stays valid, up to ``STALE_ROWS`` rows after it are scored by
@@ -228,15 +234,6 @@ def test_rows_appended_after_the_copy_are_scored_and_the_copy_extended(
     owner[first + few + 7] = _unit(np.ones(dimensions))
     memories = [make_memory(f"m{index:05d}", tick=index) for index in range(first + more)]
     query = _unit(np.ones(dimensions))
-    used: list[bool] = []
-    real = quantized.first_pass
-
-    def spy(*arguments: object) -> object:
-        found = real(*arguments)  # type: ignore[arg-type]
-        used.append(found is not None)
-        return found
-
-    monkeypatch.setattr("game_memory.recall.vectors.first_pass", spy)
     with ThreadPoolExecutor(1) as pool:
         for rows in (first + few, first + more, first + more):
             grown = owner[:rows]

@@ -327,7 +327,7 @@ def _cached_parts(
             return None
         held.append((joined, matrix, view))
     too_many = entries * identity.dimensions > options.maximum_vector_comparisons_per_search
-    if not held or too_many or rows > INLINE_ROWS:
+    if not held or too_many:
         return None
     return [(joined, matrix, view.mask(query)) for joined, matrix, view in held]
 

@@ -119,7 +119,6 @@ def top_vector_hits(
     query: npt.NDArray[np.float32],
     limit: int,
     helper: Executor | None = None,
-    copies: bool = False,
 ) -> list[tuple[GameMemory, float]]:
     """Score every visible joined row and return the best ``limit`` memories.
 
@@ -130,9 +129,6 @@ def top_vector_hits(
         limit: How many candidates to keep.
         helper: A pool a large product is shared with (see
             :func:`game_memory.recall.product.product`); the same results without it.
-        copies: Whether large matrices may be copied to int8 for later first passes
-            (:mod:`game_memory.recall.quantized`; a front door's recall); the same results
-            either way.
 
     Order: cosine (clamped to [-1, 1]) desc, importance desc, tick desc, owner, memory id.
     One matrix-vector product per partition (over the blocks of rows the query may see)
@@ -142,7 +138,7 @@ def top_vector_hits(
     vector and the query only, not on which row or backend holds it. Everything after the
     product is vectorized except the final sort, which only sees those few rows.
     """
-    return top_vector_candidates(parts, query, limit, helper, copies)[0]
+    return top_vector_candidates(parts, query, limit, helper)[0]
 
 
 def top_vector_candidates(
@@ -153,6 +149,10 @@ def top_vector_candidates(
     copies: bool = False,
 ) -> tuple[list[tuple[GameMemory, float]], list[npt.NDArray[np.float32]]]:
     """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order.
+
+    ``copies``: whether large matrices may be copied to int8 for later first passes
+    (:mod:`game_memory.recall.quantized`; a front door's recall); the same results either
+    way.
 
     A dense join (``PartitionJoin.dense``: row ``i`` is view position ``i``, the usual case)
     whose visible rows form one run (a query as of a moment sees a prefix) is scored by
