@@ -97,9 +97,9 @@ async def seed(folder: Path, size: int) -> Json:
 async def settled() -> None:
     """Wait (at most 5 s) until the int8 copies of the rows, which a build from the tenth
     session makes after an NPC's 4th recall while no recall runs, stop growing: a game
-    asks between frames, so its warm recalls find them made (``recall/quantized.py``)."""
+    asks between frames, so its warm recalls find them made (``index/quantized.py``)."""
     try:
-        from game_memory.recall.quantized import held_bytes
+        from game_memory.index.quantized import held_bytes
     except ImportError:  # an earlier build: nothing to wait for
         return
     last = -1

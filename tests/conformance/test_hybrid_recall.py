@@ -18,7 +18,7 @@ from game_memory import (
     StoreClosedError,
     VectorMemoryState,
 )
-from game_memory.recall import quantized
+from game_memory.index import quantized
 from support.providers import Fault, FaultyProvider
 from support.vectors import Diagnostics, MemoryFactory, query
 

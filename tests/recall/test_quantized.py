@@ -1,6 +1,6 @@
 """A recall's first pass over int8 copies of the rows selects, and changes no result.
 
-:mod:`game_memory.recall.quantized` promises that every row's approximate score lies within
+:mod:`game_memory.index.quantized` promises that every row's approximate score lies within
 its ``slack`` of the row's exact score (whatever the rows and query hold), so that the rows
 it drops cannot reach the best ``limit``; and :func:`top_vector_candidates` with a copy
 returns what it returns without one (same memories, order, scores and vectors). These tests
@@ -24,8 +24,8 @@ import pytest
 
 from game_memory import GameMemoryQuery, GameMoment
 from game_memory.embedding.hashing import HashingEmbeddingProvider
-from game_memory.recall import quantized
-from game_memory.recall.quantized import (
+from game_memory.index import quantized
+from game_memory.index.quantized import (
     COPY_AFTER,
     COPY_SLICE_ROWS,
     QUANTIZED_FROM_ROWS,
@@ -35,6 +35,7 @@ from game_memory.recall.quantized import (
     held_bytes,
 )
 from game_memory.recall.vectors import exact_scores, top_vector_candidates
+from support.first_passes import spy_first_passes
 from support.joins import Part, part_of, reference_top
 from support.vectors import MemoryFactory, VectorStoreFactory
 
@@ -52,17 +53,8 @@ def _no_copies() -> Iterator[None]:
 
 @pytest.fixture
 def used(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Whether each first pass the recall's scoring asked for answered from a copy."""
-    answers: list[bool] = []
-    real = quantized.first_pass
-
-    def spy(*arguments: object) -> object:
-        found = real(*arguments)  # type: ignore[arg-type]
-        answers.append(found is not None)
-        return found
-
-    monkeypatch.setattr("game_memory.recall.vectors.first_pass", spy)
-    return answers
+    """Whether each first pass a recall asked for answered from a copy."""
+    return spy_first_passes(monkeypatch)
 
 
 def _unit(rows: npt.NDArray[np.floating]) -> Matrix:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import DerivedIndexError, PersistenceError
+from game_memory.index import quantized
 from game_memory.index.entries import ENTRY_BYTES, EntryRecord, EntryState, decode_entries
 from game_memory.index.layout import (
     INDEX_FOLDER,
@@ -51,6 +53,7 @@ from game_memory.index.partition import (
     derived_error,
     extend_partition,
 )
+from game_memory.index.row_codes import codes_header, read_codes, rows_digest, write_codes
 from game_memory.index.stamps import (
     STAMP_MINIMUM,
     EntriesStamp,
@@ -303,6 +306,9 @@ class IndexEngine(IndexLayout):
                 _trust_stamp(buffer, partition, code)
                 checked = buffer.verify(partition, code, path) >= STAMP_MINIMUM and stamp
                 rows = (buffer.file, buffer.checked)
+                if not buffer.codes_read and needed >= quantized.QUANTIZED_FROM_ROWS:
+                    buffer.codes_read = True
+                    self._offer_codes(partition, code, dimensions, matrix, buffer)
             # Written once the rows are free: a search waiting for them (a prefetch checked
             # them) goes on while this thread writes and syncs the stamp.
             if checked:
@@ -325,6 +331,88 @@ class IndexEngine(IndexLayout):
                     "the partition was compacted while it was read; read it again"
                 ) from None
             raise
+
+    def _offer_codes(
+        self,
+        partition: IndexPartition,
+        code: int,
+        dimensions: int,
+        matrix: FloatMatrix,
+        buffer: RowBuffer,
+    ) -> None:
+        """Offer the first passes the int8 copy of ``matrix``'s rows kept in their file of
+        codes (``quantized.offer``: read by the first first pass that may use a copy, and
+        used only when it proves itself theirs, ``row_codes.read_codes``). Once per row
+        buffer, on the first read of a large partition."""
+        path = self.codes_path(partition.session_hash, partition.owner_hash, code, partition.tag)
+        held_rows, held = buffer.rows, weakref.ref(buffer)  # not the rows: keyed weakly
+
+        def load() -> quantized.Int8Rows | None:
+            copy = read_codes(path, partition, code, dimensions, held_rows)
+            if (still := held()) is not None:
+                still.codes_unusable = copy is None  # missing or refused: rewritten at close
+            return copy
+
+        quantized.offer(matrix, load)
+
+    def keep_codes(self, written: set[tuple[str, str]]) -> int:
+        """Write the int8 copy of each large partition's rows to its file of codes (at
+        close) when the file is missing or :data:`~game_memory.index.quantized.STALE_ROWS`
+        rows or more behind, for partitions ``written`` (appended to by this engine: their
+        rows are quantized now, 1.1 µs a row, unless recalls made a copy) and for those
+        whose copy a process's recalls began (completed now); how many files were written.
+        A file covers every row of its partition as read (a partial copy would be of no use
+        to a first pass).
+
+        Under the writer lock, and only for a partition still of the generation read (a
+        file of codes holds approximate vectors: it must never outlive its rows, which a
+        rewrite removes with their generation). Never raises: the files only speed the
+        next open up (``row_codes.py``).
+        """
+        if not quantized.available():
+            return 0
+        with self._cache_lock:
+            held = [
+                (key, code, buffer)
+                for key, buffers in self._row_buffers.items()
+                for code, buffer in buffers.items()
+                if buffer.rows >= quantized.QUANTIZED_FROM_ROWS
+            ]
+        kept = 0
+        for key, code, buffer in held:
+            try:
+                kept += self._keep_codes(key, code, buffer, key in written)
+            except (DerivedIndexError, PersistenceError, OSError) as exc:
+                _LOG.info("int8 codes were not written at close (%s)", exc)
+        return kept
+
+    def _keep_codes(
+        self, key: tuple[str, str], code: int, buffer: RowBuffer, written: bool
+    ) -> bool:
+        session_hash, owner_hash = key
+        path = self.codes_path(session_hash, owner_hash, code, buffer.tag)
+        header = None if buffer.codes_unusable else codes_header(path)
+        on_disk = header[1] if header is not None and header[0] == buffer.dimensions else 0
+        if buffer.rows - on_disk < quantized.STALE_ROWS:
+            return False  # a cheap look first: most closes have nothing to write
+        if not written and not quantized.begun(buffer.array[: buffer.rows]):
+            return False  # read only, and its recalls did not start a copy: not worth one
+        with self.locked():
+            partition = self.partition(session_hash, owner_hash)
+            if partition is None or partition.tag != buffer.tag:
+                return False  # rewritten since: its codes would be another generation's
+            matrix = self.cached_matrix(partition, code, buffer.dimensions)
+            if matrix is None or matrix.shape[0] - on_disk < quantized.STALE_ROWS:
+                return False  # rows not all checked: a copy must be of checked rows
+            copy = quantized.copy_of(matrix)
+            if copy is not None and copy.rows != matrix.shape[0] and quantized.copy_now(matrix):
+                copy = quantized.copy_of(matrix)  # a copy begun by recalls: completed
+            if copy is None or copy.rows != matrix.shape[0]:
+                copy = quantized.quantize(matrix)  # held by nobody once written
+            if copy is None:
+                return False
+            write_codes(path, copy, rows_digest(partition, code, copy.rows))
+            return True
 
     def _stamp(
         self, partition: IndexPartition, code: int, checked: tuple[FileIdentity | None, int]
@@ -623,6 +711,13 @@ class IndexEngine(IndexLayout):
             return None  # what the next read will find and name
         self._remember((current.session_hash, current.owner_hash), grown)
         return grown
+
+    def close_upkeep(self) -> None:
+        """At close: stamp the partitions written (:meth:`stamp_written`), then keep the
+        int8 codes of the large ones (:meth:`keep_codes`). Never raises."""
+        written = set(self._written)
+        self.stamp_written()
+        self.keep_codes(written)
 
     def stamp_written(self) -> int:
         """Check and stamp every partition this engine appended to (at close), so the next

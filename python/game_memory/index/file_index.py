@@ -569,11 +569,13 @@ class FileVectorMemoryIndex:
     async def aclose(self) -> None:
         """Close the index; idempotent. Stamps the partitions this object wrote to as
         checked (``IndexEngine.stamp_written``: their files fsynced, then every row not
-        checked yet checked), so the next open of the unchanged files checks nothing."""
+        checked yet checked), so the next open of the unchanged files checks nothing, and
+        writes the int8 codes of large partitions' rows that are missing or behind
+        (``IndexEngine.keep_codes``), so the next open's first recall scores from them."""
         if self._closed:
             return
         if self._opened:
-            await asyncio.to_thread(self._engine.stamp_written)
+            await asyncio.to_thread(self._engine.close_upkeep)
         self._closed = True
 
 

@@ -7,6 +7,7 @@ Layout of ``<index>/.game-memory-index/`` (format version 1)::
     lock                           the writer lock
     s-<sha256(session)>/o-<sha256(owner)>.entries            128-byte entry records (entries.py)
     s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.f32   float32 rows of identity <code>
+    s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.q8    their int8 copy (row_codes.py)
     s-<sha256(session)>/o-<sha256(owner)>.rewriting          an owner rewrite in progress (empty)
 
 :class:`IndexLayout` names these paths, creates or verifies the folder, lists sessions and
@@ -41,12 +42,13 @@ INDEX_FOLDER = ".game-memory-index"
 _FORMAT = "game-memory-vector-index"
 _ENTRIES = re.compile(r"^o-([0-9a-f]{64})\.entries$")
 _SESSION = re.compile(r"^s-([0-9a-f]{64})$")
-#: A row file's name: owner hash, identity code, generation tag.
-ROWS_NAME = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.f32$")
+#: A row file's name, or its file of int8 codes': owner hash, identity code, generation
+#: tag (a generation's codes live and die with its rows: both hold vectors).
+ROWS_NAME = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.(?:f32|q8)$")
 #: The temporary file of an atomic write of an entries or row file (``fs.atomic_write``:
 #: ``<name>.<uuid>.tmp``), which a writer killed mid write leaves with records or rows.
 _DATA_TEMPORARY = re.compile(
-    r"^o-([0-9a-f]{64})\.(?:entries|[0-9]+\.[0-9a-f]{8}\.f32)\.[0-9a-f]{32}\.tmp$"
+    r"^o-([0-9a-f]{64})\.(?:entries|[0-9]+\.[0-9a-f]{8}\.(?:f32|q8))\.[0-9a-f]{32}\.tmp$"
 )
 #: The mark of a rewrite (compaction or reset) of an owner's files in progress: created
 #: before its first write, deleted after its last removal (``writer.compact_files``).
@@ -217,6 +219,10 @@ class IndexLayout:
     def vectors_path(self, session_hash: str, owner_hash: str, code: int, tag: int) -> str:
         """The row file of identity ``code`` in generation ``tag`` of a partition."""
         return f"{self.data}{os.sep}s-{session_hash}{os.sep}o-{owner_hash}.{code}.{tag:08x}.f32"
+
+    def codes_path(self, session_hash: str, owner_hash: str, code: int, tag: int) -> str:
+        """The file of int8 codes of a row file (``row_codes.py``)."""
+        return f"{self.data}{os.sep}s-{session_hash}{os.sep}o-{owner_hash}.{code}.{tag:08x}.q8"
 
     def rewriting_path(self, session_hash: str, owner_hash: str) -> str:
         """The mark of a rewrite of a partition in progress (or killed: its files may hold

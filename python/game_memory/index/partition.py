@@ -302,6 +302,10 @@ class RowBuffer:
         self._spare: FloatMatrix | None = None  # rows held in memory, with room (``_grow``)
         self._map: RowMap | None = None  # the map ``array`` views, unless rows were copied
         self._small = False  # first read whole into memory (``SMALL_ROWS_BYTES``)
+        #: Whether the rows' file of int8 codes was offered to first passes (once), and
+        #: whether reading it found none it could use (``row_codes.py``).
+        self.codes_read = False
+        self.codes_unusable = False
         self.lock = threading.Lock()
 
     def load(self, path: str, needed: int) -> FloatMatrix:

@@ -39,11 +39,14 @@ class VectorMemoryStoreOptions(BaseModel):
             ``store/lifecycle.py`` for the value) and ``memories_evicted`` reports how
             many, 1..1,000,000.
         int8_copies: Keep an int8 copy of the vectors of an NPC with 4,096 memories or
-            more once it was recalled 4 times (made in the background while no recall
-            runs): recalls then scan a quarter of the bytes, with the same results
-            (``recall/quantized.py``). Costs ``d + 4`` bytes a memory (about a quarter
-            of its float32 vector) and, once, about 1.1 µs of one core a memory. Off: a
-            game short of memory keeps only the float32 rows.
+            more: read from the file index's file of codes at its first recall
+            (``index/row_codes.py``: written at close), else made once it was recalled 4
+            times (in the background while no recall runs): recalls then scan a quarter
+            of the bytes, with the same results (``index/quantized.py``). Costs ``d + 4``
+            bytes a memory (about a quarter of its float32 vector) and, when made, about
+            1.1 µs of one core a memory. Off: a game short of memory keeps and reads
+            none, only the float32 rows (a file index still writes its files of codes
+            at close, for the processes that read them).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

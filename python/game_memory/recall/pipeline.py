@@ -32,6 +32,7 @@ from game_memory.errors import DerivedIndexError, EmbeddingUnavailableError, Gam
 from game_memory.index.join import PartitionJoin
 from game_memory.index.partition import FloatMatrix, PartitionReplacedError
 from game_memory.index.protocol import VectorIndex
+from game_memory.index.quantized import recalling
 from game_memory.model import (
     DiagnosticSeverity,
     GameMemory,
@@ -46,7 +47,6 @@ from game_memory.model import (
 )
 from game_memory.recall.fusion import FusedCandidate, fuse
 from game_memory.recall.options import VectorMemoryStoreOptions
-from game_memory.recall.quantized import recalling
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.recall.vectors import top_vector_candidates
 from game_memory.store.protocol import GameMemoryStore, StoreSnapshot

@@ -12,9 +12,9 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.index.join import PartitionJoin
+from game_memory.index.quantized import first_pass
 from game_memory.model import GameMemory, ordinal_key
 from game_memory.recall.product import product
-from game_memory.recall.quantized import first_pass
 from game_memory.store.view import PartitionView
 
 __all__ = [
@@ -151,7 +151,7 @@ def top_vector_candidates(
     """:func:`top_vector_hits`, and each hit's unit vector (a read-only row), in order.
 
     ``copies``: whether large matrices may be copied to int8 for later first passes
-    (:mod:`game_memory.recall.quantized`; a front door's recall); the same results either
+    (:mod:`game_memory.index.quantized`; a front door's recall); the same results either
     way.
 
     A dense join (``PartitionJoin.dense``: row ``i`` is view position ``i``, the usual case)
@@ -343,7 +343,7 @@ def _exact_among_many(
 def _narrowed(
     chosen: list[tuple[IntArray, FloatMatrix]], query: FloatVector, limit: int
 ) -> list[tuple[IntArray, FloatMatrix]]:
-    """The rows a first pass kept (:mod:`game_memory.recall.quantized`: its window is
+    """The rows a first pass kept (:mod:`game_memory.index.quantized`: its window is
     about 0.04 wide, so some 100–250 rows of 10k), narrowed by the float32 product of those
     rows alone to the float32 window (:func:`selection_margin`), as if the whole matrix had
     been multiplied: a row's product error is bounded alike wherever the row sits."""
@@ -420,7 +420,7 @@ def _score(
 ) -> _Scored:
     """Score the rows of ``joined`` that ``visible`` shows, clipped to [-1, 1]: by the
     first pass over the matrix's int8 copy when it has one
-    (:func:`game_memory.recall.quantized.first_pass`), else by the float32 product."""
+    (:func:`game_memory.index.quantized.first_pass`), else by the float32 product."""
     margin = selection_margin(query.size)
     if joined.dense:
         shown = visible[: joined.positions.size]  # position i is row i

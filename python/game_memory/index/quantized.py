@@ -36,7 +36,12 @@ and a compaction or a reload is a new array: the ``VectorIndex.vectors`` contrac
 copy of a row stays its copy. Rows gained since the copy was made are scored by the float32
 product (their error is far below ``B``).
 
-When: never on a recall's way. The :data:`COPY_AFTER`-th front-door recall that scores a
+Kept in a file: the file index writes a large partition's copy beside its rows at close
+and offers it when it first reads them (:func:`offer`; ``index/row_codes.py`` proves it is
+theirs); the first first pass that may use copies and finds none reads it, so an NPC opened
+again scores from its copy at its first recall.
+
+When made here: never on a recall's way. The :data:`COPY_AFTER`-th front-door recall that scores a
 matrix without a copy (or with one :data:`STALE_ROWS` rows or more behind) hands the
 copying to the process's copier thread (its own, not the front door's pool, whose second
 thread shares large products), in slices of :data:`COPY_SLICE_ROWS` rows (one job each,
@@ -85,11 +90,16 @@ __all__ = [
     "QUANTIZED_FROM_ROWS",
     "STALE_ROWS",
     "FirstPass",
+    "Int8Rows",
     "available",
+    "begun",
     "copy_now",
+    "copy_of",
     "first_pass",
     "forget_all",
     "held_bytes",
+    "offer",
+    "quantize",
     "recalling",
 ]
 
@@ -146,9 +156,12 @@ def available() -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Copy:
+class Int8Rows:
     """The int8 copy of a matrix's first ``rows`` rows: never changes once published (an
-    extension writes rows after these into the same buffers, then publishes a new one)."""
+    extension writes rows after these into the same buffers, then publishes a new one).
+
+    ``spread`` and ``residual`` bound every copied row (module docstring: ``U`` and ``R``);
+    a copy kept in a file (``index/row_codes.py``) carries them with its codes."""
 
     rows: int
     codes: npt.NDArray[np.int8]  # (rows, d): a prefix of the entry's code buffer
@@ -165,14 +178,14 @@ class _Entry:
     """One matrix owner's copy and whether a job is extending it."""
 
     __slots__ = (
-        "__weakref__", "codes", "copy", "direct", "lock", "owner", "pending", "refused",
-        "scales", "scored", "start",
+        "__weakref__", "codes", "copy", "direct", "loader", "lock", "owner", "pending",
+        "refused", "scales", "scored", "start",
     )  # fmt: skip
 
     def __init__(self, owner: weakref.ref[Any], start: int) -> None:
         self.owner = owner
         self.start = start  # the address of the owner's row 0
-        self.copy: _Copy | None = None
+        self.copy: Int8Rows | None = None
         self.pending = False
         #: A row held a value that is not finite: no bound holds, the product scores it.
         self.refused = False
@@ -186,6 +199,8 @@ class _Entry:
         self.lock = threading.Lock()
         #: Copied by :func:`copy_now` (a caller that wants it now): no giving way.
         self.direct = False
+        #: Reads a copy kept elsewhere (:func:`offer`), once.
+        self.loader: Callable[[], Int8Rows | None] | None = None
 
 
 class _Copies:
@@ -228,7 +243,7 @@ class _Copies:
 
         return forget
 
-    def publish(self, entry: _Entry, copy: _Copy | None) -> None:
+    def publish(self, entry: _Entry, copy: Int8Rows | None) -> None:
         """Make ``copy`` ``entry``'s (``None``: drop its copy), then drop least recently
         used copies over budget."""
         with self._lock:
@@ -261,8 +276,9 @@ class _Copies:
 
     def clear(self) -> None:
         with self._lock:
-            self._entries.clear()
+            entries, self._entries = self._entries, OrderedDict()
             self._bytes = 0
+        entries.clear()  # outside the lock: what this frees may call an entry's ``forget``
 
 
 _COPIES = _Copies(COPIES_BYTES)
@@ -393,6 +409,86 @@ def copy_now(matrix: FloatMatrix) -> bool:
     return not entry.refused
 
 
+def copy_of(matrix: FloatMatrix) -> Int8Rows | None:
+    """The copy ``matrix``'s rows have now (of a prefix of them), or ``None``: what a file
+    of codes is written from (``index/row_codes.py``)."""
+    found = _owner(matrix) if _DOT is not None else None
+    if found is None:
+        return None
+    copy = _COPIES.entry(*found).copy
+    return copy if copy is not None and copy.rows <= matrix.shape[0] else None
+
+
+def begun(matrix: FloatMatrix) -> bool:
+    """Whether ``matrix``'s rows have a copy, or one being made (recalls asked for it)."""
+    found = _owner(matrix) if _DOT is not None else None
+    if found is None:
+        return False
+    entry = _COPIES.entry(*found)
+    return entry.copy is not None or entry.pending
+
+
+def offer(matrix: FloatMatrix, loader: Callable[[], Int8Rows | None]) -> None:
+    """Offer a copy of ``matrix``'s first rows kept elsewhere (a file of codes,
+    ``index/row_codes.py``): ``loader`` is called once, by the first first pass that may use
+    copies and finds none, and what it returns (``None``: nothing usable) becomes the copy,
+    as if made here. The caller proves the copy is of these very rows; its arrays are never
+    written (an extension copies them into buffers of its own). ``loader`` must not hold
+    ``matrix`` (nor what holds it) strongly: the copies are keyed weakly on the rows."""
+    found = _owner(matrix) if _DOT is not None and matrix.shape[0] >= QUANTIZED_FROM_ROWS else None
+    if found is not None:
+        entry = _COPIES.entry(*found)
+        if entry.copy is None:
+            entry.loader = loader
+
+
+def _load(entry: _Entry, matrix: FloatMatrix) -> Int8Rows | None:
+    """Call ``entry``'s loader (once) and take what it returns as its copy, if it fits
+    ``matrix`` and no larger copy came meanwhile; the entry's copy after."""
+    with entry.lock:
+        loader, entry.loader = entry.loader, None
+        if loader is None or entry.copy is not None or entry.refused:
+            return entry.copy
+        try:
+            copy = loader()
+        except Exception:  # a copy only speeds recalls up: without it, the product
+            _LOG.debug("reading int8 codes failed", exc_info=True)
+            copy = None
+        if (
+            copy is not None
+            and 0 < copy.rows <= matrix.shape[0]
+            and copy.codes.shape == (copy.rows, matrix.shape[1])
+            and copy.scales.shape == (copy.rows,)
+        ):
+            entry.codes, entry.scales = copy.codes, copy.scales
+            _COPIES.publish(entry, copy)
+        return entry.copy
+
+
+def quantize(matrix: FloatMatrix) -> Int8Rows | None:
+    """A copy of all of ``matrix``'s rows, made now on this thread and held by no one but
+    the caller (what a file of codes is written from when no recall made one), or ``None``
+    when a row is not finite or SimSIMD is missing."""
+    count, dimensions = matrix.shape
+    if _DOT is None or count == 0 or not 0 < dimensions <= _MOST_DIMENSIONS:
+        return None
+    codes = np.empty((count, dimensions), dtype=np.int8)
+    scales = np.empty(count, dtype=np.float32)
+    chunk = min(_CHUNK_ROWS, count)
+    scratch = (
+        np.empty((chunk, dimensions), dtype=np.float32),
+        np.empty((chunk, dimensions), dtype=np.float32),
+    )
+    spread = residual = 0.0
+    for start in range(0, count, _CHUNK_ROWS):
+        stop = min(count, start + _CHUNK_ROWS)
+        found = _quantized(matrix[start:stop], codes[start:stop], scales[start:stop], scratch)
+        if found is None:
+            return None
+        spread, residual = max(spread, found[0]), max(residual, found[1])
+    return Int8Rows(count, codes, scales, spread, residual)
+
+
 def _extend(entry: _Entry, matrix: FloatMatrix) -> bool:
     """Copy the next slice of ``matrix``'s rows after ``entry``'s copy, into the entry's
     buffers (grown, with room, when they are full); publish it. Whether it was published.
@@ -438,7 +534,7 @@ def _extend_locked(entry: _Entry, matrix: FloatMatrix) -> bool:
             _COPIES.publish(entry, None)
             return False
         spread, residual = max(spread, found[0]), max(residual, found[1])
-    copy = _Copy(last, codes[:last], scales[:last], spread, residual)
+    copy = Int8Rows(last, codes[:last], scales[:last], spread, residual)
     _COPIES.publish(entry, copy)
     return entry.copy is copy
 
@@ -505,6 +601,8 @@ def first_pass(
         return None
     entry = _COPIES.entry(*found)
     copy = entry.copy
+    if copy is None and copies and entry.loader is not None:
+        copy = _load(entry, matrix)  # a copy kept in a file: read at the first pass
     if entry.refused:
         return None
     entry.scored += 1

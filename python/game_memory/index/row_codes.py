@@ -1,0 +1,172 @@
+"""The int8 copy of a partition's rows, kept in a file beside them: a first pass from the
+first recall after an open.
+
+Why: the int8 first pass (``quantized.py``) scores a large NPC's rows from a copy a
+quarter their size, but a process makes that copy only after an NPC's 4th recall (about
+1.1 µs a row: 110 ms at 100k), so every process paid its first recalls over the float32
+rows, and those recalls paged every float32 row in (154 MB at 100k × 384, resident in the
+process while mapped). With the copy in a file, an open maps it (39 MB at 100k), the first
+recall scores from it, and only the few float32 rows a first pass keeps are read.
+
+Layout of ``o-<owner>.<code>.<tag>.q8`` (the row file's name with ``.q8`` for ``.f32``;
+little-endian)::
+
+    0   magic "GMQ8ROW1"       8  format version u32    12 dimensions u32
+    16  rows u64               24 spread f64 (U)        32 residual f64 (R)
+    40  CRC-32 of the rows' checksums u32               44 CRC-32 of bytes 64.. u32
+    48  16 zero bytes
+    64  scales float32 × rows, zero-padded to a multiple of 64 bytes
+        codes int8 × rows × dimensions
+
+Derived data about derived data, never trusted over the rows: a file is used only when
+its own CRC-32 holds, its width is the rows', it covers no more rows than the row file
+holds, and the CRC-32 of the entry records' row checksums for those rows (every ready
+record of the identity; a row no record names counts as 0) is the one it was written
+with. Rows of one generation never change once written (``entries.py``), and every row
+the codes were made from was checked against those checksums first, so equal checksums
+mean the codes are those of the rows now (up to the checksums' own strength, which is
+what the rows themselves are checked with). A file failing any of this is ignored (and
+replaced at the next close that writes one): the float32 product answers meanwhile.
+
+Written at close (``IndexEngine.keep_codes``) under the writer lock, atomically
+(``fs.atomic_write``: a kill leaves the old file or the new, and a ``.tmp`` the next
+rewrite of the partition removes). It holds (approximate) vectors, so it lives and dies
+with its row file: a compaction's new generation has a new tag, and removing a generation's
+row files removes its codes (``writer._remove_row_files``); an erase that rewrites a
+partition leaves no copy of an erased memory's vector behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from game_memory.durable import fs
+from game_memory.durable.checksum import crc32
+from game_memory.errors import PersistenceError
+from game_memory.index.entries import EntryState
+from game_memory.index.partition import IndexPartition
+from game_memory.index.quantized import Int8Rows
+
+__all__ = ["HEADER_BYTES", "codes_header", "read_codes", "rows_digest", "write_codes"]
+
+_MAGIC = b"GMQ8ROW1"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sIIQddII16x")
+HEADER_BYTES = _HEADER.size  # 64
+_LOG = logging.getLogger("game_memory.index")
+
+
+def rows_digest(partition: IndexPartition, code: int, rows: int) -> int:
+    """The CRC-32 of the checksums of identity ``code``'s rows ``0 .. rows − 1`` as
+    ``partition``'s ready records give them (u32 each, in row order; 0 for a row no ready
+    record names): what binds a file of codes to the rows it was made from."""
+    ready = (partition.states == EntryState.READY) & (partition.identities == code)
+    named = partition.rows[ready]
+    inside = named < rows
+    checks = np.zeros(rows, dtype="<u4")
+    checks[named[inside]] = partition.checksums[ready][inside]
+    return crc32(checks.tobytes())
+
+
+def _padded(size: int) -> int:
+    return -(-size // 64) * 64
+
+
+def write_codes(path: str, copy: Int8Rows, digest: int) -> None:
+    """Write ``copy`` (of rows whose :func:`rows_digest` is ``digest``) to ``path``,
+    atomically and durably.
+
+    Raises:
+        PersistenceError: the file could not be written.
+    """
+    scales = np.ascontiguousarray(copy.scales, dtype="<f4").tobytes()
+    scales += bytes(_padded(len(scales)) - len(scales))
+    codes = np.ascontiguousarray(copy.codes, dtype=np.int8).reshape(-1).view(np.uint8).data
+    body = crc32(codes, crc32(scales))
+    header = _HEADER.pack(
+        _MAGIC, FORMAT_VERSION, copy.codes.shape[1], copy.rows, copy.spread, copy.residual,
+        digest, body,
+    )  # fmt: skip
+    fs.atomic_write(Path(path), [header, scales, codes])
+
+
+def codes_header(path: str) -> tuple[int, int] | None:
+    """``(dimensions, rows)`` of the file of codes at ``path`` as its header says, or
+    ``None`` when there is none or its header is not one (nothing else is checked: for
+    deciding whether to write a newer one)."""
+    try:
+        head = fs.read_range(path, 0, HEADER_BYTES)
+    except PersistenceError:
+        return None
+    if len(head) != HEADER_BYTES:
+        return None
+    magic, version, dimensions, rows, *_ = _HEADER.unpack(head)
+    if magic != _MAGIC or version != FORMAT_VERSION:
+        return None
+    return int(dimensions), int(rows)
+
+
+def read_codes(
+    path: str, partition: IndexPartition, code: int, dimensions: int, held_rows: int
+) -> Int8Rows | None:
+    """The copy in the file at ``path`` for identity ``code``'s rows of ``partition``
+    (``dimensions`` wide; the row file holds ``held_rows``), mapped read-only; ``None``
+    when there is no such file or it does not prove itself theirs (module docstring: the
+    reason is logged, naming the file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        _LOG.warning("ignoring the int8 codes %s: %s", path, exc.strerror)
+        return None
+    try:
+        info = os.fstat(fd)
+        size = info.st_size
+        if size < HEADER_BYTES:
+            _ignored(path, "it is shorter than its header")
+            return None
+        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:
+        _ignored(path, str(exc))
+        return None
+    finally:
+        os.close(fd)
+    magic, version, width, rows, spread, residual, digest, body = _HEADER.unpack_from(mapped)
+    scale_bytes = _padded(rows * 4)
+    if magic != _MAGIC or version != FORMAT_VERSION:
+        _ignored(path, "it is not a file of int8 codes of this format")
+        return None
+    if width != dimensions or not 0 < rows <= held_rows:
+        _ignored(path, f"it holds {rows} rows of {width} values, the rows {held_rows}")
+        return None
+    if size != HEADER_BYTES + scale_bytes + rows * width:
+        _ignored(path, "its size is not what its header says")
+        return None
+    with memoryview(mapped) as view:
+        intact = crc32(view[HEADER_BYTES:]) == body
+    if not intact:
+        _ignored(path, "it fails its checksum")
+        return None
+    if not (np.isfinite(spread) and np.isfinite(residual) and spread >= 0 and residual >= 0):
+        _ignored(path, "its bounds are not finite")
+        return None
+    if rows_digest(partition, code, rows) != digest:
+        _ignored(path, "the rows it was made from are not the rows now")
+        return None
+    scales = np.frombuffer(mapped, dtype="<f4", count=rows, offset=HEADER_BYTES)
+    codes = np.frombuffer(
+        mapped, dtype=np.int8, count=rows * width, offset=HEADER_BYTES + scale_bytes
+    ).reshape(rows, width)
+    return Int8Rows(int(rows), codes, scales.view(np.float32), float(spread), float(residual))
+
+
+def _ignored(path: str, reason: str) -> None:
+    _LOG.warning("ignoring the int8 codes %s: %s (the float32 rows are scored)", path, reason)
+    return None

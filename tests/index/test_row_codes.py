@@ -1,0 +1,399 @@
+"""The int8 copy of a partition's rows kept in a file (``index/row_codes.py``): written at
+close, used from the first recall of the next open, never used unless it proves itself the
+rows', and gone with its rows.
+
+The thresholds are lowered (copies from 64 rows, stale from 16) so that an NPC of a few
+hundred memories stands for one of many thousands.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from game_memory import GameMemoryQuery, GameMoment, VectorMemoryStore
+from game_memory.durable.names import identity_hash
+from game_memory.embedding.hashing import HashingEmbeddingProvider
+from game_memory.index import quantized
+from game_memory.index.engine import INDEX_FOLDER
+from game_memory.index.layout import file_owner, leftover_names
+from game_memory.index.row_codes import HEADER_BYTES, codes_header
+from game_memory.opening import open_memory
+from support.erased import vector_bytes, witnessed
+from support.first_passes import spy_first_passes
+from support.vectors import MemoryFactory, VectorStoreFactory
+
+pytestmark = pytest.mark.skipif(not quantized.available(), reason="SimSIMD is a dependency")
+
+NPC, OTHER = "npc", "smith"
+_WORDS = ["bridge", "storm", "market", "dragon", "river", "king", "bread", "sword", "inn"]
+Answers = list[list[tuple[str, float | None, float]]]
+
+
+@pytest.fixture(autouse=True)
+def small_copies(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setattr(quantized, "QUANTIZED_FROM_ROWS", 64)
+    monkeypatch.setattr(quantized, "STALE_ROWS", 16)
+    quantized.forget_all()
+    yield
+    quantized.forget_all()
+
+
+@pytest.fixture
+def used(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each first pass a recall asked for answered from a copy."""
+    return spy_first_passes(monkeypatch)
+
+
+def memories(make_memory: MemoryFactory, count: int, owner: str = NPC, first: int = 0) -> list:
+    rng = np.random.default_rng(first + len(owner))
+    return [
+        make_memory(
+            f"{owner}-{index:05d}",
+            owner_id=owner,
+            tick=index,
+            text=" ".join(rng.choice(_WORDS, 5).tolist()) + f" note {index}",
+        )
+        for index in range(first, first + count)
+    ]
+
+
+def questions(owner: str = NPC) -> list[GameMemoryQuery]:
+    return [
+        GameMemoryQuery(
+            session_id="session",
+            owner_id=owner,
+            text=f"{_WORDS[number % 9]} {_WORDS[(number * 4) % 9]}",
+            limit=8,
+            at_or_before=GameMoment(timeline_id="world", tick=tick),
+        )
+        for number, tick in enumerate((10_000, 250, 120))
+    ]
+
+
+async def answers(store: VectorMemoryStore, owner: str = NPC) -> Answers:
+    found = []
+    for asked in questions(owner):
+        result = await store.recall(asked)
+        assert not result.fallback
+        found.append(
+            [(hit.memory.memory_id, hit.vector_score, hit.fused_score) for hit in result.hits]
+        )
+    return found
+
+
+def session_folder(tmp_path: Path) -> Path:
+    return tmp_path / "index" / INDEX_FOLDER / f"s-{identity_hash('session')}"
+
+
+def codes_files(tmp_path: Path, owner: str = NPC) -> list[Path]:
+    return sorted(session_folder(tmp_path).glob(f"o-{identity_hash(owner)}.*.q8"))
+
+
+def row_files(tmp_path: Path, owner: str = NPC) -> list[Path]:
+    return sorted(session_folder(tmp_path).glob(f"o-{identity_hash(owner)}.*.f32"))
+
+
+async def seeded(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, count: int = 300
+) -> Answers:
+    """An NPC of ``count`` memories written and closed; its answers by the float32 product
+    alone (as without SimSIMD)."""
+    store = make_vector_store(HashingEmbeddingProvider())
+    assert all(await store.append_many(memories(make_memory, count)))
+    await store.aclose()
+    quantized.forget_all()
+    real = quantized._DOT
+    quantized._DOT = None
+    try:
+        plain = make_vector_store(HashingEmbeddingProvider())
+        reference = await answers(plain)
+        await plain.aclose()
+    finally:
+        quantized._DOT = real
+        quantized.forget_all()
+    return reference
+
+
+async def test_a_writer_keeps_codes_at_close_and_the_next_open_scores_from_them(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+) -> None:
+    reference = await seeded(make_vector_store, make_memory)
+    (codes,) = codes_files(tmp_path)
+    (rows,) = row_files(tmp_path)
+    assert codes.name == rows.name.replace(".f32", ".q8")  # the generation's own
+    header = codes_header(str(codes))
+    assert header is not None and header[1] == 300
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    assert await answers(store) == reference
+    assert used and all(used)  # from the first recall on, no 4 recalls and copier first
+    await store.aclose()
+
+
+async def test_an_open_told_not_to_keep_copies_reads_none(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+) -> None:
+    reference = await seeded(make_vector_store, make_memory)
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider(), options={"int8_copies": False})
+    assert await answers(store) == reference
+    assert used and not any(used)
+    assert quantized.held_bytes() == 0
+
+
+def _flip_code(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _cut(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-7])
+
+
+def _header_only(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[: HEADER_BYTES - 1])
+
+
+def _other_magic(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[0:8] = b"GMQ8ROW9"
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (_flip_code, "fails its checksum"),
+        (_cut, "its size is not what its header says"),
+        (_header_only, "shorter than its header"),
+        (_other_magic, "not a file of int8 codes"),
+    ],
+)
+async def test_damaged_codes_are_named_never_used_and_rewritten(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+    caplog: pytest.LogCaptureFixture,
+    damage: Callable[[Path], None],
+    reason: str,
+) -> None:
+    reference = await seeded(make_vector_store, make_memory)
+    (codes,) = codes_files(tmp_path)
+    damage(codes)
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    with caplog.at_level(logging.WARNING, logger="game_memory.index"):
+        assert await answers(store) == reference
+    assert not used[0]  # the first pass found no copy it could use: the product answered
+    assert any(reason in r.getMessage() and codes.name in r.getMessage() for r in caplog.records)
+    for _ in range(quantized.COPY_AFTER):
+        await answers(store)  # recalls begin a copy of their own ...
+    await store.aclose()  # ... which the close completes and writes over the damaged file
+    quantized.forget_all()
+    used.clear()
+    again = make_vector_store(HashingEmbeddingProvider())
+    assert await answers(again) == reference
+    assert used and all(used)
+
+
+async def test_codes_of_other_rows_are_never_used(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A whole, intact file of codes made from other rows (another NPC's, of the same size
+    and width, put in its place) is refused: its rows' checksums are not these rows'."""
+    reference = await seeded(make_vector_store, make_memory)
+    store = make_vector_store(HashingEmbeddingProvider())
+    assert all(await store.append_many(memories(make_memory, 300, owner=OTHER)))
+    await store.aclose()
+    (mine,) = codes_files(tmp_path)
+    (theirs,) = codes_files(tmp_path, OTHER)
+    mine.write_bytes(theirs.read_bytes())
+    quantized.forget_all()
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    with caplog.at_level(logging.WARNING, logger="game_memory.index"):
+        assert await answers(store) == reference
+    assert not used[0]
+    assert any("not the rows now" in record.getMessage() for record in caplog.records)
+
+
+async def test_a_close_rewrites_codes_only_once_they_are_stale(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+) -> None:
+    await seeded(make_vector_store, make_memory)
+    (codes,) = codes_files(tmp_path)
+    before = codes.stat().st_ino
+    store = make_vector_store(HashingEmbeddingProvider())
+    assert all(await store.append_many(memories(make_memory, 15, first=300)))  # < 16
+    await store.aclose()
+    assert codes.stat().st_ino == before and codes_header(str(codes)) == (256, 300)
+    quantized.forget_all()
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    reference_rows = await answers(store)
+    assert used and all(used)  # 15 rows after the copy: scored beside it, by the product
+    assert all(await store.append_many(memories(make_memory, 1, first=315)))  # 16 behind
+    await store.aclose()
+    assert codes_header(str(codes)) == (256, 316)
+    quantized.forget_all()
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    assert (await answers(store))[0][0][0] is not None
+    assert used and all(used)
+    assert reference_rows  # the recalls between answered
+
+
+async def test_a_reader_that_began_no_copy_writes_none(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store = make_vector_store(HashingEmbeddingProvider(), options={"int8_copies": False})
+    assert all(await store.append_many(memories(make_memory, 300)))
+    await store.aclose()  # a writer's close writes the file whatever its front door keeps
+    (codes,) = codes_files(tmp_path)
+    codes.unlink()
+    quantized.forget_all()
+    store = make_vector_store(HashingEmbeddingProvider())
+    await answers(store)  # fewer recalls than a copy waits for
+    await store.aclose()
+    assert codes_files(tmp_path) == []
+
+
+def _code_bytes(vector: bytes) -> bytes:
+    row = np.frombuffer(vector, dtype="<f4").astype(np.float32)[None, :]
+    copy = quantized.quantize(np.ascontiguousarray(row))
+    assert copy is not None
+    return copy.codes[0].tobytes()
+
+
+@pytest.mark.parametrize("shape", ["listed", "owner"])
+async def test_an_erase_leaves_no_code_of_the_erased_memory(tmp_path: Path, shape: str) -> None:
+    """The codes hold approximate vectors: an erase's rewrite removes them with their rows."""
+    save, index = tmp_path / "save", tmp_path / "save.index"
+    witness = witnessed("m1", "ERASED-MARKER the well is dry")
+    others = [
+        witnessed(f"m{number}", f"{_WORDS[number % 9]} {_WORDS[number % 7]} {number}", number)
+        for number in range(2, 200)
+    ]
+    async with await open_memory(save, index=index, model="hashing") as memory:
+        assert all(await memory.append_many([witness, *others]))
+    (codes,) = index.rglob("o-*.q8")
+    marker = _code_bytes((await vector_bytes([witness]))[0])
+    assert marker in codes.read_bytes()  # the grep finds the code where it is
+    async with await open_memory(save, index=index, model="hashing", create=False) as memory:
+        erased = await memory.erase("slot", "mira", ["m1"] if shape == "listed" else None)
+        assert erased == (1 if shape == "listed" else 199)
+    assert not [p.name for p in index.rglob("*") if p.is_file() and marker in p.read_bytes()]
+    assert not codes.exists()
+
+
+def test_codes_files_and_their_temporary_files_belong_to_their_owner() -> None:
+    owner = "ab" * 32
+    name = f"o-{owner}.0.0000abcd.q8"
+    temporary = f"{name}.{'0' * 32}.tmp"
+    assert file_owner(name) == owner and file_owner(temporary) == owner
+    names = [name, temporary, f"o-{owner}.0.0000abcd.f32", f"o-{owner}.0.00001234.q8"]
+    # Generation 0000abcd kept: the other generation's codes and every temporary file go.
+    assert leftover_names(names, owner, 0xABCD) == [temporary, f"o-{owner}.0.00001234.q8"]
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+from game_memory.durable import fs
+from game_memory.index import quantized
+
+quantized.QUANTIZED_FROM_ROWS = 64
+quantized.STALE_ROWS = 16
+
+real = fs.atomic_write
+
+def dying(path, pieces):
+    if not path.name.endswith(".q8"):
+        return real(path, pieces)
+    temporary = path.with_name(path.name + "." + "0" * 32 + ".tmp")
+    data = b"".join(bytes(piece) for piece in pieces)
+    temporary.write_bytes(data[: len(data) // 2])  # half written, then killed
+    os.kill(os.getpid(), signal.SIGKILL)
+
+fs.atomic_write = dying
+import asyncio
+from game_memory import VectorMemoryStore, VectorMemoryStoreOptions
+from game_memory.embedding.hashing import HashingEmbeddingProvider
+from game_memory.index.file_index import FileVectorMemoryIndex
+from game_memory.store.file_store import FileGameMemoryStore
+sys.path.insert(0, sys.argv[3])
+from conftest import build_memory
+
+async def main():
+    store = VectorMemoryStore(
+        FileGameMemoryStore(Path(sys.argv[1])), FileVectorMemoryIndex(Path(sys.argv[2])),
+        HashingEmbeddingProvider(), options=VectorMemoryStoreOptions(),
+    )
+    await store.append_many([
+        build_memory(f"npc-{i:05d}", owner_id="npc", tick=i, text=f"river bread {i}")
+        for i in range(300)
+    ])
+    await store.aclose()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_writer_killed_while_writing_codes_leaves_the_rows_answering(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+) -> None:
+    tests = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [
+            sys.executable, "-c", textwrap.dedent(_KILLED_WRITER),
+            str(tmp_path / "save"), str(tmp_path / "index"), str(tests),
+        ],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    assert codes_files(tmp_path) == []
+    (leftover,) = session_folder(tmp_path).glob("*.q8.*.tmp")
+    assert file_owner(leftover.name) == identity_hash(NPC)
+    store = make_vector_store(HashingEmbeddingProvider())
+    first = await answers(store)
+    assert used and not any(used)  # no codes: the float32 product answered
+    assert sum(len(hits) for hits in first) > 0
+    assert all(await store.append_many(memories(make_memory, 1, first=300)))
+    await store.aclose()  # a writer's close writes them whole
+    (codes,) = codes_files(tmp_path)
+    assert codes_header(str(codes)) == (256, 301)
+    quantized.forget_all()
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    await answers(store)
+    assert used and all(used)
