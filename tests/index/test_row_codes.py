@@ -397,3 +397,23 @@ async def test_a_writer_killed_while_writing_codes_leaves_the_rows_answering(
     store = make_vector_store(HashingEmbeddingProvider())
     await answers(store)
     assert used and all(used)
+
+
+async def test_a_copy_read_from_its_file_is_extended_in_place(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> None:
+    """Read into buffers with room, as a copy made in memory: appends past the stale bound
+    extend it there, never into a second copy of every code (twice the bytes at once)."""
+    await seeded(make_vector_store, make_memory)
+    store = make_vector_store(HashingEmbeddingProvider())
+    await answers(store)
+    (entry,) = [entry for entry in quantized._COPIES._entries.values() if entry.copy]
+    assert entry.copy is not None and entry.copy.rows == 300
+    buffer = entry.codes
+    assert all(await store.append_many(memories(make_memory, 20, first=300)))
+    for _ in range(100):
+        await answers(store)
+        if entry.copy is not None and entry.copy.rows == 320:
+            break
+    assert entry.copy is not None and entry.copy.rows == 320
+    assert entry.codes is buffer

@@ -93,6 +93,7 @@ __all__ = [
     "Int8Rows",
     "available",
     "begun",
+    "copy_buffers",
     "copy_now",
     "copy_of",
     "first_pass",
@@ -168,6 +169,9 @@ class Int8Rows:
     scales: npt.NDArray[np.float32]  # (rows,) s per row
     spread: float  # U: the largest s·‖c‖, rounded up
     residual: float  # R: the largest ‖e‖, rounded up
+    #: The buffers ``codes`` and ``scales`` are prefixes of, with room after them for
+    #: appended rows (``copy_buffers``), when the copy was read into them; else ``None``.
+    buffers: tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -392,6 +396,16 @@ def _quantized(
     return spread + 2.0**-100, largest
 
 
+def copy_buffers(
+    rows: int, dimensions: int
+) -> tuple[npt.NDArray[np.int8], npt.NDArray[np.float32]]:
+    """Buffers for a copy of ``rows`` rows and room for an eighth more (at least twice the
+    rows that trigger an extension): appends fill it in place, no copy of what was copied.
+    The codes' buffer is anonymous memory, resident only once written (``empty_buffer``)."""
+    room = rows + max(rows // 8, 2 * STALE_ROWS)
+    return empty_buffer((room, dimensions), np.int8), np.empty(room, dtype=np.float32)
+
+
 def copy_now(matrix: FloatMatrix) -> bool:
     """Copy ``matrix``'s rows (those not copied yet) now, on this thread; whether it has a
     copy after. For tests and benchmarks: recalls copy on the copier (module docstring)."""
@@ -460,7 +474,7 @@ def _load(entry: _Entry, matrix: FloatMatrix) -> Int8Rows | None:
             and copy.codes.shape == (copy.rows, matrix.shape[1])
             and copy.scales.shape == (copy.rows,)
         ):
-            entry.codes, entry.scales = copy.codes, copy.scales
+            entry.codes, entry.scales = copy.buffers or (copy.codes, copy.scales)
             _COPIES.publish(entry, copy)
         return entry.copy
 
@@ -508,11 +522,7 @@ def _extend_locked(entry: _Entry, matrix: FloatMatrix) -> bool:
         return True
     codes, scales = entry.codes, entry.scales
     if codes is None or scales is None or codes.shape[0] < last:
-        # Room for the matrix's rows and an eighth more (at least twice the rows that
-        # trigger an extension): appends fill it in place, no copy of what was copied.
-        room = count + max(count // 8, 2 * STALE_ROWS)
-        grown = empty_buffer((room, dimensions), np.int8)
-        grown_scales = np.empty(room, dtype=np.float32)
+        grown, grown_scales = copy_buffers(count, dimensions)
         if codes is not None and scales is not None:
             grown[:first] = codes[:first]
             grown_scales[:first] = scales[:first]

@@ -2,11 +2,11 @@
 first recall after an open.
 
 Why: the int8 first pass (``quantized.py``) scores a large NPC's rows from a copy a
-quarter their size, but a process makes that copy only after an NPC's 4th recall (about
-1.1 µs a row: 110 ms at 100k), so every process paid its first recalls over the float32
-rows, and those recalls paged every float32 row in (154 MB at 100k × 384, resident in the
-process while mapped). With the copy in a file, an open maps it (39 MB at 100k), the first
-recall scores from it, and only the few float32 rows a first pass keeps are read.
+quarter their size, but a process makes that copy only after an NPC's 4th recall, in the
+background while no recall runs (about 1.1 µs a row: 110 ms at 100k), so the first recalls
+of every process, and every recall of a process that asks back to back, multiplied the
+float32 rows. With the copy in a file, the first recall after an open reads it (39 MB at
+100k × 384, with its checksum: about 10 ms from the page cache) and scores from it.
 
 Layout of ``o-<owner>.<code>.<tag>.q8`` (the row file's name with ``.q8`` for ``.f32``;
 little-endian)::
@@ -18,15 +18,20 @@ little-endian)::
     64  scales float32 × rows, zero-padded to a multiple of 64 bytes
         codes int8 × rows × dimensions
 
-Derived data about derived data, never trusted over the rows: a file is used only when
-its own CRC-32 holds, its width is the rows', it covers no more rows than the row file
-holds, and the CRC-32 of the entry records' row checksums for those rows (every ready
-record of the identity; a row no record names counts as 0) is the one it was written
-with. Rows of one generation never change once written (``entries.py``), and every row
-the codes were made from was checked against those checksums first, so equal checksums
-mean the codes are those of the rows now (up to the checksums' own strength, which is
-what the rows themselves are checked with). A file failing any of this is ignored (and
-replaced at the next close that writes one): the float32 product answers meanwhile.
+Read into memory with room for appended rows, as a copy made in memory is (``d + 4`` bytes
+a row), not mapped: appends extend the copy in place, where a map would have been copied
+whole into memory of its own, twice the bytes at that moment.
+
+Derived data about derived data, never trusted over the rows: a file is used only when its
+own CRC-32 holds, its width is the rows', it covers no more rows than the row file holds,
+and the CRC-32 of the entry records' row checksums for those rows (every ready record of
+the identity; a row no record names counts as 0) is the one it was written with. Rows of
+one generation never change once written (``entries.py``), and every row the codes were
+made from was checked against those checksums first, so equal checksums mean the codes are
+those of the rows now (up to the checksums' own strength, which is what the rows
+themselves are checked with). A file failing any of this is ignored, the reason logged
+with its name, and replaced at the next close that writes one: the float32 product
+answers meanwhile.
 
 Written at close (``IndexEngine.keep_codes``) under the writer lock, atomically
 (``fs.atomic_write``: a kill leaves the old file or the new, and a ``.tmp`` the next
@@ -39,7 +44,6 @@ partition leaves no copy of an erased memory's vector behind.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
 from pathlib import Path
@@ -51,7 +55,7 @@ from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.index.entries import EntryState
 from game_memory.index.partition import IndexPartition
-from game_memory.index.quantized import Int8Rows
+from game_memory.index.quantized import Int8Rows, copy_buffers
 
 __all__ = ["HEADER_BYTES", "codes_header", "read_codes", "rows_digest", "write_codes"]
 
@@ -116,43 +120,44 @@ def read_codes(
     path: str, partition: IndexPartition, code: int, dimensions: int, held_rows: int
 ) -> Int8Rows | None:
     """The copy in the file at ``path`` for identity ``code``'s rows of ``partition``
-    (``dimensions`` wide; the row file holds ``held_rows``), mapped read-only; ``None``
-    when there is no such file or it does not prove itself theirs (module docstring: the
-    reason is logged, naming the file)."""
+    (``dimensions`` wide; the row file holds ``held_rows``), read into buffers with room
+    for appended rows (``quantized.copy_buffers``: extended in place, as a copy made in
+    memory, never copied again); ``None`` when there is no such file or it does not prove
+    itself theirs (module docstring: the reason is logged, naming the file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        _LOG.warning("ignoring the int8 codes %s: %s", path, exc.strerror)
+        _ignored(path, exc.strerror or str(exc))
         return None
     try:
-        info = os.fstat(fd)
-        size = info.st_size
-        if size < HEADER_BYTES:
-            _ignored(path, "it is shorter than its header")
-            return None
-        mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-    except (OSError, ValueError) as exc:
-        _ignored(path, str(exc))
+        return _read(fd, path, partition, code, dimensions, held_rows)
+    except OSError as exc:
+        _ignored(path, exc.strerror or str(exc))
         return None
     finally:
         os.close(fd)
-    magic, version, width, rows, spread, residual, digest, body = _HEADER.unpack_from(mapped)
-    scale_bytes = _padded(rows * 4)
+
+
+def _read(
+    fd: int, path: str, partition: IndexPartition, code: int, dimensions: int, held_rows: int
+) -> Int8Rows | None:
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, HEADER_BYTES, 0)
+    if len(head) < HEADER_BYTES:
+        _ignored(path, "it is shorter than its header")
+        return None
+    magic, version, width, rows, spread, residual, digest, body = _HEADER.unpack(head)
     if magic != _MAGIC or version != FORMAT_VERSION:
         _ignored(path, "it is not a file of int8 codes of this format")
         return None
     if width != dimensions or not 0 < rows <= held_rows:
         _ignored(path, f"it holds {rows} rows of {width} values, the rows {held_rows}")
         return None
+    scale_bytes = _padded(rows * 4)
     if size != HEADER_BYTES + scale_bytes + rows * width:
         _ignored(path, "its size is not what its header says")
-        return None
-    with memoryview(mapped) as view:
-        intact = crc32(view[HEADER_BYTES:]) == body
-    if not intact:
-        _ignored(path, "it fails its checksum")
         return None
     if not (np.isfinite(spread) and np.isfinite(residual) and spread >= 0 and residual >= 0):
         _ignored(path, "its bounds are not finite")
@@ -160,11 +165,35 @@ def read_codes(
     if rows_digest(partition, code, rows) != digest:
         _ignored(path, "the rows it was made from are not the rows now")
         return None
-    scales = np.frombuffer(mapped, dtype="<f4", count=rows, offset=HEADER_BYTES)
-    codes = np.frombuffer(
-        mapped, dtype=np.int8, count=rows * width, offset=HEADER_BYTES + scale_bytes
-    ).reshape(rows, width)
-    return Int8Rows(int(rows), codes, scales.view(np.float32), float(spread), float(residual))
+    codes, scales = copy_buffers(rows, width)
+    scale_data = _read_exactly(fd, scale_bytes, HEADER_BYTES)
+    code_data = codes[:rows].reshape(-1).view(np.uint8).data
+    if scale_data is None or not _read_into(fd, code_data, HEADER_BYTES + scale_bytes):
+        _ignored(path, "it ended early")
+        return None
+    if crc32(code_data, crc32(scale_data)) != body:
+        _ignored(path, "it fails its checksum")
+        return None
+    scales[:rows] = np.frombuffer(scale_data, dtype="<f4", count=rows)
+    return Int8Rows(
+        int(rows), codes[:rows], scales[:rows], float(spread), float(residual), (codes, scales)
+    )
+
+
+def _read_exactly(fd: int, length: int, offset: int) -> bytes | None:
+    data = bytearray(length)
+    return bytes(data) if _read_into(fd, memoryview(data), offset) else None
+
+
+def _read_into(fd: int, target: memoryview, offset: int) -> bool:
+    """Fill ``target`` from ``fd`` at ``offset``; whether the file held that much."""
+    done = 0
+    while done < len(target):
+        count = os.preadv(fd, [target[done : done + (1 << 24)]], offset + done)
+        if count <= 0:
+            return False
+        done += count
+    return True
 
 
 def _ignored(path: str, reason: str) -> None:
