@@ -30,7 +30,7 @@ from game_memory.index.row_codes import HEADER_BYTES, codes_header
 from game_memory.opening import open_memory
 from support.erased import vector_bytes, witnessed
 from support.first_passes import spy_first_passes
-from support.vectors import MemoryFactory, VectorStoreFactory
+from support.vectors import MemoryFactory, VectorStoreFactory, until
 
 pytestmark = pytest.mark.skipif(not quantized.available(), reason="SimSIMD is a dependency")
 
@@ -91,6 +91,17 @@ async def answers(store: VectorMemoryStore, owner: str = NPC) -> Answers:
     return found
 
 
+async def read_in_background(store: VectorMemoryStore, used: list[bool]) -> Answers:
+    """Answers of a store just opened, whose first recall has the copier read the file of
+    codes once it is answered (by the float32 product); the copier is done on return and
+    ``used`` cleared."""
+    first = await answers(store)
+    assert not used[0]  # the open's first answer waits for no copy
+    await until(quantized.idle, "the copier to read the codes")
+    used.clear()
+    return first
+
+
 def session_folder(tmp_path: Path) -> Path:
     return tmp_path / "index" / INDEX_FOLDER / f"s-{identity_hash('session')}"
 
@@ -138,8 +149,10 @@ async def test_a_writer_keeps_codes_at_close_and_the_next_open_scores_from_them(
     assert header is not None and header[1] == 300
     used.clear()
     store = make_vector_store(HashingEmbeddingProvider())
+    assert await read_in_background(store, used) == reference
+    assert quantized.held_bytes() > 0
     assert await answers(store) == reference
-    assert used and all(used)  # from the first recall on, no 4 recalls and copier first
+    assert used and all(used)  # from the second recall on: no 4 recalls and a copy first
     await store.aclose()
 
 
@@ -201,15 +214,17 @@ async def test_damaged_codes_are_named_never_used_and_rewritten(
     used.clear()
     store = make_vector_store(HashingEmbeddingProvider())
     with caplog.at_level(logging.WARNING, logger="game_memory.index"):
-        assert await answers(store) == reference
-    assert not used[0]  # the first pass found no copy it could use: the product answered
+        assert await read_in_background(store, used) == reference
     assert any(reason in r.getMessage() and codes.name in r.getMessage() for r in caplog.records)
+    assert quantized.held_bytes() == 0  # refused: the product answers
     for _ in range(quantized.COPY_AFTER):
-        await answers(store)  # recalls begin a copy of their own ...
+        assert await answers(store) == reference  # recalls begin a copy of their own ...
+    assert not used[0]
     await store.aclose()  # ... which the close completes and writes over the damaged file
     quantized.forget_all()
     used.clear()
     again = make_vector_store(HashingEmbeddingProvider())
+    await read_in_background(again, used)
     assert await answers(again) == reference
     assert used and all(used)
 
@@ -234,9 +249,10 @@ async def test_codes_of_other_rows_are_never_used(
     used.clear()
     store = make_vector_store(HashingEmbeddingProvider())
     with caplog.at_level(logging.WARNING, logger="game_memory.index"):
-        assert await answers(store) == reference
-    assert not used[0]
+        assert await read_in_background(store, used) == reference
     assert any("not the rows now" in record.getMessage() for record in caplog.records)
+    assert quantized.held_bytes() == 0
+    assert await answers(store) == reference
 
 
 async def test_a_close_rewrites_codes_only_once_they_are_stale(
@@ -255,6 +271,7 @@ async def test_a_close_rewrites_codes_only_once_they_are_stale(
     quantized.forget_all()
     used.clear()
     store = make_vector_store(HashingEmbeddingProvider())
+    await read_in_background(store, used)
     reference_rows = await answers(store)
     assert used and all(used)  # 15 rows after the copy: scored beside it, by the product
     assert all(await store.append_many(memories(make_memory, 1, first=315)))  # 16 behind
@@ -263,6 +280,7 @@ async def test_a_close_rewrites_codes_only_once_they_are_stale(
     quantized.forget_all()
     used.clear()
     store = make_vector_store(HashingEmbeddingProvider())
+    await read_in_background(store, used)
     assert (await answers(store))[0][0][0] is not None
     assert used and all(used)
     assert reference_rows  # the recalls between answered
@@ -395,6 +413,7 @@ async def test_a_writer_killed_while_writing_codes_leaves_the_rows_answering(
     quantized.forget_all()
     used.clear()
     store = make_vector_store(HashingEmbeddingProvider())
+    await read_in_background(store, used)
     await answers(store)
     assert used and all(used)
 
@@ -407,6 +426,7 @@ async def test_a_copy_read_from_its_file_is_extended_in_place(
     await seeded(make_vector_store, make_memory)
     store = make_vector_store(HashingEmbeddingProvider())
     await answers(store)
+    await until(quantized.idle, "the copier to read the codes")
     (entry,) = [entry for entry in quantized._COPIES._entries.values() if entry.copy]
     assert entry.copy is not None and entry.copy.rows == 300
     buffer = entry.codes

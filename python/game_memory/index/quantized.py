@@ -38,8 +38,9 @@ product (their error is far below ``B``).
 
 Kept in a file: the file index writes a large partition's copy beside its rows at close
 and offers it when it first reads them (:func:`offer`; ``index/row_codes.py`` proves it is
-theirs); the first first pass that may use copies and finds none reads it, so an NPC opened
-again scores from its copy at its first recall.
+theirs); the first first pass that may use copies and finds none has the copier read it
+once that recall is answered, so an NPC opened again scores from its copy from about its
+second recall on, and no open waits for it.
 
 When made here: never on a recall's way. The :data:`COPY_AFTER`-th front-door recall that scores a
 matrix without a copy (or with one :data:`STALE_ROWS` rows or more behind) hands the
@@ -99,6 +100,7 @@ __all__ = [
     "first_pass",
     "forget_all",
     "held_bytes",
+    "idle",
     "offer",
     "quantize",
     "recalling",
@@ -274,6 +276,10 @@ class _Copies:
             entry.copy = None
         entry.codes = entry.scales = None
 
+    def idle(self) -> bool:
+        with self._lock:
+            return not any(entry.pending for entry in self._entries.values())
+
     def held_bytes(self) -> int:
         with self._lock:
             return self._bytes
@@ -444,11 +450,11 @@ def begun(matrix: FloatMatrix) -> bool:
 
 def offer(matrix: FloatMatrix, loader: Callable[[], Int8Rows | None]) -> None:
     """Offer a copy of ``matrix``'s first rows kept elsewhere (a file of codes,
-    ``index/row_codes.py``): ``loader`` is called once, by the first first pass that may use
-    copies and finds none, and what it returns (``None``: nothing usable) becomes the copy,
-    as if made here. The caller proves the copy is of these very rows; its arrays are never
-    written (an extension copies them into buffers of its own). ``loader`` must not hold
-    ``matrix`` (nor what holds it) strongly: the copies are keyed weakly on the rows."""
+    ``index/row_codes.py``): ``loader`` is called once, on the copier once no recall runs,
+    after the first first pass that may use copies found none, and what it returns
+    (``None``: nothing usable) becomes the copy, as if made here. The caller proves the
+    copy is of these very rows; ``loader`` must not hold ``matrix`` (nor what holds it)
+    strongly: the copies are keyed weakly on the rows."""
     found = _owner(matrix) if _DOT is not None and matrix.shape[0] >= QUANTIZED_FROM_ROWS else None
     if found is not None:
         entry = _COPIES.entry(*found)
@@ -566,6 +572,34 @@ def _copier() -> ThreadPoolExecutor:
         return _COPIER[0]
 
 
+def _schedule_load(entry: _Entry, matrix: FloatMatrix) -> None:
+    """Have the copier read ``entry``'s offered copy (:func:`offer`) once no recall runs:
+    the recall that asked is answered by the product, as it would have been without the
+    file (reading 39 MB at 100k into fresh memory took 20 ms; from a cold disk, longer),
+    so an open's first answer waits for no copy."""
+    if not _COPIES.claim(entry):
+        return
+
+    def job() -> None:
+        try:
+            recalling.give_way()
+            _load(entry, matrix)
+        except Exception:  # a copy only speeds recalls up: without it, the product
+            _LOG.debug("reading int8 codes failed", exc_info=True)
+        finally:
+            entry.pending = False
+
+    try:
+        _copier().submit(job)
+    except RuntimeError:  # the interpreter is shutting down
+        entry.pending = False
+
+
+def idle() -> bool:
+    """Whether no copy is being made or read (for tests and benchmarks)."""
+    return _COPIES.idle()
+
+
 def _schedule(entry: _Entry, matrix: FloatMatrix) -> None:
     """Have the copier extend ``entry``'s copy to ``matrix``'s rows, one slice a job (at
     most one job queued or running per entry; copies of other matrices interleave)."""
@@ -612,7 +646,7 @@ def first_pass(
     entry = _COPIES.entry(*found)
     copy = entry.copy
     if copy is None and copies and entry.loader is not None:
-        copy = _load(entry, matrix)  # a copy kept in a file: read at the first pass
+        _schedule_load(entry, matrix)  # a copy kept in a file: read in the background
     if entry.refused:
         return None
     entry.scored += 1

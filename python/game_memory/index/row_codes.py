@@ -6,7 +6,8 @@ quarter their size, but a process makes that copy only after an NPC's 4th recall
 background while no recall runs (about 1.1 µs a row: 110 ms at 100k), so the first recalls
 of every process, and every recall of a process that asks back to back, multiplied the
 float32 rows. With the copy in a file, the first recall after an open reads it (39 MB at
-100k × 384, with its checksum: about 10 ms from the page cache) and scores from it.
+100k × 384, with its checksum: about 20 ms into fresh memory, on the copier thread once that
+recall is answered: ``quantized.offer``) and the next ones score from it.
 
 Layout of ``o-<owner>.<code>.<tag>.q8`` (the row file's name with ``.q8`` for ``.f32``;
 little-endian)::
@@ -20,7 +21,8 @@ little-endian)::
 
 Read into memory with room for appended rows, as a copy made in memory is (``d + 4`` bytes
 a row), not mapped: appends extend the copy in place, where a map would have been copied
-whole into memory of its own, twice the bytes at that moment.
+whole into memory of its own, twice the bytes at that moment. Once read, the file's pages
+are dropped from the page cache (``POSIX_FADV_DONTNEED``): the process holds the codes.
 
 Derived data about derived data, never trusted over the rows: a file is used only when its
 own CRC-32 holds, its width is the rows', it covers no more rows than the row file holds,
@@ -175,6 +177,8 @@ def _read(
         _ignored(path, "it fails its checksum")
         return None
     scales[:rows] = np.frombuffer(scale_data, dtype="<f4", count=rows)
+    if hasattr(os, "posix_fadvise"):  # held in memory now: the page cache need not hold it too
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     return Int8Rows(
         int(rows), codes[:rows], scales[:rows], float(spread), float(residual), (codes, scales)
     )
