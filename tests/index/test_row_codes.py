@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,9 +26,11 @@ from game_memory.durable.names import identity_hash
 from game_memory.embedding.hashing import HashingEmbeddingProvider
 from game_memory.index import quantized
 from game_memory.index.engine import INDEX_FOLDER
+from game_memory.index.file_index import FileVectorMemoryIndex
 from game_memory.index.layout import file_owner, leftover_names
 from game_memory.index.row_codes import HEADER_BYTES, codes_header
 from game_memory.opening import open_memory
+from game_memory.store.file_store import FileGameMemoryStore
 from support.erased import vector_bytes, witnessed
 from support.first_passes import spy_first_passes
 from support.vectors import MemoryFactory, VectorStoreFactory, until
@@ -451,3 +454,40 @@ async def test_a_copy_read_from_its_file_is_extended_in_place(
             break
     assert entry.copy is not None and entry.copy.rows == 320
     assert entry.codes is buffer
+
+
+async def test_a_close_that_cannot_take_the_writer_lock_skips_its_upkeep(
+    tmp_path: Path, make_memory: MemoryFactory
+) -> None:
+    """Another process holding the index's writer lock past the timeout: the close still
+    closes (no error), writes no stamp nor codes, and the next close writes them."""
+    index = FileVectorMemoryIndex(tmp_path / "index", lock_timeout=0.05)
+    store = VectorMemoryStore(
+        FileGameMemoryStore(tmp_path / "save"), index, HashingEmbeddingProvider()
+    )
+    assert all(await store.append_many(memories(make_memory, 300)))
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with index.engine.locked():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    try:
+        await store.aclose()
+    finally:
+        release.set()
+        holder.join()
+    assert codes_files(tmp_path) == []
+    store = VectorMemoryStore(
+        FileGameMemoryStore(tmp_path / "save"),
+        FileVectorMemoryIndex(tmp_path / "index"),
+        HashingEmbeddingProvider(),
+    )
+    assert all(await store.append_many(memories(make_memory, 1, first=300)))
+    await store.aclose()
+    (codes,) = codes_files(tmp_path)
+    assert codes_header(str(codes)) == (256, 301)

@@ -34,7 +34,7 @@ import numpy as np
 from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.durable.fs import lstat_regular
-from game_memory.errors import DerivedIndexError, PersistenceError
+from game_memory.errors import DerivedIndexError, GameMemoryError, PersistenceError
 from game_memory.index import quantized
 from game_memory.index.entries import ENTRY_BYTES, EntryRecord, EntryState, decode_entries
 from game_memory.index.layout import (
@@ -382,7 +382,7 @@ class IndexEngine(IndexLayout):
         for key, code, buffer in held:
             try:
                 kept += self._keep_codes(key, code, buffer, key in written)
-            except (DerivedIndexError, PersistenceError, OSError) as exc:
+            except (GameMemoryError, OSError) as exc:  # a busy lock included
                 _LOG.info("int8 codes were not written at close (%s)", exc)
         return kept
 
@@ -714,10 +714,15 @@ class IndexEngine(IndexLayout):
 
     def close_upkeep(self) -> None:
         """At close: stamp the partitions written (:meth:`stamp_written`), then keep the
-        int8 codes of the large ones (:meth:`keep_codes`). Never raises."""
+        int8 codes of the large ones (:meth:`keep_codes`). Never raises: both only speed
+        the next open up (a writer lock another process holds past the lock timeout, or
+        a disk that fails, leaves them for a later close)."""
         written = set(self._written)
-        self.stamp_written()
-        self.keep_codes(written)
+        for step in (self.stamp_written, lambda: self.keep_codes(written)):
+            try:
+                step()
+            except (GameMemoryError, OSError) as exc:
+                _LOG.info("the index's upkeep at close was skipped (%s)", exc)
 
     def stamp_written(self) -> int:
         """Check and stamp every partition this engine appended to (at close), so the next
