@@ -9,56 +9,82 @@ modules below are the implementation.
 """
 
 import contextlib as _contextlib
+import itertools as _itertools
+import os as _os
+import sys as _sys
 
-from game_memory._version import __version__
-from game_memory.embedding.hashing import HashingEmbeddingProvider
-from game_memory.embedding.projector import MemoryTextProjector
-from game_memory.embedding.provider import EmbeddingProvider
-from game_memory.errors import (
-    CapacityExceededError,
-    DerivedIndexError,
-    EmbeddingTimeoutError,
-    EmbeddingUnavailableError,
-    GameMemoryError,
-    InvalidArgumentError,
-    MemoryConflictError,
-    MemoryNotFoundError,
-    PersistenceError,
-    StoreBusyError,
-    StoreClosedError,
-)
-from game_memory.index.file_index import FileVectorMemoryIndex
-from game_memory.index.memory import InMemoryVectorIndex
-from game_memory.index.protocol import VectorIndex
-from game_memory.lifecycle import RuntimeMemoryLifecycle
-from game_memory.memory import VectorMemoryStore
-from game_memory.model import (
-    CompactionReport,
-    DiagnosticSeverity,
-    GameMemory,
-    GameMemoryKind,
-    GameMemoryQuery,
-    GameMemorySearchSnapshot,
-    GameMemorySearchStage,
-    GameMemorySearchStageKind,
-    GameMoment,
-    MemoryEmbeddingIdentity,
-    MemoryVectorDiagnostic,
-    MigrationReport,
-    RecallHit,
-    RecallResult,
-    StoreCheckReport,
-    VectorMemoryState,
-    VectorMemoryStatus,
-    derive_memory_id,
-)
-from game_memory.opening import open_memory
-from game_memory.recall.fusion import FusionMode, FusionOptions
-from game_memory.recall.options import VectorMemoryStoreOptions
-from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
-from game_memory.store.file_store import FileGameMemoryStore
-from game_memory.store.memory import InMemoryGameMemoryStore
-from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
+
+def _interrupted_while_starting() -> None:
+    """A Ctrl-C while the ``game-memory`` command imports the library (about 0.4 s of
+    numpy, pydantic and the modules below, before its ``main`` can catch anything) ends
+    that command as its ``main`` would, "interrupted" and exit 130, not in a traceback.
+    Only that command: a program importing the library gets its ``KeyboardInterrupt``."""
+    command = _os.path.basename(_sys.argv[0] if _sys.argv else "")
+    started = list(getattr(_sys, "orig_argv", []))
+    as_module = any(
+        flag == "-m" and name.startswith("game_memory.cli")
+        for flag, name in _itertools.pairwise(started)
+    )
+    if command in ("game-memory", "game-memory.exe") or as_module:
+        with _contextlib.suppress(OSError, ValueError):
+            _sys.stderr.write("interrupted\n")
+            _sys.stderr.flush()
+        _os._exit(130)
+
+
+try:
+    from game_memory._version import __version__
+    from game_memory.embedding.hashing import HashingEmbeddingProvider
+    from game_memory.embedding.projector import MemoryTextProjector
+    from game_memory.embedding.provider import EmbeddingProvider
+    from game_memory.errors import (
+        CapacityExceededError,
+        DerivedIndexError,
+        EmbeddingTimeoutError,
+        EmbeddingUnavailableError,
+        GameMemoryError,
+        InvalidArgumentError,
+        MemoryConflictError,
+        MemoryNotFoundError,
+        PersistenceError,
+        StoreBusyError,
+        StoreClosedError,
+    )
+    from game_memory.index.file_index import FileVectorMemoryIndex
+    from game_memory.index.memory import InMemoryVectorIndex
+    from game_memory.index.protocol import VectorIndex
+    from game_memory.lifecycle import RuntimeMemoryLifecycle
+    from game_memory.memory import VectorMemoryStore
+    from game_memory.model import (
+        CompactionReport,
+        DiagnosticSeverity,
+        GameMemory,
+        GameMemoryKind,
+        GameMemoryQuery,
+        GameMemorySearchSnapshot,
+        GameMemorySearchStage,
+        GameMemorySearchStageKind,
+        GameMoment,
+        MemoryEmbeddingIdentity,
+        MemoryVectorDiagnostic,
+        MigrationReport,
+        RecallHit,
+        RecallResult,
+        StoreCheckReport,
+        VectorMemoryState,
+        VectorMemoryStatus,
+        derive_memory_id,
+    )
+    from game_memory.opening import open_memory
+    from game_memory.recall.fusion import FusionMode, FusionOptions
+    from game_memory.recall.options import VectorMemoryStoreOptions
+    from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
+    from game_memory.store.file_store import FileGameMemoryStore
+    from game_memory.store.memory import InMemoryGameMemoryStore
+    from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
+except KeyboardInterrupt:
+    _interrupted_while_starting()
+    raise
 
 __all__ = [
     "CapacityExceededError",

@@ -331,8 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``GameMemoryError`` or an ``OSError`` that escaped a command is one line (1), and
     anything else is reported as a bug (70).
     """
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         return _handler(args)(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,0 +1,79 @@
+"""A Ctrl-C while the ``game-memory`` command is still importing the library ends it as
+its ``main`` ends an interrupted command ("interrupted", exit 130), not in a traceback;
+a program importing the library still gets its ``KeyboardInterrupt``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+# Runs as a console script would (``argv[0]`` given), with an import hook that raises
+# ``KeyboardInterrupt`` when the library reaches ``game_memory.model``: the instant a
+# Ctrl-C lands in the middle of the library's imports.
+_STARTING = """
+import sys
+
+class Interrupting:
+    def find_spec(self, name, path=None, target=None):
+        if name == "game_memory.model":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Interrupting())
+sys.argv[0] = sys.argv[1]
+try:
+    from game_memory.cli import main
+except KeyboardInterrupt:
+    print("the program saw KeyboardInterrupt", file=sys.stderr)
+    sys.exit(3)
+sys.exit(main(["--help"]))
+"""
+
+
+def _start(argv0: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_STARTING), argv0],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("name", ["game-memory", "game-memory.exe"])
+def test_the_command_interrupted_while_importing_says_so_without_a_traceback(
+    tmp_path: Path, name: str
+) -> None:
+    done = _start(str(tmp_path / "bin" / name))
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "interrupted\n"
+
+
+def test_a_program_importing_the_library_gets_its_keyboard_interrupt(tmp_path: Path) -> None:
+    done = _start(str(tmp_path / "game.py"))
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip() == "the program saw KeyboardInterrupt"
+
+
+def test_python_dash_m_interrupted_while_importing_says_so_too(tmp_path: Path) -> None:
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        textwrap.dedent(_STARTING.split("sys.argv[0] = sys.argv[1]")[0]), encoding="utf-8"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "game_memory.cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), *sys.path])},
+        check=False,
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "interrupted\n"
