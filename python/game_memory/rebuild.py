@@ -59,11 +59,12 @@ async def index_status(
 ) -> VectorMemoryStatus:
     """Count ready, pending, stale and orphan vectors of a session; derive its state.
 
-    Reads the session's snapshot and verifies its index partitions (entries, rows and
-    their checksums, each row checked once per process). A damaged index is derived data
-    gone bad, not an error of the call: the status is ``DEGRADED`` with every memory of
-    the session pending (none of its vectors is trusted), the reason is logged (logger
-    ``game_memory.index``, a warning), and ``rebuild`` repairs it without help.
+    Reads the session's snapshot and verifies its index partitions (entries, and every
+    row read again with its checksum, each call: ``VectorIndex.verify``). A damaged index
+    is derived data gone bad, not an error of the call: the status is ``DEGRADED`` with
+    every memory of the session pending (none of its vectors is trusted), the reason is
+    logged (logger ``game_memory.index``, a warning), and ``rebuild`` repairs it without
+    help.
     """
     views = await session_views(store, session_id, options)
     try:
