@@ -491,3 +491,29 @@ async def test_a_close_that_cannot_take_the_writer_lock_skips_its_upkeep(
     await store.aclose()
     (codes,) = codes_files(tmp_path)
     assert codes_header(str(codes)) == (256, 301)
+
+
+@pytest.mark.parametrize("planted", ["link", "folder"])
+async def test_a_link_or_folder_in_place_of_the_codes_is_never_read(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+    caplog: pytest.LogCaptureFixture,
+    planted: str,
+) -> None:
+    reference = await seeded(make_vector_store, make_memory)
+    (codes,) = codes_files(tmp_path)
+    elsewhere = tmp_path / "elsewhere.q8"
+    codes.rename(elsewhere)  # a whole, valid file: followed, it would be used
+    if planted == "link":
+        codes.symlink_to(elsewhere)
+    else:
+        codes.mkdir()
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    with caplog.at_level(logging.WARNING, logger="game_memory.index"):
+        assert await read_in_background(store, used) == reference
+        assert await answers(store) == reference
+    assert not any(used) and quantized.held_bytes() == 0
+    assert any(codes.name in record.getMessage() for record in caplog.records)

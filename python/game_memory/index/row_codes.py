@@ -47,7 +47,9 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import struct
+from io import FileIO
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +68,9 @@ FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sIIQddII16x")
 HEADER_BYTES = _HEADER.size  # 64
 _LOG = logging.getLogger("game_memory.index")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # not on Windows
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_BINARY = getattr(os, "O_BINARY", 0)  # Windows only
 
 
 def rows_digest(partition: IndexPartition, code: int, rows: int) -> int:
@@ -127,27 +132,35 @@ def read_codes(
     memory, never copied again); ``None`` when there is no such file or it does not prove
     itself theirs (module docstring: the reason is logged, naming the file)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
     except FileNotFoundError:
         return None
     except OSError as exc:
         _ignored(path, exc.strerror or str(exc))
         return None
     try:
-        return _read(fd, path, partition, code, dimensions, held_rows)
+        with os.fdopen(fd, "rb", buffering=0) as file:
+            return _read(file, path, partition, code, dimensions, held_rows)
     except OSError as exc:
         _ignored(path, exc.strerror or str(exc))
         return None
-    finally:
-        os.close(fd)
 
 
 def _read(
-    fd: int, path: str, partition: IndexPartition, code: int, dimensions: int, held_rows: int
+    file: FileIO,
+    path: str,
+    partition: IndexPartition,
+    code: int,
+    dimensions: int,
+    held_rows: int,
 ) -> Int8Rows | None:
-    size = os.fstat(fd).st_size
-    head = os.pread(fd, HEADER_BYTES, 0)
-    if len(head) < HEADER_BYTES:
+    """:func:`read_codes` of the file open as ``file`` (read front to back, once)."""
+    info = os.fstat(file.fileno())
+    if not stat.S_ISREG(info.st_mode):
+        _ignored(path, "it is not a regular file")
+        return None
+    head = _read_exactly(file, HEADER_BYTES)
+    if head is None:
         _ignored(path, "it is shorter than its header")
         return None
     magic, version, width, rows, spread, residual, digest, body = _HEADER.unpack(head)
@@ -158,7 +171,7 @@ def _read(
         _ignored(path, f"it holds {rows} rows of {width} values, the rows {held_rows}")
         return None
     scale_bytes = _padded(rows * 4)
-    if size != HEADER_BYTES + scale_bytes + rows * width:
+    if info.st_size != HEADER_BYTES + scale_bytes + rows * width:
         _ignored(path, "its size is not what its header says")
         return None
     if not (np.isfinite(spread) and np.isfinite(residual) and spread >= 0 and residual >= 0):
@@ -168,9 +181,9 @@ def _read(
         _ignored(path, "the rows it was made from are not the rows now")
         return None
     codes, scales = copy_buffers(rows, width)
-    scale_data = _read_exactly(fd, scale_bytes, HEADER_BYTES)
+    scale_data = _read_exactly(file, scale_bytes)
     code_data = codes[:rows].reshape(-1).view(np.uint8).data
-    if scale_data is None or not _read_into(fd, code_data, HEADER_BYTES + scale_bytes):
+    if scale_data is None or not _read_into(file, code_data):
         _ignored(path, "it ended early")
         return None
     if crc32(code_data, crc32(scale_data)) != body:
@@ -178,23 +191,23 @@ def _read(
         return None
     scales[:rows] = np.frombuffer(scale_data, dtype="<f4", count=rows)
     if hasattr(os, "posix_fadvise"):  # held in memory now: the page cache need not hold it too
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
     return Int8Rows(
         int(rows), codes[:rows], scales[:rows], float(spread), float(residual), (codes, scales)
     )
 
 
-def _read_exactly(fd: int, length: int, offset: int) -> bytes | None:
+def _read_exactly(file: FileIO, length: int) -> bytes | None:
     data = bytearray(length)
-    return bytes(data) if _read_into(fd, memoryview(data), offset) else None
+    return bytes(data) if _read_into(file, memoryview(data)) else None
 
 
-def _read_into(fd: int, target: memoryview, offset: int) -> bool:
-    """Fill ``target`` from ``fd`` at ``offset``; whether the file held that much."""
+def _read_into(file: FileIO, target: memoryview) -> bool:
+    """Fill ``target`` from ``file``'s position on; whether the file held that much."""
     done = 0
     while done < len(target):
-        count = os.preadv(fd, [target[done : done + (1 << 24)]], offset + done)
-        if count <= 0:
+        count = file.readinto(target[done : done + (1 << 24)])
+        if not count:
             return False
         done += count
     return True
