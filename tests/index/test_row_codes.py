@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from game_memory import GameMemoryQuery, GameMoment, VectorMemoryStore
+from game_memory import GameMemoryQuery, GameMoment, VectorMemoryState, VectorMemoryStore
 from game_memory.durable.names import identity_hash
 from game_memory.embedding.hashing import HashingEmbeddingProvider
 from game_memory.index import quantized
@@ -354,6 +354,8 @@ def test_codes_files_and_their_temporary_files_belong_to_their_owner() -> None:
     names = [name, temporary, f"o-{owner}.0.0000abcd.f32", f"o-{owner}.0.00001234.q8"]
     # Generation 0000abcd kept: the other generation's codes and every temporary file go.
     assert leftover_names(names, owner, 0xABCD) == [temporary, f"o-{owner}.0.00001234.q8"]
+    # A close killed while writing one leaves its temporary file: no sign of a rewrite.
+    assert leftover_names(names, owner, 0xABCD, codes=False) == [f"o-{owner}.0.00001234.q8"]
 
 
 _KILLED_WRITER = """
@@ -423,8 +425,11 @@ async def test_a_writer_killed_while_writing_codes_leaves_the_rows_answering(
     first = await answers(store)
     assert used and not any(used)  # no codes: the float32 product answered
     assert sum(len(hits) for hits in first) > 0
+    status = await store.get_status("session")  # a killed close is no damaged index
+    assert status.state == VectorMemoryState.READY and not status.requires_rebuild
     assert all(await store.append_many(memories(make_memory, 1, first=300)))
-    await store.aclose()  # a writer's close writes them whole
+    await store.aclose()  # a writer's close writes them whole, its leftover removed
+    assert not leftover.exists()
     (codes,) = codes_files(tmp_path)
     assert codes_header(str(codes)) == (256, 301)
     quantized.forget_all()

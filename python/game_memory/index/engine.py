@@ -22,6 +22,7 @@ tails (a record or row still being written).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -411,8 +412,19 @@ class IndexEngine(IndexLayout):
                 copy = quantized.quantize(matrix)  # held by nobody once written
             if copy is None:
                 return False
+            self._remove_codes_leftovers(session_hash, owner_hash)
             write_codes(path, copy, rows_digest(partition, code, copy.rows))
             return True
+
+    def _remove_codes_leftovers(self, session_hash: str, owner_hash: str) -> None:
+        """Delete the temporary files of the owner's files of codes that a close killed
+        midway left (under the lock: nobody is writing one; they hold codes of vectors)."""
+        directory = self.session_directory(session_hash)
+        names = list_names(directory)
+        for name in leftover_names(names, owner_hash, None, codes=True):
+            if name.endswith(".tmp") and ".q8." in name:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / name)
 
     def _stamp(
         self, partition: IndexPartition, code: int, checked: tuple[FileIdentity | None, int]
@@ -592,7 +604,7 @@ class IndexEngine(IndexLayout):
             keep = partition.tag if partition.records else None
             if (
                 marked
-                or leftover_names(files, owner_hash, keep)
+                or leftover_names(files, owner_hash, keep, codes=False)
                 or bool((partition.states == EntryState.DELETED).any())
             ):
                 found.append(owner_hash)

@@ -48,8 +48,12 @@ ROWS_NAME = re.compile(r"^o-([0-9a-f]{64})\.([0-9]+)\.([0-9a-f]{8})\.(?:f32|q8)$
 #: The temporary file of an atomic write of an entries or row file (``fs.atomic_write``:
 #: ``<name>.<uuid>.tmp``), which a writer killed mid write leaves with records or rows.
 _DATA_TEMPORARY = re.compile(
-    r"^o-([0-9a-f]{64})\.(?:entries|[0-9]+\.[0-9a-f]{8}\.(?:f32|q8))\.[0-9a-f]{32}\.tmp$"
+    r"^o-([0-9a-f]{64})\.(?:entries|[0-9]+\.[0-9a-f]{8}\.f32)\.[0-9a-f]{32}\.tmp$"
 )
+#: The temporary file of a file of int8 codes a close was writing when it was killed: it
+#: holds codes of vectors, so it goes with the owner's leftovers, but it is no sign of an
+#: interrupted rewrite (the next close that writes the partition's codes removes it).
+_CODES_TEMPORARY = re.compile(r"^o-([0-9a-f]{64})\.[0-9]+\.[0-9a-f]{8}\.q8\.[0-9a-f]{32}\.tmp$")
 #: The mark of a rewrite (compaction or reset) of an owner's files in progress: created
 #: before its first write, deleted after its last removal (``writer.compact_files``).
 _REWRITING = re.compile(r"^o-([0-9a-f]{64})\.rewriting$")
@@ -268,25 +272,32 @@ def file_owner(name: str) -> str | None:
         _ENTRIES.match(name)
         or ROWS_NAME.match(name)
         or _DATA_TEMPORARY.match(name)
+        or _CODES_TEMPORARY.match(name)
         or _REWRITING.match(name)
     )
     return match.group(1) if match is not None else None
 
 
-def leftover_names(names: list[str], owner_hash: str, keep_tag: int | None) -> list[str]:
+def leftover_names(
+    names: list[str], owner_hash: str, keep_tag: int | None, *, codes: bool = True
+) -> list[str]:
     """The owner's files among ``names`` that its entries of generation ``keep_tag`` (``None``:
-    no entries, or none that name rows) do not use: row files of other generations and
-    temporary files of entries and rows (what a rewrite killed midway leaves; they may hold
-    erased memories' vectors). Not the rewrite mark nor the stamp's temporary file (a
-    reader may be writing that one; it holds no vector)."""
+    no entries, or none that name rows) do not use: row files (and files of codes) of other
+    generations and temporary files of entries and rows (what a rewrite killed midway leaves;
+    they may hold erased memories' vectors), and with ``codes`` the temporary files of files
+    of codes (what a close killed midway leaves: codes of vectors, but no sign of a rewrite).
+    Not the rewrite mark nor the stamp's temporary file (a reader may be writing that one;
+    it holds no vector)."""
     found = []
     for name in names:
         rows = ROWS_NAME.match(name)
         if rows is not None:
             if rows.group(1) == owner_hash and int(rows.group(3), 16) != keep_tag:
                 found.append(name)
-        elif (temporary := _DATA_TEMPORARY.match(name)) and temporary.group(1) == owner_hash:
-            found.append(name)
+        else:
+            temporary = _DATA_TEMPORARY.match(name) or (codes and _CODES_TEMPORARY.match(name))
+            if temporary and temporary.group(1) == owner_hash:
+                found.append(name)
     return found
 
 
