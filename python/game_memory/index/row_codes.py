@@ -36,11 +36,13 @@ with its name, and replaced at the next close that writes one: the float32 produ
 answers meanwhile.
 
 Written at close (``IndexEngine.keep_codes``) under the writer lock, atomically
-(``fs.atomic_write``: a kill leaves the old file or the new, and a ``.tmp`` the next
-rewrite of the partition removes). It holds (approximate) vectors, so it lives and dies
-with its row file: a compaction's new generation has a new tag, and removing a generation's
-row files removes its codes (``writer._remove_row_files``); an erase that rewrites a
-partition leaves no copy of an erased memory's vector behind.
+(``fs.atomic_write``: a kill leaves the old file or the new, and a ``.tmp`` that the next
+close writing the partition's codes, a sweep or an erase removes; it is no sign of an
+interrupted rewrite, so ``get_status`` does not report it). It holds (approximate)
+vectors, so it lives and dies with its row file: a compaction's new generation has a new
+tag, and removing a generation's row files removes its codes
+(``writer._remove_row_files``); an erase that rewrites a partition leaves no copy of an
+erased memory's vector behind.
 """
 
 from __future__ import annotations
