@@ -342,9 +342,10 @@ class IndexEngine(IndexLayout):
         buffer: RowBuffer,
     ) -> None:
         """Offer the first passes the int8 copy of ``matrix``'s rows kept in their file of
-        codes (``quantized.offer``: read by the first first pass that may use a copy, and
-        used only when it proves itself theirs, ``row_codes.read_codes``). Once per row
-        buffer, on the first read of a large partition."""
+        codes (``quantized.offer``: read on the copier after the first first pass that may
+        use a copy found none, and used only when it proves itself theirs,
+        ``row_codes.read_codes``). Once per row buffer, on the first read of a large
+        partition."""
         path = self.codes_path(partition.session_hash, partition.owner_hash, code, partition.tag)
         held_rows, held = buffer.rows, weakref.ref(buffer)  # not the rows: keyed weakly
 
@@ -403,8 +404,10 @@ class IndexEngine(IndexLayout):
             if partition is None or partition.tag != buffer.tag:
                 return False  # rewritten since: its codes would be another generation's
             matrix = self.cached_matrix(partition, code, buffer.dimensions)
-            if matrix is None or matrix.shape[0] - on_disk < _codes_behind(matrix.shape[0]):
+            if matrix is None:
                 return False  # rows not all checked: a copy must be of checked rows
+            if matrix.shape[0] - on_disk < _codes_behind(matrix.shape[0]):
+                return False
             copy = quantized.copy_of(matrix)
             if copy is not None and copy.rows != matrix.shape[0] and quantized.copy_now(matrix):
                 copy = quantized.copy_of(matrix)  # a copy begun by recalls: completed
