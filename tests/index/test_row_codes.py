@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pytest
 from game_memory import GameMemoryQuery, GameMoment, VectorMemoryState, VectorMemoryStore
 from game_memory.durable.names import identity_hash
 from game_memory.embedding.hashing import HashingEmbeddingProvider
+from game_memory.index import engine as engine_module
 from game_memory.index import quantized
 from game_memory.index.engine import INDEX_FOLDER
 from game_memory.index.file_index import FileVectorMemoryIndex
@@ -315,6 +317,34 @@ async def test_a_reader_that_began_no_copy_writes_none(
     store = make_vector_store(HashingEmbeddingProvider())
     await answers(store)  # fewer recalls than a copy waits for
     await store.aclose()
+    assert codes_files(tmp_path) == []
+
+
+async def test_a_close_while_the_file_is_being_read_writes_none(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading a file of codes is no copy a reader's recalls asked for: a close meanwhile
+    (the file gone, say) writes none."""
+    await seeded(make_vector_store, make_memory)
+    (codes,) = codes_files(tmp_path)
+    codes.unlink()
+    quantized.forget_all()
+    reading = threading.Event()
+    real = engine_module.read_codes
+
+    def slow(*arguments: object) -> object:
+        reading.set()
+        time.sleep(0.3)
+        return real(*arguments)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "read_codes", slow)
+    store = make_vector_store(HashingEmbeddingProvider())
+    await answers(store)
+    await until(reading.is_set, "the copier to start reading")
+    await store.aclose()  # while it reads
     assert codes_files(tmp_path) == []
 
 

@@ -202,8 +202,8 @@ class _Entry:
     """One matrix owner's copy and whether a job is extending it."""
 
     __slots__ = (
-        "__weakref__", "codes", "copy", "direct", "loader", "lock", "owner", "pending",
-        "refused", "scales", "scored", "start",
+        "__weakref__", "asked", "codes", "copy", "direct", "loader", "lock", "owner",
+        "pending", "refused", "scales", "scored", "start",
     )  # fmt: skip
 
     def __init__(self, owner: weakref.ref[Any], start: int) -> None:
@@ -225,6 +225,8 @@ class _Entry:
         self.direct = False
         #: Reads a copy kept elsewhere (:func:`offer`), once.
         self.loader: Callable[[], Int8Rows | None] | None = None
+        #: Whether recalls had the copier make (or extend) a copy (:func:`begun`).
+        self.asked = False
 
 
 class _Copies:
@@ -458,12 +460,13 @@ def copy_of(matrix: FloatMatrix) -> Int8Rows | None:
 
 
 def begun(matrix: FloatMatrix) -> bool:
-    """Whether ``matrix``'s rows have a copy, or one being made (recalls asked for it)."""
+    """Whether ``matrix``'s rows have a copy, or recalls asked for one to be made (not
+    merely for a file of codes to be read)."""
     found = _owner(matrix) if _DOT is not None else None
     if found is None:
         return False
     entry = _COPIES.entry(*found)
-    return entry.copy is not None or entry.pending
+    return entry.copy is not None or entry.asked
 
 
 def offer(matrix: FloatMatrix, loader: Callable[[], Int8Rows | None]) -> None:
@@ -623,6 +626,7 @@ def _schedule(entry: _Entry, matrix: FloatMatrix) -> None:
     most one job queued or running per entry; copies of other matrices interleave)."""
     if not _COPIES.claim(entry):
         return
+    entry.asked = True
     copier = _copier()
 
     def job() -> None:
