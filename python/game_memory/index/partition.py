@@ -489,6 +489,10 @@ class RowBuffer:
             else:  # the first read, a small file grown large, or a map it outgrew: map it
                 self._small = False
                 self._spare = None  # arrays handed out keep their rows alive
+                if not self.rows and hasattr(os, "posix_fadvise"):
+                    # The first read of a large file: the disk reads it while the recall
+                    # does its other stages, not page by page as its product faults.
+                    os.posix_fadvise(fd, 0, total * row_bytes, os.POSIX_FADV_WILLNEED)
                 self._map = RowMap(fd, total, self.dimensions)
                 self.array = self._map.array()
             self.rows = total
