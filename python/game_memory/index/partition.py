@@ -14,6 +14,7 @@ a verified stamp, ``stamps.py``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -492,7 +493,8 @@ class RowBuffer:
                 if not self.rows and hasattr(os, "posix_fadvise"):
                     # The first read of a large file: the disk reads it while the recall
                     # does its other stages, not page by page as its product faults.
-                    os.posix_fadvise(fd, 0, total * row_bytes, os.POSIX_FADV_WILLNEED)
+                    with contextlib.suppress(OSError):  # advice only
+                        os.posix_fadvise(fd, 0, total * row_bytes, os.POSIX_FADV_WILLNEED)
                 self._map = RowMap(fd, total, self.dimensions)
                 self.array = self._map.array()
             self.rows = total
