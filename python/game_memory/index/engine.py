@@ -41,6 +41,7 @@ from game_memory.index.entries import ENTRY_BYTES, EntryRecord, EntryState, deco
 from game_memory.index.layout import (
     INDEX_FOLDER,
     IndexLayout,
+    codes_leftovers,
     file_owner,
     identity_dimensions,
     leftover_names,
@@ -423,11 +424,9 @@ class IndexEngine(IndexLayout):
         """Delete the temporary files of the owner's files of codes that a close killed
         midway left (under the lock: nobody is writing one; they hold codes of vectors)."""
         directory = self.session_directory(session_hash)
-        names = list_names(directory)
-        for name in leftover_names(names, owner_hash, None, codes=True):
-            if name.endswith(".tmp") and ".q8." in name:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(directory / name)
+        for name in codes_leftovers(list_names(directory), owner_hash):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
 
     def _stamp(
         self, partition: IndexPartition, code: int, checked: tuple[FileIdentity | None, int]

@@ -33,6 +33,7 @@ __all__ = [
     "INDEX_FOLDER",
     "ROWS_NAME",
     "IndexLayout",
+    "codes_leftovers",
     "identity_dimensions",
     "leftover_names",
     "list_names",
@@ -294,11 +295,23 @@ def leftover_names(
         if rows is not None:
             if rows.group(1) == owner_hash and int(rows.group(3), 16) != keep_tag:
                 found.append(name)
-        else:
-            temporary = _DATA_TEMPORARY.match(name) or (codes and _CODES_TEMPORARY.match(name))
-            if temporary and temporary.group(1) == owner_hash:
-                found.append(name)
+        elif _owned(_DATA_TEMPORARY, name, owner_hash) or (
+            codes and _owned(_CODES_TEMPORARY, name, owner_hash)
+        ):
+            found.append(name)
     return found
+
+
+def codes_leftovers(names: list[str], owner_hash: str) -> list[str]:
+    """The temporary files of the owner's files of codes among ``names`` (what a close
+    killed while writing one leaves)."""
+    return [name for name in names if _owned(_CODES_TEMPORARY, name, owner_hash)]
+
+
+def _owned(pattern: re.Pattern[str], name: str, owner_hash: str) -> bool:
+    """Whether ``name`` matches ``pattern`` (owner hash first) for ``owner_hash``."""
+    match = pattern.match(name)
+    return match is not None and match.group(1) == owner_hash
 
 
 def list_names(directory: Path) -> list[str]:

@@ -515,19 +515,40 @@ def quantize(matrix: FloatMatrix) -> Int8Rows | None:
         return None
     codes = np.empty((count, dimensions), dtype=np.int8)
     scales = np.empty(count, dtype=np.float32)
-    chunk = min(_CHUNK_ROWS, count)
+    bounds = _quantized_rows(matrix, 0, count, codes, scales, (0.0, 0.0), give_way=False)
+    return None if bounds is None else Int8Rows(count, codes, scales, *bounds)
+
+
+def _quantized_rows(
+    matrix: FloatMatrix,
+    first: int,
+    last: int,
+    codes: npt.NDArray[np.int8],
+    scales: npt.NDArray[np.float32],
+    bounds: tuple[float, float],
+    *,
+    give_way: bool,
+) -> tuple[float, float] | None:
+    """Write rows ``first .. last − 1`` of ``matrix`` into ``codes`` and ``scales`` (the
+    same rows of them), :data:`_CHUNK_ROWS` at a time (after waiting for running recalls
+    before each, with ``give_way``); the copy's ``(U, R)`` after, from ``bounds`` before,
+    or ``None`` when a row is not finite."""
+    spread, residual = bounds
+    dimensions = matrix.shape[1]
+    chunk = min(_CHUNK_ROWS, last - first)
     scratch = (
         np.empty((chunk, dimensions), dtype=np.float32),
         np.empty((chunk, dimensions), dtype=np.float32),
     )
-    spread = residual = 0.0
-    for start in range(0, count, _CHUNK_ROWS):
-        stop = min(count, start + _CHUNK_ROWS)
+    for start in range(first, last, _CHUNK_ROWS):
+        stop = min(last, start + _CHUNK_ROWS)
+        if give_way:
+            recalling.give_way()
         found = _quantized(matrix[start:stop], codes[start:stop], scales[start:stop], scratch)
         if found is None:
             return None
         spread, residual = max(spread, found[0]), max(residual, found[1])
-    return Int8Rows(count, codes, scales, spread, residual)
+    return spread, residual
 
 
 def _extend(entry: _Entry, matrix: FloatMatrix) -> bool:
@@ -554,24 +575,13 @@ def _extend_locked(entry: _Entry, matrix: FloatMatrix) -> bool:
             grown[:first] = codes[:first]
             grown_scales[:first] = scales[:first]
         codes, scales = entry.codes, entry.scales = grown, grown_scales
-    spread = 0.0 if old is None else old.spread
-    residual = 0.0 if old is None else old.residual
-    chunk = min(_CHUNK_ROWS, last - first)
-    scratch = (
-        np.empty((chunk, dimensions), dtype=np.float32),
-        np.empty((chunk, dimensions), dtype=np.float32),
-    )
-    for start in range(first, last, _CHUNK_ROWS):
-        stop = min(last, start + _CHUNK_ROWS)
-        if not entry.direct:
-            recalling.give_way()
-        found = _quantized(matrix[start:stop], codes[start:stop], scales[start:stop], scratch)
-        if found is None:  # the indexes hold finite rows; a foreign one may not
-            entry.refused = True
-            _COPIES.publish(entry, None)
-            return False
-        spread, residual = max(spread, found[0]), max(residual, found[1])
-    copy = Int8Rows(last, codes[:last], scales[:last], spread, residual)
+    before = (0.0, 0.0) if old is None else (old.spread, old.residual)
+    bounds = _quantized_rows(matrix, first, last, codes, scales, before, give_way=not entry.direct)
+    if bounds is None:  # the indexes hold finite rows; a foreign one may not
+        entry.refused = True
+        _COPIES.publish(entry, None)
+        return False
+    copy = Int8Rows(last, codes[:last], scales[:last], *bounds)
     _COPIES.publish(entry, copy)
     return entry.copy is copy
 
@@ -610,6 +620,11 @@ def _schedule_load(entry: _Entry, matrix: FloatMatrix) -> None:
         finally:
             entry.pending = False
 
+    _submit(entry, job)
+
+
+def _submit(entry: _Entry, job: Callable[[], None]) -> None:
+    """Queue ``job`` (which ends by clearing ``entry.pending``) on the copier."""
     try:
         _copier().submit(job)
     except RuntimeError:  # the interpreter is shutting down
@@ -627,22 +642,18 @@ def _schedule(entry: _Entry, matrix: FloatMatrix) -> None:
     if not _COPIES.claim(entry):
         return
     entry.asked = True
-    copier = _copier()
 
     def job() -> None:
         try:
             copied = _extend(entry, matrix) and entry.copy is not None
             if copied and entry.copy is not None and entry.copy.rows < matrix.shape[0]:
-                copier.submit(job)  # the next slice, behind whatever else is queued
+                _submit(entry, job)  # the next slice, behind whatever else is queued
                 return
         except Exception:  # a copy only speeds recalls up: without it, the product
             _LOG.debug("copying rows to int8 failed", exc_info=True)
         entry.pending = False
 
-    try:
-        copier.submit(job)
-    except RuntimeError:  # the interpreter is shutting down
-        entry.pending = False
+    _submit(entry, job)
 
 
 def first_pass(
