@@ -367,6 +367,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _silence_stdout() -> None:
     """Point stdout at /dev/null so flushing it at exit cannot fail again."""
     with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
+        devnull = os.open(os.devnull, os.O_WRONLY | getattr(os, "O_BINARY", 0))
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeAlias
 
+from game_memory.durable import portable
 from game_memory.errors import PersistenceError
 
 __all__ = [
@@ -43,9 +44,9 @@ __all__ = [
 
 StrPath: TypeAlias = str | os.PathLike[str]
 
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NOFOLLOW = portable.NOFOLLOW
+_CLOEXEC = portable.CLOEXEC | portable.BINARY  # every open: see ``portable.py``
+_DIRECTORY = portable.DIRECTORY
 
 
 def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:
@@ -139,7 +140,13 @@ def make_folders(path: Path) -> None:
 
 
 def fsync_directory(path: Path) -> None:
-    """Flush a directory's entries (new, renamed or removed names) to disk."""
+    """Flush a directory's entries (new, renamed or removed names) to disk.
+
+    Nothing where a folder cannot be opened (Windows: no ``O_DIRECTORY``, and ``os.open``
+    refuses folders); NTFS journals its folder entries itself, and ``docs/shipping.md``
+    says what that leaves to the platform."""
+    if not portable.FOLDERS_OPEN:
+        return
     try:
         fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except OSError as exc:
@@ -208,7 +215,7 @@ def _read_descriptor(
         chunks: list[bytes] = []
         position = offset
         while position < info.st_size:
-            chunk = os.pread(fd, min(info.st_size - position, 1 << 24), position)
+            chunk = portable.pread(fd, min(info.st_size - position, 1 << 24), position)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -280,7 +287,7 @@ def read_range(path: StrPath, offset: int, length: int) -> bytes:
         chunks: list[bytes] = []
         position, remaining = offset, length
         while remaining > 0:
-            chunk = os.pread(fd, min(remaining, 1 << 20), position)
+            chunk = portable.pread(fd, min(remaining, 1 << 20), position)
             if not chunk:
                 raise PersistenceError(f"{path} is shorter than expected; it may be truncated")
             chunks.append(chunk)
@@ -379,7 +386,20 @@ def atomic_write(
 
 
 def open_folder(path: StrPath) -> int:
-    """Open a real folder (not a link) for ``*_at`` calls; the caller closes the descriptor."""
+    """Open a real folder (not a link) for ``*_at`` calls; the caller closes the descriptor.
+
+    ``-1`` where folders cannot be opened (``portable.FOLDERS_OPEN``): :func:`read_at`
+    then opens its files by path, once the folder is checked to be a real one."""
+    if not portable.FOLDERS_OPEN:
+        try:
+            info = os.lstat(path)
+        except OSError as exc:
+            raise _translate(exc, path, "open the folder") from exc
+        if stat.S_ISLNK(info.st_mode):
+            raise _translate(OSError(errno.ELOOP, "a link"), path, "open the folder")
+        if not stat.S_ISDIR(info.st_mode):
+            raise PersistenceError(f"{path} should be a folder but is a file")
+        return -1
     try:
         return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
     except OSError as exc:
@@ -399,7 +419,10 @@ def read_at(folder_fd: int, name: str, maximum_bytes: int, folder: StrPath) -> b
             ``maximum_bytes``.
     """
     try:
-        fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=folder_fd)
+        if folder_fd < 0:  # no folder descriptor here (``open_folder``): by its path
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        else:
+            fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=folder_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -1,27 +1,91 @@
-"""A cross-process, cross-thread exclusive lock on one file, with a bounded wait."""
+"""A cross-process, cross-thread exclusive lock on one file, with a bounded wait.
+
+Processes are excluded by ``flock`` where there is ``fcntl`` (POSIX), and by locking the
+file's first byte with ``msvcrt.locking`` on Windows; either way the operating system
+drops the lock when its holder dies, even killed. Where neither exists the lock orders
+this process's threads only, and says so once in the log.
+"""
 
 from __future__ import annotations
 
 import errno
-import fcntl
+import logging
 import os
 import threading
 import time
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 
+from game_memory.durable import portable
 from game_memory.errors import PersistenceError, StoreBusyError
+
+fcntl: ModuleType | None
+msvcrt: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+try:
+    import msvcrt
+except ImportError:  # POSIX
+    msvcrt = None
 
 __all__ = ["ProcessLock"]
 
 _POLL_SECONDS = 0.02
+_LOG = logging.getLogger(__name__)
+_WARNED: list[bool] = []
+
+
+def _lock_file(fd: int) -> bool:
+    """Take the lock on the file open as ``fd`` without waiting; whether taken.
+
+    Raises:
+        OSError: the lock was refused for another reason than another holder.
+    """
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    if msvcrt is not None:
+        os.lseek(fd, 0, os.SEEK_SET)  # the byte locked is the one at the offset
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except PermissionError:  # another descriptor holds the byte (EACCES)
+            return False
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, getattr(errno, "EDEADLOCK", errno.EDEADLK)):
+                return False
+            raise
+        return True
+    if not _WARNED:
+        _WARNED.append(True)
+        _LOG.warning(
+            "no file locks on this platform (neither fcntl nor msvcrt): a save is guarded "
+            "against this process's other threads only; open it from one process at a time"
+        )
+    return True
+
+
+def _unlock_file(fd: int) -> None:
+    """Release the lock :func:`_lock_file` took on ``fd`` (closing ``fd`` after it drops any
+    lock left either way)."""
+    if fcntl is None and msvcrt is not None:
+        try:
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        except OSError:  # closing the descriptor releases it too
+            pass
 
 
 class ProcessLock:
     """Serialize writers across threads of this process and across processes.
 
-    A ``threading.Lock`` orders this process's threads; an ``flock`` on the lock file orders
-    processes (the kernel releases it if the holder dies, even by ``kill -9``). Waiting is
+    A ``threading.Lock`` orders this process's threads; an ``flock`` on the lock file (on
+    Windows, a lock of its first byte) orders processes (the kernel releases it if the
+    holder dies, even by ``kill -9``). Waiting is
     bounded by ``timeout`` seconds, then ``StoreBusyError`` names the lock file.
 
     Not reentrant. Lock files on network file systems may not exclude other machines.
@@ -40,14 +104,10 @@ class ProcessLock:
             raise self._busy()
         fd = self._open()
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise self._busy() from None
-                    time.sleep(_POLL_SECONDS)
+            while not _lock_file(fd):
+                if time.monotonic() >= deadline:
+                    raise self._busy() from None
+                time.sleep(_POLL_SECONDS)
         except BaseException:
             os.close(fd)
             self._thread_lock.release()
@@ -64,8 +124,10 @@ class ProcessLock:
             return False
         fd = self._open()
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # held by another process (or refused: acquire() names why)
+            taken = _lock_file(fd)
+        except OSError:  # refused: acquire() names why
+            taken = False
+        if not taken:  # held by another process
             os.close(fd)
             self._thread_lock.release()
             return False
@@ -78,7 +140,7 @@ class ProcessLock:
         try:
             return os.open(
                 self._path,
-                os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC,
+                os.O_RDWR | os.O_CREAT | portable.OPEN_FLAGS,
                 0o644,
             )
         except OSError as exc:
@@ -95,6 +157,7 @@ class ProcessLock:
         """Release the lock (closing the descriptor drops the ``flock``)."""
         fd, self._fd = self._fd, None
         if fd is not None:
+            _unlock_file(fd)
             os.close(fd)
         self._thread_lock.release()
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import DerivedIndexError, GameMemoryError, PersistenceError
@@ -453,11 +453,11 @@ class IndexEngine(IndexLayout):
     def _first_tag(self, path: str) -> int | None:
         """The vector-file tag of an entries file's first record (``None`` if it has none)."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
         except OSError:
             return None
         try:
-            head = os.pread(fd, 4, 112)
+            head = portable.pread(fd, 4, 112)
         except OSError:
             return None
         finally:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable import portable
 from game_memory.durable.buffers import empty_buffer
 from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.columns import EntryColumns
@@ -446,7 +447,7 @@ class RowBuffer:
         target = spare[self.rows : total].data.cast("B")
         done = 0
         while done < len(target):
-            count = os.preadv(fd, [target[done:]], self.rows * row_bytes + done)
+            count = portable.pread_into(fd, target[done:], self.rows * row_bytes + done)
             if count <= 0:
                 break
             done += count
@@ -457,7 +458,7 @@ class RowBuffer:
     def _read(self, path: str) -> None:
         row_bytes = self.dimensions * 4
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
         except FileNotFoundError:
             raise
         except OSError as exc:

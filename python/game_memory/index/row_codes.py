@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.index.entries import EntryState
@@ -70,9 +70,6 @@ FORMAT_VERSION = 1
 _HEADER = struct.Struct("<8sIIQddII16x")
 HEADER_BYTES = _HEADER.size  # 64
 _LOG = logging.getLogger("game_memory.index")
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # not on Windows
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_BINARY = getattr(os, "O_BINARY", 0)  # Windows only
 
 
 def rows_digest(partition: IndexPartition, code: int, rows: int) -> int:
@@ -134,7 +131,7 @@ def read_codes(
     memory, never copied again); ``None`` when there is no such file or it does not prove
     itself theirs (module docstring: the reason is logged, naming the file)."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
+        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.errors import CapacityExceededError, DerivedIndexError, PersistenceError
 from game_memory.index.entries import (
     ENTRY_BYTES,
@@ -297,7 +297,7 @@ def _remove_row_files(directory: Path, owner_hash: str, *, keep_tag: int | None)
 
 def _create_mark(path: str) -> None:
     """Create a partition's rewrite mark (kept if a killed rewrite left it; no link)."""
-    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | portable.OPEN_FLAGS, 0o644))
 
 
 def _remove_mark(path: str) -> None:
@@ -329,7 +329,7 @@ def _open_whole(path: str, unit: int) -> tuple[int, int]:
         PersistenceError: a link or not a regular file.
         OSError: the file could not be opened, inspected or cut.
     """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    flags = os.O_WRONLY | os.O_APPEND | portable.OPEN_FLAGS
     created = False
     try:
         fd = os.open(path, flags)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.names import segment_path
 from game_memory.errors import PersistenceError
 from game_memory.store.state import PartitionState
@@ -118,7 +118,7 @@ def write_planned(
 def cut_tail(path: str, end: int) -> None:
     """Durably cut a segment back to ``end`` (dropping a torn tail)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_WRONLY | portable.OPEN_FLAGS)
         try:
             os.ftruncate(fd, end)
             os.fsync(fd)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.errors import PersistenceError
 from game_memory.store.appends import plan_segments, write_planned
 from game_memory.store.ledger import MAXIMUM_GROUP, RECORD_BYTES, Ledger, LedgerEntry
@@ -164,7 +164,7 @@ def _undo(ledger: Ledger, count: int, plans: list[_Plan]) -> None:
                 if before < 0:
                     os.unlink(path)
                 else:
-                    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                    fd = os.open(path, os.O_WRONLY | portable.OPEN_FLAGS)
                     try:
                         if os.fstat(fd).st_size > before:
                             os.ftruncate(fd, before)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from game_memory.durable import portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.intent_files import (
@@ -211,7 +212,7 @@ class LedgerIndex:
         """Records ``start`` to ``stop`` of the ledger file (fewer if it is shorter)."""
         path = os.fspath(self._ledger.path)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
         except FileNotFoundError:
             return b""
         except OSError as exc:
@@ -222,7 +223,7 @@ class LedgerIndex:
             chunks: list[bytes] = []
             position, end = start * RECORD_BYTES, stop * RECORD_BYTES
             while position < end:
-                chunk = os.pread(fd, min(end - position, 1 << 24), position)
+                chunk = portable.pread(fd, min(end - position, 1 << 24), position)
                 if not chunk:
                     break
                 chunks.append(chunk)

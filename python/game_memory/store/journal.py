@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.errors import PersistenceError
 from game_memory.store.ledger import Ledger
 
@@ -153,7 +153,7 @@ def _remove(path: Path) -> bool:
 def _cut(path: Path, size: int) -> None:
     """Durably cut a log segment back to ``size`` (nothing if it is not longer)."""
     try:
-        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        fd = os.open(path, os.O_WRONLY | portable.OPEN_FLAGS)
     except FileNotFoundError:
         return
     except OSError as exc:

@@ -32,6 +32,7 @@ from typing import TypeVar, cast, overload
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable import portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
@@ -86,7 +87,7 @@ class RecordFile:
             PersistenceError: the record is missing, or its frame or checksum is wrong.
         """
         try:
-            frame = os.pread(self._fd, length, offset)
+            frame = portable.pread(self._fd, length, offset)
         except OSError as exc:
             raise PersistenceError(f"could not read {self.path}: {exc.strerror}") from exc
         payload = frame[HEADER_BYTES:]

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
@@ -268,7 +268,7 @@ class Ledger:
     def truncate(self, count: int) -> None:
         """Cut the ledger to its first ``count`` records, durably."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_WRONLY | portable.OPEN_FLAGS)
         except OSError as exc:
             raise PersistenceError(f"could not open {self.path}: {exc.strerror}") from exc
         try:

@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.records import RecordCorruption, scan_records
@@ -123,7 +123,7 @@ def write_pack(path: str, groups: Groups) -> None:
     temporary = f"{path}.{os.getpid()}.tmp"
     data = encode_pack(groups)
     try:
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | portable.OPEN_FLAGS, 0o644)
         try:
             view = memoryview(data)
             while view:
@@ -158,17 +158,17 @@ def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> Pack
     if info.st_size > maximum_bytes or info.st_size < len(_MAGIC) + _FOOTER.size:
         raise PersistenceError(f"{path} is not a valid pack ({info.st_size:,} bytes)")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except OSError as exc:
         raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
     try:
-        footer = os.pread(fd, _FOOTER.size, info.st_size - _FOOTER.size)
+        footer = portable.pread(fd, _FOOTER.size, info.st_size - _FOOTER.size)
         index_offset, owners, checksum, end = _FOOTER.unpack(footer)
         index_length = owners * _ENTRY.size
         if end != _END or index_offset + index_length + _FOOTER.size != info.st_size:
             raise PersistenceError(f"{path} is corrupt: its footer is damaged")
-        index = os.pread(fd, index_length, index_offset)
-        header = os.pread(fd, len(_MAGIC), 0)
+        index = portable.pread(fd, index_length, index_offset)
+        header = portable.pread(fd, len(_MAGIC), 0)
     except OSError as exc:
         raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
     finally:

@@ -22,6 +22,7 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
+from game_memory.durable import portable
 from game_memory.durable.fs import lstat_regular
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
@@ -228,7 +229,7 @@ def _seeded(
     opened: list[RecordFile] = []
     for full in paths:
         try:
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(full, os.O_RDONLY | portable.OPEN_FLAGS)
         except OSError:
             return _stale(path, f"{os.path.basename(full)} cannot be opened")
         opened.append(RecordFile(full, fd))

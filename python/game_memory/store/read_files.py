@@ -87,7 +87,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.store.packed_ids import PackedIds, unpacked_ids
@@ -305,7 +305,7 @@ def file_crc(path: str, start: int, end: int, *, mapped: bool = False) -> int | 
         except PersistenceError:
             return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except OSError:
         return None
     try:
@@ -314,7 +314,7 @@ def file_crc(path: str, start: int, end: int, *, mapped: bool = False) -> int | 
         # 10k save's ledger of 1.3 MB: 0.6-1.1 ms in a new process, 0.2-0.3 with the buffer).
         buffer = memoryview(bytearray(max(0, min(_READ_BUFFER, end - start))))
         while position < end:
-            count = os.preadv(fd, [buffer[: min(len(buffer), end - position)]], position)
+            count = portable.pread_into(fd, buffer[: min(len(buffer), end - position)], position)
             if count <= 0:
                 return None
             crc = crc32(buffer[:count], crc)
@@ -470,11 +470,11 @@ def header_crc_of(path: Path) -> int | None:
     """The header CRC-32 a part names itself by (what the next part names as previous),
     read from its first 16 bytes without checking anything else; ``None`` if absent."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except OSError:
         return None
     try:
-        head = os.pread(fd, _HEAD.size, 0)
+        head = portable.pread(fd, _HEAD.size, 0)
     except OSError:
         return None
     finally:

@@ -20,7 +20,7 @@ import stat
 import struct
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
@@ -89,7 +89,7 @@ def stamp_unchanged(path: Path, identity: Identity, header_crc: int) -> bool:
     the check); whether a stamp was written (never raises). A file replaced or written
     since has another identity: it is left unstamped, for the next load to check whole."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except OSError:
         return False
     try:
@@ -113,7 +113,7 @@ def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity]
             unreadable.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.errors import PersistenceError
 
 __all__ = ["REWRITE_COUNTS", "SLOTS", "RewriteCounts", "Stamp"]
@@ -116,9 +116,9 @@ class RewriteCounts:
         value = (int(counts[slot]) + 1) & 0xFFFF_FFFF_FFFF_FFFF
         try:
             if self._writer is None:
-                flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+                flags = os.O_RDWR | portable.OPEN_FLAGS
                 self._writer = os.open(self.path, flags)
-            os.pwrite(self._writer, value.to_bytes(8, "little"), _HEADER + 8 * slot)
+            portable.pwrite(self._writer, value.to_bytes(8, "little"), _HEADER + 8 * slot)
         except OSError as exc:
             raise PersistenceError(
                 f"could not write {self.path}: {exc.strerror}; nothing was rewritten"
@@ -138,7 +138,7 @@ class RewriteCounts:
 
 def _mapped(path: Path) -> mmap.mmap | None:
     """The file mapped shared and read-only, if it is the counters."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDONLY | portable.OPEN_FLAGS
     fd = os.open(path, flags)
     try:
         info = os.fstat(fd)

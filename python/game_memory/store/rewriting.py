@@ -41,7 +41,7 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.names import identity_hash, partition_hash, segment_path
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
@@ -379,7 +379,7 @@ def _decode_retraction(payload: bytes, path: str) -> Retraction:
 def _write_staged(path: Path, data: bytes) -> None:
     """Write a staged file whole and fsync it (the folder is fsynced once, after all)."""
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | portable.OPEN_FLAGS
         fd = os.open(path, flags, 0o644)
         try:
             view = memoryview(data)

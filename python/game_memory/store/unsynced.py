@@ -35,7 +35,7 @@ import os
 import struct
 from pathlib import Path
 
-from game_memory.durable import fs
+from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 
@@ -133,7 +133,7 @@ class UnsyncedMarker:
     def clear(self) -> None:
         """End the generation: empty the marker durably (the file itself stays)."""
         try:
-            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC)
+            fd = os.open(self.path, os.O_WRONLY | portable.OPEN_FLAGS)
         except FileNotFoundError:
             return
         except OSError as exc:
