@@ -33,6 +33,7 @@ from game_memory import (
     MemoryConflictError,
     PersistenceError,
 )
+from game_memory.durable.names import identity_hash
 from game_memory.index.entries import content_digest, memory_hash
 from game_memory.store import read_files as read_file_module
 from game_memory.store import read_path
@@ -257,6 +258,37 @@ async def test_erasing_removes_the_read_files_of_the_session(
     assert not read_files(tmp_path / "save")
     memories = await store.enumerate("session", "npc")
     assert "m005" not in {m.memory_id for m in memories} and len(memories) == SIZE - 1
+
+
+async def test_erasing_one_npc_keeps_the_read_files_of_the_others_and_their_answers(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """An erase removes the erased NPC's read files only: the others hold none of its
+    memories (on Windows, one the process has mapped could not be removed), and a kept one
+    answers exactly as the records do, in this store and after a reopen."""
+    store = make_store()
+    await fill(store, make_memory)
+    for number in range(SIZE):  # a second NPC, whose read file must stay
+        await store.append(
+            make_memory(f"o{number:03d}", owner_id="other", text=f"dragon storm {number}")
+        )
+    other = query("dragon storm").model_copy(update={"owner_id": "other"})
+    await store.snapshot(query())
+    expected = ranked(await store.snapshot(other))
+    await read_files_written(store)
+    kept = {path.name for path in read_files(tmp_path / "save")}
+    assert len(kept) == 2
+    await store.erase("session", "npc", ["m005"])
+    left = [path.name for path in chain_parts(tmp_path / "save")]
+    assert f"o-{identity_hash('other')}.read" in left
+    assert all(name.startswith(f"o-{identity_hash('other')}.") for name in left), left
+    assert ranked(await store.snapshot(other)) == expected
+    memories = await store.enumerate("session", "npc")
+    assert "m005" not in {m.memory_id for m in memories} and len(memories) == SIZE - 1
+    await store.aclose()
+    reopened = make_store()
+    assert ranked(await reopened.snapshot(other)) == expected
+    assert len(await reopened.enumerate("session", "other")) == SIZE
 
 
 async def test_the_store_digests_equal_the_vector_index_digests(

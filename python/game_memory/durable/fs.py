@@ -496,7 +496,7 @@ def sync_all(files: list[Path], folders: list[Path]) -> None:
     """
 
     def flush_file(path: Path) -> None:
-        fd = _open_regular(path, os.O_RDONLY, "flush")
+        fd = _open_regular(path, portable.SYNCED_READ, "flush")
         try:
             os.fsync(fd)
         except OSError as exc:

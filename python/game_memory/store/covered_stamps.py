@@ -17,7 +17,7 @@ rename), and anything wrong with it (absent, damaged, another part's, another nu
 ranges) only means the ranges are hashed again. A range whose file changed less than
 :data:`~game_memory.store.read_files.SETTLED_NS` before the check is not recorded (a write
 in the same tick of the file system's clock could leave its identity as it was). Erasing
-and compacting remove it with the session's read files; deleting it is always safe.
+and compacting remove it with its owner's read files; deleting it is always safe.
 
 Layout: ``GMRCOV01`` (8) · CRC-32 of the body u32 · body (JSON: the part's header CRC-32 and
 per range its identity, or ``null``).

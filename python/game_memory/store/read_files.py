@@ -269,8 +269,16 @@ def remove_parts(session_directory: str, owner_hash: str, first: int) -> None:
         number += 1
 
 
-def remove_read_files(data: Path, session_hash: str) -> None:
-    """Delete the read files of a session (an erase or compaction rewrote it). Idempotent."""
+def remove_read_files(data: Path, session_hash: str, owner_hash: str | None = None) -> None:
+    """Delete the read files of a session, or of one owner of it (an erase or compaction
+    rewrote it): parts, stamps and temporary files. Idempotent.
+
+    An owner's rewrite leaves the session's other owners' read files: they hold none of
+    its memories, and one naming a pack the rewrite replaced no longer matches that file
+    (its range's CRC-32 is computed again from the new pack) and is replaced at its next
+    read, like any stale part. Until 7 December 2026 they were removed too, which on
+    Windows fails for a file this process has mapped (one of another NPC it recalled).
+    """
     folder = data / READ_FOLDER / f"s-{session_hash}"
     try:
         names = os.listdir(folder)
@@ -278,7 +286,10 @@ def remove_read_files(data: Path, session_hash: str) -> None:
         return
     except OSError as exc:
         raise PersistenceError(f"could not list {folder}: {exc.strerror}") from exc
+    owned = None if owner_hash is None else f"o-{owner_hash}."
     for name in names:
+        if owned is not None and not name.startswith(owned):
+            continue
         try:
             os.unlink(folder / name)
         except FileNotFoundError:

@@ -89,7 +89,7 @@ def stamp_unchanged(path: Path, identity: Identity, header_crc: int) -> bool:
     the check); whether a stamp was written (never raises). A file replaced or written
     since has another identity: it is left unstamped, for the next load to check whole."""
     try:
-        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
+        fd = os.open(path, portable.SYNCED_READ | portable.OPEN_FLAGS)  # fsynced by write_stamp
     except OSError:
         return False
     try:
@@ -104,6 +104,8 @@ def stamp_unchanged(path: Path, identity: Identity, header_crc: int) -> bool:
 
 def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity] | None:
     """A read-only map of a regular file (``None`` if absent): arrays over it copy nothing.
+    Where a mapped file could not be replaced or removed (``portable``: Windows), its bytes
+    read into memory instead.
 
     Returns the map, the descriptor (the caller closes it) and the file's identity as
     ``fstat`` saw it before the map.
@@ -113,7 +115,7 @@ def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity]
             unreadable.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
+        fd = os.open(path, portable.SYNCED_READ | portable.OPEN_FLAGS)  # fsynced by write_stamp
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -124,6 +126,15 @@ def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity]
             raise PersistenceError(f"{path} is not a file this store wrote")
         if info.st_size == 0:
             return memoryview(b""), fd, _identity(info)
+        if not portable.MAPPED_FILES_REPLACEABLE:  # Windows: a map would pin the file
+            data = bytearray(info.st_size)
+            done = 0
+            while done < len(data):
+                count = portable.pread_into(fd, memoryview(data)[done:], done)
+                if not count:
+                    raise PersistenceError(f"{path} was cut while it was read")
+                done += count
+            return memoryview(data), fd, _identity(info)
         view = memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
         return view, fd, _identity(info)
     except OSError as exc:

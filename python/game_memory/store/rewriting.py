@@ -97,18 +97,20 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
     if rewrite.phase == "files":
         if rewrite.owner_hash is None:
             _rewrite_ledgers(context, rewrite, None)
+            _forget_cached(context, rewrite)  # its descriptors and maps before its files
             remove_tree(directory)
             remove_read_files(context.data, rewrite.session_hash)  # derived copies too
             context.journal.remove()
-            _forget_cached(context, rewrite)
             return
         rewrite, retractions_kept = _stage(context, rewrite, directory)
         _rewrite_ledgers(context, rewrite, retractions_kept)
         context.journal.write(rewrite)
-    _switch(rewrite, directory)
-    remove_read_files(context.data, rewrite.session_hash)  # derived copies too
-    context.journal.remove()
+    # The cached partition first: the descriptors of its files and the maps of its read
+    # files go with it (on Windows a file open or mapped cannot be replaced or removed).
     _forget_cached(context, rewrite)
+    _switch(rewrite, directory)
+    remove_read_files(context.data, rewrite.session_hash, rewrite.owner_hash)  # derived too
+    context.journal.remove()
 
 
 def split_segments(records: list[bytes], maximum_file_bytes: int) -> list[bytes]:
