@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 SUPPORT = Path(__file__).resolve().parent / "support"
 SCENARIO = SUPPORT / "windows_scenario.py"
 #: Keys only the emulated run prints.
-EMULATION_ONLY = ("violations", "sharing_conflicts", "sharing_conflicts_before")
+EMULATION_ONLY = ("violations", "sharing_conflicts")
 
 
 def _environment() -> dict[str, str]:
@@ -119,28 +119,15 @@ def test_the_windows_like_run_does_nothing_windows_refuses(runs: dict[str, Run])
     assert violations == []
 
 
-@pytest.mark.xfail(
-    reason="an erase of an NPC this process has read replaces its log segments while the "
-    "vector index's joins still hold its partition view, whose lazy records keep the "
-    "segments open (store/lazy.py RecordFile): refused on Windows (docs/shipping.md)",
-    strict=True,
-)
 def test_nothing_open_or_mapped_is_renamed_over_or_removed(runs: dict[str, Run]) -> None:
     """On Windows a file open or mapped cannot be renamed over or removed; the emulation
-    records such calls (``windows_like.sharing_conflicts``)."""
+    records such calls (``windows_like.sharing_conflicts``). A close merges and replaces a
+    read NPC's read file, an erase replaces a read NPC's log segments and removes its read
+    files: on Windows those are read rather than mapped, and record files opened for each
+    lazy read rather than kept open (``portable.HELD_FILES_REPLACEABLE``)."""
     emulated = runs["windows_like"]
     assert emulated.observed is not None, emulated.failure()
     assert emulated.observed["sharing_conflicts"] == []
-
-
-def test_a_session_replaces_nothing_it_holds_open_or_mapped(runs: dict[str, Run]) -> None:
-    """Everything but the erase of an NPC read in the process: appends, recalls, the close
-    that merges and replaces a read NPC's read file, a reopen, a forget and the erase of an
-    NPC not read (on Windows read files and row files are read, not mapped:
-    ``portable.MAPPED_FILES_REPLACEABLE``)."""
-    emulated = runs["windows_like"]
-    assert emulated.observed is not None, emulated.failure()
-    assert emulated.observed["sharing_conflicts_before"] == []
 
 
 # -- the emulation itself ------------------------------------------------------------------

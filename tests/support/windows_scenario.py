@@ -190,9 +190,6 @@ async def scenario(folder: Path, observed: dict[str, Any]) -> None:
         # An NPC this process has read (its read file and rows loaded): its files are
         # rewritten and its old ones removed, which Windows refuses for a file still open
         # or mapped.
-        emulated = emulation()
-        if emulated is not None:
-            observed["sharing_conflicts_before"] = list(emulated.sharing_conflicts())
         observed["erase_read_npc"] = await store.erase(SESSION, BIG_NPC, ["m00007"])
         observed["recalls_after_changes"] = await recall_all(store)
         status = await store.get_status(SESSION)

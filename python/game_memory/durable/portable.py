@@ -33,7 +33,7 @@ __all__ = [
     "CLOEXEC",
     "DIRECTORY",
     "FOLDERS_OPEN",
-    "MAPPED_FILES_REPLACEABLE",
+    "HELD_FILES_REPLACEABLE",
     "NOFOLLOW",
     "OPEN_FLAGS",
     "SYNCED_READ",
@@ -56,11 +56,12 @@ DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
 FOLDERS_OPEN: bool = DIRECTORY != 0 and os.open in os.supports_dir_fd
 #: What every file the library opens is opened with, besides its access mode.
 OPEN_FLAGS: int = NOFOLLOW | CLOEXEC | BINARY
-#: Whether a file this process has mapped can still be replaced or removed: on POSIX; not
-#: on Windows, where a map holds its file (as does an open descriptor, there). Derived
-#: files that a close or an erase replaces (read files, row files) are read into memory
-#: there instead of mapped.
-MAPPED_FILES_REPLACEABLE: bool = not BINARY
+#: Whether a file this process holds open or mapped can still be replaced or removed: on
+#: POSIX (the old inode lives on for its holders); not on Windows, where an open handle or
+#: a map holds its file. There, derived files that a close or an erase replaces (read
+#: files, row files) are read into memory instead of mapped, and a partition's record
+#: files are opened for each lazy read instead of kept open (``store/lazy.py``).
+HELD_FILES_REPLACEABLE: bool = not BINARY
 #: The access mode of a descriptor opened to read a file and then ``fsync`` it: read-only
 #: on POSIX; read-write where the C library has text and binary files (Windows), whose
 #: ``fsync`` is ``FlushFileBuffers`` and refuses a handle without write access (``EBADF``).

@@ -480,13 +480,13 @@ class RowBuffer:
             if held is not None and self.rows and same and held.extend(fd, total):
                 self.array = held.array()  # mapped in place: nothing paged in again
             elif (
-                total * row_bytes <= SMALL_ROWS_BYTES or not portable.MAPPED_FILES_REPLACEABLE
+                total * row_bytes <= SMALL_ROWS_BYTES or not portable.HELD_FILES_REPLACEABLE
             ) and (not self.rows or self._small):
                 # A small NPC's rows: read, not mapped. A map is two address ranges of the
                 # process (the rows and the reserve after them), and a world of thousands
                 # of small NPCs would hold thousands (the kernel allows 65,530 by default)
                 # for a few kilobytes each. On Windows every NPC's: a mapped file could not
-                # be removed or replaced there (``portable.MAPPED_FILES_REPLACEABLE``).
+                # be removed or replaced there (``portable.HELD_FILES_REPLACEABLE``).
                 self._small = True
                 total = self._grow(fd, total, small=True)
             elif self.rows and not self._small and (held is None or not held.extendable):

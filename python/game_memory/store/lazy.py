@@ -10,7 +10,9 @@ with the view), so a memory object is the same on every access: joins and tests 
 compare identities keep working.
 
 Open files stay valid when a rewrite replaces or removes the file (the old inode lives on
-while open), so a view read before an erase still reads what it saw.
+while open), so a view read before an erase still reads what it saw. Not on Windows, where
+an open file cannot be replaced: there each read opens the file (``RecordFile``), and a
+view read before an erase fails its reads afterwards, named, instead of blocking the erase.
 
 :class:`LazyMemories` compares equal to any sequence of the same memories (tuples
 included), slices to a tuple, and concatenates without decoding (``+`` with a tuple gives
@@ -67,6 +69,13 @@ class RecordFile:
     def __init__(self, path: str, fd: int) -> None:
         self.path = path
         self._fd = fd
+        if not portable.HELD_FILES_REPLACEABLE:
+            # Windows: a file kept open could not be replaced by an erase or compaction;
+            # opened for each read instead. A record read after such a rewrite then reads
+            # the new file, whose bytes at that offset fail the record's checks (named,
+            # never taken for the record).
+            self._fd = -1
+            os.close(fd)
 
     def __del__(self) -> None:
         fd, self._fd = self._fd, -1
@@ -76,7 +85,7 @@ class RecordFile:
 
     def read_ahead(self, offset: int, length: int) -> None:
         """Hint that the record at ``offset`` will be read soon (see ``_Records``)."""
-        if _ADVISE is not None:
+        if _ADVISE is not None and self._fd >= 0:
             with contextlib.suppress(OSError):
                 _ADVISE(self._fd, offset, length, _WILLNEED)
 
@@ -87,7 +96,14 @@ class RecordFile:
             PersistenceError: the record is missing, or its frame or checksum is wrong.
         """
         try:
-            frame = portable.pread(self._fd, length, offset)
+            if self._fd >= 0:
+                frame = portable.pread(self._fd, length, offset)
+            else:
+                fd = os.open(self.path, os.O_RDONLY | portable.OPEN_FLAGS)
+                try:
+                    frame = portable.pread(fd, length, offset)
+                finally:
+                    os.close(fd)
         except OSError as exc:
             raise PersistenceError(f"could not read {self.path}: {exc.strerror}") from exc
         payload = frame[HEADER_BYTES:]

@@ -126,7 +126,7 @@ def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity]
             raise PersistenceError(f"{path} is not a file this store wrote")
         if info.st_size == 0:
             return memoryview(b""), fd, _identity(info)
-        if not portable.MAPPED_FILES_REPLACEABLE:  # Windows: a map would pin the file
+        if not portable.HELD_FILES_REPLACEABLE:  # Windows: a map would pin the file
             data = bytearray(info.st_size)
             done = 0
             while done < len(data):
