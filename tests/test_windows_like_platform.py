@@ -5,7 +5,9 @@ opened as files, ``fcntl``, ``mmap`` flags, text-mode opens, ``fsync`` of a read
 descriptor…) would ship unnoticed. ``support/windows_scenario.py`` runs the store end to
 end twice, each in a fresh interpreter and folder: plainly, and with the emulation
 installed first; both must succeed and observe the same, and the emulated run must have
-done nothing the emulation refused. The emulation itself is tested here too, each check in
+done nothing the emulation refused. The command line (the demo, check, search, status,
+rebuild, compact, erase) and the stdio sidecar the Godot addon launches run on it too
+(``support/windows_cli.py``). The emulation itself is tested here too, each check in
 a fresh interpreter (installing it cannot be undone), so that a green scenario means
 something. What it cannot emulate is listed in its docstring.
 """
@@ -128,6 +130,97 @@ def test_nothing_open_or_mapped_is_renamed_over_or_removed(runs: dict[str, Run])
     emulated = runs["windows_like"]
     assert emulated.observed is not None, emulated.failure()
     assert emulated.observed["sharing_conflicts"] == []
+
+
+# -- the command line and the sidecar -----------------------------------------------------
+
+CLI = SUPPORT / "windows_cli.py"
+
+
+def _command(*arguments: str) -> tuple[str, dict[str, Any]]:
+    """``game-memory ARGUMENTS`` on the emulation, in a fresh interpreter; its stdout and
+    the report it printed last on stderr (the exit code, and what the emulation refused or
+    recorded)."""
+    done = subprocess.run(
+        [sys.executable, str(CLI), *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=180,
+        env=_environment(),
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 0 and lines, done.stderr[-4000:]
+    return done.stdout, json.loads(lines[-1])
+
+
+def test_the_command_line_runs_on_windows_like(tmp_path: Path) -> None:
+    """The demo, then check, search, status, rebuild, compact and erase on its save: each
+    exits 0 and does nothing Windows refuses, nor touches a file it holds open or mapped."""
+    save = str(tmp_path / "demo" / "save")
+    where = ("--save-dir", save)
+    session = ("--session", "millbrook")
+    commands = [
+        ("demo", "--model", "hashing", "--data", str(tmp_path / "demo"), "--json"),
+        ("check", *where),
+        ("search", *where, "--model", "hashing", *session, "--owner", "tess", "--text", "money"),
+        ("status", *where, "--model", "hashing", *session),
+        ("rebuild", *where, "--model", "hashing", *session),
+        ("compact", *where),
+        ("erase", *where, *session, "--owner", "tess"),
+        ("check", *where),
+    ]
+    for command in commands:
+        output, report = _command(*command)
+        assert report == {"code": 0, "violations": [], "sharing_conflicts": []}, (command, output)
+    assert "consistent" in output
+
+
+def test_the_stdio_sidecar_serves_on_windows_like(tmp_path: Path) -> None:
+    """``game-memory serve --stdio`` (what the Godot addon launches): the ready line, then
+    initialize, remember and recall (each answered before the next is sent) and end of
+    input, on the emulation."""
+    remembered = {
+        "session_id": "save-1",
+        "owner_id": "npc-mira",
+        "text": "Heard a song at the inn",
+        "moment": {"timeline_id": "main", "tick": 5},
+    }
+    command = ["serve", "--stdio", "--save-dir", str(tmp_path / "save"), "--model", "hashing"]
+    process = subprocess.Popen(
+        [sys.executable, str(CLI), *command],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_environment(),
+    )
+    requests, replies = process.stdin, process.stdout
+    assert requests is not None and replies is not None
+    try:
+        assert json.loads(replies.readline())["event"] == "ready"
+
+        def ask(number: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+            message = {"jsonrpc": "2.0", "id": number, "method": method, "params": params}
+            requests.write(json.dumps(message) + "\n")
+            requests.flush()
+            while True:  # notifications (diagnostics) may come first
+                reply: dict[str, Any] = json.loads(replies.readline())
+                if reply.get("id") == number:
+                    return reply
+
+        assert ask(1, "initialize", {"protocol_version": 1})["result"]["mode"] == "hybrid"
+        assert ask(2, "memory.remember", remembered)["result"]["created"] is True
+        recalled = ask(3, "memory.recall", {"session_id": "save-1", "text": "song"})
+        assert [m["text"] for m in recalled["result"]["memories"]] == [remembered["text"]]
+        _, errors = process.communicate(timeout=60)  # end of input: the sidecar exits
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, errors[-4000:]
+    report = json.loads(errors.strip().splitlines()[-1])
+    assert report == {"code": 0, "violations": [], "sharing_conflicts": []}
 
 
 # -- the emulation itself ------------------------------------------------------------------
