@@ -200,10 +200,7 @@ def _contents(path: Path) -> bytes | memoryview | None:
     (POSIX): reading 0.8 MB (100k intents) into fresh memory cost 0.55 ms of page faults
     and copying at every open, a map's pages are the page cache's. On Windows a file with a
     map open cannot be replaced, and the index keeps the positions until partitions grow,
-    so the file is read there."""
-    if os.name == "nt":
-        read = fs.read_file(path, _MAXIMUM_BYTES)
-        return None if read is None else read[0]
+    so ``map_file`` reads it there (``portable.HELD_FILES_REPLACEABLE``)."""
     mapped = map_file(path, _MAXIMUM_BYTES)
     if mapped is None:
         return None
