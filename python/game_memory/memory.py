@@ -44,6 +44,7 @@ from game_memory.errors import (
 )
 from game_memory.forgetting import MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
+from game_memory.index.quantized import foreground
 from game_memory.ingest import append_many
 from game_memory.model import (
     DiagnosticSink,
@@ -338,7 +339,8 @@ class VectorMemoryStore(MemoryOverTime):
             return await self.consolidate(
                 memory.session_id, memory.owner_id, memory.consolidates, memory
             )
-        return await self._saved_then_indexed(memory, lambda: self.authoritative.append(memory))
+        with foreground:  # a copy's upkeep gives way meanwhile (``index/quantized.py``)
+            return await self._saved_then_indexed(memory, lambda: self.authoritative.append(memory))
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
         """Save a batch atomically and durably, then index it in batches (``ingest.py``).
@@ -348,7 +350,8 @@ class VectorMemoryStore(MemoryOverTime):
         self._check_open()
         parts = (self.authoritative, self.index, self._embedder, self.options)
         guards = (self._eviction_guard, self._erase_gate)
-        return await append_many(memories, *parts, self._run, self._report, *guards)
+        with foreground:
+            return await append_many(memories, *parts, self._run, self._report, *guards)
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""

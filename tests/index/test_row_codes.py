@@ -27,6 +27,7 @@ from game_memory.durable.names import identity_hash
 from game_memory.embedding.hashing import HashingEmbeddingProvider
 from game_memory.index import engine as engine_module
 from game_memory.index import quantized
+from game_memory.index import row_codes as row_codes_module
 from game_memory.index.engine import INDEX_FOLDER
 from game_memory.index.file_index import FileVectorMemoryIndex
 from game_memory.index.layout import file_owner, leftover_names
@@ -552,3 +553,51 @@ async def test_a_link_or_folder_in_place_of_the_codes_is_never_read(
         assert await answers(store) == reference
     assert not any(used) and quantized.held_bytes() == 0
     assert any(codes.name in record.getMessage() for record in caplog.records)
+
+
+async def test_reading_codes_gives_way_to_appends_chunk_by_chunk(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    used: list[bool],
+) -> None:
+    """The file is read a chunk at a time, each after the process's running recalls and
+    appends (one read of a 100k NPC's 39 MB right after its first recall made the appends
+    that followed wait up to 37 ms for their fsync), its checksum continued across chunks;
+    and the front door's appends are among what it gives way to."""
+    reference = await seeded(make_vector_store, make_memory)
+    monkeypatch.setattr(row_codes_module, "_CHUNK_BYTES", 1_024)  # 300 × 64 bytes: 19 chunks
+    waits: list[int] = []
+    real = quantized.foreground.give_way
+
+    def give_way() -> None:
+        waits.append(quantized.foreground._running)
+        real()
+
+    monkeypatch.setattr(quantized.foreground, "give_way", give_way)
+    store = make_vector_store(HashingEmbeddingProvider())
+    await read_in_background(store, used)
+    assert len(waits) >= 19  # one before each chunk (and one before the read began)
+    assert await answers(store) == reference and used and all(used)  # the checksum held
+
+    seen: dict[str, list[int]] = {"append": [], "append_many": []}
+    saved = store.authoritative
+
+    class Watched:  # the save's appends, noting whether foreground work is counted
+        def __getattr__(self, name: str) -> object:
+            found = getattr(saved, name)
+            if name not in seen:
+                return found
+
+            async def call(*arguments: object) -> object:
+                seen[name].append(quantized.foreground._running)
+                return await found(*arguments)
+
+            return call
+
+    monkeypatch.setattr(store, "authoritative", Watched())
+    await store.append(memories(make_memory, 1, first=900)[0])
+    await store.append_many(memories(make_memory, 2, first=901))
+    assert seen == {"append": [1], "append_many": [1]}  # each counted while it runs
+    monkeypatch.setattr(store, "authoritative", saved)
+    await store.aclose()

@@ -7,7 +7,9 @@ background while no recall runs (about 1.1 µs a row: 110 ms at 100k), so the fi
 of every process, and every recall of a process that asks back to back, multiplied the
 float32 rows. With the copy in a file, the first recall after an open reads it (39 MB at
 100k × 384, with its checksum: about 20 ms into fresh memory, on the copier thread once that
-recall is answered: ``quantized.offer``) and the next ones score from it.
+recall is answered: ``quantized.offer``; a megabyte at a time, each after the process's
+running recalls and appends, whose fsyncs it would otherwise queue behind its reads) and
+the next ones score from it.
 
 Layout of ``o-<owner>.<code>.<tag>.q8`` (the row file's name with ``.q8`` for ``.f32``;
 little-endian)::
@@ -61,7 +63,7 @@ from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.index.entries import EntryState
 from game_memory.index.partition import IndexPartition
-from game_memory.index.quantized import Int8Rows, copy_buffers
+from game_memory.index.quantized import Int8Rows, copy_buffers, foreground
 
 __all__ = ["HEADER_BYTES", "codes_header", "read_codes", "rows_digest", "write_codes"]
 
@@ -182,10 +184,10 @@ def _read(
     codes, scales = copy_buffers(rows, width)
     scale_data = _read_exactly(file, scale_bytes)
     code_data = codes[:rows].reshape(-1).view(np.uint8).data
-    if scale_data is None or not _read_into(file, code_data):
+    if scale_data is None or (checked := _read_checked(file, code_data, crc32(scale_data))) is None:
         _ignored(path, "it ended early")
         return None
-    if crc32(code_data, crc32(scale_data)) != body:
+    if checked != body:
         _ignored(path, "it fails its checksum")
         return None
     scales[:rows] = np.frombuffer(scale_data, dtype="<f4", count=rows)
@@ -194,6 +196,25 @@ def _read(
     return Int8Rows(
         int(rows), codes[:rows], scales[:rows], float(spread), float(residual), (codes, scales)
     )
+
+
+#: Bytes of codes read at a time, each after running recalls and appends (``foreground``):
+#: one read of a 100k NPC's 39 MB, right after its first recall, made the appends that
+#: followed wait up to 37 ms for their ``fsync`` (the disk busy with it).
+_CHUNK_BYTES = 1 << 20
+
+
+def _read_checked(file: FileIO, target: memoryview, crc: int) -> int | None:
+    """Fill ``target`` from ``file``'s position on, a chunk at a time, giving way to the
+    process's recalls and appends before each; the CRC-32 of its bytes continuing ``crc``,
+    or ``None`` when the file held fewer."""
+    for start in range(0, len(target), _CHUNK_BYTES):
+        foreground.give_way()
+        chunk = target[start : start + _CHUNK_BYTES]
+        if not _read_into(file, chunk):
+            return None
+        crc = crc32(chunk, crc)
+    return crc
 
 
 def _read_exactly(file: FileIO, length: int) -> bytes | None:
