@@ -44,7 +44,7 @@ from game_memory.errors import (
 )
 from game_memory.forgetting import MemoryOverTime, index_memory
 from game_memory.index.protocol import VectorIndex
-from game_memory.index.quantized import foreground
+from game_memory.index.quantized import appending
 from game_memory.ingest import append_many
 from game_memory.model import (
     DiagnosticSink,
@@ -339,7 +339,7 @@ class VectorMemoryStore(MemoryOverTime):
             return await self.consolidate(
                 memory.session_id, memory.owner_id, memory.consolidates, memory
             )
-        with foreground:  # a copy's upkeep gives way meanwhile (``index/quantized.py``)
+        with appending:  # reads of files of codes give way (``index/quantized.py``)
             return await self._saved_then_indexed(memory, lambda: self.authoritative.append(memory))
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
@@ -350,7 +350,7 @@ class VectorMemoryStore(MemoryOverTime):
         self._check_open()
         parts = (self.authoritative, self.index, self._embedder, self.options)
         guards = (self._eviction_guard, self._erase_gate)
-        with foreground:
+        with appending:
             return await append_many(memories, *parts, self._run, self._report, *guards)
 
     async def _index(self, memory: GameMemory, created: bool) -> None:

@@ -561,36 +561,36 @@ async def test_reading_codes_gives_way_to_appends_chunk_by_chunk(
     monkeypatch: pytest.MonkeyPatch,
     used: list[bool],
 ) -> None:
-    """The file is read a chunk at a time, each after the process's running recalls and
-    appends (one read of a 100k NPC's 39 MB right after its first recall made the appends
-    that followed wait up to 37 ms for their fsync), its checksum continued across chunks;
-    and the front door's appends are among what it gives way to."""
+    """The file is read a chunk at a time, each after the process's running appends (one
+    read of a 100k NPC's 39 MB right after its first recall made the appends that followed
+    wait up to 37 ms for their fsync), its checksum continued across chunks; and the front
+    door's appends count as running while they run."""
     reference = await seeded(make_vector_store, make_memory)
     monkeypatch.setattr(row_codes_module, "_CHUNK_BYTES", 1_024)  # 300 × 64 bytes: 19 chunks
     waits: list[int] = []
-    real = quantized.foreground.give_way
+    real = quantized.appending.give_way
 
     def give_way() -> None:
-        waits.append(quantized.foreground._running)
+        waits.append(quantized.appending._running)
         real()
 
-    monkeypatch.setattr(quantized.foreground, "give_way", give_way)
+    monkeypatch.setattr(quantized.appending, "give_way", give_way)
     store = make_vector_store(HashingEmbeddingProvider())
     await read_in_background(store, used)
-    assert len(waits) >= 19  # one before each chunk (and one before the read began)
+    assert len(waits) >= 19  # one before each chunk
     assert await answers(store) == reference and used and all(used)  # the checksum held
 
     seen: dict[str, list[int]] = {"append": [], "append_many": []}
     saved = store.authoritative
 
-    class Watched:  # the save's appends, noting whether foreground work is counted
+    class Watched:  # the save's appends, noting whether they are counted as running
         def __getattr__(self, name: str) -> object:
             found = getattr(saved, name)
             if name not in seen:
                 return found
 
             async def call(*arguments: object) -> object:
-                seen[name].append(quantized.foreground._running)
+                seen[name].append(quantized.appending._running)
                 return await found(*arguments)
 
             return call

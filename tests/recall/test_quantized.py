@@ -276,7 +276,7 @@ def test_a_copy_gives_way_to_running_recalls(monkeypatch: pytest.MonkeyPatch) ->
     count = QUANTIZED_FROM_ROWS
     matrix = _owned(_unit(rng.standard_normal((count, 8))))
     query = _unit(rng.standard_normal(8))
-    with quantized.foreground:
+    with quantized.recalling:
         for _ in range(COPY_AFTER):
             first_pass(matrix, query, 0, count, True)
         time.sleep(0.2)

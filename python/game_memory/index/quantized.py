@@ -48,7 +48,7 @@ copying to the process's copier thread (its own, not the front door's pool, whos
 thread shares large products), in slices of :data:`COPY_SLICE_ROWS` rows (one job each,
 so copies of several NPCs interleave), and is answered by the float32 product, as is every
 recall until the copy covers all but :data:`STALE_ROWS` of the rows it scores. The copier
-gives way to running recalls and appends before each chunk (``foreground``; at most
+gives way to running recalls before each chunk (``recalling``; at most
 :data:`_MOST_WAIT` a chunk). A copy costs one core about 1.1 µs a row (384 dimensions):
 11 ms at 10k rows, 110 ms at 100k.
 
@@ -93,18 +93,19 @@ __all__ = [
     "STALE_ROWS",
     "FirstPass",
     "Int8Rows",
+    "appending",
     "available",
     "begun",
     "copy_buffers",
     "copy_now",
     "copy_of",
     "first_pass",
-    "foreground",
     "forget_all",
     "held_bytes",
     "idle",
     "offer",
     "quantize",
+    "recalling",
 ]
 
 FloatMatrix = npt.NDArray[np.float32]
@@ -315,15 +316,19 @@ _COPIES = _Copies(COPIES_BYTES)
 
 
 class _Traffic:
-    """How many recalls and appends are running in this process, so that a copy gives way
-    to them.
+    """How many calls of one kind (recalls, or appends) are running in this process, so
+    that background work gives way to them.
 
     A copy job and a recall share two cores and one interpreter lock: measured at 100k, a
-    recall running while its NPC's rows were copied took 20–35 ms instead of 7. An append
-    shares the disk too: reading a 100k NPC's file of codes (39 MB) right after the first
-    recall made the appends that followed wait 9–37 ms for their ``fsync`` (against about
-    1.2 ms). The job waits before each chunk while one runs (up to :data:`_MOST_WAIT`
-    seconds a chunk, so a process that is never idle still gets its copy made).
+    recall running while its NPC's rows were copied took 20–35 ms instead of 7, so copies
+    wait for running recalls (:data:`recalling`) before each chunk. An append shares the
+    disk with the read of a file of codes: read whole right after a 100k NPC's first
+    recall, its 39 MB made the appends that followed wait up to 37 ms for their ``fsync``
+    (against about 1.2 ms), so that read waits for running appends (:data:`appending`)
+    before each megabyte (``row_codes.py``); not for recalls, which it does not slow and
+    which, asked back to back, would leave it no gap (a warm session then scored without
+    its copy: 10k 1.3 → 1.8 ms). A wait is at most :data:`_MOST_WAIT` seconds a chunk, so
+    a process that is never idle still gets its copy.
     """
 
     def __init__(self) -> None:
@@ -342,7 +347,7 @@ class _Traffic:
                 self._idle.notify_all()
 
     def give_way(self) -> None:
-        """Wait while a recall or an append runs (at most :data:`_MOST_WAIT` seconds)."""
+        """Wait while one runs (at most :data:`_MOST_WAIT` seconds)."""
         with self._lock:
             if self._running:
                 self._idle.wait_for(lambda: not self._running, timeout=_MOST_WAIT)
@@ -354,9 +359,10 @@ class _Traffic:
 #: so often that the recall's own threads wait for it (up to the 5 ms switch interval a
 #: time): with 5 ms, the 100k recall that scheduled the copy scored in 9.8 ms against 5–6.
 _MOST_WAIT = 0.05
-#: Enter around a recall or an append (``with foreground:``): copies, and reads of files
-#: of codes, give way while any runs.
-foreground = _Traffic()
+#: Enter around a recall (``with recalling:``): copies give way while any runs.
+recalling = _Traffic()
+#: Enter around an append (``with appending:``): reads of files of codes give way.
+appending = _Traffic()
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,7 +553,7 @@ def _quantized_rows(
     for start in range(first, last, _CHUNK_ROWS):
         stop = min(last, start + _CHUNK_ROWS)
         if give_way:
-            foreground.give_way()
+            recalling.give_way()
         found = _quantized(matrix[start:stop], codes[start:stop], scales[start:stop], scratch)
         if found is None:
             return None
@@ -597,7 +603,7 @@ _COPIER: list[ThreadPoolExecutor] = []
 def _copier() -> ThreadPoolExecutor:
     """The process's one thread that makes copies (started at the first copy).
 
-    Not the front door's pool: a job waiting there for recalls to end (``foreground``)
+    Not the front door's pool: a job waiting there for recalls to end (``recalling``)
     would hold one of its two threads, and a 100k recall shares its product with the
     other (measured: with the copy on the pool, the recall that scheduled it scored in
     16–18 ms instead of 10, the product on one thread)."""
@@ -617,7 +623,7 @@ def _schedule_load(entry: _Entry, matrix: FloatMatrix) -> None:
 
     def job() -> None:
         try:
-            foreground.give_way()
+            recalling.give_way()
             _load(entry, matrix)
         except Exception:  # a copy only speeds recalls up: without it, the product
             _LOG.debug("reading int8 codes failed", exc_info=True)

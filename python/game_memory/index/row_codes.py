@@ -8,7 +8,7 @@ of every process, and every recall of a process that asks back to back, multipli
 float32 rows. With the copy in a file, the first recall after an open reads it (39 MB at
 100k × 384, with its checksum: about 20 ms into fresh memory, on the copier thread once that
 recall is answered: ``quantized.offer``; a megabyte at a time, each after the process's
-running recalls and appends, whose fsyncs it would otherwise queue behind its reads) and
+running appends, whose fsyncs it would otherwise queue behind its reads) and
 the next ones score from it.
 
 Layout of ``o-<owner>.<code>.<tag>.q8`` (the row file's name with ``.q8`` for ``.f32``;
@@ -63,7 +63,7 @@ from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.index.entries import EntryState
 from game_memory.index.partition import IndexPartition
-from game_memory.index.quantized import Int8Rows, copy_buffers, foreground
+from game_memory.index.quantized import Int8Rows, appending, copy_buffers
 
 __all__ = ["HEADER_BYTES", "codes_header", "read_codes", "rows_digest", "write_codes"]
 
@@ -198,7 +198,7 @@ def _read(
     )
 
 
-#: Bytes of codes read at a time, each after running recalls and appends (``foreground``):
+#: Bytes of codes read at a time, each after the process's running appends (``appending``):
 #: one read of a 100k NPC's 39 MB, right after its first recall, made the appends that
 #: followed wait up to 37 ms for their ``fsync`` (the disk busy with it).
 _CHUNK_BYTES = 1 << 20
@@ -206,10 +206,10 @@ _CHUNK_BYTES = 1 << 20
 
 def _read_checked(file: FileIO, target: memoryview, crc: int) -> int | None:
     """Fill ``target`` from ``file``'s position on, a chunk at a time, giving way to the
-    process's recalls and appends before each; the CRC-32 of its bytes continuing ``crc``,
+    process's running appends before each; the CRC-32 of its bytes continuing ``crc``,
     or ``None`` when the file held fewer."""
     for start in range(0, len(target), _CHUNK_BYTES):
-        foreground.give_way()
+        appending.give_way()
         chunk = target[start : start + _CHUNK_BYTES]
         if not _read_into(file, chunk):
             return None

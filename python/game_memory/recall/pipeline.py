@@ -32,7 +32,7 @@ from game_memory.errors import DerivedIndexError, EmbeddingUnavailableError, Gam
 from game_memory.index.join import PartitionJoin
 from game_memory.index.partition import FloatMatrix, PartitionReplacedError
 from game_memory.index.protocol import VectorIndex
-from game_memory.index.quantized import foreground
+from game_memory.index.quantized import recalling
 from game_memory.model import (
     DiagnosticSeverity,
     GameMemory,
@@ -125,14 +125,14 @@ async def recall(
 ) -> RecallResult:
     """Recall ``query`` as of ``query.at_or_before`` (game time), with evidence per hit.
 
-    While it runs, copies of index rows being made give way (``quantized.foreground``).
+    While it runs, copies of index rows being made give way (``quantized.recalling``).
 
     Raises:
         CapacityExceededError: the snapshot exceeds the bound.
         EmbeddingUnavailableError, DerivedIndexError: only with
             ``fail_when_embedding_unavailable``; otherwise ``fallback`` is set.
     """
-    with foreground:
+    with recalling:
         return await _recall(query, parts, maximum_snapshot_entries)
 
 
