@@ -101,16 +101,19 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
             remove_tree(directory)
             remove_read_files(context.data, rewrite.session_hash)  # derived copies too
             context.journal.remove()
+            _forget_cached(context, rewrite)  # and whatever a read cached meanwhile
             return
         rewrite, retractions_kept = _stage(context, rewrite, directory)
         _rewrite_ledgers(context, rewrite, retractions_kept)
         context.journal.write(rewrite)
     # The cached partition first: the descriptors of its files and the maps of its read
-    # files go with it (on Windows a file open or mapped cannot be replaced or removed).
+    # files go with it (on Windows a file open or mapped cannot be replaced or removed);
+    # and again at the end, for whatever a read cached meanwhile (as before the switch).
     _forget_cached(context, rewrite)
     _switch(rewrite, directory)
     remove_read_files(context.data, rewrite.session_hash, rewrite.owner_hash)  # derived too
     context.journal.remove()
+    _forget_cached(context, rewrite)
 
 
 def split_segments(records: list[bytes], maximum_file_bytes: int) -> list[bytes]:
