@@ -44,9 +44,8 @@ __all__ = [
 
 StrPath: TypeAlias = str | os.PathLike[str]
 
-_NOFOLLOW = portable.NOFOLLOW
-_CLOEXEC = portable.CLOEXEC | portable.BINARY  # every open: see ``portable.py``
-_DIRECTORY = portable.DIRECTORY
+#: Every open: no link followed, not inherited, binary (``portable.py``).
+_OPEN_FLAGS = portable.OPEN_FLAGS
 
 
 def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:
@@ -148,7 +147,7 @@ def fsync_directory(path: Path) -> None:
     if not portable.FOLDERS_OPEN:
         return
     try:
-        fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | portable.DIRECTORY | _OPEN_FLAGS)
     except OSError as exc:
         raise _translate(exc, path, "open the folder") from exc
     try:
@@ -162,7 +161,7 @@ def fsync_directory(path: Path) -> None:
 
 def _open_regular(path: StrPath, flags: int, action: str, mode: int = 0o644) -> int:
     try:
-        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+        fd = os.open(path, flags | _OPEN_FLAGS, mode)
     except OSError as exc:
         raise _translate(exc, path, action) from exc
     try:
@@ -188,7 +187,7 @@ def read_file(
     ``maximum_bytes``.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -243,7 +242,7 @@ def mapped_file(
     Raises ``PersistenceError`` as :func:`read_file` does.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
     except FileNotFoundError:
         yield None
         return
@@ -401,7 +400,7 @@ def open_folder(path: StrPath) -> int:
             raise PersistenceError(f"{path} should be a folder but is a file")
         return -1
     try:
-        return os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC)
+        return os.open(path, os.O_RDONLY | portable.DIRECTORY | _OPEN_FLAGS)
     except OSError as exc:
         if exc.errno == errno.ENOTDIR:
             raise PersistenceError(f"{path} should be a folder but is a file") from exc
@@ -420,9 +419,9 @@ def read_at(folder_fd: int, name: str, maximum_bytes: int, folder: StrPath) -> b
     """
     try:
         if folder_fd < 0:  # no folder descriptor here (``open_folder``): by its path
-            fd = os.open(os.path.join(folder, name), os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | _OPEN_FLAGS)
         else:
-            fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _CLOEXEC, dir_fd=folder_fd)
+            fd = os.open(name, os.O_RDONLY | _OPEN_FLAGS, dir_fd=folder_fd)
     except FileNotFoundError:
         return None
     except OSError as exc:
