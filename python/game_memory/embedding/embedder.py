@@ -68,6 +68,14 @@ class Embedder:
         """The text embedded for ``query`` (empty without text: vector recall is skipped)."""
         return self.projector.project_query(query)
 
+    def remembered(self, text: str) -> npt.NDArray[np.float32] | None:
+        """The vector of ``text`` from the query cache (marked recently used), or ``None``:
+        what :meth:`embed_query` would answer without a provider call."""
+        remembered = self._queries.get(text)
+        if remembered is not None:
+            self._queries.move_to_end(text)
+        return remembered
+
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
         """Embed a query text through the gate; one normalized vector (read-only).
 
@@ -79,9 +87,8 @@ class Embedder:
             EmbeddingTimeoutError: the queue or the call exceeded the deadline.
             EmbeddingUnavailableError: the provider failed or returned a bad vector.
         """
-        remembered = self._queries.get(text)
+        remembered = self.remembered(text)
         if remembered is not None:
-            self._queries.move_to_end(text)
             return remembered
         embedded = await self._gate.call(lambda: self.provider.embed_query(text), "the query")
         vector = self._normalize(embedded)
