@@ -83,40 +83,56 @@ def memories(count: int) -> list[Any]:
     ]
 
 
+async def ask(memory: Any, questions: int, gap: float) -> Json:
+    """Ask ``questions`` new questions of ``memory``, one every ``gap`` seconds: each
+    recall's wall time and EMBEDDING stage (seconds, milliseconds), and the process's CPU
+    and wall time over them."""
+    from game_memory import GameMemoryQuery, GameMoment
+
+    latencies: list[float] = []
+    embeddings: list[float] = []
+    started_cpu, started = time.process_time(), time.perf_counter()
+    for number in range(questions):
+        text = f"{WORDS[number % len(WORDS)]} {WORDS[(number * 5) % len(WORDS)]} q{number}"
+        query = GameMemoryQuery(
+            session_id="session",
+            owner_id="npc",
+            limit=8,
+            text=text,
+            at_or_before=GameMoment(timeline_id="main", tick=10**6),
+        )
+        asked = time.perf_counter()
+        result = await memory.recall(query)
+        latencies.append(time.perf_counter() - asked)
+        if result.fallback:
+            raise RuntimeError("the recall fell back to lexical: the model is not used")
+        stages = {s.stage.name: s.duration_ms for s in result.snapshot.stages}
+        embeddings.append(stages["EMBEDDING"])
+        await asyncio.sleep(gap)
+    return {
+        "latencies": latencies,
+        "embeddings": embeddings,
+        "cpu": time.process_time() - started_cpu,
+        "wall": time.perf_counter() - started,
+    }
+
+
 async def child(args: argparse.Namespace) -> Json:
     """One setting at one gap, in this fresh process."""
-    from game_memory import GameMemoryQuery, GameMoment, open_memory
+    from game_memory import open_memory
     from game_memory.onnx import load_named_provider
 
     home = Path(args.home) if args.home else None
     provider = await load_named_provider("default", home, allow_spinning=args.spin)
     memory = await open_memory(args.save, model=provider)
     try:
-        latencies: list[float] = []
-        started_cpu, started = time.process_time(), time.perf_counter()
-        for number in range(args.questions):
-            text = f"{WORDS[number % len(WORDS)]} {WORDS[(number * 5) % len(WORDS)]} q{number}"
-            query = GameMemoryQuery(
-                session_id="session",
-                owner_id="npc",
-                limit=8,
-                text=text,
-                at_or_before=GameMoment(timeline_id="main", tick=10**6),
-            )
-            asked = time.perf_counter()
-            result = await memory.recall(query)
-            latencies.append(time.perf_counter() - asked)
-            if result.fallback:
-                raise RuntimeError("the recall fell back to lexical: the model is not used")
-            await asyncio.sleep(args.gap)
-        cpu = time.process_time() - started_cpu
-        wall = time.perf_counter() - started
+        asked = await ask(memory, args.questions, args.gap)
     finally:
         await memory.aclose()
     return {
-        "latencyMs": round(statistics.median(latencies[1:]) * 1000, 3),
-        "cpuPerQuestionMs": round(cpu / args.questions * 1000, 3),
-        "coresBusy": round(cpu / wall, 3),
+        "latencyMs": round(statistics.median(asked["latencies"][1:]) * 1000, 3),
+        "cpuPerQuestionMs": round(asked["cpu"] / args.questions * 1000, 3),
+        "coresBusy": round(asked["cpu"] / asked["wall"], 3),
     }
 
 

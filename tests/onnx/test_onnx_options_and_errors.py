@@ -65,6 +65,8 @@ def test_the_defaults_are_the_reference_defaults(tmp_path: Path) -> None:
         ("inference_timeout", 0.009, 1_800.0),
         ("load_timeout", 0.5, 1.0),
         ("intra_op_threads", 257, 0),
+        ("batch_threads", 65, 64),
+        ("batch_threads", -1, 0),
         ("inter_op_threads", 0, 1),
         ("provider_id", " ", "x" * 256),
         ("provider_id", "x" * 257, "game"),

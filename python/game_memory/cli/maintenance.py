@@ -60,6 +60,7 @@ _BENCHMARKS = {
     "promises": "reranker_promises.py",
     "sidecar": "sidecar_memory.py",
     "spinning": "onnx_spinning.py",
+    "threads": "onnx_threads.py",
     "bounds": "cache_bounds.py",
 }
 

@@ -219,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
             "promises",
             "sidecar",
             "spinning",
+            "threads",
             "bounds",
         ],
         help="which benchmark",

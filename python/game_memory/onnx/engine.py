@@ -11,7 +11,9 @@ Life of an operation, in order (the order is the contract):
 2. take an admission ticket without waiting; none left -> ``QUEUE_FULL`` (nothing started);
 3. wait up to ``queue_timeout`` for an inference slot -> ``QUEUE_TIMEOUT``;
 4. on a worker thread, under ``inference_timeout`` -> ``TIMEOUT``: tokenize, plan batches,
-   and per batch pad, check the tensor estimate, run, check the output, pool, normalize.
+   check every batch's tensor estimate, and per batch pad, run, check the output, pool,
+   normalize; ``batch_threads`` batches at a time (the worker and the engine's helper
+   threads), one after another when 1.
 
 A caller's cancellation (``task.cancel()``) propagates as ``asyncio.CancelledError``; the
 engine's ``aclose()`` fails waiting and running operations with ``CANCELLED``. Either way
@@ -79,7 +81,15 @@ class OnnxInferenceEngine:
         self._tokenizer = tokenizer
         self._inference = inference
         self._metrics = metrics
-        self._pipeline = EmbeddingPipeline(limits, tokenizer, inference, pooling)
+        # Threads that run an operation's batches beside its worker (``batch_threads``).
+        self._helpers = (
+            ThreadPoolExecutor(
+                max_workers=limits.batch_threads - 1, thread_name_prefix="game-memory-onnx-batch"
+            )
+            if limits.batch_threads > 1
+            else None
+        )
+        self._pipeline = EmbeddingPipeline(limits, tokenizer, inference, pooling, self._helpers)
         self._executor = ThreadPoolExecutor(
             max_workers=limits.maximum_concurrent_inferences,
             thread_name_prefix="game-memory-onnx",
@@ -199,6 +209,8 @@ class OnnxInferenceEngine:
         if self._state is _State.CLOSING:
             self._state = _State.CLOSED
             self._executor.shutdown(wait=False)
+            if self._helpers is not None:  # idle: every operation's runs have ended
+                self._helpers.shutdown(wait=False)
             self._inference.close()
 
     def _check_arguments(self, texts: Sequence[str]) -> None:

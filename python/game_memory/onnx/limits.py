@@ -22,6 +22,8 @@ class EngineLimits:
         maximum_queued_operations: Operations waiting for a slot; one more fails at once.
         queue_timeout: Seconds an operation may wait for a slot.
         inference_timeout: Seconds an operation may run (tokenization and inference).
+        batch_threads: Batches of one operation run at once (its worker thread and
+            ``batch_threads - 1`` helpers); 1 runs them one after another.
     """
 
     maximum_tokens: int
@@ -34,3 +36,4 @@ class EngineLimits:
     maximum_queued_operations: int
     queue_timeout: float
     inference_timeout: float
+    batch_threads: int = 1
