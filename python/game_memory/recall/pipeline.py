@@ -2,7 +2,8 @@
 
 1. Read **one** bounded authoritative snapshot, ranked lexically by the store
    (:meth:`GameMemoryStore.snapshot`: the BM25 scores come from the store, never invented).
-2. With an embedder and an index, embed the query, join each partition view of that
+2. With an embedder and an index, embed the query (begun before step 1, so the model
+   and the store work at once: :func:`_early_embedding`), join each partition view of that
    snapshot to its index partition (right memory, same content, active identity) and score
    the visible, ready vectors. Any failure here, or vectors of another model in the session,
    makes the query lexical (``fallback``) with a diagnostic, unless
