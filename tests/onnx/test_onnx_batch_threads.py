@@ -1,4 +1,5 @@
-"""One call's batches side by side (``batch_threads``), and one thread per run by default.
+"""One call's batches side by side (``batch_threads``), and one thread a run by default
+(the sentence encoders; BGE-M3 keeps onnxruntime's threads and batches in turn).
 
 The engine's worker and its helper threads each take the next batch of an operation; the
 vectors come back in the texts' order, the same as one batch after another. A failure
@@ -20,6 +21,7 @@ from onnx_fakes import GatedInference, WordTokenizer
 from test_onnx_engine import limits, wait_for
 
 from game_memory.onnx import (
+    BgeM3OnnxEmbeddingOptions,
     OnnxEmbeddingError,
     OnnxEmbeddingOperationMetrics,
     OnnxFailureKind,
@@ -152,7 +154,9 @@ async def test_a_closed_engine_stops_its_batch_threads() -> None:
         assert not thread.is_alive()
 
 
-def test_one_thread_a_run_and_two_batches_at_once_by_default(tmp_path: object) -> None:
+def test_the_sentence_encoders_run_one_thread_a_run_and_two_batches_at_once(
+    tmp_path: object,
+) -> None:
     options = SentenceEncoderOnnxEmbeddingOptions(tmp_path)  # type: ignore[arg-type]
     assert options.intra_op_threads == 1 and options.batch_threads == 0
     try:
@@ -162,3 +166,9 @@ def test_one_thread_a_run_and_two_batches_at_once_by_default(tmp_path: object) -
     assert options.engine_limits(16).batch_threads == min(2, cores)
     chosen = SentenceEncoderOnnxEmbeddingOptions(tmp_path, batch_threads=1)  # type: ignore[arg-type]
     assert chosen.engine_limits(16).batch_threads == 1
+
+
+def test_bge_m3_keeps_onnxruntimes_threads_and_batches_in_turn(tmp_path: object) -> None:
+    options = BgeM3OnnxEmbeddingOptions(tmp_path)  # type: ignore[arg-type]
+    assert options.intra_op_threads == 0 and options.batch_threads == 1
+    assert options.engine_limits(16).batch_threads == 1

@@ -84,18 +84,14 @@ class OnnxProviderOptions(BaseModel):
     queue_timeout: float = Field(default=5.0, ge=0.001, le=300.0, allow_inf_nan=False)
     inference_timeout: float = Field(default=30.0, ge=0.01, le=1_800.0, allow_inf_nan=False)
     load_timeout: float = Field(default=120.0, ge=1.0, le=1_800.0, allow_inf_nan=False)
-    #: Threads inside one onnxruntime run; 0 lets onnxruntime choose (every core). One by
-    #: default: a question is a handful of tokens, and waking a second thread for each of
-    #: its operators cost more than it saved (the default model, a 14-token question
-    #: between pauses: 2.7–2.9 ms with onnxruntime's two threads against 2.2–2.3 ms with
-    #: one, on the 2-core machine); a call's batches run side by side instead
-    #: (``batch_threads``), and a game keeps its other cores.
-    intra_op_threads: int = Field(default=1, ge=0, le=256, strict=True)
+    #: Threads inside one onnxruntime run; 0 lets onnxruntime choose (every core). The
+    #: sentence encoders default to one (their options class says why).
+    intra_op_threads: int = Field(default=0, ge=0, le=256, strict=True)
     inter_op_threads: int = Field(default=1, ge=1, le=256, strict=True)
     #: Batches of one call run at once, each a run of its own on the one session; 0 means
     #: two where the process may use two cores, else one. Each running batch holds its own
-    #: activations (up to ``maximum_tensor_bytes``).
-    batch_threads: int = Field(default=0, ge=0, le=64, strict=True)
+    #: activations (up to ``maximum_tensor_bytes``). The sentence encoders default to 0.
+    batch_threads: int = Field(default=1, ge=0, le=64, strict=True)
     #: Let onnxruntime's idle worker threads spin waiting for the next run (its own
     #: default). Off: with the default model and a question every 50 ms, spinning cost
     #: 46.6 ms of CPU per question (0.83 of a core, taken from the game) against 6.1 ms,
@@ -248,6 +244,15 @@ class SentenceEncoderOnnxEmbeddingOptions(OnnxProviderOptions):
 
     maximum_tokens: int | None = Field(default=None, ge=3, le=8_192, strict=True)
     precision: Literal["int8", "fp32"] = "int8"
+    #: One thread a run: a question is a handful of tokens, and waking a second thread for
+    #: each operator of these small models cost more than it saved (all-MiniLM-L6-v2, a
+    #: 14-token question between pauses, 2-core machine: 2.7–2.9 ms with onnxruntime's
+    #: two threads against 2.2–2.3 ms with one); a call's batches run side by side instead
+    #: (``batch_threads``: 512 documents 557 → 333 ms), and a game keeps its other cores.
+    #: BGE-M3's runs are long enough to share (a query 41 ms on one thread, 24 on two), so
+    #: its options keep onnxruntime's choice and batches in turn.
+    intra_op_threads: int = Field(default=1, ge=0, le=256, strict=True)
+    batch_threads: int = Field(default=0, ge=0, le=64, strict=True)
 
     # Restated so type checkers see the positional model_directory (pydantic's synthesized
     # signature is keyword-only).
