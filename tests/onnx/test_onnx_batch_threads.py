@@ -68,7 +68,7 @@ def engine_of(
 
 async def test_batches_run_two_at_a_time_and_come_back_in_order() -> None:
     together, apart = GatedInference(), GatedInference()
-    together.delay = apart.delay = 0.02  # long enough for the runs to meet
+    together.delay = apart.delay = 0.05  # long enough for the runs to meet, even on a busy machine
     records: list[OnnxEmbeddingOperationMetrics] = []
     shared = engine_of(together, records, batch_threads=2)
     alone = engine_of(apart, batch_threads=1)
@@ -144,9 +144,14 @@ async def test_a_batch_too_large_anywhere_fails_the_call_before_any_runs(
 
 
 async def test_a_closed_engine_stops_its_batch_threads() -> None:
+    before = set(threading.enumerate())  # other engines' threads are not this test's
     engine = engine_of(GatedInference(), batch_threads=3)
     await engine.embed(TEXTS, DOCUMENTS)
-    named = [t for t in threading.enumerate() if t.name.startswith("game-memory-onnx-batch")]
+    named = [
+        thread
+        for thread in threading.enumerate()
+        if thread.name.startswith("game-memory-onnx-batch") and thread not in before
+    ]
     assert named
     await engine.aclose()
     for thread in named:
