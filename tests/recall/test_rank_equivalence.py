@@ -11,7 +11,7 @@ random weights: the same candidates in the same order.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
@@ -32,7 +32,11 @@ def rank_reference(
     reranker: GameAwareMemoryReranker,
     query: GameMemoryQuery,
     candidates: Sequence[FusedCandidate],
+    versions: Callable[
+        [Sequence[FusedCandidate], GameAwareMemoryRerankerOptions], list[tuple[int, int]]
+    ] = _versions,
 ) -> list[FusedCandidate]:
+    """``rank`` as it stood, with the pairs of versions ``versions`` finds."""
     if not candidates:
         return []
     options = reranker.options
@@ -40,7 +44,7 @@ def rank_reference(
     relevance = [reranker.relevance(c, best) for c in candidates]
     superseded: set[int] = set()
     if options.supersession_penalty > 0 or options.supersession_inherits:
-        for older, newer in _versions(candidates, options):
+        for older, newer in versions(candidates, options):
             if options.supersession_inherits:
                 relevance[newer] = max(relevance[newer], relevance[older])
             superseded.add(older)

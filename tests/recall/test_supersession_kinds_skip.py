@@ -27,7 +27,7 @@ from game_memory.recall import reranker as reranker_module
 from game_memory.recall.fusion import FusedCandidate
 from game_memory.recall.reranker import OUTDATABLE_KINDS, _outdatable
 from game_memory.recall.versions import implicit_versions
-from recall.test_reranker_greedy import reference_order
+from recall.test_rank_equivalence import rank_reference
 from support.vectors import MemoryFactory
 
 EVENT = GameMemoryKind.EVENT
@@ -48,35 +48,6 @@ def versions_always(
         options.supersession_standing,
     )
     return _outdatable(found, fields, options.supersession_kinds) if found else found
-
-
-def rank_always_searching(
-    reranker: GameAwareMemoryReranker,
-    query: GameMemoryQuery,
-    candidates: Sequence[FusedCandidate],
-) -> list[FusedCandidate]:
-    if not candidates:
-        return []
-    options = reranker.options
-    best = candidates[0].score
-    relevance = [reranker.relevance(c, best) for c in candidates]
-    superseded: set[int] = set()
-    if options.supersession_penalty > 0 or options.supersession_inherits:
-        for older, newer in versions_always(candidates, options):
-            if options.supersession_inherits:
-                relevance[newer] = max(relevance[newer], relevance[older])
-            superseded.add(older)
-    base = [
-        options.relevance_weight * relevance[i]
-        + options.importance_weight * c.memory.importance
-        + options.recency_weight * reranker.recency(query, c)
-        - (options.supersession_penalty if i in superseded else 0.0)
-        for i, c in enumerate(candidates)
-    ]
-    traits = [(c.memory.scope, c.memory.kind, frozenset(c.memory.tags)) for c in candidates]
-    rounds = min(len(candidates), options.maximum_greedy_selections)
-    chosen = reference_order(traits, base, options.diversity_penalty, rounds)
-    return [candidates[i] for i in chosen]
 
 
 def _case(
@@ -119,7 +90,7 @@ def test_rank_equals_a_rank_that_always_searches(make_memory: MemoryFactory, see
     kinds = rng.choice(([EVENT], [EVENT, EVENT, EVENT, GameMemoryKind.FACT], [GameMemoryKind.FACT]))
     reranker, query, candidates = _case(make_memory, rng, kinds)
     ranked = reranker.rank(query, candidates)
-    expected = rank_always_searching(reranker, query, candidates)
+    expected = rank_reference(reranker, query, candidates, versions_always)
     assert [id(c) for c in ranked] == [id(c) for c in expected]
 
 
