@@ -16,9 +16,11 @@ CRC-32 it names (``previous``). A part holds, for its memories:
   (``postings.py``; document numbers are positions in the partition), and the
   belief/consolidation scan of ``view.py`` as of its end.
 
-So new memories cost a new part of their own size, never a rewrite of the partition's
-(``read_path.persist``: closing the store writes one part for what the chain does not
-cover; parts are merged in the background, never at close).
+While the store is open, new memories cost a new part of their own size, never a rewrite
+of the partition's (parts are merged as a binary counter). Closing the store leaves a
+partition of up to ``read_path.CLOSING_MERGE_MEMORIES`` memories as one part, since a load
+maps a lone part and copies a chain's arrays; a larger one gets a part for what the chain
+does not cover (``read_path.persist``).
 
 It is **derived, disposable and never trusted over the save**. It names every file it was
 derived from (the owner's pack ranges and log segments) with its device, inode, the byte
