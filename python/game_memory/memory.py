@@ -151,7 +151,8 @@ class VectorMemoryStore(MemoryOverTime):
 
     Raises:
         InvalidArgumentError: a provider without an index, options that bound the vectors
-            below the index size, or an index folder inside the save folder.
+            below the index size, an index folder inside the save folder, a reranker
+            without ``rank`` or a diagnostics sink that is not callable.
     """
 
     def __init__(
@@ -174,6 +175,16 @@ class VectorMemoryStore(MemoryOverTime):
             raise InvalidArgumentError(
                 "the provider must be an EmbeddingProvider (identity, embed_query, "
                 f"embed_documents, aclose), not {type(provider).__name__}"
+            )
+        if reranker is not None and not callable(getattr(reranker, "rank", None)):
+            raise InvalidArgumentError(
+                "reranker must be a reranker object such as GameAwareMemoryReranker(options), "
+                f"not {type(reranker).__name__} (open_memory takes the options instead)"
+            )
+        if diagnostics is not None and not callable(diagnostics):
+            raise InvalidArgumentError(
+                "diagnostics must be a callable that takes a MemoryVectorDiagnostic (sync or "
+                f"async), not {type(diagnostics).__name__}"
             )
         self.options = options or VectorMemoryStoreOptions()
         if provider is not None and index is None:
@@ -401,9 +412,12 @@ class VectorMemoryStore(MemoryOverTime):
             query: What to recall.
             require_semantic: Fail instead of answering lexically alone when vector recall
                 is unavailable for a query with text.
-            maximum_snapshot_entries: A tighter bound on the snapshot for this call.
+            maximum_snapshot_entries: A tighter bound on the snapshot for this call (1 or
+                more; above the options' bounds it changes nothing).
 
         Raises:
+            InvalidArgumentError: ``query`` is not a ``GameMemoryQuery``, or
+                ``maximum_snapshot_entries`` is not a whole number of 1 or more.
             CapacityExceededError: the snapshot exceeds the bound.
             EmbeddingUnavailableError: ``require_semantic`` without a model or when the
                 model failed; any vector failure with ``fail_when_embedding_unavailable``.
@@ -414,10 +428,10 @@ class VectorMemoryStore(MemoryOverTime):
         if not isinstance(query, GameMemoryQuery):
             raise InvalidArgumentError("recall takes a GameMemoryQuery")
         if maximum_snapshot_entries is not None and (
-            type(maximum_snapshot_entries) is not int or maximum_snapshot_entries < 0
+            type(maximum_snapshot_entries) is not int or maximum_snapshot_entries < 1
         ):
             raise InvalidArgumentError(
-                "maximum_snapshot_entries must be a whole number of memories (0 or more), "
+                "maximum_snapshot_entries must be a whole number of memories (1 or more), "
                 f"not {maximum_snapshot_entries!r}"
             )
         if require_semantic and self._embedder is None:
@@ -494,6 +508,7 @@ class VectorMemoryStore(MemoryOverTime):
         requires a rebuild.
 
         Raises:
+            InvalidArgumentError: ``session_id`` is blank, or ``progress`` is not callable.
             EmbeddingUnavailableError: in lexical mode (no embedding model is loaded).
             StoreBusyError: a rebuild of this session is already running here.
             DerivedIndexError: a failed batch could not even be recorded in the index, or
@@ -501,6 +516,10 @@ class VectorMemoryStore(MemoryOverTime):
         """
         self._check_open()
         _check_session(session_id)
+        if progress is not None and not callable(progress):
+            raise InvalidArgumentError(
+                f"progress must be a callable progress(done, total), not {type(progress).__name__}"
+            )
         index, embedder = self._hybrid()
         if session_id in self._rebuilding:
             raise StoreBusyError(

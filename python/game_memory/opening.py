@@ -48,6 +48,18 @@ def _require_postgres() -> None:
         ) from exc
 
 
+def _check_location(name: str, location: object) -> None:
+    """A save or index location is a folder path or a ``postgresql://`` URL: refuse
+    anything else before a model is loaded or a file touched."""
+    if isinstance(location, bytes) or not isinstance(location, (str, os.PathLike)):
+        raise InvalidArgumentError(
+            f"{name} must be a folder path (str or os.PathLike) or a postgresql:// URL, "
+            f"not {type(location).__name__}"
+        )
+    if not os.fspath(location).strip():
+        raise InvalidArgumentError(f"{name} must name a folder, not an empty path")
+
+
 def _save(save: str | os.PathLike[str], create: bool) -> GameMemoryStore:
     if _is_database(save):
         from game_memory.postgres import PostgresGameMemoryStore
@@ -121,10 +133,19 @@ async def open_memory(
 
     Raises:
         PersistenceError: the save folder is unsafe (a symbolic link).
-        InvalidArgumentError: the index folder is inside the save folder, an option is
-            out of range, or a URL is given without the ``postgres`` extra installed.
+        InvalidArgumentError: ``save`` or ``index`` is not a path or URL, the index folder
+            is inside the save folder, an option is out of range or of the wrong type, or a
+            URL is given without the ``postgres`` extra installed.
         EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
     """
+    _check_location("save", save)
+    if index is not None:
+        _check_location("index", index)
+    if reranker is not None and not isinstance(reranker, GameAwareMemoryRerankerOptions):
+        raise InvalidArgumentError(
+            "reranker must be GameAwareMemoryRerankerOptions (the reranker's weights) or None, "
+            f"not {type(reranker).__name__}"
+        )
     if isinstance(model, os.PathLike):
         model = os.fspath(model)  # a model folder
     if not isinstance(model, (str, EmbeddingProvider)):

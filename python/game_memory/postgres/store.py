@@ -40,7 +40,6 @@ import psycopg
 
 from game_memory.errors import (
     InvalidArgumentError,
-    MemoryConflictError,
     StoreBusyError,
     StoreClosedError,
 )
@@ -53,6 +52,7 @@ from game_memory.model import (
     StoreCheckReport,
     check_bounded_id,
 )
+from game_memory.model.conflicts import memory_conflict
 from game_memory.postgres.check import check_database
 from game_memory.postgres.connection import ConnectionPool, translate
 from game_memory.postgres.lifecycle import PostgresLifecycle
@@ -257,10 +257,7 @@ class PostgresGameMemoryStore(PostgresLifecycle):
             group = groups.setdefault((memory.session_id, memory.owner_id), {})
             previous = group.setdefault(memory.memory_id, memory)
             if previous != memory:
-                raise MemoryConflictError(
-                    f"the batch gives memory id {memory.memory_id!r} of owner "
-                    f"{memory.owner_id!r} two different contents; an id cannot be reused"
-                )
+                raise memory_conflict(memory, in_batch=True)
         if not groups:
             return []
         await self._ensure_ready()

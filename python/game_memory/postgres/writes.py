@@ -7,8 +7,9 @@ from typing import Any
 
 import psycopg
 
-from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
+from game_memory.errors import CapacityExceededError, PersistenceError
 from game_memory.model import GameMemory
+from game_memory.model.conflicts import memory_conflict
 from game_memory.postgres.rows import decode_row, encode_memory, sql_key
 from game_memory.postgres.statements import (
     APPEND,
@@ -48,11 +49,7 @@ def check_equivalent(memory: GameMemory, digest: bytes, document: bytes, where: 
         where,
     )
     if stored != memory:
-        raise MemoryConflictError(
-            f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in session "
-            f"{memory.session_id!r} already holds different content; an id cannot be "
-            "reused. Use a new id (derive_memory_id gives stable ones)."
-        )
+        raise memory_conflict(memory)
 
 
 def _position_bound(

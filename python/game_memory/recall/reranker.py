@@ -67,6 +67,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
+from game_memory.errors import InvalidArgumentError
 from game_memory.model import GameMemoryKind, GameMemoryQuery
 from game_memory.model.memory import Kind
 from game_memory.recall.fusion import FusedCandidate
@@ -158,6 +159,12 @@ class GameAwareMemoryReranker:
     """
 
     def __init__(self, options: GameAwareMemoryRerankerOptions | None = None) -> None:
+        """Raises: InvalidArgumentError: ``options`` is not a ``GameAwareMemoryRerankerOptions``."""
+        if options is not None and not isinstance(options, GameAwareMemoryRerankerOptions):
+            raise InvalidArgumentError(
+                "the reranker takes GameAwareMemoryRerankerOptions (its weights) or None, "
+                f"not {type(options).__name__}"
+            )
         self.options = options or GameAwareMemoryRerankerOptions()
 
     def recency(self, query: GameMemoryQuery, candidate: FusedCandidate) -> float:

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from game_memory.durable import fs
-from game_memory.errors import CapacityExceededError, MemoryConflictError
+from game_memory.errors import CapacityExceededError
 from game_memory.model import GameMemory
+from game_memory.model.conflicts import memory_conflict
 from game_memory.store.appends import plan_segments, write_planned
 from game_memory.store.capacity import full_message
 from game_memory.store.digests import encoded_digests
@@ -58,14 +59,6 @@ class _Partition:
     pending: dict[str, GameMemory] = field(default_factory=dict)
     records: list[bytes] = field(default_factory=list)
     memories: list[GameMemory] = field(default_factory=list)
-
-
-def _conflict(memory: GameMemory) -> MemoryConflictError:
-    return MemoryConflictError(
-        f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in session "
-        f"{memory.session_id!r} already holds different content; an id cannot be "
-        "reused. Use a new id (derive_memory_id gives stable ones)."
-    )
 
 
 def write_batch(
@@ -130,15 +123,16 @@ def write_batch(
                 continue
             assert partition.state is not None
             existing = partition.state.find(memory.memory_id)
-            if existing is None:
+            in_batch = existing is None
+            if in_batch:
                 existing = partition.pending.get(memory.memory_id)
             if existing is not None:
                 if existing == memory:
                     outcomes[position] = False
                     continue
                 if atomic:
-                    raise _conflict(memory)
-                outcomes[position] = _conflict(memory)
+                    raise memory_conflict(memory, in_batch=in_batch)
+                outcomes[position] = memory_conflict(memory, in_batch=in_batch)
                 continue
             partition.pending[memory.memory_id] = memory
             accepted.append((position, key))

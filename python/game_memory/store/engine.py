@@ -37,8 +37,9 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
+from game_memory.errors import CapacityExceededError, PersistenceError
 from game_memory.model import GameMemory
+from game_memory.model.conflicts import memory_conflict
 from game_memory.store.appends import append_records, cut_tail
 from game_memory.store.capacity import full_message
 from game_memory.store.documents import encode_document
@@ -134,11 +135,7 @@ class StoreEngine(StoreReader):
         if existing is not None:
             if existing == memory:
                 return False
-            raise MemoryConflictError(
-                f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in session "
-                f"{memory.session_id!r} already holds different content; an id cannot be "
-                "reused. Use a new id (derive_memory_id gives stable ones)."
-            )
+            raise memory_conflict(memory)
         if memory.consolidates:
             self.layout.require_format(3)
         elif memory.belief_key is not None:

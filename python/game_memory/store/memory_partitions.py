@@ -15,8 +15,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from game_memory.errors import CapacityExceededError, MemoryConflictError, MemoryNotFoundError
+from game_memory.errors import CapacityExceededError, MemoryNotFoundError
 from game_memory.model import GameMemory, GameMoment, ordinal_key
+from game_memory.model.conflicts import memory_conflict
 from game_memory.store.lifecycle import checked_summary, covered
 from game_memory.store.retractions import Retraction
 from game_memory.store.view import PartitionView
@@ -188,12 +189,7 @@ class MemoryPartitions:
                         existing = partition.memories[position]
                 if existing is not None:
                     if existing != memory:
-                        raise MemoryConflictError(
-                            f"memory id {memory.memory_id!r} of owner {memory.owner_id!r} in "
-                            f"session {memory.session_id!r} already holds different content; "
-                            "an id cannot be reused. Use a new id (derive_memory_id gives "
-                            "stable ones)."
-                        )
+                        raise memory_conflict(memory, in_batch=key in seen)
                     results.append(False)
                     continue
                 seen[key] = memory
@@ -290,11 +286,7 @@ class MemoryPartitions:
             if position is not None:
                 if partition.memories[position] == memory:
                     return False
-                raise MemoryConflictError(
-                    f"memory id {memory.memory_id!r} of owner {owner_id!r} in session "
-                    f"{session_id!r} already holds different content; an id cannot be "
-                    "reused. Use a new id (derive_memory_id gives stable ones)."
-                )
+                raise memory_conflict(memory)
         if self._count >= self.maximum_entries:
             raise CapacityExceededError(self._full_message(), bound="maximum_entries")
         if partition is None:
