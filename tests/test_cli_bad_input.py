@@ -228,6 +228,11 @@ def test_check_accept_loss_salvages_a_cut_log_from_the_command_line(
     assert code == 1 and "acknowledged memories are lost or unreadable" in out
     code, out, _err = run(["check", "--save-dir", str(save), "--fix"], capsys)
     assert code == 1 and "repaired none of the damage" in out
+    # The salvage gives memories up for good: --accept-loss alone is refused, nothing moved.
+    before = sorted(path.name for path in save.rglob("*"))
+    code, out, err = run(["check", "--save-dir", str(save), "--accept-loss"], capsys)
+    assert code == 1 and "with --fix only" in err and "gave up" not in out
+    assert sorted(path.name for path in save.rglob("*")) == before
     code, out, _err = run(["check", "--save-dir", str(save), "--fix", "--accept-loss"], capsys)
     assert code == 0 and "gave up" in out and "consistent" in out
     assert run(["check", "--save-dir", str(save)], capsys)[0] == 0

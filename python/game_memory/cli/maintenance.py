@@ -331,6 +331,12 @@ def run_check(args: argparse.Namespace) -> int:
         return fail(problem)
 
     database = getattr(args, "database", None)
+    if args.accept_loss and not args.fix:
+        # The salvage gives up acknowledged memories for good: it must be asked for whole.
+        return fail(
+            "--accept-loss salvages with --fix only: run check --fix --accept-loss (it gives "
+            "up the memories it cannot read), or check --fix to repair what loses nothing"
+        )
     if database is not None and (args.accept_loss or args.ids):
         return fail("--accept-loss and --ids apply to a save folder, not to --database")
     if database is not None:
@@ -346,7 +352,7 @@ def run_check(args: argparse.Namespace) -> int:
         else:
             async with FileGameMemoryStore(args.save_dir, create=False) as store:
                 report = await store.check(
-                    fix=args.fix or args.accept_loss,
+                    fix=args.fix,
                     accept_loss=args.accept_loss,
                     list_ids=args.ids,
                 )
@@ -363,7 +369,7 @@ def run_check(args: argparse.Namespace) -> int:
         )
         return 0 if report.ok else 1
 
-    repairing = args.fix or args.accept_loss
+    repairing = args.fix
     work = "a repair is never stopped halfway" if repairing else "it changes nothing"
     try:
         with finish_on_interrupt(

@@ -38,6 +38,7 @@ __all__ = [
     "read_at",
     "read_file",
     "read_range",
+    "refused_link",
     "rename_all",
     "sync_all",
 ]
@@ -456,10 +457,12 @@ def rename_all(source: Path, target: Path, names: list[str]) -> None:
         os.close(source_fd)
 
 
-def list_directory(path: Path) -> list[os.DirEntry[str]]:
+def list_directory(path: Path, *, links: list[str] | None = None) -> list[os.DirEntry[str]]:
     """List a real directory's entries (sorted by name); links inside are refused.
 
-    Returns an empty list when the directory does not exist.
+    Returns an empty list when the directory does not exist. With ``links`` (the checker,
+    which reports what it cannot read instead of stopping at it), a link is left out of
+    the listing and its path added to ``links`` instead of raising.
     """
     try:
         with os.scandir(path) as entries:
@@ -470,13 +473,21 @@ def list_directory(path: Path) -> list[os.DirEntry[str]]:
         raise PersistenceError(f"{path} should be a folder but is a file") from exc
     except OSError as exc:
         raise _translate(exc, path, "list") from exc
+    if links is not None:
+        links.extend(entry.path for entry in listed if entry.is_symlink())
+        return [entry for entry in listed if not entry.is_symlink()]
     for entry in listed:
         if entry.is_symlink():
-            raise PersistenceError(
-                f"refusing to read {entry.path}: it is a symbolic link. A save folder must "
-                "contain only real files and folders."
-            )
+            raise PersistenceError(refused_link(entry.path))
     return listed
+
+
+def refused_link(path: str) -> str:
+    """Why a link found in a save folder is not read (the message every reader gives)."""
+    return (
+        f"refusing to read {path}: it is a symbolic link. A save folder must contain only "
+        "real files and folders."
+    )
 
 
 _BARRIER_THREADS = 16

@@ -11,6 +11,7 @@ checksummed, so the audit resynchronizes on the next valid record header after d
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,11 @@ class SessionAudit:
     scanned: dict[str, DamagedFile] = field(default_factory=dict)
     gaps: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
+    # What could not be read, and so is unknown rather than lost: the owners a link or an
+    # unreadable file of their series hides, or (``whole``) every owner, when the folder
+    # could not be listed or a pack (which holds several owners) could not be read.
+    unknown_owners: set[str] = field(default_factory=set)
+    whole: bool = False
 
     @property
     def files(self) -> dict[str, DamagedFile]:
@@ -124,22 +130,29 @@ def audit_session(directory: Path, session_hash: str, maximum_file_bytes: int) -
     """Read every pack and log segment of a session folder tolerantly (see the module doc).
 
     A link or a non-regular file among them, or a folder that cannot be listed, is noted in
-    ``unreadable`` (the salvage does not touch such a session).
+    ``unreadable`` (the salvage does not touch such a session), and what it hides is
+    unknown (``unknown_owners``, ``whole``); a link of another name is noted only.
     """
     audit = SessionAudit(session_hash, directory)
     segments: dict[str, dict[int, str]] = {}
     retraction_segments: dict[str, dict[int, str]] = {}
     packs: dict[int, str] = {}
+    links: list[str] = []
     try:
-        entries = fs.list_directory(directory)
+        entries = fs.list_directory(directory, links=links)
     except PersistenceError as exc:
         audit.unreadable.append(str(exc))
+        audit.whole = True
         return audit
+    for link in links:
+        audit.unreadable.append(fs.refused_link(link))
+        _hide(audit, os.path.basename(link))
     for entry in entries:
         segment = _SEGMENT.match(entry.name)
         pack = PACK_NAME.match(entry.name)
         if (segment or pack) and not entry.is_file(follow_symlinks=False):
             audit.unreadable.append(f"{entry.path} should be a regular file")
+            _hide(audit, entry.name)
             continue
         if segment is not None:
             number = int(segment.group(3) or 0)
@@ -179,6 +192,16 @@ def audit_session(directory: Path, session_hash: str, maximum_file_bytes: int) -
     return audit
 
 
+def _hide(audit: SessionAudit, name: str) -> None:
+    """What an unreadable entry ``name`` of the session folder hides: an owner's series
+    (a segment's name), every owner (a pack's), or nothing (a name the store never uses)."""
+    segment = _SEGMENT.match(name)
+    if segment is not None:
+        audit.unknown_owners.add(segment.group(2))
+    elif PACK_NAME.match(name):
+        audit.whole = True
+
+
 def _read(audit: SessionAudit, path: str, maximum_file_bytes: int) -> bytes | None:
     """The whole file, or ``None`` (noted as unreadable: the salvage leaves the session
     alone) when it cannot be read or is larger than ``maximum_file_bytes``. A file that
@@ -187,10 +210,16 @@ def _read(audit: SessionAudit, path: str, maximum_file_bytes: int) -> bytes | No
     try:
         read = fs.read_file(path, maximum_file_bytes)
     except PersistenceError as exc:
-        audit.unreadable.append(
-            f"{exc}; if the store was written with a larger maximum_file_bytes, open it with "
-            "that one"
+        try:
+            large = os.lstat(path).st_size > maximum_file_bytes
+        except OSError:
+            large = False
+        hint = (
+            "; if the store was written with a larger maximum_file_bytes, open it with that one"
+            if large
+            else ""
         )
+        audit.unreadable.append(f"{exc}{hint}")
         return None
     if read is None:
         audit.unreadable.append(f"{path} vanished while it was being checked")
@@ -229,6 +258,7 @@ def _note_ids(owner: OwnerAudit | None, data: bytes) -> None:
 def _audit_pack(audit: SessionAudit, path: str, maximum_file_bytes: int, payload: int) -> None:
     data = _read(audit, path, maximum_file_bytes)
     if data is None:
+        audit.whole = True  # a pack holds several owners' records: none is known
         return
     start, stop, problem = pack_records_region(data)
     scanned = audit.scanned[path] = DamagedFile(path, pack=True)
@@ -270,7 +300,7 @@ def _audit_segment(
 ) -> None:
     data = _read(audit, path, maximum_file_bytes)
     if data is None:
-        owner.damaged = True
+        audit.unknown_owners.add(owner.owner_hash)
         return
     scan = salvage_records(data, maximum_payload=payload)
     scanned = audit.scanned[path] = DamagedFile(path, pack=False)
@@ -300,7 +330,7 @@ def _audit_retractions(
 ) -> None:
     data = _read(audit, path, maximum_file_bytes)
     if data is None:
-        owner.retractions_damaged = True
+        audit.unknown_owners.add(owner.owner_hash)
         return
     scan = salvage_records(data, maximum_payload=maximum_file_bytes - HEADER_BYTES)
     scanned = audit.scanned[path] = DamagedFile(path, pack=False)

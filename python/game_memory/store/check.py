@@ -44,11 +44,14 @@ _LISTED_IDS = 50
 def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[str]:
     """The survey's problems as sentences (partition, count, what to do; never a text)."""
     problems = list(survey.unreadable)
+    problems.extend(_unknown_problems(survey))
     by_owner: dict[tuple[str, str], list[int]] = {}
     for index, owner in survey.lost.items():
         by_owner.setdefault((owner.session_hash, owner.owner_hash), []).append(index)
     for session in survey.sessions.values():
         for owner in session.owners.values():
+            if owner.owner_hash in session.unknown_owners:
+                continue  # reported as not checked
             lost = by_owner.get((owner.session_hash, owner.owner_hash), [])
             if not lost and not owner.damaged:
                 continue
@@ -71,7 +74,11 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
         )
     for session in survey.sessions.values():
         for owner in session.owners.values():
-            if owner.torn is not None and not owner.damaged:
+            if (
+                owner.torn is not None
+                and not owner.damaged
+                and survey.known(owner.session_hash, owner.owner_hash)
+            ):
                 path, end, torn = owner.torn
                 problems.append(
                     f"{_short(engine, path)} ends with {torn} bytes of a record that was never "
@@ -108,6 +115,40 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
             f"{shown}{more}: the memories those intents name cannot be known. check --fix "
             "--accept-loss rebuilds the ledger from the partitions"
         )
+    return problems
+
+
+def _unknown_problems(survey: Survey) -> list[str]:
+    """What was not checked because it could not be read (named above): never loss."""
+    after = (
+        "neither counted as lost nor dropped by --fix. Fix what is named above (a "
+        "link to replace by the real folder or file, a permission), or restore the save "
+        "from a backup, then check again"
+    )
+    if not survey.listed:
+        count = len(survey.intents)
+        return [
+            f"no partition was checked, since the data folder could not be read: the ledger's "
+            f"{count:,} intent{'' if count == 1 else 's'} {'is' if count == 1 else 'are'} "
+            f"unknown, {after}"
+        ]
+    problems = []
+    for session_hash in sorted(survey.unknown_sessions):
+        count = sum(n for (s, _o), n in survey.unknown.items() if s == session_hash)
+        problems.append(
+            f"session s-{session_hash[:12]}… was not checked, since a file or folder of it "
+            f"could not be read: its {count:,} ledger intent{'' if count == 1 else 's'} "
+            f"{'is' if count == 1 else 'are'} unknown, {after}"
+        )
+    for session in survey.sessions.values():
+        for owner_hash in sorted(session.unknown_owners):
+            count = survey.unknown[(session.session_hash, owner_hash)]
+            problems.append(
+                f"session s-{session.session_hash[:12]}…, owner o-{owner_hash[:12]}… was not "
+                f"checked, since a file of it could not be read: its {count:,} ledger "
+                f"intent{'' if count == 1 else 's'} {'is' if count == 1 else 'are'} unknown, "
+                f"{after}"
+            )
     return problems
 
 
@@ -244,6 +285,8 @@ def _repair(engine: StoreEngine, survey: Survey) -> list[str]:
     for session in survey.sessions.values():
         for owner in session.owners.values():
             key = (owner.session_hash, owner.owner_hash)
+            if not survey.known(*key):
+                continue  # nothing is cut where a file could not be read
             if owner.torn is not None and not owner.damaged and key not in lost_owners:
                 path, end, _torn = owner.torn
                 engine.cut_tail(path, end)

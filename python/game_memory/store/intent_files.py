@@ -54,7 +54,7 @@ import numpy.typing as npt
 from game_memory.durable import fs
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
-from game_memory.store.read_files import file_crc
+from game_memory.store.read_files import file_crc, read_folders_real
 from game_memory.store.read_stamps import map_file
 
 __all__ = [
@@ -172,6 +172,9 @@ def load_intents(ledger: Path, info: os.stat_result) -> Intents | None:
     """
     size = info.st_size
     path = intent_file_path(ledger)
+    if not read_folders_real(ledger.parent):
+        _LOG.warning("the intent file %s is behind a link or a file: not used", path)
+        return None
     try:
         data = _contents(path)
     except PersistenceError as exc:

@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
@@ -42,6 +43,7 @@ from game_memory.store.read_files import (
     file_crc,
     load_read_file,
     read_file_path,
+    read_folders_real,
 )
 from game_memory.store.read_parts import tables_extend
 from game_memory.store.state import PackPart, PartitionState, Segment
@@ -75,6 +77,13 @@ def load_chain(
     tables. Stops at the first part missing, damaged, foreign or stale (logged). Stamps
     go to ``later`` (``read_files.load_read_file``)."""
     chain: list[ReadFile] = []
+    data, session = os.path.split(session_directory)
+    if not read_folders_real(Path(data), session):
+        _LOG.warning(
+            "the read files of %s are behind a link or a file, not in the save: not used",
+            session_directory,
+        )
+        return chain
     end, previous = 0, 0
     for number in itertools.count():
         path = read_file_path(session_directory, owner_hash, number)

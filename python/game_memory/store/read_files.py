@@ -79,6 +79,7 @@ import itertools
 import json
 import logging
 import os
+import stat
 import struct
 import time
 from collections.abc import Callable, Sequence
@@ -116,6 +117,7 @@ __all__ = [
     "header_crc_of",
     "load_read_file",
     "read_file_path",
+    "read_folders_real",
     "read_stamp",
     "remove_parts",
     "remove_read_files",
@@ -243,6 +245,43 @@ class ReadFile:
     header_crc: int
 
 
+def read_folders_real(data: Path, session: str | None = None) -> bool:
+    """Whether the ``read`` folder (and ``read/<session>``) is a real folder or absent.
+
+    A symbolic link (or a file) in their place is never followed: the derived files behind
+    it are not read, stamped or deleted, and none is written through it (``check`` names
+    the link). Two ``lstat`` calls, once per partition load or removal.
+    """
+    folder = data / READ_FOLDER
+    for path in (folder,) if session is None else (folder, folder / session):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        if not stat.S_ISDIR(info.st_mode):  # a link's own mode is never a directory
+            return False
+    return True
+
+
+def _unlink_link(data: Path, session: str) -> None:
+    """Remove a link (or file) standing where the ``read`` folder or ``read/<session>``
+    should be, never what it points to: derived, and nothing of the save may lead out of
+    it. Never raises (logged)."""
+    for path in (data / READ_FOLDER, data / READ_FOLDER / session):
+        try:
+            if not stat.S_ISDIR(os.lstat(path).st_mode):
+                os.unlink(path)
+                _LOG.warning("removed %s: a link or file where a folder of read files goes", path)
+                return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            _LOG.warning("%s is not a folder and could not be removed (%s)", path, exc)
+            return
+
+
 def read_file_path(session_directory: str, owner_hash: str, number: int = 0) -> Path:
     """Where part ``number`` of a partition's read-file chain lives
     (``<data>/read/s-<hash>/o-<hash>.read``, then ``o-<hash>.<number>.read``)."""
@@ -255,6 +294,9 @@ def remove_parts(session_directory: str, owner_hash: str, first: int) -> None:
     """Delete parts ``first``, ``first + 1``... of a chain and their stamps (until one is
     missing): parts a merge or a rewrite of an earlier part left unreachable. Never raises
     (they would be ignored anyway: each names the header of the part it continues)."""
+    data, session = os.path.split(session_directory)
+    if not read_folders_real(Path(data), session):
+        return  # never through a link (``read_folders_real``)
     number = first
     while True:
         path = read_file_path(session_directory, owner_hash, number)
@@ -282,6 +324,9 @@ def remove_read_files(data: Path, session_hash: str, owner_hash: str | None = No
     Windows fails for a file this process has mapped (one of another NPC it recalled).
     """
     folder = data / READ_FOLDER / f"s-{session_hash}"
+    if not read_folders_real(data, folder.name):
+        _unlink_link(data, folder.name)  # nothing behind it is listed or deleted
+        return
     try:
         names = os.listdir(folder)
     except FileNotFoundError:

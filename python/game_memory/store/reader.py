@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from game_memory.durable.lock import ProcessLock
+from game_memory.durable.names import segment_path
 from game_memory.errors import CapacityExceededError, InvalidArgumentError, PersistenceError
 from game_memory.model import check_bounded_id, ordinal_key
 from game_memory.store.group_writes import Held
@@ -49,6 +50,17 @@ def validated_id(value: str, what: str) -> str:
         return check_bounded_id(value, what)
     except ValueError as exc:
         raise InvalidArgumentError(str(exc)) from exc
+
+
+def _series_gap(directory: Path, owner_hash: str, read: int, series: str) -> str | None:
+    """The segment a read of ``read`` segments stopped at, if a later one of the series
+    exists (a file deleted from the middle), else ``None``. On the error path only."""
+    if any(
+        os.path.lexists(segment_path(directory, owner_hash, later, series))
+        for later in range(read + 1, read + 65)
+    ):
+        return segment_path(directory, owner_hash, read, series)
+    return None
 
 
 class StoreReader:
@@ -314,16 +326,39 @@ class StoreReader:
                 )
             return
         where = partition_name(state, session_id, owner_id)
+        directory = self.session_directory(session)
+        gaps = [
+            gap
+            for gap in (
+                _series_gap(directory, owner, len(state.segments), "o") if missing else None,
+                _series_gap(directory, owner, len(state.retraction_segments), "r")
+                if lost
+                else None,
+            )
+            if gap is not None
+        ]
+        # A segment missing from the middle of a series stops the read there: the memories
+        # of the segments after it are counted as lost too, so the count is an upper bound.
+        bound = "up to " if gaps else ""
         parts = []
         if missing:
             count = len(missing)
-            parts.append(f"{count} acknowledged memor{'y' if count == 1 else 'ies'}")
+            parts.append(f"{bound}{count} acknowledged memor{'y' if count == 1 else 'ies'}")
         if lost:
-            parts.append(f"{lost} acknowledged retraction{'' if lost == 1 else 's'} (forget)")
+            parts.append(
+                f"{bound}{lost} acknowledged retraction{'' if lost == 1 else 's'} (forget)"
+            )
+        cause = (
+            f"{' and '.join(os.path.basename(gap) for gap in gaps)} "
+            f"{'is' if len(gaps) == 1 else 'are'} missing from the middle of "
+            f"{'its series' if len(gaps) == 1 else 'their series'} (deleted), so the segments "
+            "after it are not read; check counts exactly which are lost"
+            if gaps
+            else "the partition's files were cut short, deleted or damaged"
+        )
         raise PersistenceError(
-            f"the save has lost {' and '.join(parts)} of {where}: the partition's files were "
-            "cut short, deleted or damaged. It fails closed rather than answer without them. "
-            f"{damage_advice(self.root)}."
+            f"the save has lost {' and '.join(parts)} of {where}: {cause}. It fails closed "
+            f"rather than answer without them. {damage_advice(self.root)}."
         )
 
     def _counts_cover(self, state: PartitionState, marks: Marks) -> bool:

@@ -7,10 +7,19 @@ intent can be one), the intents of an uncommitted batch, and acknowledged memori
 are lost; and every record without an intent. Retractions are counted per partition
 against the retraction ledger the same way (the newest retraction intent may be pending; a
 shortfall beyond it is loss). Nothing here writes.
+
+What could not be read is *unknown*, never loss: the owners whose log segment is a link or
+cannot be read, every owner of a session whose folder cannot be listed or whose pack cannot
+be read, and everything when the data folder cannot be listed. The intents naming them are
+counted apart (``unknown``), neither lost nor pending, and records are matched against a
+ledger only when that ledger could be read. (Until 7 December 2026 one stray link in a
+session folder made every memory of the session read as lost, and the newest intent an
+append ``check --fix`` may drop.) A link of a name the store never uses is reported only.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -49,6 +58,13 @@ class Survey:
     unlisted_retractions: dict[tuple[str, str], int] = field(default_factory=dict)
     pending_retraction: int | None = None
     rewrite: str | None = None  # an unfinished erase or compaction, described
+    # What could not be read: sessions not audited (all when the data folder could not be
+    # listed), whether each ledger was read, and the intents naming an unaudited session.
+    unknown_sessions: set[str] = field(default_factory=set)
+    listed: bool = True
+    ledger_read: bool = True
+    retraction_ledger_read: bool = True
+    unknown: Counter[tuple[str, str]] = field(default_factory=Counter)  # partition -> intents
 
     @property
     def memories(self) -> int:
@@ -74,6 +90,13 @@ class Survey:
             )
         return session.owner(entry.owner_hash)
 
+    def known(self, session_hash: str, owner_hash: str) -> bool:
+        """Whether the partition's files were read (its records are what the disk holds)."""
+        if not self.listed or session_hash in self.unknown_sessions:
+            return False
+        audit = self.sessions.get(session_hash)
+        return audit is None or owner_hash not in audit.unknown_owners
+
     def session_id(self, owner: OwnerAudit) -> str | None:
         session = self.sessions.get(owner.session_hash)
         return None if session is None else session.session_id
@@ -94,11 +117,18 @@ class Survey:
 def survey_store(engine: StoreEngine) -> Survey:
     """Read the whole store tolerantly and classify every intent and record. Under the lock."""
     survey = Survey()
+    links: list[str] = []
     try:
-        listing = fs.list_directory(engine.data)
+        listing = fs.list_directory(engine.data, links=links)
     except PersistenceError as exc:
         survey.unreadable.append(str(exc))
+        survey.listed = False
         listing = []
+    for path in links:
+        survey.unreadable.append(fs.refused_link(path))
+        match = _SESSION.match(os.path.basename(path))
+        if match is not None:
+            survey.unknown_sessions.add(match.group(1))
     for entry in listing:
         match = _SESSION.match(entry.name)
         if match is None:
@@ -107,19 +137,25 @@ def survey_store(engine: StoreEngine) -> Survey:
             fs.ensure_directory(Path(entry.path), create=False)
         except PersistenceError as exc:
             survey.unreadable.append(str(exc))
+            survey.unknown_sessions.add(match.group(1))
             continue
         audit = audit_session(Path(entry.path), match.group(1), engine.maximum_file_bytes)
         survey.unreadable.extend(audit.unreadable)
+        if audit.whole:
+            survey.unknown_sessions.add(match.group(1))
+            continue
         survey.sessions[match.group(1)] = audit
     try:
         survey.intents, survey.unwritten = engine.ledger.read_tolerant()
     except PersistenceError as exc:
         survey.unreadable.append(str(exc))
+        survey.ledger_read = False
     try:
         read = engine.retraction_ledger.read_tolerant()
         survey.retraction_intents, survey.retraction_unwritten = read
     except PersistenceError as exc:
         survey.unreadable.append(str(exc))
+        survey.retraction_ledger_read = False
     try:
         journal = engine.journal.read()
     except PersistenceError as exc:
@@ -138,7 +174,8 @@ def _classify_retractions(survey: Survey) -> None:
     for entry in survey.retraction_intents:
         if entry is not None:
             newest = (entry.session_hash, entry.owner_hash)
-            expected[newest] += 1
+            if survey.known(*newest):
+                expected[newest] += 1
     last_valid = bool(survey.retraction_intents) and survey.retraction_intents[-1] is not None
     held: dict[tuple[str, str], OwnerAudit] = {}
     for session in survey.sessions.values():
@@ -149,6 +186,8 @@ def _classify_retractions(survey: Survey) -> None:
         found = 0 if partition is None else len(partition.retractions)
         shortfall = expected[key] - found
         damaged = partition is not None and partition.retractions_damaged
+        if not survey.known(*key):
+            continue
         if shortfall == 1 and key == newest and last_valid and not damaged:
             # Only the newest retraction intent can be a forget still in flight.
             survey.pending_retraction = len(survey.retraction_intents) - 1
@@ -161,7 +200,7 @@ def _classify_retractions(survey: Survey) -> None:
                 scanned = survey.sessions[partition.session_hash].scanned[path]
                 scanned.ranges.append((end, torn, "the file ends in the middle of a record"))
                 partition.retraction_torn, partition.retractions_damaged = None, True
-        elif shortfall < 0:
+        elif shortfall < 0 and survey.retraction_ledger_read:
             survey.unlisted_retractions[key] = -shortfall
 
 
@@ -174,6 +213,9 @@ def _classify(survey: Survey) -> None:
         seen[entry] += 1
         if seen[entry] == 2:
             survey.repeated.append(entry)
+        if not survey.known(entry.session_hash, entry.owner_hash):
+            survey.unknown[(entry.session_hash, entry.owner_hash)] += 1
+            continue
         owner = survey.owner(entry)
         if entry.memory_hash in owner.memory_hashes:
             continue
@@ -199,9 +241,13 @@ def _classify(survey: Survey) -> None:
             # an append in flight (check --fix must never drop it).
             survey.lost[survey.pending] = survey.owner(entry)
             survey.pending = None
+    if not survey.ledger_read:
+        return  # which records have an intent cannot be known
     named = {(e.session_hash, e.owner_hash, e.memory_hash) for e in survey.intents if e}
     for session in survey.sessions.values():
         for owner in session.owners.values():
+            if owner.owner_hash in session.unknown_owners:
+                continue
             for memory_hash in sorted(owner.memory_hashes):
                 if (owner.session_hash, owner.owner_hash, memory_hash) not in named:
                     survey.unlisted.append((owner, memory_hash))
