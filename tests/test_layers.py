@@ -17,8 +17,8 @@ hidden behind ``TYPE_CHECKING`` is still a circle). Floors, from the top::
 
 A module may import its own package and any floor below its own; ``index`` may also read
 the save's snapshot types (``store``), never the reverse. ``onnx`` may use only the
-embedding protocol, the identity record and the errors. On top of the direction, no circle
-may exist anywhere in the module graph, inside packages too.
+embedding protocol, the identity record, the errors and strict JSON. On top of the
+direction, no circle may exist anywhere in the module graph, inside packages too.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": SEAMS | {"index", "recall", "memory", "rebuild", "models", "onnx"},
     "lifecycle": SEAMS | {"index", "recall", "memory", "lifecycle"},
     "opening": SEAMS | {"index", "recall", "memory", "rebuild", "models", "opening"},
-    "onnx": {"onnx", "errors", "model.identity", "embedding.provider"},
+    "onnx": {"onnx", "errors", "strict_json", "model.identity", "embedding.provider"},
     "postgres": SEAMS | {"index", "postgres"},
 }
 # Only the front door and the CLI open PostgreSQL (inside functions: the extra is optional).

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["parse_strict_json"]
+__all__ = ["nests_deeper_than", "parse_strict_json"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -29,18 +29,23 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _json_depth(value: Any) -> int:
-    depth = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
+def nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether objects and arrays in ``value`` nest more than ``limit`` levels (an object or
+    array is one level); stops at the first too deep, and never recurses (a value nested
+    past Python's recursion limit is walked like any other)."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, level = pending.pop()
         if isinstance(item, dict):
-            depth = max(depth, level)
-            stack.extend((child, level + 1) for child in item.values())
+            children: Any = item.values()
         elif isinstance(item, list):
-            depth = max(depth, level)
-            stack.extend((child, level + 1) for child in item)
-    return depth
+            children = item
+        else:
+            continue
+        if level > limit:
+            return True
+        pending.extend((child, level + 1) for child in children)
+    return False
 
 
 _STRICT_DECODER = json.JSONDecoder(
@@ -78,6 +83,7 @@ def parse_strict_json(text: str, what: str, maximum_depth: int) -> Any:
     except ValueError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from exc
     # Nesting deeper than the bound needs more opening brackets than the bound.
-    if text.count("{") + text.count("[") > maximum_depth and _json_depth(value) > maximum_depth:
+    brackets = text.count("{") + text.count("[")
+    if brackets > maximum_depth and nests_deeper_than(value, maximum_depth):
         raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
     return value

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-from pydantic import ValidationError
+from typing import Any
 
-from game_memory.bridge.codes import ERROR_ADVICE, ErrorCode, RpcError, error_from_exception
+import pytest
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from game_memory.bridge.codes import (
+    ERROR_ADVICE,
+    ErrorCode,
+    RpcError,
+    describe_validation_error,
+    error_from_exception,
+)
 from game_memory.bridge.params import RecallParams
 from game_memory.errors import (
     CapacityExceededError,
@@ -74,6 +82,52 @@ def test_a_validation_error_names_the_field_without_echoing_the_input() -> None:
     assert rpc.message.startswith("invalid params for memory.recall: limit:")
     assert secret not in rpc.message
     assert rpc.data == {"kind": "ValidationError", "field": "limit"}
+
+
+class _Holder(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    value: JsonValue = None
+    names: dict[str, int] = {}
+
+
+def _refusal(data: Any) -> ValidationError:
+    with pytest.raises(ValidationError) as caught:
+        _Holder.model_validate(data)
+    return caught.value
+
+
+@pytest.mark.parametrize("shape", ["dict", "list"])
+def test_pydantic_depth_errors_are_described_without_type_names_or_a_long_path(
+    shape: str,
+) -> None:
+    deep: Any = 1
+    for _ in range(400):  # past pydantic's own nesting limit (about 255 levels)
+        deep = {"dict": deep} if shape == "dict" else [deep]
+    error = _refusal({"value": deep})
+    assert len(str(error.errors()[0]["loc"])) > 1_000  # what pydantic itself reports
+    text, field = describe_validation_error(error, prefix="memories.2")
+    assert field == "memories.2.value"
+    assert text == "memories.2.value: nested too deeply"
+    rpc = error_from_exception(error, "memory.remember")
+    assert rpc.data == {"kind": "ValidationError", "field": "value"}
+    assert "Recursion" not in rpc.message and len(rpc.message) < 200
+
+
+def test_a_long_unknown_name_is_clipped_in_the_field_and_the_message() -> None:
+    name = "n" * 5_000
+    error = _refusal({name: 1, "names": {name: "x", "b" * 3_000: "y"}})
+    text, field = describe_validation_error(error, prefix="memories.250")
+    assert field == "memories.250.names." + "n" * 61 + "..."  # each name at most 64
+    assert text.count("memories.250.") == 3 and len(text) < 600
+    rpc = error_from_exception(error, "memory.remember")
+    assert len(rpc.message) < 700 and rpc.data is not None and len(rpc.data["field"]) <= 128
+
+
+def test_a_dict_key_that_looks_like_a_type_name_stays_in_the_path() -> None:
+    # Only pydantic's own labels are dropped, not a client's keys at the same place.
+    _, field = describe_validation_error(_refusal({"names": {"dict": "one"}}))
+    assert field == "names.dict"
 
 
 def test_unknown_errors_are_internal_and_say_nothing_about_themselves() -> None:

@@ -9,11 +9,18 @@ import pytest
 from pydantic import ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError
-from game_memory.bridge.convert import build_memory, build_query
-from game_memory.bridge.params import RecallParams, RememberParams
+from game_memory.bridge.convert import build_memory, build_query, build_summary
+from game_memory.bridge.params import ConsolidateParams, RecallParams, RememberParams
 from game_memory.model import GameMemoryKind, GameMoment, content_memory_id
 
 from .conftest import remember_params
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 def remember(**overrides: Any) -> RememberParams:
@@ -78,22 +85,63 @@ def test_an_explicit_id_is_kept() -> None:
 
 
 def test_a_core_validation_error_names_the_protocol_field() -> None:
+    # An unpaired surrogate in the payload is refused by the core model's payload_json.
     with pytest.raises(RpcError) as caught:
-        build_memory(remember(expires_at={"timeline_id": "main", "tick": 5}))
+        build_memory(remember(payload={"line": "bad \ud800"}), "memory.remember_many", "memories.4")
     assert caught.value.code is ErrorCode.INVALID_PARAMS
-    assert "expires_at" in caught.value.message
+    assert caught.value.data == {"kind": "ValidationError", "field": "memories.4.payload"}
+    assert caught.value.message.startswith(
+        "invalid params for memory.remember_many: memories.4.payload: "
+    )
 
-    deep: Any = 1
-    for _ in range(200):
-        deep = [deep]
-    with pytest.raises(RpcError) as caught:
-        build_memory(remember(payload=deep))
-    assert caught.value.data == {"kind": "ValidationError", "field": "payload"}
 
-    # A blank id is refused earlier, by the params model, which names it.
+@pytest.mark.parametrize(
+    ("change", "loc"),
+    [
+        ({"owner_id": "   "}, ("owner_id",)),
+        ({"expires_at": {"timeline_id": "main", "tick": 5}}, ("expires_at",)),
+        ({"expires_at": {"timeline_id": "alt", "tick": 500}}, ("expires_at",)),
+        ({"payload": nested(129)}, ("payload",)),
+        ({"payload": nested(300)}, ("payload",)),
+    ],
+)
+def test_the_params_model_names_what_the_core_would_refuse_unnamed_or_unbounded(
+    change: dict[str, Any], loc: tuple[str, ...]
+) -> None:
+    # Checked at the params edge so the error names the field: the core's expiry rule is a
+    # model-level check whose error has no location, and pydantic's own limit on nesting
+    # (about 255 levels) would answer a deep payload with a path of its type names.
     with pytest.raises(ValidationError) as refused:
-        remember(owner_id="   ")
-    assert refused.value.errors()[0]["loc"] == ("owner_id",)
+        remember(**change)
+    assert refused.value.errors()[0]["loc"] == loc
+
+
+def summary_params(**summary: Any) -> ConsolidateParams:
+    return ConsolidateParams.model_validate(
+        {
+            "session_id": "save-1",
+            "owner_id": "npc-mira",
+            "memory_ids": ["m1"],
+            "summary": {"text": "a summary", "moment": {"timeline_id": "main", "tick": 100}}
+            | summary,
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("summary", "field"),
+    [
+        ({"expires_at": {"timeline_id": "main", "tick": 5}}, "summary.expires_at"),
+        ({"expires_at": {"timeline_id": "alt", "tick": 500}}, "summary.expires_at"),
+        ({"payload": nested(129)}, "summary.payload"),
+        ({"payload": nested(400)}, "summary.payload"),
+    ],
+)
+def test_a_summary_error_names_the_summary_field(summary: dict[str, Any], field: str) -> None:
+    with pytest.raises(RpcError) as caught:
+        build_summary(summary_params(**summary))
+    assert caught.value.data == {"kind": "ValidationError", "field": field}
+    assert caught.value.message.startswith(f"invalid params for memory.consolidate: {field}: ")
 
 
 def test_a_query_carries_every_filter() -> None:

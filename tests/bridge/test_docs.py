@@ -11,6 +11,7 @@ import pytest
 from game_memory.bridge.codes import ErrorCode
 from game_memory.bridge.handlers import METHODS as METHOD_TABLE
 from game_memory.bridge.limits import DEFAULT_LIMITS, PROTOCOL_VERSION
+from game_memory.bridge.messages import PARSE_ERROR_KINDS
 from game_memory.bridge.params import (
     MAXIMUM_RECALL_LIMIT,
     MAXIMUM_RECALL_MANY_QUERIES,
@@ -54,6 +55,11 @@ def test_every_error_code_is_in_the_error_table(doc: str, code: ErrorCode) -> No
     assert re.search(
         rf"^\| {int(code)} \| [^|]+ \| [^|]+ \| [^|]+ \|$", section(doc, "Errors"), re.M
     )
+
+
+@pytest.mark.parametrize("kind", PARSE_ERROR_KINDS)
+def test_every_parse_error_kind_is_documented(doc: str, kind: str) -> None:
+    assert f"`{kind}`" in section(doc, "Errors")
 
 
 @pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(DEFAULT_LIMITS)])

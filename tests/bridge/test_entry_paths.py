@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from game_memory.bridge.server import BridgeServer
 
 from .conftest import FakeService, remember_params
@@ -38,22 +40,45 @@ async def test_a_remember_many_entry_refused_by_the_core_is_named_by_its_path() 
     assert error["message"].startswith("invalid params for memory.remember_many: memories.3.")
 
 
-async def test_a_remember_many_entry_wrong_as_a_whole_names_the_entry() -> None:
+@pytest.mark.parametrize("expires_at", [EARLY, {"timeline_id": "other", "tick": 500}])
+async def test_a_remember_many_entry_with_a_wrong_expiry_names_its_expires_at(
+    expires_at: dict[str, Any],
+) -> None:
     entries = [remember_params(text=f"memory {n}") for n in range(3)]
-    entries[2] = remember_params(expires_at=EARLY)
+    entries[2] = remember_params(expires_at=expires_at)
     error = await refusal("memory.remember_many", {"memories": entries})
-    assert error["data"]["field"] == "memories.2"
-    assert "memory.remember_many" in error["message"] and "memory.remember:" not in error["message"]
-
-
-async def test_a_consolidate_summary_refused_by_the_core_is_named_under_summary() -> None:
-    summary = {"text": "a summary", "moment": {"timeline_id": "main", "tick": 100}}
-    params = {"session_id": "save-1", "owner_id": "npc-mira", "memory_ids": ["m1"]}
-    error = await refusal(
-        "memory.consolidate", {**params, "summary": {**summary, "expires_at": EARLY}}
+    assert error["data"] == {"kind": "ValidationError", "field": "memories.2.expires_at"}
+    assert error["message"].startswith(
+        "invalid params for memory.remember_many: memories.2.expires_at: must "
     )
-    assert error["data"]["field"] == "summary"
-    assert error["message"].startswith("invalid params for memory.consolidate: summary:")
-    deep = {**summary, "payload": nested(129)}
-    error = await refusal("memory.consolidate", {**params, "summary": deep})
-    assert error["data"]["field"] == "summary.payload"
+    assert "memory.remember:" not in error["message"]
+
+
+SUMMARY = {"text": "a summary", "moment": {"timeline_id": "main", "tick": 100}}
+CONSOLIDATE = {"session_id": "save-1", "owner_id": "npc-mira", "memory_ids": ["m1"]}
+
+
+@pytest.mark.parametrize("expires_at", [EARLY, {"timeline_id": "other", "tick": 500}])
+async def test_a_consolidate_summary_with_a_wrong_expiry_names_summary_expires_at(
+    expires_at: dict[str, Any],
+) -> None:
+    summary = {**SUMMARY, "expires_at": expires_at}
+    error = await refusal("memory.consolidate", {**CONSOLIDATE, "summary": summary})
+    assert error["data"] == {"kind": "ValidationError", "field": "summary.expires_at"}
+    assert error["message"].startswith(
+        "invalid params for memory.consolidate: summary.expires_at: must "
+    )
+
+
+@pytest.mark.parametrize("depth", [129, 255, 300, 600])
+async def test_a_deep_payload_is_named_by_its_path_with_the_limit_message(depth: int) -> None:
+    summary = {**SUMMARY, "payload": nested(depth)}
+    error = await refusal("memory.consolidate", {**CONSOLIDATE, "summary": summary})
+    assert error["data"] == {"kind": "ValidationError", "field": "summary.payload"}
+    assert "summary.payload: nested deeper than 128 levels" in error["message"]
+    assert len(error["message"]) < 200
+    entries = [remember_params(text="one"), remember_params(payload=nested(depth))]
+    error = await refusal("memory.remember_many", {"memories": entries})
+    assert error["data"] == {"kind": "ValidationError", "field": "memories.1.payload"}
+    assert "memories.1.payload: nested deeper than 128 levels" in error["message"]
+    assert len(error["message"]) < 200

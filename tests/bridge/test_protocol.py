@@ -10,7 +10,13 @@ import pytest
 
 from game_memory.bridge.codes import ErrorCode, RpcError
 from game_memory.bridge.limits import BridgeLimits
-from game_memory.bridge.params import RecallParams, StatusParams
+from game_memory.bridge.messages import PARSE_ERROR_KINDS
+from game_memory.bridge.params import (
+    RecallManyParams,
+    RecallParams,
+    RememberManyParams,
+    StatusParams,
+)
 from game_memory.bridge.protocol import (
     UNAUTHORIZED_CLOSE_CODE,
     BridgeConnection,
@@ -20,7 +26,16 @@ from game_memory.bridge.protocol import (
 )
 from game_memory.errors import StoreBusyError
 
-from .conftest import NOTIFY, TOKEN, decoded, initialize, only, remember_params, request
+from .conftest import (
+    MOMENT,
+    NOTIFY,
+    TOKEN,
+    decoded,
+    initialize,
+    only,
+    remember_params,
+    request,
+)
 
 Make = Callable[..., BridgeConnection]
 
@@ -207,6 +222,30 @@ def test_bytes_that_are_not_utf8_are_a_parse_error(ready: BridgeConnection) -> N
     response = only(ready.receive(b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}'))
     assert error_code(response) == -32700
     assert "UTF-8" in response["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("{", "InvalidJson"),
+        ("", "InvalidJson"),
+        ('{"jsonrpc": "2.0", "id": 1, "method": "initialize"} trailing', "InvalidJson"),
+        ('{"jsonrpc": "2.0", "id": NaN, "method": "x"}', "InvalidJson"),
+        ('{"jsonrpc": "2.0", "id": -Infinity, "method": "x"}', "InvalidJson"),
+        ('{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "x"}', "DuplicateKey"),
+        ('{"jsonrpc": "2.0", "id": 1e400, "method": "x"}', "NumberOutOfRange"),
+        ('{"jsonrpc": "2.0", "id": ' + "9" * 400 + ', "method": "x"}', "NumberOutOfRange"),
+        ("[" * 100_000 + "]" * 100_000, "NestedTooDeeply"),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "\xff"}', "InvalidUtf8"),
+    ],
+)
+def test_a_parse_error_carries_data_whose_kind_names_the_failure(
+    ready: BridgeConnection, text: str | bytes, kind: str
+) -> None:
+    error = only(ready.receive(text))["error"]
+    assert error["code"] == -32700
+    assert error["data"] == {"kind": kind}
+    assert kind in PARSE_ERROR_KINDS
 
 
 def test_utf8_bytes_are_accepted_like_text(ready: BridgeConnection) -> None:
@@ -459,7 +498,8 @@ def test_an_initialize_notification_initializes_silently(make_connection: Make) 
         ("memory.recall", {}, "session_id"),
         ("memory.recall_many", {"queries": []}, "queries"),
         ("memory.recall_many", {"queries": [{"session_id": "s"}] * 65}, "queries"),
-        ("memory.recall_many", {"queries": ["s"]}, "queries.0"),
+        ("memory.recall_many", {"queries": "s"}, "queries"),
+        ("memory.recall_many", {"queries": None}, "queries"),
         ("memory.status", {}, "session_id"),
         ("memory.rebuild", {"session_id": "s", "force": 1}, "force"),
         ("memory.migrate", {"session_id": "s"}, "session_id"),
@@ -474,6 +514,94 @@ def test_params_are_validated_and_the_error_names_the_field(
     assert response["error"]["data"]["field"].startswith(field)
     assert field.split(".")[0] in response["error"]["message"]
     assert ready.in_flight == 0
+
+
+def test_recall_many_queries_that_are_not_objects_are_left_to_their_own_entries(
+    ready: BridgeConnection,
+) -> None:
+    # Each query is validated on its own (docs/protocol.md): a bad one fails only itself.
+    queries = [{"session_id": "s"}, 5, None, "s", [1], True]
+    (call,) = ready.receive(request("memory.recall_many", {"queries": queries})).calls
+    assert isinstance(call.params, RecallManyParams)
+    assert list(call.params.queries) == queries
+
+
+def nested(depth: int, shape: str = "dict") -> Any:
+    """A JSON value ``depth`` containers deep (``depth`` levels, as the limit counts them)."""
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value} if shape == "dict" else [value]
+    return value
+
+
+@pytest.mark.parametrize("shape", ["dict", "list"])
+@pytest.mark.parametrize("depth", [129, 200, 255, 256, 300, 600])
+def test_a_payload_nested_past_128_levels_gets_the_limit_message_naming_payload(
+    ready: BridgeConnection, depth: int, shape: str
+) -> None:
+    response = only(
+        ready.receive(request("memory.remember", remember_params(payload=nested(depth, shape))))
+    )
+    error = response["error"]
+    assert error["code"] == -32602
+    assert error["data"] == {"kind": "ValidationError", "field": "payload"}
+    assert error["message"] == (
+        "invalid params for memory.remember: payload: nested deeper than 128 levels; fix the "
+        "named parameter and send the request again"
+    )
+
+
+@pytest.mark.parametrize("depth", [129, 300, 600])
+def test_a_deep_payload_in_a_batch_entry_names_the_entry_payload(
+    ready: BridgeConnection, depth: int
+) -> None:
+    memories = [remember_params(), remember_params(text="two", payload=nested(depth))]
+    response = only(ready.receive(request("memory.remember_many", {"memories": memories})))
+    assert response["error"]["data"] == {"kind": "ValidationError", "field": "memories.1.payload"}
+    assert "memories.1.payload: nested deeper than 128 levels" in response["error"]["message"]
+
+
+@pytest.mark.parametrize("shape", ["dict", "list"])
+def test_a_payload_nested_exactly_128_levels_is_accepted(
+    ready: BridgeConnection, shape: str
+) -> None:
+    payload = nested(128, shape)
+    (call,) = ready.receive(request("memory.remember", remember_params(payload=payload))).calls
+    assert call.params.payload == payload  # type: ignore[attr-defined]
+    memories = [remember_params(), remember_params(text="two", payload=payload)]
+    (call,) = ready.receive(request("memory.remember_many", {"memories": memories}, 2)).calls
+    assert isinstance(call.params, RememberManyParams)
+    assert call.params.memories[1].payload == payload
+
+
+@pytest.mark.parametrize(
+    ("expires_at", "reason"),
+    [
+        ({"timeline_id": "main", "tick": 99}, "expires_at: must not be before moment"),
+        ({"timeline_id": "other", "tick": 500}, "expires_at: must be on the same timeline"),
+    ],
+)
+def test_an_invalid_expiry_names_expires_at(
+    ready: BridgeConnection, expires_at: dict[str, Any], reason: str
+) -> None:
+    response = only(
+        ready.receive(request("memory.remember", remember_params(expires_at=expires_at)))
+    )
+    assert response["error"]["code"] == -32602
+    assert response["error"]["data"] == {"kind": "ValidationError", "field": "expires_at"}
+    assert response["error"]["message"].startswith(f"invalid params for memory.remember: {reason}")
+    memories = [remember_params(), remember_params(text="two", expires_at=expires_at)]
+    response = only(ready.receive(request("memory.remember_many", {"memories": memories})))
+    assert response["error"]["data"] == {
+        "kind": "ValidationError",
+        "field": "memories.1.expires_at",
+    }
+    assert f"memories.1.{reason}" in response["error"]["message"]
+
+
+def test_an_expiry_at_the_moment_itself_is_accepted(ready: BridgeConnection) -> None:
+    (call,) = ready.receive(request("memory.remember", remember_params(expires_at=MOMENT))).calls
+    assert call.params.expires_at.tick == MOMENT["tick"]  # type: ignore[attr-defined]
 
 
 def test_whole_floats_are_accepted_where_integers_are_expected(ready: BridgeConnection) -> None:

@@ -319,6 +319,26 @@ async def test_recall_many_answers_each_query_on_its_own() -> None:
     assert third == {"ok": True, "memories": [], "stages": third["stages"], "fallback": False}
 
 
+@pytest.mark.parametrize("bad", [5, None, "s", [{"session_id": "save-1"}], True, 2.5])
+async def test_recall_many_answers_a_query_that_is_not_an_object_in_its_own_entry(
+    bad: Any,
+) -> None:
+    service = FakeService()
+    session = await open_ready(BridgeServer(service, INFO))
+    await call(session, "memory.remember", remember_params())
+    queries = [{"session_id": "save-1", "text": "sword"}, bad, {"session_id": "save-1"}]
+    response = await call(session, "memory.recall_many", {"queries": queries}, 2)
+    first, second, third = response["result"]["results"]
+    assert first["ok"] is True and len(first["memories"]) == 1
+    assert third["ok"] is True and len(third["memories"]) == 1
+    assert second == {"ok": False, "error": {"code": -32602, "message": second["error"]["message"]}}
+    message = second["error"]["message"]
+    assert message.startswith("invalid params for memory.recall_many: queries.1: ")
+    assert "must be a JSON object of recall params" in message
+    assert "dictionary" not in message and "RecallParams" not in message
+    assert service.calls.count("recall") == 2
+
+
 async def test_recall_many_maps_a_failing_query_and_keeps_the_rest() -> None:
     service = FakeService(errors={"recall": PersistenceError("torn")})
     session = await open_ready(BridgeServer(service, INFO))

@@ -43,6 +43,20 @@ __all__ = [
 _MAXIMUM_DETAIL_CHARACTERS = 300
 _MAXIMUM_MESSAGE_CHARACTERS = 2_000
 _MAXIMUM_LISTED_FIELDS = 3
+#: A field path names a parameter, not a client's whole key: a name sent by the client (an
+#: unknown parameter, a metadata key) may be any length.
+_MAXIMUM_PATH_SEGMENT_CHARACTERS = 64
+_MAXIMUM_PATH_CHARACTERS = 128
+#: pydantic's errors for input nested past its own validation limit (about 255 levels).
+#: Their location runs through every level, with the type of each container in between
+#: (``payload.dict.a.dict.a...``), and their message names a Python recursion error.
+_TOO_DEEP_ERRORS = frozenset({"recursion_depth_exceeded", "recursion_loop"})
+#: The members of ``JsonValue``'s union, which pydantic puts in a location after the field.
+_JSON_VALUE_LABELS = frozenset({"dict", "list", "str", "int", "float", "bool"})
+#: A location segment pydantic adds itself, never a name a client sent: a validator or a
+#: union member (``function-after[_not_blank(), constrained-str]``, ``list[str]``) or a
+#: refused dict key (``[key]``).
+_SCHEMA_LABEL = re.compile(r"(?:[a-z][a-z-]*)?\[.*\]", re.DOTALL)
 
 
 class ErrorCode(IntEnum):
@@ -154,6 +168,22 @@ def _with_advice(message: str, code: ErrorCode) -> str:
     return f"{message}; {ERROR_ADVICE[code]}"
 
 
+def _field_path(
+    location: tuple[int | str, ...], renames: dict[str, str], prefix: str, too_deep: bool
+) -> str:
+    """The dotted protocol path of a pydantic location (see describe_validation_error)."""
+    names: list[str] = []
+    for position, item in enumerate(location):
+        segment = str(item)
+        if isinstance(item, str) and _SCHEMA_LABEL.fullmatch(segment):
+            continue
+        if too_deep and position > 0 and segment in _JSON_VALUE_LABELS:
+            break  # the rest is the nesting itself: name the value that is too deep
+        names.append(_clip(renames.get(segment, segment), _MAXIMUM_PATH_SEGMENT_CHARACTERS))
+    path = ".".join([prefix, *names] if prefix else names) or "params"
+    return _clip(path, _MAXIMUM_PATH_CHARACTERS)
+
+
 def describe_validation_error(
     error: ValidationError, renames: dict[str, str] | None = None, prefix: str = ""
 ) -> tuple[str, str]:
@@ -169,17 +199,18 @@ def describe_validation_error(
     Returns:
         A message naming up to three fields with what is wrong with each, and the dotted
         path of the first field (``prefix``, or ``"params"`` without one, when the error is
-        about the whole object).
+        about the whole object). Paths hold only names and indexes, never pydantic's type
+        labels, and are at most 128 characters; so the message is bounded too.
     """
     renames = renames or {}
     parts: list[str] = []
     fields: list[str] = []
     for detail in error.errors(include_url=False, include_input=False):
-        names = [renames.get(str(item), str(item)) for item in detail["loc"]]
-        path = ".".join([prefix, *names] if prefix else names) or "params"
+        too_deep = detail["type"] in _TOO_DEEP_ERRORS
+        path = _field_path(detail["loc"], renames, prefix, too_deep)
         fields.append(path)
         if len(parts) < _MAXIMUM_LISTED_FIELDS:
-            reason = str(detail["msg"])
+            reason = "nested too deeply" if too_deep else str(detail["msg"])
             if reason.startswith("Value error, "):
                 reason = reason[len("Value error, ") :]
             parts.append(f"{path}: {_clip(reason)}")

@@ -50,8 +50,10 @@ def build_memory(
             ``summary``), put before the field an error names.
 
     Raises:
-        RpcError: ``INVALID_PARAMS`` naming the protocol field the core model refused
-            (a blank id, a payload nested too deeply, ``expires_at`` before ``moment``).
+        RpcError: ``INVALID_PARAMS`` naming the protocol field the core model refused (an
+            unpaired surrogate in the payload). Blank ids, payload depth and ``expires_at``
+            against ``moment`` are the core's rules too, but :class:`RememberParams` checks
+            them first, so that the error names the field.
     """
     payload: JsonValue = params.payload if params.payload_given else {"text": params.text}
     payload_json = canonical_json(payload)

@@ -17,7 +17,12 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from game_memory.bridge.budget import ResponseBudget, ResponseTooLargeError
-from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception
+from game_memory.bridge.codes import (
+    ErrorCode,
+    RpcError,
+    describe_validation_error,
+    error_from_exception,
+)
 from game_memory.bridge.convert import build_memory, build_query, build_summary
 from game_memory.bridge.params import (
     ConsolidateParams,
@@ -171,6 +176,41 @@ async def _recall(service: BridgeService, params: RecallParams, context: CallCon
     return recall_to_json(result, context.budget, bounds)
 
 
+#: How a query that is not an object is named in its error (JSON's names, not Python's).
+_JSON_TYPE_NAMES: dict[type, str] = {
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+}
+
+
+def _read_query(position: int, raw: Any) -> RecallParams:
+    """Validate one query of a ``memory.recall_many`` (it fails in its own result entry).
+
+    Raises:
+        RpcError: ``INVALID_PARAMS`` naming the field by its dotted path in the call's
+            params (``queries.2.limit``, or ``queries.2`` for a query that is not an
+            object), as an error of the whole call would.
+    """
+    if isinstance(raw, dict):
+        try:
+            return RecallParams.model_validate(raw)
+        except ValidationError as exc:
+            text, field = describe_validation_error(exc, prefix=f"queries.{position}")
+    else:
+        shown = "null" if raw is None else _JSON_TYPE_NAMES.get(type(raw), "a value")
+        field = f"queries.{position}"
+        text = f"{field}: must be a JSON object of recall params, not {shown}"
+    raise RpcError(
+        ErrorCode.INVALID_PARAMS,
+        f"invalid params for memory.recall_many: {text}; fix the named parameter and send "
+        "the request again",
+        {"kind": "ValidationError", "field": field},
+    )
+
+
 async def _recall_many(
     service: BridgeService, params: RecallManyParams, context: CallContext
 ) -> Any:
@@ -178,12 +218,9 @@ async def _recall_many(
     results: list[dict[str, Any]] = []
     for position, raw in enumerate(params.queries):
         try:
-            query = RecallParams.model_validate(raw)
-            entry = await _recall(service, query, context)
+            entry = await _recall(service, _read_query(position, raw), context)
         except ResponseTooLargeError:
             raise  # about the whole response, not this query
-        except ValidationError as exc:
-            error = error_from_exception(exc, f"memory.recall_many queries[{position}]")
         except Exception as exc:  # one bad query must not fail the others
             error = error_from_exception(exc, "memory.recall_many")
             if error.code is ErrorCode.INTERNAL_ERROR:
@@ -306,5 +343,9 @@ class MethodExecutor:
         """
         spec = METHODS.get(method)
         if spec is None or spec.run is None:
-            raise RpcError(ErrorCode.METHOD_NOT_FOUND, f"method {method!r} has no handler")
+            raise RpcError(
+                ErrorCode.METHOD_NOT_FOUND,
+                f"method {method[:64]!r} has no handler",
+                {"kind": "MethodNotFound"},
+            )
         return await spec.run(self._service, params, context)

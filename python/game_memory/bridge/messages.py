@@ -6,7 +6,8 @@ Pure functions. Parsing refuses what JSON allows but a game never means: duplica
 400 digits, which would become infinity and could never be answered in JSON), and nesting
 deep enough to exhaust the parser. An envelope must have exactly the members ``jsonrpc``
 ("2.0"), ``method`` (a string) and optionally ``id`` (a string, a number a 64-bit float
-holds exactly, at most 2^53 in magnitude, or null) and ``params``.
+holds exactly, at most 2^53 in magnitude, or null) and ``params``. A parse error's
+``data.kind`` names what was refused: one of :data:`PARSE_ERROR_KINDS`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, TypeAlias
 from game_memory.bridge.codes import ErrorCode, RpcError
 
 __all__ = [
+    "PARSE_ERROR_KINDS",
     "Envelope",
     "EnvelopeError",
     "RequestId",
@@ -112,24 +114,44 @@ def read_envelope(entry: Any) -> Envelope:
     return Envelope(request_id, method, entry.get("params", {}), is_notification)
 
 
+#: The ``data.kind`` of each parse error (-32700), documented in docs/protocol.md › Errors.
+PARSE_ERROR_KINDS = (
+    "InvalidUtf8",  # the bytes are not UTF-8
+    "InvalidJson",  # not one JSON value: bad syntax, trailing data, NaN or Infinity
+    "DuplicateKey",  # an object names a key twice
+    "NumberOutOfRange",  # a number beyond a 64-bit float (1e400, 400 digits)
+    "NestedTooDeeply",  # nesting deep enough to exhaust the parser
+)
+
+
+class _Refused(ValueError):
+    """Text Python's parser reads that ours refuses; ``kind`` is the parse error's kind."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise ValueError(f"duplicate key {key[:64]!r}")
+            raise _Refused("DuplicateKey", f"duplicate key {key[:64]!r}")
         result[key] = value
     return result
 
 
 def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise _Refused("InvalidJson", f"{name} is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         shown = text if len(text) <= 24 else f"{text[:20]}… ({len(text)} characters)"
-        raise ValueError(f"the number {shown} is out of range (beyond a 64-bit float)")
+        raise _Refused(
+            "NumberOutOfRange", f"the number {shown} is out of range (beyond a 64-bit float)"
+        )
     return value
 
 
@@ -145,9 +167,10 @@ def _float_range_int(text: str) -> int:
     digits = len(text) - text.startswith("-")
     if digits > _FLOAT_MAXIMUM_DIGITS or abs(value := int(text)) > _FLOAT_MAXIMUM:
         shown = text if len(text) <= 24 else f"{text[:20]}… ({digits:,} digits)"
-        raise ValueError(
+        raise _Refused(
+            "NumberOutOfRange",
             f"the integer {shown} is out of range (beyond a 64-bit float, which Godot and "
-            "JavaScript would read as infinity)"
+            "JavaScript would read as infinity)",
         )
     return value
 
@@ -156,14 +179,15 @@ def parse_message(text: str | bytes) -> Any:
     """Parse one message (already within the size cap) into Python values.
 
     Raises:
-        RpcError: ``PARSE_ERROR`` when the text is not UTF-8 or not one strict JSON value.
+        RpcError: ``PARSE_ERROR`` when the text is not UTF-8 or not one strict JSON value;
+            its ``data.kind`` is one of :data:`PARSE_ERROR_KINDS`.
     """
     if isinstance(text, bytes | bytearray):
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise RpcError(
-                ErrorCode.PARSE_ERROR,
+            raise _parse_error(
+                "InvalidUtf8",
                 f"parse error: the message is not valid UTF-8 (byte {exc.start}); "
                 "send UTF-8 JSON text",
             ) from exc
@@ -176,14 +200,18 @@ def parse_message(text: str | bytes) -> Any:
             parse_int=_float_range_int,
         )
     except RecursionError as exc:
-        raise RpcError(
-            ErrorCode.PARSE_ERROR, "parse error: the JSON is nested too deeply; flatten it"
+        raise _parse_error(
+            "NestedTooDeeply", "parse error: the JSON is nested too deeply; flatten it"
         ) from exc
-    except ValueError as exc:
-        raise RpcError(
-            ErrorCode.PARSE_ERROR,
-            f"parse error: {str(exc)[:200]}; send one complete JSON value per message",
+    except ValueError as exc:  # a syntax error, or one of ours (_Refused)
+        kind = exc.kind if isinstance(exc, _Refused) else "InvalidJson"
+        raise _parse_error(
+            kind, f"parse error: {str(exc)[:200]}; send one complete JSON value per message"
         ) from exc
+
+
+def _parse_error(kind: str, message: str) -> RpcError:
+    return RpcError(ErrorCode.PARSE_ERROR, message, {"kind": kind})
 
 
 def encode_message(message: Any) -> str:

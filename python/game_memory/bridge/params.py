@@ -1,7 +1,10 @@
 """The params of every bridge method, as pydantic models (snake_case, unknown fields refused).
 
-The models check shapes and protocol bounds only; :mod:`game_memory.bridge.convert` turns
-them into the core's models, whose validators check the rest (blank ids, payload depth).
+The models check shapes and protocol bounds; :mod:`game_memory.bridge.convert` turns them
+into the core's models, whose validators check the rest. A few of the core's rules are
+checked here as well, because only here can the error name the parameter: blank ids, payload
+depth (pydantic's own nesting limit would answer first, with a path of type names) and
+``expires_at`` against ``moment`` (the core's check is about the whole memory, unnamed).
 Numbers may arrive as whole floats (Godot's JSON parser makes every number a float), so
 integer fields accept ``8.0`` but refuse ``8.5``, ``"8"`` and booleans.
 """
@@ -19,9 +22,12 @@ from pydantic import (
     Field,
     JsonValue,
     StrictBool,
+    ValidationInfo,
+    field_validator,
 )
 
-from game_memory.model import GameMemoryKind, GameMoment
+from game_memory.model import MAXIMUM_PAYLOAD_DEPTH, GameMemoryKind, GameMoment
+from game_memory.strict_json import nests_deeper_than
 
 __all__ = [
     "MAXIMUM_RECALL_LIMIT",
@@ -96,11 +102,21 @@ def _not_blank(value: str) -> str:
     return value
 
 
+def _payload_depth(value: Any) -> Any:
+    # Before pydantic sees the value: its JsonValue check recurses and, past about 255
+    # levels, fails with a message and a path of its own internals. The count is the core's
+    # (an object or array is one level; GameMemory refuses payload_json deeper than 128).
+    if nests_deeper_than(value, MAXIMUM_PAYLOAD_DEPTH):
+        raise ValueError(f"nested deeper than {MAXIMUM_PAYLOAD_DEPTH} levels")
+    return value
+
+
 Id = Annotated[str, Field(min_length=1, max_length=_MAXIMUM_ID), AfterValidator(_not_blank)]
 Kind = Annotated[GameMemoryKind, BeforeValidator(_kind)]
 Moment = Annotated[GameMoment, BeforeValidator(_moment)]
 Unit = Annotated[float, BeforeValidator(_real_number), Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 IdList = Annotated[list[Id], BeforeValidator(_string_list), Field(max_length=_MAXIMUM_LIST)]
+Payload = Annotated[JsonValue, BeforeValidator(_payload_depth)]
 
 
 class _Params(BaseModel):
@@ -129,12 +145,28 @@ class RememberParams(_Params):
     scope: Id = "personal"
     importance: Unit = 0.5
     tags: IdList = Field(default_factory=list)
-    payload: JsonValue = None
+    payload: Payload = None
     memory_id: Id | None = None
     expires_at: Moment | None = None
     source_input_id: Id | None = None
     metadata: dict[str, str] | None = None
     belief_key: Id | None = None
+
+    @field_validator("expires_at")
+    @classmethod
+    def _expiry_follows_moment(
+        cls, value: GameMoment | None, info: ValidationInfo
+    ) -> GameMoment | None:
+        # The core's rule (GameMemory), checked on the field so the error names expires_at
+        # (memories.3.expires_at, summary.expires_at), not the whole memory.
+        moment = info.data.get("moment")
+        if value is None or not isinstance(moment, GameMoment):
+            return value  # an invalid moment is reported on its own
+        if value.timeline_id != moment.timeline_id:
+            raise ValueError("must be on the same timeline as moment")
+        if value.tick < moment.tick:
+            raise ValueError("must not be before moment")
+        return value
 
     @property
     def payload_given(self) -> bool:
@@ -170,11 +202,13 @@ class RememberManyParams(_Params):
 
 
 class RecallManyParams(_Params):
-    """``memory.recall_many``: 1..64 recall params, each validated on its own."""
+    """``memory.recall_many``: 1..64 recall params, each validated on its own.
 
-    queries: Annotated[
-        list[dict[str, Any]], Field(min_length=1, max_length=MAXIMUM_RECALL_MANY_QUERIES)
-    ]
+    Only the list is checked here: a query that is not valid (not even an object) fails in
+    its own result entry when the call runs, and the other queries are answered.
+    """
+
+    queries: Annotated[list[Any], Field(min_length=1, max_length=MAXIMUM_RECALL_MANY_QUERIES)]
 
 
 class ForgetParams(_Params):

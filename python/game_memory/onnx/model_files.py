@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
+from game_memory.strict_json import nests_deeper_than
 
 __all__ = [
     "ModelFileManifest",
@@ -164,23 +165,6 @@ def verify_model_files(
     return ModelFileManifest(directory=root, files=tuple(records))
 
 
-def _nests_deeper_than(document: Any, limit: int) -> bool:
-    """Whether arrays and objects nest more than ``limit`` levels; stops at the first."""
-    pending: list[tuple[Any, int]] = [(document, 1)]
-    while pending:
-        item, level = pending.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if level > limit:
-            return True
-        pending.extend((child, level + 1) for child in children)
-    return False
-
-
 def read_json_document(path: Path, maximum_bytes: int) -> dict[str, Any]:
     """Read a JSON object of at most ``maximum_bytes`` bytes and nesting depth 32.
 
@@ -203,7 +187,7 @@ def read_json_document(path: Path, maximum_bytes: int) -> dict[str, Any]:
         raise onnx_error(
             OnnxFailureKind.MODEL_INTEGRITY, f"{path} is not valid UTF-8 JSON: {exc}"
         ) from exc
-    if _nests_deeper_than(document, _MAXIMUM_JSON_DEPTH):
+    if nests_deeper_than(document, _MAXIMUM_JSON_DEPTH):
         raise onnx_error(
             OnnxFailureKind.MODEL_INTEGRITY,
             f"{path} nests deeper than {_MAXIMUM_JSON_DEPTH} levels",
