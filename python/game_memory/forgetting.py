@@ -52,7 +52,7 @@ from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.lifecycle import eviction_order, eviction_target, newest_ticks
 from game_memory.store.protocol import GameMemoryStore
-from game_memory.write_guards import EraseGate, EvictionGuard
+from game_memory.write_guards import EraseGate, EvictionGuard, finished
 
 __all__ = [
     "MemoryOverTime",
@@ -174,7 +174,14 @@ class MemoryOverTime(abc.ABC):
         erase runs between them (:class:`~game_memory.write_guards.EraseGate`). With the
         policy on, the memory is in flight from before its save until it is indexed, so
         that no other append's eviction erases it in between (:class:`EvictionGuard`).
+        Cancelled, it still runs to its end before the cancellation is raised
+        (:func:`~game_memory.write_guards.finished`): a memory saved is always indexed.
         """
+        return await finished(self._save_and_index(memory, save))
+
+    async def _save_and_index(
+        self, memory: GameMemory, save: Callable[[], Awaitable[bool]]
+    ) -> bool:
         if self.options.maximum_memories_per_owner is None or not isinstance(memory, GameMemory):
             async with self._erase_gate.appending():
                 created = await save()

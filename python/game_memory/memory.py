@@ -67,7 +67,7 @@ from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.store.pool import run_in_pool
 from game_memory.store.protocol import GameMemoryStore
-from game_memory.write_guards import EraseGate, EvictionGuard
+from game_memory.write_guards import EraseGate, EvictionGuard, finished
 
 __all__ = ["VectorMemoryStore"]
 
@@ -333,6 +333,10 @@ class VectorMemoryStore(MemoryOverTime):
         A memory whose ``consolidates`` is set is a summary: it is appended as
         :meth:`consolidate` appends one, with the same checks.
 
+        Cancelling the caller does not undo an append: it runs to its end (saved, then
+        indexed) and only then is the cancellation raised, so a memory saved always gets
+        its vector (``write_guards.finished``).
+
         Returns:
             ``True`` if the memory was new, ``False`` if an equivalent one was there.
 
@@ -356,13 +360,16 @@ class VectorMemoryStore(MemoryOverTime):
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
         """Save a batch atomically and durably, then index it in batches (``ingest.py``).
 
+        Cancelled, the batch still runs to its end (saved and indexed) before the
+        cancellation is raised, as :meth:`append` does.
+
         Raises: what the store's ``append_many`` raises (nothing is saved then).
         """
         self._check_open()
         parts = (self.authoritative, self.index, self._embedder, self.options)
         guards = (self._eviction_guard, self._erase_gate)
         with appending:
-            return await append_many(memories, *parts, self._run, self._report, *guards)
+            return await finished(append_many(memories, *parts, self._run, self._report, *guards))
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""

@@ -13,6 +13,10 @@ each other.
   rebuild). Appends share the gate; an erase waits for those that hold it and holds it
   alone, and appends that come while an erase waits wait for it (so a stream of appends
   cannot starve an erase).
+* :func:`finished`: a write the caller cancels still runs to its end (saved *and*
+  indexed), and only then is the cancellation raised. Once a group commit has begun the
+  store writes the memory whatever the caller does, so an append cut off after that point
+  left a saved memory without its vector (and without a diagnostic) until a rebuild.
 
 Across processes (two front doors on one save, or on one PostgreSQL database) each guards
 its own; what a race there could leave is repaired as after a crash: erasing again, or a
@@ -23,12 +27,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from typing import Any, TypeVar
 
 from game_memory.model import GameMemory
 
-__all__ = ["EraseGate", "EvictionGuard", "Flight"]
+__all__ = ["EraseGate", "EvictionGuard", "Flight", "finished"]
+
+_T = TypeVar("_T")
+_log = logging.getLogger("game_memory")
+
+
+async def finished(work: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``work`` to its end even when the caller is cancelled meanwhile.
+
+    The cancellation is raised once ``work`` has ended, and then whatever ``work``
+    raised is only logged: the caller asked to stop, not for the outcome. Used for single
+    writes, whose end is bounded by the store's commit and one embedding's deadline.
+    """
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.done():
+                break  # the work itself was cancelled (the loop is closing)
+            cancelled = True  # the caller: finish the write first
+    if cancelled:
+        if not task.cancelled() and task.exception() is not None:
+            _log.warning("a cancelled write failed as it finished: %r", task.exception())
+        raise asyncio.CancelledError
+    return task.result()
 
 
 _Owner = tuple[str, str]
