@@ -19,6 +19,19 @@ from support.providers import FaultyProvider
 from support.vectors import Diagnostics, MemoryFactory, VectorStoreFactory, query
 
 
+def blocking(provider: FaultyProvider) -> tuple[asyncio.Event, asyncio.Event]:
+    """Make the provider's next document calls wait: the first event is set when one has
+    begun (the memory is saved, its vector being embedded), the second lets them go on."""
+    embedding, release = asyncio.Event(), asyncio.Event()
+
+    async def blocked(_texts: object) -> None:
+        embedding.set()
+        await release.wait()
+
+    provider.on_documents = blocked
+    return embedding, release
+
+
 async def test_an_append_cancelled_while_it_embeds_is_saved_and_indexed(
     make_vector_store: VectorStoreFactory,
     provider: FaultyProvider,
@@ -27,14 +40,7 @@ async def test_an_append_cancelled_while_it_embeds_is_saved_and_indexed(
 ) -> None:
     store = make_vector_store()
     await store.append(make_memory("seed", text="the well"))
-    embedding = asyncio.Event()
-    release = asyncio.Event()
-
-    async def blocked(_texts: object) -> None:
-        embedding.set()
-        await release.wait()
-
-    provider.on_documents = blocked
+    embedding, release = blocking(provider)
     task = asyncio.ensure_future(store.append(make_memory("late", text="the well again")))
     await embedding.wait()  # saved; its vector is being embedded
     task.cancel()
@@ -76,14 +82,7 @@ async def test_a_consolidate_cancelled_while_its_summary_embeds_is_finished(
     store = make_vector_store()
     for number in range(3):
         await store.append(make_memory(f"s{number}", text=f"the fire {number}", tick=number))
-    embedding = asyncio.Event()
-    release = asyncio.Event()
-
-    async def blocked(_texts: object) -> None:
-        embedding.set()
-        await release.wait()
-
-    provider.on_documents = blocked
+    embedding, release = blocking(provider)
     summary = make_memory(
         "summary", text="the fires were arson", tick=10, kind=GameMemoryKind.REFLECTION
     )
@@ -102,14 +101,7 @@ async def test_a_batch_cancelled_while_it_embeds_is_saved_and_indexed(
     make_vector_store: VectorStoreFactory, provider: FaultyProvider, make_memory: MemoryFactory
 ) -> None:
     store = make_vector_store()
-    embedding = asyncio.Event()
-    release = asyncio.Event()
-
-    async def blocked(_texts: object) -> None:
-        embedding.set()
-        await release.wait()
-
-    provider.on_documents = blocked
+    embedding, release = blocking(provider)
     batch = [make_memory(f"b{number}", text=f"the mill {number}") for number in range(5)]
     task = asyncio.ensure_future(store.append_many(batch))
     await embedding.wait()
