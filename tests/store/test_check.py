@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from game_memory.durable.names import identity_hash
@@ -163,3 +166,50 @@ async def test_check_hashes_each_memory_id_a_bounded_number_of_times(
     report = await store.check()
     assert report.ok and report.memories == count
     assert calls <= 4 * count, calls
+
+
+KILLED_BATCH = """
+import asyncio, os, signal, sys
+from game_memory import FileGameMemoryStore, GameMemory, GameMoment
+from game_memory.store import journal
+
+def memory(memory_id):
+    return GameMemory(
+        memory_id=memory_id, session_id="session", owner_id="owner", scope="personal",
+        kind="event", payload_json="{}", moment=GameMoment(timeline_id="world", tick=1),
+        searchable_text="a batch memory " + memory_id,
+    )
+
+def die(self):  # after the batch's barrier, before its commit
+    os.kill(os.getpid(), signal.SIGKILL)
+
+journal.MigrationJournal.commit = die
+
+async def main():
+    store = FileGameMemoryStore(sys.argv[1])
+    await store.append_many([memory(f"b{n}") for n in range(5)])
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_append_many_is_named_as_such_and_rolled_back_at_the_next_open(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    before = make_store(save)  # opened before the crash: it reads what the batch left
+    await before.append(make_memory("kept"))
+    script = tmp_path / "killed_batch.py"
+    script.write_text(KILLED_BATCH)
+    done = subprocess.run([sys.executable, str(script), str(save)], check=False)
+    assert done.returncode == -signal.SIGKILL
+    report = await before.check()
+    batch = [p for p in report.problems if "batch" in p]
+    assert batch and "append_many batch that never committed" in batch[0], report.problems
+    assert "migrates" not in batch[0] and "migration batch" not in batch[0]
+    # A store object opened after the crash rolls the batch back before its first read:
+    # no read ever sees the memories of a batch that was never acknowledged.
+    after = make_store(save)
+    assert [m.memory_id for m in await after.enumerate("session")] == ["kept"]
+    assert await after.count() == 1
+    assert (await after.check()).ok

@@ -67,10 +67,14 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
         )
     if survey.batch is not None:
         count = len(survey.intents) - survey.batch
+        what = f"({count} intents, {len(survey.uncommitted)} of them without their record yet)"
         problems.append(
-            f"{engine.journal.path} marks an uncommitted migration batch ({count} intents, "
-            f"{len(survey.uncommitted)} of them without their record yet); check --fix rolls "
-            "it back, and the next open migrates the legacy documents again"
+            f"{engine.journal.path} marks an append_many batch that never committed {what}: "
+            "it was never acknowledged; check --fix rolls it back (the batch is absent, as "
+            "if never sent)"
+            if survey.appended_batch
+            else f"{engine.journal.path} marks an uncommitted migration batch {what}; check "
+            "--fix rolls it back, and the next open migrates the legacy documents again"
         )
     for session in survey.sessions.values():
         for owner in session.owners.values():
@@ -322,6 +326,7 @@ def _recover(engine: StoreEngine) -> list[str]:
     unwritten = engine.ledger.unwritten_tail()
     retraction_unwritten = engine.retraction_ledger.unwritten_tail()
     uncommitted = engine.journal.read() is not None
+    appended = engine.journal.last_version == 2
     rewrite = engine.rewrites.read()
     before = engine.ledger.count() - unwritten // RECORD_BYTES
     retractions = engine.retraction_ledger.count() - retraction_unwritten // RECORD_BYTES
@@ -335,7 +340,11 @@ def _recover(engine: StoreEngine) -> list[str]:
         if cut:
             repairs.append(f"cut {cut} bytes of a torn record off {ledger.path}")
     if uncommitted:
-        repairs.append("rolled back an uncommitted migration batch (the next open migrates again)")
+        repairs.append(
+            "rolled back an append_many batch that never committed (never acknowledged)"
+            if appended
+            else "rolled back an uncommitted migration batch (the next open migrates again)"
+        )
     if rewrite is not None:
         repairs.append(f"finished {describe_rewrite(rewrite)}")
     dropped = before - engine.ledger.count() + reconciled_adds

@@ -33,6 +33,7 @@ The read path, checked against the ledgers, is :class:`~game_memory.store.reader
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -61,6 +62,8 @@ __all__ = [
     "damage_advice",
     "validated_id",
 ]
+
+_log = logging.getLogger("game_memory.store")
 
 
 class StoreEngine(StoreReader):
@@ -241,15 +244,25 @@ class StoreEngine(StoreReader):
         self.unsynced.clear()
 
     def settle(self, *, checkpoint: bool) -> None:
-        """Reconcile what a group commit may have left (only while the unsynced marker is
-        not empty; nothing else of the recovery): at open, so ``count()`` agrees with
-        ``enumerate`` from the first read after a crash; with ``checkpoint``, also end the
-        marker's generation (at close)."""
-        if self.unsynced.read() is None:
+        """Reconcile what a crashed writer's group commit or batch may have left (only while
+        the unsynced marker is not empty or a batch journal is there; nothing else of the
+        recovery): at open, so ``count()`` agrees with ``enumerate`` and no read sees a
+        batch that never committed, from the first read after a crash; with
+        ``checkpoint``, also end the marker's generation (at close).
+
+        A batch journal found under the writer lock is a dead writer's (a batch commits
+        before its writer lets the lock go): it is rolled back. A corrupt one is left to
+        the reads, which fail closed on it, and to ``check``, which names it."""
+        if self.unsynced.read() is None and not os.path.lexists(self.journal.path):
             return
         self.layout.guard()
         with self.locked():
             self.layout.guard()
+            try:
+                if self.journal.roll_back():
+                    self._verified.clear()
+            except PersistenceError as exc:
+                _log.warning("a batch journal was not rolled back at open: %s", exc)
             unsynced = self.unsynced.read()
             if unsynced is None:
                 return

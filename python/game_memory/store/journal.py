@@ -41,6 +41,9 @@ class MigrationJournal:
         self.data = data
         self.path = data / "migration.json"
         self._ledger = ledger
+        #: The format version of the journal last read: 1 a legacy migration's batch, 2 an
+        #: ``append_many`` batch (what ``check`` calls it), ``None`` before any was read.
+        self.last_version: int | None = None
 
     def read(self) -> tuple[int, list[Path]] | None:
         """The ledger mark and the packs of an uncommitted batch, or ``None`` if none.
@@ -90,6 +93,7 @@ class MigrationJournal:
                 "cannot be reconciled safely. Restore it from a backup."
             )
         tails = [(self.data / name, size) for name, size in segments]
+        self.last_version = version
         return before, [self.data / name for name in names], tails
 
     def write(

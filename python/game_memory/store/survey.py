@@ -44,6 +44,7 @@ class Survey:
     intents: list[LedgerEntry | None] = field(default_factory=list)
     unwritten: int = 0
     batch: int | None = None  # the journal's ledger mark, if a batch is uncommitted
+    appended_batch: bool = False  # that batch is an append_many's, not a migration's
     unreadable: list[str] = field(default_factory=list)
     # intent position -> the audit of its partition, for intents without a record
     lost: dict[int, OwnerAudit] = field(default_factory=dict)
@@ -162,6 +163,7 @@ def survey_store(engine: StoreEngine) -> Survey:
         survey.unreadable.append(str(exc))
         journal = None
     survey.batch = None if journal is None else journal[0]
+    survey.appended_batch = journal is not None and engine.journal.last_version == 2
     _classify(survey)
     _classify_retractions(survey)
     return survey
