@@ -6,16 +6,27 @@ extends RefCounted
 ## [method poll] reads its ready line ([code]{"event": "ready", "url", "token", ...}[/code])
 ## and emits [signal started], drains its stderr so it never stalls on a full pipe, and notices
 ## when it exits. The sidecar's stdin stays open while the game runs: if the game dies, the
-## pipe closes and the sidecar exits on its own. [method stop] closes stdin, which asks the
-## sidecar to exit cleanly, and kills it if it is still running after a grace period; its
-## stores are crash-safe, so a kill never corrupts a save. Web exports cannot launch processes:
-## there, connect to a running sidecar with [member GameMemory.server_url].
+## pipe closes and the sidecar exits on its own.
+## [br][br]
+## [method stop] closes stdin, which asks the sidecar to finish the requests it has and exit.
+## From then on [GameMemorySidecarReaper] watches it every frame, whoever owned it (a node
+## that left the tree or was freed polls nothing), and kills it if it still runs after
+## [constant EXIT_GRACE_MSEC]. When the game quits, its last frame waits up to
+## [constant GameMemorySidecarReaper.QUIT_WAIT_MSEC] for it, then kills it. The stores are
+## crash-safe, so a kill never corrupts a save. Web exports cannot launch processes: there,
+## connect to a running sidecar with [member GameMemory.server_url].
+## [br][br]
+## On Unix, Godot gives the stderr pipe the game's own stdin (descriptor 0) as its write end
+## and closes both when the pipe is closed or freed, so the stderr pipe of every launch is
+## kept open until the game exits instead (one descriptor per launch).
 
 #region Signals
 ## Emitted once, when the sidecar printed a valid ready line.
 signal started(url: String, token: String)
 ## Emitted once, when the sidecar could not be launched, was not ready in time, or exited
-## while it was expected to run; [param error] is an error dictionary.
+## while it was expected to run; [param error] is an error dictionary:
+## [constant GameMemoryError.SIDECAR_FAILED] before its ready line,
+## [constant GameMemoryError.CONNECTION_LOST] after it (the sidecar died while serving).
 signal failed(error: Dictionary)
 #endregion
 
@@ -43,6 +54,12 @@ const STDERR_TAIL_BYTES: int = 4096
 ## products, taking a core from the game, for no faster answer). The frozen sidecar a game
 ## ships sets the same itself; this covers a [code]game-memory[/code] installed with pip.
 const LAUNCH_ENVIRONMENT: Dictionary = {"OPENBLAS_NUM_THREADS": "1"}
+#endregion
+
+
+#region Static variables
+# Every stderr pipe ever opened: freeing one would close the game's stdin (see the class doc).
+static var _kept_pipes: Array[FileAccess] = []
 #endregion
 
 
@@ -166,23 +183,10 @@ func launch(command: String, arguments: PackedStringArray, timeout_seconds: floa
 	if _state != State.IDLE:
 		return
 	_command = command
-	if OS.has_feature("web"):
-		_fail("a web export cannot launch the game-memory sidecar; run `game-memory serve "
-				+ "--websocket 127.0.0.1:PORT` yourself and set GameMemory.server_url and token")
+	var problem: String = _start_process(command, arguments)
+	if not problem.is_empty():
+		_fail(GameMemoryError.SIDECAR_FAILED, problem)
 		return
-	var missing: Dictionary = missing_environment()
-	for name: String in missing:
-		OS.set_environment(name, missing[name])
-	# On Unix a missing command still forks (the child fails in execvp), so that case shows up
-	# in poll() as an exit before the ready line; an empty result means no fork at all.
-	var pipes: Dictionary = OS.execute_with_pipe(command, arguments, false)
-	if pipes.is_empty():
-		_fail("could not start `%s`: is game-memory installed? Set GameMemory.sidecar_command "
-				% command + "to the full path of the game-memory executable")
-		return
-	_pid = int(pipes.get("pid", -1))
-	_stdio = pipes.get("stdio")
-	_stderr = pipes.get("stderr")
 	_ready_timeout_seconds = timeout_seconds
 	_ready_deadline_msec = Time.get_ticks_msec() + maxi(1, int(timeout_seconds * 1000.0))
 	_state = State.STARTING
@@ -194,24 +198,26 @@ func poll() -> void:
 	if _state == State.IDLE or _state == State.EXITED:
 		return
 	# Check liveness first: once it is gone, everything it wrote is already in the pipes.
-	var running: bool = OS.is_process_running(_pid)
+	var running: bool = _is_running()
 	_drain_stderr()
 	if _state == State.STARTING:
 		_read_ready_line()
 		if _state == State.STARTING and not running:
-			_fail("`%s` exited (status %d) before it was ready; is game-memory installed? "
-					% [_command, OS.get_process_exit_code(_pid)] + "Set "
+			_fail(GameMemoryError.SIDECAR_FAILED, "`%s` exited (status %d) before it was ready; "
+					% [_command, _exit_code()] + "is game-memory installed? Set "
 					+ "GameMemory.sidecar_command to its full path if it is not on the PATH. "
 					+ "Its stderr: %s" % _stderr_summary())
 		elif _state == State.STARTING and Time.get_ticks_msec() >= _ready_deadline_msec:
-			_fail("`%s` printed no ready line within %.1f s; raise GameMemory.startup_timeout "
-					% [_command, _ready_timeout_seconds] + "or check: %s" % _stderr_summary())
+			_fail(GameMemoryError.SIDECAR_FAILED, "`%s` printed no ready line within %.1f s; "
+					% [_command, _ready_timeout_seconds] + "raise GameMemory.startup_timeout or "
+					+ "check: %s" % _stderr_summary())
 	elif _state == State.RUNNING:
 		_discard_stdout()
 		if not running:
-			_fail("the game-memory sidecar exited (status %d); call GameMemory.start() to "
-					% OS.get_process_exit_code(_pid) + "launch it again. Its stderr: %s"
-					% _stderr_summary())
+			# It died while serving: to its pending calls, the connection is lost.
+			_fail(GameMemoryError.CONNECTION_LOST, "the game-memory sidecar exited (status %d) "
+					% _exit_code() + "while serving; call GameMemory.start() to launch it "
+					+ "again. Its stderr: %s" % _stderr_summary())
 	elif _state == State.STOPPING:
 		if not running:
 			_release()
@@ -219,33 +225,83 @@ func poll() -> void:
 			kill()
 
 
-## Asks the sidecar to exit by closing its stdin; [method poll] kills it if it is still
-## running after [constant EXIT_GRACE_MSEC]. Emits nothing.
+## Asks the sidecar to finish what it has and exit, by closing its stdin, and hands it to
+## [GameMemorySidecarReaper], which polls it every frame from then on (its owner need not):
+## it is killed if it still runs after [constant EXIT_GRACE_MSEC], or after
+## [constant GameMemorySidecarReaper.QUIT_WAIT_MSEC] of the game's last frame when the game
+## quits first. Does nothing unless it was launched and is
+## not stopping or gone. Emits nothing.
 func stop() -> void:
 	if _state == State.IDLE or _state == State.EXITED or _state == State.STOPPING:
 		return
 	_state = State.STOPPING
 	_kill_at_msec = Time.get_ticks_msec() + EXIT_GRACE_MSEC
-	if _stdio != null:
-		_stdio.close()
-		_stdio = null
+	_close_stdin()
+	GameMemorySidecarReaper.watch(self)
 
 
 ## Kills the sidecar at once if it is still running and releases its pipes. Emits nothing.
 func kill() -> void:
-	if _pid > 0 and OS.is_process_running(_pid):
-		OS.kill(_pid)
+	if _pid > 0 and _is_running():
+		_kill_process()
 	_release()
 #endregion
 
 
 #region Private methods
-func _read_ready_line() -> void:
+# The process operations below are the only ones that touch the OS, so that the engine tests
+# can stand in a fake process (the web runtime launches none).
+
+# Starts the process with its pipes; returns why it could not, or "".
+func _start_process(command: String, arguments: PackedStringArray) -> String:
+	if OS.has_feature("web"):
+		return "a web export cannot launch the game-memory sidecar; run `game-memory serve " \
+				+ "--websocket 127.0.0.1:PORT` yourself and set GameMemory.server_url and token"
+	var missing: Dictionary = missing_environment()
+	for name: String in missing:
+		OS.set_environment(name, missing[name])
+	# On Unix a missing command still forks (the child fails in execvp), so that case shows up
+	# in poll() as an exit before the ready line; an empty result means no fork at all.
+	var pipes: Dictionary = OS.execute_with_pipe(command, arguments, false)
+	if pipes.is_empty():
+		return "could not start `%s`: is game-memory installed? Set " % command \
+				+ "GameMemory.sidecar_command to the full path of the game-memory executable"
+	_pid = int(pipes.get("pid", -1))
+	_stdio = pipes.get("stdio")
+	_stderr = pipes.get("stderr")
+	if _stderr != null:
+		_kept_pipes.append(_stderr) # never closed nor freed: see the class doc
+	return ""
+
+
+func _is_running() -> bool:
+	return OS.is_process_running(_pid)
+
+
+func _exit_code() -> int:
+	return OS.get_process_exit_code(_pid)
+
+
+func _kill_process() -> void:
+	OS.kill(_pid)
+
+
+func _close_stdin() -> void:
+	if _stdio != null:
+		_stdio.close()
+		_stdio = null
+
+
+# Returns what the process wrote to stdout since the last call.
+func _read_stdout() -> PackedByteArray:
 	if _stdio == null:
-		return
+		return PackedByteArray()
 	var available: int = _stdio.get_length()
-	if available > 0:
-		_stdout_buffer.append_array(_stdio.get_buffer(available))
+	return _stdio.get_buffer(available) if available > 0 else PackedByteArray()
+
+
+func _read_ready_line() -> void:
+	_stdout_buffer.append_array(_read_stdout())
 	var newline: int = _stdout_buffer.find(10)
 	while newline >= 0 and _state == State.STARTING:
 		var line: String = _stdout_buffer.slice(0, newline).get_string_from_utf8()
@@ -255,22 +311,19 @@ func _read_ready_line() -> void:
 			continue # Tolerate stray output (a warning from the interpreter) before the line.
 		var ready: Dictionary = parse_ready_line(line)
 		if not ready["ok"]:
-			_fail(str(ready["error"]["message"]))
+			_fail(GameMemoryError.SIDECAR_FAILED, str(ready["error"]["message"]))
 			return
 		_state = State.RUNNING
 		_stdout_buffer.clear()
 		started.emit(str(ready["url"]), str(ready["token"]))
 		return
 	if _stdout_buffer.size() > READY_OUTPUT_MAX_BYTES:
-		_fail("`%s` wrote %d bytes without a ready line; is sidecar_command really game-memory?"
-				% [_command, _stdout_buffer.size()])
+		_fail(GameMemoryError.SIDECAR_FAILED, "`%s` wrote %d bytes without a ready line; is "
+				% [_command, _stdout_buffer.size()] + "sidecar_command really game-memory?")
 
 
 func _discard_stdout() -> void:
-	if _stdio != null:
-		var available: int = _stdio.get_length()
-		if available > 0:
-			_stdio.get_buffer(available)
+	_read_stdout()
 
 
 func _drain_stderr() -> void:
@@ -289,17 +342,13 @@ func _stderr_summary() -> String:
 	return text.right(600) if not text.is_empty() else "it wrote nothing to stderr"
 
 
-func _fail(message: String) -> void:
+func _fail(code: int, message: String) -> void:
 	kill()
-	failed.emit(GameMemoryError.make(GameMemoryError.SIDECAR_FAILED, message))
+	failed.emit(GameMemoryError.make(code, message))
 
 
 func _release() -> void:
 	_state = State.EXITED
-	if _stdio != null:
-		_stdio.close()
-		_stdio = null
-	if _stderr != null:
-		_stderr.close()
-		_stderr = null
+	_close_stdin()
+	_stderr = null # still open, in _kept_pipes
 #endregion

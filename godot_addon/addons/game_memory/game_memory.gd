@@ -204,8 +204,10 @@ func _exit_tree() -> void:
 
 
 func _notification(what: int) -> void:
-	if what == NOTIFICATION_PREDELETE and _sidecar != null:
-		_sidecar.kill()
+	# A node freed in the tree gets this before _exit_tree; one freed outside it was stopped
+	# when it left. Either way a launched sidecar is asked to finish and exit, not killed.
+	if what == NOTIFICATION_PREDELETE:
+		stop()
 
 
 func _get_configuration_warnings() -> PackedStringArray:
@@ -240,7 +242,12 @@ func start() -> void:
 
 
 ## Stops the backend: every unresolved request fails with [constant GameMemoryError.STOPPED],
-## and a launched sidecar is asked to exit (and killed if it does not). Emits nothing.
+## and a launched sidecar is asked to exit: it finishes the requests it already received
+## (writes included), then exits. It is watched every frame even if this node leaves the tree
+## or is freed, and killed after [constant GameMemorySidecar.EXIT_GRACE_MSEC] if it still
+## runs; when the game quits, its last frame waits up to
+## [constant GameMemorySidecarReaper.QUIT_WAIT_MSEC] for it. Leaving the tree, being freed
+## and quitting call this. Emits nothing.
 func stop() -> void:
 	if _state == State.IDLE:
 		return
@@ -376,7 +383,8 @@ func recall_many(queries: Array) -> Dictionary:
 				GameMemoryError.INVALID_RESPONSE, "the sidecar sent no result for this query")})
 		entries.append(normalized)
 		if normalized.get("ok", false):
-			memory_recalled.emit(str(queries[index].get("owner_id", "")), normalized["memories"])
+			memory_recalled.emit(GameMemoryCodec.query_owner(queries[index]),
+					normalized["memories"])
 	result["results"] = entries
 	return result
 
@@ -488,7 +496,7 @@ func _start_backend() -> void:
 		_connection.open(server_url, token, startup_timeout)
 		return
 	_state = State.LAUNCHING
-	_sidecar = GameMemorySidecar.new()
+	_sidecar = _new_sidecar()
 	_sidecar.started.connect(_on_sidecar_started)
 	_sidecar.failed.connect(_on_backend_failed)
 	var problem: String = install_folder_problem(save_directory, index_directory)
@@ -555,8 +563,13 @@ func _discard_backend() -> void:
 	if _sidecar != null:
 		_sidecar.started.disconnect(_on_sidecar_started)
 		_sidecar.failed.disconnect(_on_backend_failed)
-		_sidecar.kill()
+		_sidecar.stop() # a sidecar that still runs finishes its requests, then exits
 		_sidecar = null
+
+
+# Returns the launcher of a new sidecar (the engine tests return one with a fake process).
+func _new_sidecar() -> GameMemorySidecar:
+	return GameMemorySidecar.new()
 
 
 func _on_sidecar_started(url: String, sidecar_token: String) -> void:
@@ -618,5 +631,5 @@ func _on_notified(method: String, params: Dictionary) -> void:
 		_connection.extend_deadlines("memory.rebuild")
 		rebuild_progressed.emit(int(params.get("done", 0)), int(params.get("total", 0)))
 	elif method == "memory.diagnostic":
-		diagnostic_emitted.emit(params)
+		diagnostic_emitted.emit(GameMemoryCodec.diagnostic(params))
 #endregion

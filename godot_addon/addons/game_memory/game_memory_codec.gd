@@ -4,8 +4,9 @@ extends RefCounted
 ##
 ## Builds the params of each call from a method's arguments and its options dictionary,
 ## refusing unknown option keys with a message that lists the allowed ones. JSON numbers
-## arrive as floats in GDScript, so the codec turns ticks, ranks and counts in results back into
-## ints: [code]memory["moment"]["tick"] == 120[/code] compares as an int.
+## arrive as floats in GDScript, so the codec turns ranks, counts and error codes in results
+## back into ints: [code]memory["moment"]["tick"] == 120[/code] compares as an int (ticks
+## beyond 2^53 arrive as exact ints already, see [GameMemoryJson]).
 
 #region Constants
 ## The option keys [method GameMemory.remember] accepts.
@@ -53,6 +54,8 @@ const _MIGRATE_COUNTS: Array[String] = [
 	"vector_entries",
 ]
 const _STAGE_COUNTS: Array[String] = ["scanned_count", "candidate_count"]
+## The integer fields of a diagnostic's details (e.g. [code]memories_evicted[/code]).
+const _DETAIL_COUNTS: Array[String] = ["count", "bound"]
 ## Options whose value is one id or name, a String.
 const _STRING_OPTIONS: Array[String] = ["kind", "scope", "memory_id", "source_input_id",
 		"belief_key"]
@@ -208,10 +211,12 @@ static func memory(value: Variant) -> Dictionary:
 	return item
 
 
-## Normalizes a recall result in place ([code]memories[/code] and [code]stages[/code]) and
-## returns it.
+## Normalizes a recall result in place ([code]memories[/code] and [code]stages[/code], or the
+## error code of a failed one, such as a failed [code]recall_many[/code] entry) and returns it.
 static func recall_result(result: Dictionary) -> Dictionary:
 	if not result.get("ok", false):
+		if result.get("error") is Dictionary:
+			_to_int(result["error"], "code")
 		return result
 	var memories: Array = []
 	var raw_memories: Variant = result.get("memories", [])
@@ -236,6 +241,23 @@ static func status_result(result: Dictionary) -> Dictionary:
 	for key: String in _STATUS_COUNTS:
 		_to_int(result, key)
 	return result
+
+
+## Returns the params of a [code]memory.diagnostic[/code] notification with the counts in its
+## [code]details[/code] as ints.
+static func diagnostic(params: Dictionary) -> Dictionary:
+	if params.get("details") is Dictionary:
+		for key: String in _DETAIL_COUNTS:
+			_to_int(params["details"], key)
+	return params
+
+
+## Returns the [code]owner_id[/code] of a [method GameMemory.recall_many] query as
+## [method recall_many_params] sends it: "" when it is absent or null.
+static func query_owner(query: Variant) -> String:
+	if not query is Dictionary or query.get("owner_id") == null:
+		return ""
+	return str(query["owner_id"])
 
 
 ## Normalizes a migrate result in place, making its counts ints, and returns it.
@@ -310,8 +332,10 @@ static func _is_tick(value: Variant) -> bool:
 			and value >= _TICK_MIN and value < _TICK_MAX
 
 
+# Makes target[key] an int when it is a whole float in the 64-bit range (beyond it, an int
+# would wrap; such a value stays a float).
 static func _to_int(target: Dictionary, key: String) -> void:
 	var value: Variant = target.get(key)
-	if value is float and is_finite(value) and value == floorf(value):
+	if value is float and _is_tick(value):
 		target[key] = int(value)
 #endregion

@@ -5,9 +5,14 @@ extends RefCounted
 ## Protocol version 1: one message per text frame, [code]initialize[/code] (with the token)
 ## first. Requests made before the connection is initialized wait in a queue and are sent once
 ## it is; at most [constant MAX_IN_FLIGHT] are on the wire at a time (the sidecar's limit per
-## connection), the rest wait their turn. Every request sent has a deadline. When the socket
-## closes, every queued and pending request fails with the same error and [signal closed] is
-## emitted once. A connection is used once: after it closes, make a new one.
+## connection), the rest wait their turn, as does a message that would overflow the socket's
+## outbound buffer. A request that timed out keeps its place on the wire until its late answer
+## arrives or the sidecar's own deadline for it has passed, since the sidecar still runs it.
+## A request has a deadline to be sent and, once sent, a deadline to be answered, each its own
+## timeout. Messages are written with [GameMemoryJson], so control characters in text and
+## ticks beyond 2^53 travel exactly. When the socket closes, every queued and pending request
+## fails with the same error and [signal closed] is emitted once. A connection is used once:
+## after it closes, make a new one.
 ## [br][br]
 ## Call [method poll] every frame; nothing happens between polls.
 
@@ -41,9 +46,20 @@ const MAX_MESSAGE_BYTES: int = 1048576
 const MAX_RESPONSE_BYTES: int = 16777216
 ## The most requests on the wire at once; more wait in the queue.
 const MAX_IN_FLIGHT: int = 64
-## How deep params may nest before a request is refused unsent (the sidecar allows a payload
-## 128 levels; a deeper structure cannot be checked or stringified safely).
-const MAX_PARAMS_DEPTH: int = 160
+## The size of the socket's outbound buffer, in bytes: a message that does not fit beside
+## what is still buffered waits for a later [method poll] (Godot would refuse it).
+const OUTBOUND_BUFFER_BYTES: int = MAX_MESSAGE_BYTES + 65536
+## The sidecar's own deadline for a request, in milliseconds (its default; the sidecar's
+## [code]GAME_MEMORY_REQUEST_TIMEOUT[/code] changes it). A request that timed out here keeps
+## its slot until its answer arrives, or this long (and [constant SIDECAR_DEADLINE_MARGIN_MSEC])
+## after it was sent.
+const SIDECAR_REQUEST_DEADLINE_MSEC: int = 120000
+## The sidecar's own deadline for [code]memory.rebuild[/code], in milliseconds.
+const SIDECAR_REBUILD_DEADLINE_MSEC: int = 3600000
+## Added to the sidecar's deadline before a timed-out request's slot is given back.
+const SIDECAR_DEADLINE_MARGIN_MSEC: int = 5000
+## How deep params may nest before a request is refused unsent.
+const MAX_PARAMS_DEPTH: int = GameMemoryJson.MAX_DEPTH
 #endregion
 
 
@@ -57,6 +73,9 @@ var _open_timeout_seconds: float = 0.0
 var _next_id: int = 1
 var _queue: Array[GameMemoryRequest] = []
 var _in_flight: Dictionary = {}
+# Ids of requests that timed out here but may still run in the sidecar, each with the
+# Time.get_ticks_msec() at which its slot is given back if no answer came.
+var _abandoned: Dictionary = {}
 var _initialize: GameMemoryRequest = null
 #endregion
 
@@ -89,7 +108,7 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 		return
 	_socket = WebSocketPeer.new()
 	_socket.inbound_buffer_size = MAX_RESPONSE_BYTES + 65536
-	_socket.outbound_buffer_size = MAX_MESSAGE_BYTES + 65536
+	_socket.outbound_buffer_size = OUTBOUND_BUFFER_BYTES
 	var error: Error = _socket.connect_to_url(url)
 	if error != OK:
 		_close_with(GameMemoryError.make(GameMemoryError.CONNECTION_FAILED,
@@ -100,8 +119,11 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 
 
 ## Queues a call of [param method] with [param params] and returns its request. The request
-## times out [param timeout_seconds] after it becomes sendable (at once when the connection is
-## open, else when it opens). It fails at once when the connection is closed, when
+## may wait [param timeout_seconds] to be sent, counted from when it can be (at once when the
+## connection is open, else when it opens): while [constant MAX_IN_FLIGHT] requests are on the
+## wire or the outbound buffer is full. It then fails unsent with
+## [constant GameMemoryError.REQUEST_TIMEOUT]. Once sent, the sidecar has
+## [param timeout_seconds] to answer. It fails at once when the connection is closed, when
 ## [param params] holds something JSON cannot carry (a NaN or infinite number, a Vector2, an
 ## Object, a key that is not a String, a dictionary or array that contains itself), or when
 ## the message is over [constant MAX_MESSAGE_BYTES].
@@ -112,19 +134,19 @@ func request(method: String, params: Dictionary, timeout_seconds: float) -> Game
 		req.finish(GameMemoryError.failure(GameMemoryError.CONNECTION_LOST,
 				"%s was not sent: the connection to the game-memory sidecar is closed" % method))
 		return req
-	var problem: String = _find_unsendable(params, "params", [])
+	var problem: String = GameMemoryJson.unsendable(params, "params")
 	if not problem.is_empty():
 		req.finish(GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
 				"%s was not sent: %s" % [method, problem]))
 		return req
-	var size: int = JSON.stringify(req.to_message()).to_utf8_buffer().size()
-	if size > MAX_MESSAGE_BYTES:
+	_encode(req)
+	if req.message_bytes > MAX_MESSAGE_BYTES:
 		req.finish(GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
 				"%s was not sent: its message is %d bytes, over the %d byte limit; send less text"
-				% [method, size, MAX_MESSAGE_BYTES]))
+				% [method, req.message_bytes, MAX_MESSAGE_BYTES]))
 		return req
 	if _state == State.OPEN:
-		req.start_clock(Time.get_ticks_msec())
+		req.start_clock(Time.get_ticks_msec()) # its wait to be sent; restarted when it is
 	_queue.append(req)
 	if _state == State.OPEN:
 		_send_queued()
@@ -173,78 +195,43 @@ func close(error: Dictionary) -> void:
 
 
 #region Private methods
-# Returns why [param value] (at [param path]) cannot be sent as JSON, or "" when it can.
-# [param parents] are the dictionaries and arrays that contain it.
-func _find_unsendable(value: Variant, path: String, parents: Array) -> String:
-	match typeof(value):
-		TYPE_NIL, TYPE_BOOL, TYPE_INT, TYPE_STRING, TYPE_STRING_NAME, TYPE_PACKED_BYTE_ARRAY, \
-				TYPE_PACKED_INT32_ARRAY, TYPE_PACKED_INT64_ARRAY, TYPE_PACKED_STRING_ARRAY:
-			return ""
-		TYPE_FLOAT:
-			return "" if is_finite(value) else "%s is NaN or infinite, which JSON cannot " % path \
-					+ "carry; give a finite number"
-		TYPE_PACKED_FLOAT32_ARRAY, TYPE_PACKED_FLOAT64_ARRAY:
-			var numbers: Array = Array(value)
-			for index: int in numbers.size():
-				if not is_finite(numbers[index]):
-					return "%s[%d] is NaN or infinite, which JSON cannot carry; give a finite " \
-							% [path, index] + "number"
-			return ""
-		TYPE_DICTIONARY, TYPE_ARRAY:
-			return _find_unsendable_in(value, path, parents)
-	return "%s is a %s, which JSON cannot carry; give a String, a number, a bool, null, " \
-			% [path, type_string(typeof(value))] + "an Array or a Dictionary (convert it first)"
-
-
-func _find_unsendable_in(container: Variant, path: String, parents: Array) -> String:
-	for parent: Variant in parents:
-		if is_same(parent, container):
-			return "%s contains itself, which JSON cannot carry; send a copy without the " % path \
-					+ "loop"
-	if parents.size() >= MAX_PARAMS_DEPTH:
-		return "%s nests more than %d levels deep; flatten it" % [path, MAX_PARAMS_DEPTH]
-	parents.push_back(container)
-	var found: String = ""
-	if container is Dictionary:
-		var dictionary: Dictionary = container
-		for key: Variant in dictionary:
-			if not key is String and not key is StringName:
-				found = "%s has a key %s that is a %s; JSON keys are Strings, give it as one" \
-						% [path, str(key).left(40), type_string(typeof(key))]
-			else:
-				found = _find_unsendable(dictionary[key], "%s.%s" % [path, key], parents)
-			if not found.is_empty():
-				break
-	else:
-		var array: Array = container
-		for index: int in array.size():
-			found = _find_unsendable(array[index], "%s[%d]" % [path, index], parents)
-			if not found.is_empty():
-				break
-	parents.pop_back()
-	return found
-
-
 func _send_initialize() -> void:
 	_state = State.INITIALIZING
 	var params: Dictionary = {"protocol_version": PROTOCOL_VERSION, "token": _token}
 	_initialize = GameMemoryRequest.new(0, "initialize", params, _open_timeout_seconds)
-	_initialize.start_clock(Time.get_ticks_msec())
+	_encode(_initialize)
+	_initialize.mark_sent(Time.get_ticks_msec())
 	_in_flight[0] = _initialize
 	_send(_initialize)
 
 
+func _encode(req: GameMemoryRequest) -> void:
+	req.message_text = GameMemoryJson.stringify(req.to_message())
+	req.message_bytes = req.message_text.to_utf8_buffer().size()
+
+
+# Sends queued requests, oldest first, while a slot is free and the next message fits in the
+# outbound buffer; the rest wait for a later poll. Each one's answer clock starts as it goes.
 func _send_queued() -> void:
-	while _state == State.OPEN and not _queue.is_empty() and _in_flight.size() < MAX_IN_FLIGHT:
-		var req: GameMemoryRequest = _queue.pop_front()
+	while _state == State.OPEN and not _queue.is_empty() \
+			and _in_flight.size() + _abandoned.size() < MAX_IN_FLIGHT:
+		var req: GameMemoryRequest = _queue.front()
 		if req.is_finished():
+			_queue.pop_front()
 			continue
+		# Godot refuses a message that does not fit beside what is still buffered (an engine
+		# error, and the message is lost), so wait for the buffer to drain instead.
+		if _socket.get_current_outbound_buffered_amount() + req.message_bytes \
+				>= OUTBOUND_BUFFER_BYTES:
+			return
+		_queue.pop_front()
 		_in_flight[req.id] = req
+		req.mark_sent(Time.get_ticks_msec())
 		_send(req)
 
 
 func _send(req: GameMemoryRequest) -> void:
-	var error: Error = _socket.send_text(JSON.stringify(req.to_message()))
+	var error: Error = _socket.send_text(req.message_text)
 	if error != OK:
 		_in_flight.erase(req.id)
 		req.finish(GameMemoryError.failure(GameMemoryError.CONNECTION_LOST,
@@ -258,11 +245,11 @@ func _receive() -> void:
 		if not _socket.was_string_packet():
 			push_warning("game-memory: ignored a binary frame from the sidecar")
 			continue
-		var json: JSON = JSON.new()
-		if json.parse(packet.get_string_from_utf8()) != OK:
-			push_warning("game-memory: ignored a frame that is not JSON: %s" % json.get_error_message())
+		var parsed: Dictionary = GameMemoryJson.parse(packet.get_string_from_utf8())
+		if not parsed["ok"]:
+			push_warning("game-memory: ignored a frame that is not JSON: %s" % parsed["error"])
 			continue
-		var data: Variant = json.data
+		var data: Variant = parsed["value"]
 		if data is Array:
 			for item: Variant in data:
 				_dispatch(item)
@@ -285,7 +272,10 @@ func _dispatch(message: Variant) -> void:
 		return
 	var req: GameMemoryRequest = _in_flight.get(int(raw_id))
 	if req == null:
-		return # An answer that arrived after its request timed out: it was already resolved.
+		# An answer that arrived after its request timed out: it was already resolved, and
+		# the sidecar no longer runs it, so its slot is free again.
+		_abandoned.erase(int(raw_id))
+		return
 	_in_flight.erase(req.id)
 	var result: Dictionary = _result_of(req, body)
 	if req == _initialize:
@@ -330,20 +320,35 @@ func _finish_initialize(result: Dictionary) -> void:
 
 
 func _expire(now: int) -> void:
+	for id: int in _abandoned.keys():
+		if now >= int(_abandoned[id]):
+			_abandoned.erase(id) # the sidecar's own deadline has passed: it gave up too
 	var late: Array[GameMemoryRequest] = []
 	for req: GameMemoryRequest in _in_flight.values():
 		if req != _initialize and now >= req.deadline_msec:
 			late.append(req)
-	for req: GameMemoryRequest in _queue:
-		if req.deadline_msec > 0 and now >= req.deadline_msec:
-			late.append(req)
 	for req: GameMemoryRequest in late:
+		# The sidecar still runs it: its slot stays taken until its answer or its deadline.
 		_in_flight.erase(req.id)
-		_queue.erase(req)
+		var deadline: int = SIDECAR_REBUILD_DEADLINE_MSEC if req.method == "memory.rebuild" \
+				else SIDECAR_REQUEST_DEADLINE_MSEC
+		_abandoned[req.id] = req.sent_msec + deadline + SIDECAR_DEADLINE_MARGIN_MSEC
 		req.finish(GameMemoryError.failure(GameMemoryError.REQUEST_TIMEOUT,
 				"%s (request %d) got no answer within %.2f s; raise GameMemory.request_timeout "
 				% [req.method, req.id, req.timeout_msec / 1000.0]
 				+ "or check the sidecar, which may be overloaded or stuck"))
+	var unsent: Array[GameMemoryRequest] = []
+	for req: GameMemoryRequest in _queue:
+		if req.deadline_msec > 0 and now >= req.deadline_msec:
+			unsent.append(req)
+	for req: GameMemoryRequest in unsent:
+		_queue.erase(req)
+		req.finish(GameMemoryError.failure(GameMemoryError.REQUEST_TIMEOUT,
+				"%s (request %d) was not sent within %.2f s: %d requests were still on the wire "
+				% [req.method, req.id, req.timeout_msec / 1000.0, _in_flight.size()
+				+ _abandoned.size()] + "(at most %d at a time); the sidecar is overloaded or "
+				% MAX_IN_FLIGHT + "stuck: send fewer requests at once or raise "
+				+ "GameMemory.request_timeout"))
 
 
 func _lost_error() -> Dictionary:
@@ -370,6 +375,7 @@ func _close_with(error: Dictionary) -> void:
 		unresolved.append(req)
 	unresolved.append_array(_queue)
 	_in_flight.clear()
+	_abandoned.clear()
 	_queue.clear()
 	# Announce first, so whoever awaits a failed request already sees the backend as failed.
 	closed.emit(error)

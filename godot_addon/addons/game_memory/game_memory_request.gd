@@ -5,7 +5,8 @@ extends RefCounted
 ## [GameMemoryConnection] creates one per call with its own id, so concurrent calls from many
 ## NPCs never mix up. The request resolves once: answered, failed, timed out or cancelled;
 ## later attempts to resolve it are ignored. [method wait] never hangs, because the connection
-## puts a deadline on every request it sends and fails every pending request when it closes.
+## puts a deadline on every request it holds (one to be sent, then one to be answered) and fails
+## every pending request when it closes.
 
 #region Signals
 ## Emitted once, when the request resolves, with the same dictionary [method wait] returns.
@@ -20,10 +21,17 @@ var id: int = 0
 var method: String = ""
 ## The JSON-RPC params sent with the request.
 var params: Dictionary = {}
-## How long the sidecar has to answer once the request is sent, in milliseconds.
+## How long the request may wait to be sent, and then how long the sidecar has to answer
+## it once it is, in milliseconds (each wait gets the whole of it).
 var timeout_msec: int = 0
-## When the request times out ([method Time.get_ticks_msec] clock); 0 until it is sent.
+## When the current wait ends ([method Time.get_ticks_msec] clock); 0 while no clock runs.
 var deadline_msec: int = 0
+## When the request was put on the wire ([method Time.get_ticks_msec] clock); 0 until then.
+var sent_msec: int = 0
+## The JSON text of the message, made once when the connection accepts the request.
+var message_text: String = ""
+## The size of [member message_text] in UTF-8 bytes.
+var message_bytes: int = 0
 
 var _result: Dictionary = {}
 var _finished: bool = false
@@ -42,6 +50,17 @@ func _init(request_id: int, request_method: String, request_params: Dictionary,
 ## Starts (or restarts) the timeout clock at [param now_msec].
 func start_clock(now_msec: int) -> void:
 	deadline_msec = now_msec + timeout_msec
+
+
+## Marks the request as put on the wire at [param now_msec] and starts its answer clock there.
+func mark_sent(now_msec: int) -> void:
+	sent_msec = maxi(1, now_msec)
+	start_clock(now_msec)
+
+
+## Returns true once the request has been put on the wire.
+func is_sent() -> bool:
+	return sent_msec > 0
 
 
 ## Returns true once the request has resolved.
