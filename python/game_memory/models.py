@@ -44,6 +44,9 @@ _ADVICE = {
     "model_integrity": "run 'game-memory models prepare --force', then restart",
 }
 _OTHER_ADVICE = "run 'game-memory models prepare', then restart"
+#: Reasons that already say what to do (the provider names the command, or the repair is
+#: not a command: a permission), where the advice above would contradict them.
+_REASONS_THAT_ADVISE = ("'game-memory models prepare", "read access")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +118,8 @@ def _notice(model: str, reason: str, kind: str | None) -> MemoryVectorDiagnostic
     advice = _ADVICE.get(kind or "", _OTHER_ADVICE)
     if model != "default":
         advice = advice.replace("models prepare", f"models prepare {model}")
+    if any(said in reason for said in _REASONS_THAT_ADVISE):
+        advice = "restart"  # the reason says what repairs it; a second command would not
     which = "default" if model == "default" else f"{model!r}"
     message = (
         f"recall is lexical only because the {which} embedding model is unavailable: "

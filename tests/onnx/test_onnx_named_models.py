@@ -213,3 +213,43 @@ def test_the_public_face_is_small_and_the_old_names_still_import() -> None:
         "prepared_model_problems",
     ):
         assert old not in onnx.__all__ and callable(getattr(onnx, old))
+
+
+def refuse_under(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """Make ``Path`` tests under ``folder`` raise ``PermissionError``, as Python 3.11 does for
+    a folder the process may not enter (tests run as root, whom permissions do not stop)."""
+    for name in ("is_file", "is_dir", "exists"):
+        real = getattr(Path, name)
+
+        def refused(self: Path, *args: object, real: object = real, **kwargs: object) -> bool:
+            if self.is_relative_to(folder):
+                raise PermissionError(13, "Permission denied", str(self))
+            return real(self, *args, **kwargs)  # type: ignore[operator, no-any-return]
+
+        monkeypatch.setattr(Path, name, refused)
+
+
+@pytest.mark.parametrize("inside", ["", "onnx"])
+async def test_a_model_folder_the_process_may_not_enter_is_a_model_integrity_error(
+    tiny_bert_files: dict[str, bytes],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    inside: str,
+) -> None:
+    """Not a raw ``PermissionError``: the front door falls back to lexical recall on the
+    provider's error, and a sidecar that got a raw one exited instead."""
+    place(tiny_bert_files, tmp_path, "default")
+    folder = named_model_directory("default", tmp_path)
+    refuse_under(monkeypatch, folder / inside if inside else folder)
+    for load in (
+        lambda: load_named_provider("default", tmp_path),
+        lambda: load_provider_from_directory(folder),
+    ):
+        with pytest.raises(OnnxEmbeddingError, match="cannot be read") as caught:
+            await load()
+        assert caught.value.kind is OnnxFailureKind.MODEL_INTEGRITY
+        assert "read access" in str(caught.value)
+    choice = await load_model("default", tmp_path)
+    assert choice.provider is None and choice.notice is not None
+    assert "read access" in choice.notice.message
+    assert "models prepare" not in choice.notice.message  # it would not repair this

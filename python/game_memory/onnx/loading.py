@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from game_memory.onnx.bge_m3 import BgeM3OnnxEmbeddingProvider
 from game_memory.onnx.errors import OnnxEmbeddingError, OnnxFailureKind, onnx_error
+from game_memory.onnx.model_files import probed
 from game_memory.onnx.named_models import named_model, named_model_directory
 from game_memory.onnx.options import (
     BgeM3OnnxEmbeddingOptions,
@@ -52,7 +53,7 @@ async def load_named_provider(
     """
     model = named_model(name)
     directory = named_model_directory(name, home)
-    if not (directory / MANIFEST_NAME).is_file():
+    if not probed(directory / MANIFEST_NAME, Path.is_file):
         raise onnx_error(
             OnnxFailureKind.MISSING_MODEL_FILE,
             f"the {name} embedding model ({model.summary}) is not prepared in {directory}; "
@@ -117,16 +118,16 @@ async def load_provider_from_directory(
             ``create``.
     """
     directory = Path(path).expanduser()
-    if not directory.is_dir():
-        problem = "is not a folder" if directory.exists() else "does not exist"
+    if not probed(directory, Path.is_dir):
+        problem = "is not a folder" if probed(directory, Path.exists) else "does not exist"
         raise onnx_error(
             OnnxFailureKind.INVALID_CONFIGURATION, f"the model folder {directory} {problem}"
         )
-    if (directory / "sentencepiece.bpe.model").exists():
+    if probed(directory / "sentencepiece.bpe.model", Path.exists):
         return await BgeM3OnnxEmbeddingProvider.create(
             BgeM3OnnxEmbeddingOptions(directory, **options)
         )
-    if (directory / MANIFEST_NAME).exists():
+    if probed(directory / MANIFEST_NAME, Path.exists):
         settings = SentenceEncoderOnnxEmbeddingOptions(directory, **options)
         prepared = PreparedModelManifest.read(directory)
         if prepared.model_id == _DEFAULT_MODEL_ID:

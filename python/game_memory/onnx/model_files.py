@@ -21,6 +21,7 @@ from game_memory.strict_json import nests_deeper_than
 __all__ = [
     "ModelFileManifest",
     "ModelFileRecord",
+    "probed",
     "read_json_document",
     "sha256_file",
     "verify_model_files",
@@ -74,6 +75,21 @@ def sha256_file(path: Path, cancelled: Callable[[], bool] | None = None) -> str:
     return digest.hexdigest()
 
 
+def probed(path: Path, test: Callable[[Path], bool]) -> bool:
+    """``test(path)`` (``Path.is_file``, ``is_dir``, ``exists``), where a folder the process
+    may not enter raises ``OnnxEmbeddingError(MODEL_INTEGRITY)`` naming the path: Python
+    3.11's ``Path`` tests raise ``PermissionError`` there instead of answering, which no
+    caller of a loader expects (a game falls back to lexical mode on the error)."""
+    try:
+        return test(path)
+    except OSError as exc:
+        raise onnx_error(
+            OnnxFailureKind.MODEL_INTEGRITY,
+            f"{path} cannot be read ({exc.strerror or exc}); give the process read access "
+            "to the model folder",
+        ) from exc
+
+
 def _inside(directory: Path, candidate: Path) -> bool:
     root = os.path.normcase(str(directory))
     target = os.path.normcase(str(candidate))
@@ -112,7 +128,7 @@ def verify_model_files(
             OnnxFailureKind.INVALID_CONFIGURATION,
             f"the model folder {directory} does not exist; point model_directory at it",
         ) from exc
-    if not root.is_dir():
+    if not probed(root, Path.is_dir):
         raise onnx_error(
             OnnxFailureKind.INVALID_CONFIGURATION, f"the model folder {directory} is not a folder"
         )
@@ -127,7 +143,7 @@ def verify_model_files(
                 f"the model file {relative} resolves to {location}, outside {root}; "
                 "model files must live inside the model folder",
             )
-        if not location.exists():
+        if not probed(location, Path.exists):
             raise onnx_error(
                 OnnxFailureKind.MISSING_MODEL_FILE,
                 f"the model file {relative} is missing from {root}",

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
-from game_memory.onnx.model_files import read_json_document, sha256_file
+from game_memory.onnx.model_files import probed, read_json_document, sha256_file
 
 __all__ = [
     "MANIFEST_NAME",
@@ -115,7 +115,7 @@ class PreparedModelManifest(BaseModel):
                 cannot be parsed.
         """
         path = directory / MANIFEST_NAME
-        if not path.is_file():
+        if not probed(path, Path.is_file):
             raise onnx_error(
                 OnnxFailureKind.MISSING_MODEL_FILE,
                 f"{directory} holds no prepared model ({MANIFEST_NAME} is missing); run "
