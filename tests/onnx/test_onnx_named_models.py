@@ -23,7 +23,7 @@ from game_memory.onnx import (
     load_provider_from_directory,
     prepare_named_model,
 )
-from game_memory.onnx.build.prepare import MODEL_SOURCES
+from game_memory.onnx.build.prepare import MODEL_SOURCES, prepared_model_problems
 from game_memory.onnx.build.safetensors_reader import read_safetensors
 from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
 from game_memory.onnx.named_models import named_model, named_model_directory
@@ -202,6 +202,35 @@ def test_models_info_shows_both_models(
     (named_model_directory("multilingual", tmp_path) / "config.json").write_text("{}")
     assert run_info(argparse.Namespace(home=str(tmp_path))) == 1
     assert "damaged: config.json" in capsys.readouterr().out
+
+
+def test_models_info_calls_a_corrupt_manifest_damaged_not_missing(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in MODEL_NAMES:
+        place(tiny_bert_files, tmp_path, name)
+    manifest = named_model_directory("default", tmp_path) / "game-memory-model.json"
+    manifest.write_bytes(manifest.read_bytes()[:100])  # cut short
+    assert run_info(argparse.Namespace(home=str(tmp_path))) == 1  # not 0: one is damaged
+    output = capsys.readouterr().out
+    assert "damaged:" in output and "game-memory-model.json" in output
+    assert f"'game-memory models prepare default --home {tmp_path} --force'" in output
+
+
+def test_a_model_file_linked_from_outside_its_folder_is_damaged_as_the_loader_says(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    """``models info`` and ``models prepare`` judge a folder by what the loader accepts: a
+    file that is a link leading out of the folder is refused there, so it is damage here
+    (``prepare`` then rebuilds it), not "prepared and intact"."""
+    place(tiny_bert_files, tmp_path / "home", "default")
+    graph = named_model_directory("default", tmp_path / "home") / "onnx" / "model_int8.onnx"
+    elsewhere = tmp_path / "store" / "model_int8.onnx"
+    elsewhere.parent.mkdir()
+    graph.rename(elsewhere)
+    graph.symlink_to(elsewhere)
+    problems = prepared_model_problems(graph.parent.parent, MODEL_SOURCES["default"])
+    assert problems and "outside" in problems[0] and "onnx/model_int8.onnx" in problems[0]
 
 
 def test_the_public_face_is_small_and_the_old_names_still_import() -> None:

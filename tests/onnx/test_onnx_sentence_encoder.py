@@ -199,12 +199,14 @@ async def test_identity_names_precision_weights_tokenizer_and_preprocessing(
         assert provider.identity != int8_identity
 
 
-async def test_maximum_tokens_beyond_the_position_limit_is_unsupported(
+async def test_maximum_tokens_beyond_the_position_limit_is_an_invalid_configuration(
     tiny_prepared: Path,
 ) -> None:
-    with pytest.raises(OnnxEmbeddingError) as caught:
+    """An option out of its range for this model (docs/embeddings.md's options table), not
+    a model this library cannot run: the kind says which to fix."""
+    with pytest.raises(OnnxEmbeddingError, match="maximum_tokens") as caught:
         await create(tiny_prepared, maximum_tokens=bert.POSITIONS + 1)
-    assert caught.value.kind is OnnxFailureKind.UNSUPPORTED_MODEL
+    assert caught.value.kind is OnnxFailureKind.INVALID_CONFIGURATION
 
 
 async def test_long_texts_are_truncated_within_the_position_limit(tiny_prepared: Path) -> None:

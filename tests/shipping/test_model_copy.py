@@ -87,11 +87,29 @@ def test_lexical_bundles_no_model(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["missing", "not-a-model"])
-def test_a_path_that_is_not_a_model_folder_is_refused(tmp_path: Path, kind: str) -> None:
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("missing", "does not exist"),
+        ("a-file", "is not a folder"),
+        ("not-a-model", "neither a prepared model folder"),
+    ],
+)
+def test_a_path_that_is_not_a_model_folder_is_refused(tmp_path: Path, kind: str, said: str) -> None:
     folder = tmp_path / kind
     if kind == "not-a-model":
         folder.mkdir()
         (folder / "notes.txt").write_text("hello")
-    with pytest.raises(BundleError, match=r"does not exist|neither a prepared model folder"):
+    elif kind == "a-file":
+        folder.write_text("not a folder")
+    with pytest.raises(BundleError, match=said):
         resolve_model_choice(str(folder))
+
+
+def test_a_named_model_that_cannot_be_prepared_is_a_bundle_error(tmp_path: Path) -> None:
+    """Offline, or a home that cannot hold it: the bundle's own message and advice, not a
+    raw error of the preparation (``ModelPreparationError`` is not an ``OnnxEmbeddingError``)."""
+    home = tmp_path / "a-file"
+    home.write_text("not a folder")
+    with pytest.raises(BundleError, match="--model lexical"):
+        resolve_model_choice("default", home)

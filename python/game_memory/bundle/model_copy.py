@@ -21,7 +21,7 @@ from pathlib import Path
 
 from game_memory.bundle.layout import MODELS_FOLDER, BundleError, ModelKind
 from game_memory.onnx.build.prepare import prepare_named_model
-from game_memory.onnx.errors import OnnxEmbeddingError
+from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError
 from game_memory.onnx.named_models import MODEL_NAMES, named_model_directory
 from game_memory.onnx.prepared_manifest import MANIFEST_NAME, PreparedModelManifest
 
@@ -65,14 +65,15 @@ def resolve_model_choice(
     if model in MODEL_NAMES:
         try:
             return ModelChoice("default", prepare_named_model(model, home, progress=progress))
-        except OnnxEmbeddingError as exc:
+        except (OnnxEmbeddingError, ModelPreparationError) as exc:  # offline, a bad home
             raise BundleError(
                 f"cannot prepare the {model} model in {named_model_directory(model, home)}: "
                 f"{exc}; bundle with --model lexical to ship without one"
             ) from exc
     source = Path(model).expanduser().resolve()
     if not source.is_dir():
-        raise BundleError(f"the model folder {source} does not exist")
+        problem = "is not a folder" if source.exists() else "does not exist"
+        raise BundleError(f"the model folder {source} {problem}")
     if (
         not (source / MANIFEST_NAME).is_file()
         and not (source / "sentencepiece.bpe.model").is_file()

@@ -19,7 +19,7 @@ from rich.progress import (
 
 from game_memory.onnx import MODEL_NAMES, prepare_named_model
 from game_memory.onnx.build.prepare import MODEL_SOURCES, prepared_model_problems
-from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError
+from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError, OnnxFailureKind
 from game_memory.onnx.model_files import ModelFileManifest, ModelFileRecord
 from game_memory.onnx.model_home import default_model_home
 from game_memory.onnx.named_models import named_model, named_model_directory
@@ -118,9 +118,16 @@ def _show_model(out: Console, name: str, home: Path | None) -> str:
     out.print(f"  folder:     {directory}", markup=False)
     try:
         prepared = PreparedModelManifest.read(directory)
-    except OnnxEmbeddingError:
-        out.print(f"  state:      not prepared; run '{_prepare(name, home)}'", markup=False)
-        return "missing"
+    except OnnxEmbeddingError as exc:
+        if exc.kind is OnnxFailureKind.MISSING_MODEL_FILE:
+            out.print(f"  state:      not prepared; run '{_prepare(name, home)}'", markup=False)
+            return "missing"
+        # A manifest that cannot be read or parsed: prepared once, damaged since (the
+        # loader refuses it with the same error).
+        reason = str(exc).rstrip(".")
+        advice = "" if "read access" in reason else f"; run '{_prepare(name, home, force=True)}'"
+        out.print(f"  state:      damaged: {reason}{advice}", markup=False)
+        return "damaged"
     problems = prepared_model_problems(directory, MODEL_SOURCES[name])
     state = (
         "prepared and intact"

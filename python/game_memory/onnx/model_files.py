@@ -90,7 +90,8 @@ def probed(path: Path, test: Callable[[Path], bool]) -> bool:
         ) from exc
 
 
-def _inside(directory: Path, candidate: Path) -> bool:
+def inside_folder(directory: Path, candidate: Path) -> bool:
+    """Whether ``candidate`` (resolved) is ``directory`` (resolved) or lies below it."""
     root = os.path.normcase(str(directory))
     target = os.path.normcase(str(candidate))
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
@@ -137,7 +138,7 @@ def verify_model_files(
     records = []
     for relative, maximum in files:
         location = (root / relative).resolve()
-        if not _inside(root, location):
+        if not inside_folder(root, location):
             raise onnx_error(
                 OnnxFailureKind.INVALID_CONFIGURATION,
                 f"the model file {relative} resolves to {location}, outside {root}; "

@@ -18,7 +18,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
-from game_memory.onnx.model_files import probed, read_json_document, sha256_file
+from game_memory.onnx.model_files import (
+    inside_folder,
+    probed,
+    read_json_document,
+    sha256_file,
+)
 
 __all__ = [
     "MANIFEST_NAME",
@@ -145,9 +150,17 @@ class PreparedModelManifest(BaseModel):
             One line per problem; empty when the folder is intact.
         """
         problems = []
+        try:
+            root = directory.resolve(strict=True)
+        except OSError as exc:
+            return [f"{directory}: {exc.strerror or exc}"]
         for entry in self.files:
             path = directory / entry.path
             try:
+                if not inside_folder(root, path.resolve()):
+                    # What the loader refuses (``verify_model_files``): a link leading out.
+                    problems.append(f"{entry.path}: resolves to {path.resolve()}, outside {root}")
+                    continue
                 size = path.stat().st_size
                 if size != entry.bytes:
                     problems.append(f"{entry.path}: {size} bytes, expected {entry.bytes}")

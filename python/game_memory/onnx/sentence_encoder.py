@@ -146,8 +146,8 @@ def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], 
         )
     maximum_tokens = resolved_maximum_tokens(options, prepared)
     if maximum_tokens > config.max_position_embeddings:
-        raise onnx_error(
-            OnnxFailureKind.UNSUPPORTED_MODEL,
+        raise onnx_error(  # an option out of the model's range (docs/embeddings.md)
+            OnnxFailureKind.INVALID_CONFIGURATION,
             f"maximum_tokens={maximum_tokens} exceeds the model's position limit "
             f"{config.max_position_embeddings}; lower maximum_tokens",
         )
