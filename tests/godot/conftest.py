@@ -39,14 +39,15 @@ class SidecarStarter:
         self,
         model: str = "hashing",
         env: Mapping[str, str] | None = None,
+        arguments: Sequence[str] = (),
     ) -> SidecarProcess:
         """Start ``game-memory serve --websocket 127.0.0.1:0`` with ``model``; ``env`` adds
-        environment variables."""
+        environment variables, ``arguments`` more options of ``serve``."""
         folder = self._root / f"sidecar{len(self.started)}"
         folder.mkdir(parents=True)
         environment = {**os.environ, **(env or {})}
         process = SidecarProcess.start(
-            serve_command(folder / "save", folder / "index", model),
+            serve_command(folder / "save", folder / "index", model, arguments),
             folder / "stderr.log",
             env=environment,
         )

@@ -30,8 +30,11 @@ class SidecarError(RuntimeError):
     """The sidecar did not start: no ready line in time, or a bad one; has its stderr tail."""
 
 
-def serve_command(save_dir: Path, index_dir: Path, model: str = "hashing") -> list[str]:
-    """Return the command that runs the real sidecar from this checkout's Python."""
+def serve_command(
+    save_dir: Path, index_dir: Path, model: str = "hashing", extra: Sequence[str] = ()
+) -> list[str]:
+    """Return the command that runs the real sidecar from this checkout's Python; ``extra``
+    arguments (e.g. ``--maximum-memories-per-owner 6``) come last."""
     return [
         sys.executable,
         "-m",
@@ -45,6 +48,7 @@ def serve_command(save_dir: Path, index_dir: Path, model: str = "hashing") -> li
         str(index_dir),
         "--model",
         model,
+        *extra,
     ]
 
 

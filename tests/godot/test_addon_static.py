@@ -226,3 +226,15 @@ def test_the_demo_ships_an_identical_copy_of_the_addon() -> None:
         if path.is_file() and path.suffix != ".uid" and not path.name.endswith(".import")
     }
     assert theirs == ours
+
+
+def test_the_sidecars_stderr_pipe_is_never_closed_nor_freed() -> None:
+    """Godot's ``execute_with_pipe`` gives the stderr pipe descriptor 0 (the game's stdin) as
+    its write end, and ``FileAccessUnixPipe`` closes both ends on ``close()`` and when freed,
+    so the launcher keeps every stderr pipe referenced and never closes it."""
+    source = (ADDON_DIR / "game_memory_sidecar.gd").read_text()
+    assert "static var _kept_pipes: Array[FileAccess]" in source
+    launch = source.split("func _start_process(", 1)[1].split("\nfunc ", 1)[0]
+    assert "_kept_pipes.append(_stderr)" in launch
+    assert not re.search(r"_stderr\.close\(\)", source)
+    assert not re.search(r"_kept_pipes\.(clear|erase|remove_at|pop)", source)

@@ -144,9 +144,10 @@ enum State {
 @export var session_id: String = "default"
 
 @export_group("Timeouts")
-## Seconds the sidecar has to answer a request once it can be sent; a late request resolves
-## with [constant GameMemoryError.REQUEST_TIMEOUT]. A rebuild's clock restarts with every
-## progress report.
+## Seconds the sidecar has to answer a request once it is sent, and seconds a request may
+## wait to be sent while 64 are on the wire; a late request resolves with
+## [constant GameMemoryError.REQUEST_TIMEOUT]. A rebuild's clock restarts with every progress
+## report.
 @export_range(0.05, 600.0, 0.05, "suffix:s") var request_timeout: float = 10.0
 ## Seconds a launched sidecar has to print its ready line, and the connection has to open.
 @export_range(0.5, 600.0, 0.5, "suffix:s") var startup_timeout: float = 30.0

@@ -232,6 +232,7 @@ func _send_queued() -> void:
 
 func _send(req: GameMemoryRequest) -> void:
 	var error: Error = _socket.send_text(req.message_text)
+	req.message_text = "" # the socket has its own copy
 	if error != OK:
 		_in_flight.erase(req.id)
 		req.finish(GameMemoryError.failure(GameMemoryError.CONNECTION_LOST,
@@ -341,14 +342,15 @@ func _expire(now: int) -> void:
 	for req: GameMemoryRequest in _queue:
 		if req.deadline_msec > 0 and now >= req.deadline_msec:
 			unsent.append(req)
+	var on_the_wire: int = _in_flight.size() + _abandoned.size()
 	for req: GameMemoryRequest in unsent:
 		_queue.erase(req)
 		req.finish(GameMemoryError.failure(GameMemoryError.REQUEST_TIMEOUT,
-				"%s (request %d) was not sent within %.2f s: %d requests were still on the wire "
-				% [req.method, req.id, req.timeout_msec / 1000.0, _in_flight.size()
-				+ _abandoned.size()] + "(at most %d at a time); the sidecar is overloaded or "
-				% MAX_IN_FLIGHT + "stuck: send fewer requests at once or raise "
-				+ "GameMemory.request_timeout"))
+				"%s (request %d) was not sent within %.2f s: %d requests were on the wire (at "
+				% [req.method, req.id, req.timeout_msec / 1000.0, on_the_wire]
+				+ "most %d) and %d bytes waited to go out; the sidecar is overloaded or stuck: "
+				% [MAX_IN_FLIGHT, _socket.get_current_outbound_buffered_amount()]
+				+ "send fewer requests at once or raise GameMemory.request_timeout"))
 
 
 func _lost_error() -> Dictionary:

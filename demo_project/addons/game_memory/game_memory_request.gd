@@ -28,7 +28,8 @@ var timeout_msec: int = 0
 var deadline_msec: int = 0
 ## When the request was put on the wire ([method Time.get_ticks_msec] clock); 0 until then.
 var sent_msec: int = 0
-## The JSON text of the message, made once when the connection accepts the request.
+## The JSON text of the message, made once when the connection accepts the request and
+## emptied once it is sent.
 var message_text: String = ""
 ## The size of [member message_text] in UTF-8 bytes.
 var message_bytes: int = 0
@@ -56,11 +57,6 @@ func start_clock(now_msec: int) -> void:
 func mark_sent(now_msec: int) -> void:
 	sent_msec = maxi(1, now_msec)
 	start_clock(now_msec)
-
-
-## Returns true once the request has been put on the wire.
-func is_sent() -> bool:
-	return sent_msec > 0
 
 
 ## Returns true once the request has resolved.

@@ -229,8 +229,8 @@ func poll() -> void:
 ## [GameMemorySidecarReaper], which polls it every frame from then on (its owner need not):
 ## it is killed if it still runs after [constant EXIT_GRACE_MSEC], or after
 ## [constant GameMemorySidecarReaper.QUIT_WAIT_MSEC] of the game's last frame when the game
-## quits first. Does nothing unless it was launched and is
-## not stopping or gone. Emits nothing.
+## quits first. Does nothing unless it was launched and is not stopping or gone. Emits
+## nothing.
 func stop() -> void:
 	if _state == State.IDLE or _state == State.EXITED or _state == State.STOPPING:
 		return

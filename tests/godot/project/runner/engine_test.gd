@@ -29,9 +29,10 @@ static func parse_user_args(raw: PackedStringArray) -> Dictionary:
 	return parsed
 
 
-## Prints one structured line: [param tag], a space, then [param record] as JSON.
+## Prints one structured line: [param tag], a space, then [param record] as JSON (valid JSON
+## even when a value holds control characters).
 static func emit_line(tag: String, record: Dictionary) -> void:
-	print("%s %s" % [tag, JSON.stringify(record)])
+	print("%s %s" % [tag, GameMemoryJson.stringify(record)])
 
 
 ## Stores the case name and arguments; called by the runner before [method run].
