@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["nests_deeper_than", "parse_strict_json"]
+__all__ = ["nests_deeper_than", "parse_strict_json", "readable_json"]
 
 
 def _reject_constant(name: str) -> Any:
@@ -87,3 +87,18 @@ def parse_strict_json(text: str, what: str, maximum_depth: int) -> Any:
     if brackets > maximum_depth and nests_deeper_than(value, maximum_depth):
         raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
     return value
+
+
+def readable_json(text: str) -> str:
+    """``text`` (valid JSON) with its ``\\uXXXX`` escapes written as the characters they
+    stand for, for search and embedding: Python's ``json.dumps`` escapes every non-ASCII
+    character by default, and a payload written so (``{"item": "\\u00e9p\\u00e9e"}``)
+    would otherwise be searched and embedded as ``u00e9p``, not ``épée``. Text without an
+    escape is returned as it is (the usual case: one ``in`` test); otherwise it is parsed and
+    written again compactly, keeping its keys' order."""
+    if "\\u" not in text:
+        return text
+    try:
+        return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):  # not JSON after all: as it is
+        return text

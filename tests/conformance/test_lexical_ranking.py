@@ -21,6 +21,13 @@ from support.vectors import MemoryFactory
 WORDS = ["sword", "dragon", "forge", "ale", "tom", "rusty", "猫", "一只", "屋顶"]
 
 
+def searched(memory: GameMemory) -> str:
+    payload = memory.payload_json
+    if "\\u" in payload:
+        payload = json.dumps(json.loads(payload), ensure_ascii=False, separators=(",", ":"))
+    return (memory.searchable_text or "") + "\n" + payload
+
+
 def oracle(memories: Sequence[GameMemory], query: GameMemoryQuery) -> list[tuple[str, float]]:
     """``(memory id, score)`` of the lexical hits, best first, from the contract alone."""
     visible = [m for m in memories if memory_matches_query(m, query)]
@@ -29,15 +36,15 @@ def oracle(memories: Sequence[GameMemory], query: GameMemoryQuery) -> list[tuple
     bonus = 0.1 * len(query.tags)
     scored: list[tuple[GameMemory, float]] = []
     if not terms:
-        needle = text.lower() if text else None
+        needle = text.lower() if text and not text.isspace() else None
         for m in visible:
             haystacks = ((m.searchable_text or "").lower(), m.payload_json.lower())
             if needle is None or any(needle in h for h in haystacks):
                 scored.append((m, m.importance + bonus))
     elif visible:
-        documents = {
-            m.key: tokenize((m.searchable_text or "") + "\n" + m.payload_json) for m in visible
-        }
+        # The searched text: the searchable text and the payload with its JSON \u escapes
+        # read as characters (json.dumps writes every non-ASCII character escaped).
+        documents = {m.key: tokenize(searched(m)) for m in visible}
         count = len(visible)
         average = sum(max(1, len(documents[m.key])) for m in visible) / count
         idf = {

@@ -31,6 +31,14 @@ K1, B = 1.2, 0.75
 WORDS = ["sword", "dragon", "forge", "ale", "tom", "rusty", "猫", "一只"]
 
 
+def _readable(memory: GameMemory) -> str:
+    """The payload as searched: JSON's ``\\u`` escapes as the characters they stand for."""
+    payload = memory.payload_json
+    if "\\u" not in payload:
+        return payload
+    return json.dumps(json.loads(payload), ensure_ascii=False, separators=(",", ":"))
+
+
 def reference_search(
     snapshot: Sequence[GameMemory], query: GameMemoryQuery
 ) -> list[tuple[GameMemory, float]]:
@@ -38,7 +46,7 @@ def reference_search(
     ordered = sorted(snapshot, key=lambda m: (ordinal_key(m.owner_id), ordinal_key(m.memory_id)))
     visible = [m for m in ordered if memory_matches_query(m, query)]
     terms = list(dict.fromkeys(tokenize(query.text)))
-    if query.text is not None and not terms:
+    if query.text is not None and not terms and not query.text.isspace():
         needle = query.text.lower()
         visible = [
             m
@@ -46,9 +54,7 @@ def reference_search(
             if needle in (m.searchable_text or "").lower() or needle in m.payload_json.lower()
         ]
     scored: list[tuple[GameMemory, float]] = []
-    documents = {
-        m.key: tokenize((m.searchable_text or "") + "\n" + m.payload_json) for m in visible
-    }
+    documents = {m.key: tokenize((m.searchable_text or "") + "\n" + _readable(m)) for m in visible}
     if not terms:
         scored = [(m, m.importance + 0.1 * len(query.tags)) for m in visible]
     elif visible:
@@ -356,16 +362,38 @@ print("numpy.ma" in sys.modules)
     assert done.stdout.strip() == "False"
 
 
-def test_a_decomposed_query_finds_a_memory_written_composed(make_memory: MemoryFactory) -> None:
+def test_composed_and_decomposed_forms_find_each_other(make_memory: MemoryFactory) -> None:
     composed = unicodedata.normalize("NFC", "crème brûlée at the café")
-    texts = [composed, "plain cafe talk", "nothing related"]
+    written_decomposed = unicodedata.normalize("NFD", "a café on the square")
+    texts = [composed, "plain cafe talk", "nothing related", written_decomposed]
     memories = [make_memory(f"m{i}", text=text, tick=i) for i, text in enumerate(texts)]
     decomposed = unicodedata.normalize("NFD", "café")
     assert decomposed != "café"
-    query = GameMemoryQuery(session_id="s", limit=10, text=decomposed)
-    hits, _ = lexical_search(views_of(memories), query, 10)
-    # "cafe" (the decomposed word up to its mark) and "café" (its NFC form) are the terms.
-    assert [hit.memory.memory_id for hit in hits] == ["m1", "m0"]
-    composed_query = GameMemoryQuery(session_id="s", limit=10, text="café")
-    hits, _ = lexical_search(views_of(memories), composed_query, 10)
-    assert [hit.memory.memory_id for hit in hits] == ["m0"]  # an NFC query: as before
+    for text in (decomposed, "café"):  # typed either way, both memories with café, only they
+        query = GameMemoryQuery(session_id="s", limit=10, text=text)
+        hits, _ = lexical_search(views_of(memories), query, 10)
+        assert sorted(hit.memory.memory_id for hit in hits) == ["m0", "m3"]
+
+
+def test_a_payload_written_with_ascii_escapes_is_searched_as_its_characters(
+    make_memory: MemoryFactory,
+) -> None:
+    """``json.dumps`` escapes every non-ASCII character by default."""
+    escaped = json.dumps({"item": "épée", "giver": "ドラゴン"})
+    assert "\\u00e9" in escaped
+    memories = [
+        make_memory("m0", text=None, payload_json=escaped),
+        make_memory("m1", text="a plain sword"),
+    ]
+    for text, found in (("épée", ["m0"]), ("ドラゴン", ["m0"]), ("u00e9p", [])):
+        query = GameMemoryQuery(session_id="s", limit=10, text=text)
+        hits, _ = lexical_search(views_of(memories), query, 10)
+        assert [hit.memory.memory_id for hit in hits] == found, text
+
+
+def test_white_space_alone_is_no_text(make_memory: MemoryFactory) -> None:
+    memories = [make_memory(f"m{i}", text=f"word {i}  spaced") for i in range(3)]
+    for text in ("", " ", "  ", "\t", "\n"):
+        query = GameMemoryQuery(session_id="s", limit=10, text=text)
+        hits, _ = lexical_search(views_of(memories), query, 10)
+        assert len(hits) == 3, repr(text)

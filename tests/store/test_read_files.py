@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import json
 import mmap
 import os
 import shutil
+import struct
 import threading
 import time
 import zlib
@@ -245,6 +247,43 @@ async def test_a_damaged_or_foreign_read_file_is_ignored_and_rebuilt(
     assert path.read_bytes() != bytes(data)  # rewritten from the records
     third = make_store()
     assert await answers(third) == expected
+
+
+def rewrite_header(path: Path, **fields: object) -> None:
+    """Give a read file's header other ``fields`` (its CRC made right again): a file as
+    another build or another Python would have written it."""
+    head = struct.Struct("<8sII")
+    data = path.read_bytes()
+    magic, length, _crc = head.unpack_from(data)
+    header = json.loads(data[head.size : head.size + length])
+    header.update(fields)
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    rest = data[head.size + length :]
+    path.write_bytes(head.pack(magic, len(encoded), zlib.crc32(encoded)) + encoded + rest)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"format_version": 3}, {"tokenizer": "2/unicode-0.0.0"}, {"tokenizer": None}],
+    ids=["format 3", "another unicode database", "no tokenizer named"],
+)
+async def test_a_read_file_of_another_format_or_tokenizer_is_ignored_and_rebuilt(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path, fields: dict[str, object]
+) -> None:
+    """Its postings may hold other tokens than this build makes of the same text (format 3
+    predates the tokenizer's NFKC, marks and Hangul): trusted, a recall would miss them."""
+    first = make_store()
+    await fill(first, make_memory)
+    expected = await answers(first)
+    await first.aclose()
+    (path,) = read_files(tmp_path / "save")
+    rewrite_header(path, **fields)
+    stale = path.read_bytes()
+    second = make_store()
+    assert await answers(second) == expected
+    await read_files_written(second)
+    assert path.read_bytes() != stale  # rewritten from the records, with today's header
+    assert read_file_module.TOKENIZER_ID.encode() in path.read_bytes()[:4096]
 
 
 async def test_erasing_removes_the_read_files_of_the_session(

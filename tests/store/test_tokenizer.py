@@ -1,7 +1,9 @@
 """The lexical tokenizer against the reference rule (§2.3), spelled out as a character loop.
 
-The one deliberate change, Japanese kana split by script with hiragana as uni- and bigrams,
-is spelled out here too (``split_kana``), independently of the implementation.
+The deliberate changes are spelled out here too, independently of the implementation:
+Japanese kana split by script with hiragana as uni- and bigrams (``split_kana``), and for
+text that is not ASCII NFKC with what joins words removed (``fold``), combining marks as
+word characters, ``ß``/``ς`` folded, and Hangul syllables as uni- and bigrams.
 """
 
 from __future__ import annotations
@@ -15,6 +17,25 @@ from hypothesis import strategies as st
 from game_memory.store.tokenizer import MAXIMUM_TOKENS, MAXIMUM_UTF16_UNITS, tokenize
 
 _LETTER_OR_DIGIT = {"Lu", "Ll", "Lt", "Lm", "Lo", "Nd"}  # .NET char.IsLetterOrDigit
+_MARKS = {"Mn", "Mc", "Me"}  # continue a word (the change): a Devanagari vowel sign
+#: Removed from text that is not ASCII (the change): soft hyphen, zero-width joiner, word
+#: joiner, U+FEFF, Arabic tatweel, and the Arabic and Hebrew vowel marks.
+_JOINERS = {0x00AD, 0x200D, 0x2060, 0xFEFF, 0x0640}
+_VOWEL_BLOCKS = ((0x0591, 0x05C7), (0x0610, 0x061A), (0x064B, 0x065F), (0x0670, 0x0670))
+_VOWEL_MARKS = {
+    code
+    for start, end in (*_VOWEL_BLOCKS, (0x06D6, 0x06ED))
+    for code in range(start, end + 1)
+    if unicodedata.category(chr(code)) == "Mn"
+}
+
+
+def fold(text: str) -> str:
+    """Text that is not ASCII as the changed rule reads it."""
+    if text.isascii():
+        return text
+    removed = _JOINERS | _VOWEL_MARKS
+    return "".join(c for c in unicodedata.normalize("NFKC", text) if ord(c) not in removed)
 
 
 def _utf16_units(text: str) -> list[int]:
@@ -23,11 +44,21 @@ def _utf16_units(text: str) -> list[int]:
 
 
 def _is_cjk(unit: int) -> bool:
-    return 0x3400 <= unit <= 0x4DBF or 0x4E00 <= unit <= 0x9FFF or 0xF900 <= unit <= 0xFAFF
+    return (
+        0x3400 <= unit <= 0x4DBF
+        or 0x4E00 <= unit <= 0x9FFF
+        or 0xF900 <= unit <= 0xFAFF
+        or 0xAC00 <= unit <= 0xD7A3  # Hangul syllables (the change)
+    )
 
 
 def _lower_invariant(unit: int) -> str:
-    """The simple (one unit to one unit) lower-case mapping of .NET ``ToLowerInvariant``."""
+    """The simple (one unit to one unit) lower-case mapping of .NET ``ToLowerInvariant``,
+    with ``ß``, ``ẞ`` and ``ς`` folded (the change)."""
+    if unit in (0xDF, 0x1E9E):
+        return "ss"
+    if unit == 0x3C2:
+        return "\u03c3"
     lowered = chr(unit).lower()
     if len(lowered) == 1:
         return lowered
@@ -49,7 +80,11 @@ def reference_tokenize(text: str | None) -> list[str]:
             tokens.extend(split_kana("".join(word)))
             word.clear()
 
-    for unit in _utf16_units(text)[:MAXIMUM_UTF16_UNITS]:
+    cut = _utf16_units(text)[:MAXIMUM_UTF16_UNITS]
+    if 0xD800 <= cut[-1] <= 0xDBFF:
+        cut = cut[:-1]  # half of an astral character: dropped whole
+    read = b"".join(unit.to_bytes(2, "little") for unit in cut).decode("utf-16-le")
+    for unit in _utf16_units(fold(read)):
         if len(tokens) >= MAXIMUM_TOKENS:
             break
         if _is_cjk(unit):
@@ -63,7 +98,8 @@ def reference_tokenize(text: str | None) -> list[str]:
             continue
         previous_cjk = None
         is_word = unit == ord("_") or (
-            not 0xD800 <= unit <= 0xDFFF and unicodedata.category(chr(unit)) in _LETTER_OR_DIGIT
+            not 0xD800 <= unit <= 0xDFFF
+            and unicodedata.category(chr(unit)) in _LETTER_OR_DIGIT | _MARKS
         )
         if is_word:
             word.append(_lower_invariant(unit))
@@ -115,16 +151,26 @@ def split_kana(word: str) -> list[str]:
         ("ドラゴンはどこ", ["ドラゴン", "は", "ど", "はど", "こ", "どこ"]),
         ("ラーメンを食べた", ["ラーメン", "を", "食", "べ", "た", "べた"]),
         ("Tシャツ", ["t", "シャツ"]),
-        ("ｶﾀｶﾅです", ["ｶﾀｶﾅ", "で", "す", "です"]),
+        ("ｶﾀｶﾅです", ["カタカナ", "で", "す", "です"]),  # NFKC: half-width kana are kana
         ("一只猫", ["一", "只", "一只", "猫", "只猫"]),
         ('{"text":"Feline"}', ["text", "feline"]),
         ("Hello, World_42!", ["hello", "world_42"]),
         ("猫a猫", ["猫", "a", "猫"]),
         ("ΣΑΣ", ["σασ"]),  # simple mapping: no final sigma
         ("İstanbul", ["istanbul"]),  # simple mapping: no combining dot
-        ("x²y", ["x", "y"]),  # superscript two is No, not a decimal digit
-        ("a\U0001d400b", ["a", "b"]),  # an astral letter is two surrogates: a separator
-        ("e\u0301te", ["e", "te"]),  # a combining mark is not a letter
+        ("x²y", ["x2y"]),  # NFKC: superscript two is 2
+        ("a\U0001d400b", ["aab"]),  # NFKC: mathematical bold A is A
+        ("a\U0001f600b", ["a", "b"]),  # an astral character is two surrogates: a separator
+        ("e\u0301te", ["éte"]),  # NFKC composes the accent
+        ("ＨＰが１０回復した", ["hp", "が", "10", "回", "復", "回復", "し", "た", "した"]),
+        ("ﬁre", ["fire"]),  # NFKC: the ligature is two letters
+        ("Hauptstraße HAUPTSTRASSE", ["hauptstrasse", "hauptstrasse"]),
+        ("ΟΔΥΣΣΕΥΣ Οδυσσευς", ["οδυσσευσ", "οδυσσευσ"]),  # the final sigma folded
+        ("Dampf\u00adschiff", ["dampfschiff"]),  # a soft hyphen joins
+        ("dra\u200bgon", ["dra", "gon"]),  # a zero-width space still separates
+        ("राजा आ गए", ["राजा", "आ", "गए"]),  # vowel signs continue the word
+        ("مَلِك ملك", ["ملك", "ملك"]),  # Arabic vowel marks removed
+        ("용은 산에", ["용", "은", "용은", "산", "에", "산에"]),  # Hangul as uni- and bigrams
         ("٣٤ apples", ["٣٤", "apples"]),  # Arabic-Indic digits are Nd
         ("   ", []),
         ("", []),
@@ -191,11 +237,11 @@ def test_the_token_cap_holds_inside_a_run_of_ideographs() -> None:
 def test_only_the_first_100000_utf16_units_are_read() -> None:
     filler = " " * (MAXIMUM_UTF16_UNITS - 2)
     assert tokenize(filler + "xy tail") == ["xy"]
-    # An astral character counts two units: it pushes "zz" past the limit.
-    assert tokenize(filler + "\U0001d400" + "zz") == []
-    assert tokenize(filler[:-1] + "z\U0001d400" + "zz") == ["z"]
+    # An astral character (an emoji: NFKC keeps it) counts two units: "zz" is past the limit.
+    assert tokenize(filler + "\U0001f600" + "zz") == []
+    assert tokenize(filler[:-1] + "z\U0001f600" + "zz") == ["z"]
     # An astral character straddling the limit is dropped whole (its first unit separates).
-    assert tokenize(filler + "y\U0001d400" + "zz") == ["y"]
+    assert tokenize(filler + "y\U0001f600" + "zz") == ["y"]
     text = "b" * 60_000 + " " + "c" * 60_000
     assert tokenize(text) == ["b" * 60_000, "c" * (MAXIMUM_UTF16_UNITS - 60_001)]
     assert tokenize(text) == reference_tokenize(text)

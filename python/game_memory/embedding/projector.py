@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from game_memory.errors import InvalidArgumentError
 from game_memory.model import GameMemory, GameMemoryQuery
+from game_memory.strict_json import readable_json
 
 __all__ = ["MemoryTextProjector"]
 
@@ -26,7 +27,7 @@ class MemoryTextProjector:
         parts: list[str] = []
         if memory.searchable_text and memory.searchable_text.strip():
             parts.append(memory.searchable_text)
-        parts.append(memory.payload_json)
+        parts.append(readable_json(memory.payload_json))  # "épée", not "\\u00e9p\\u00e9e"
         if memory.tags:
             parts.append(" ".join(memory.tags))
         return "\n".join(parts)[: self.maximum_characters]

@@ -3,18 +3,17 @@
 For the visible memories of a snapshot (the visibility predicate applied), with
 ``terms`` = the distinct tokens of the query text:
 
-* ``terms`` also holds the tokens of the query's NFC form when the query is not in NFC: a
-  query typed decomposed (``e`` + U+0301, as some keyboards and macOS give it) finds a
-  memory written composed (``é``), the usual form; an NFC query's terms are unchanged.
-  (A memory written decomposed is tokenized as written, its marks separating words:
-  normalizing documents would change the postings read files hold.)
+* queries and memories are tokenized alike (``tokenizer.py``: text that is not ASCII is
+  brought to NFKC first, so a query typed decomposed, full-width or half-width finds a
+  memory written composed, and the other way round);
 * ``score = importance + 0.1 × (query tags on the memory) + Σ_t idf(t) · tf·(k1+1) /
   (tf + k1·(1 − b + b·len/avgdl))`` with ``k1 = 1.2``, ``b = 0.75``,
   ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``; ``N``, ``df`` and ``avgdl`` (mean of
   ``max(1, len)``) are taken over all visible memories of the snapshot;
 * only memories containing at least one term are candidates;
 * text that yields no tokens (punctuation only) keeps memories containing it as a
-  case-insensitive substring; no text keeps every visible memory (score = base);
+  case-insensitive substring; no text, or only white space, keeps every visible memory
+  (score = base);
 * order: score, then tick (newest first), then ``memory_id`` (ordinal), then owner.
 
 Statistics are summed across owner partitions, so a session-wide search ranks exactly as
@@ -31,7 +30,6 @@ import functools
 import itertools
 import math
 import operator
-import unicodedata
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
@@ -83,15 +81,16 @@ class LexicalHit(NamedTuple):
 
 
 def _distinct_terms(text: str) -> list[str]:
-    """The query's distinct tokens, then those its NFC form adds (see the module docstring).
+    """The query's distinct tokens, in order."""
+    return list(dict.fromkeys(tokenize(text)))
 
-    ASCII text is always in NFC (one O(1) check); other text is checked, and normalized
-    only if it is not: the terms of an NFC query are exactly its tokens.
-    """
-    tokens = tokenize(text)
-    if not text.isascii() and not unicodedata.is_normalized("NFC", text):
-        tokens += tokenize(unicodedata.normalize("NFC", text))
-    return list(dict.fromkeys(tokens))
+
+def _needle(text: str | None) -> str | None:
+    """What a query without tokens keeps memories by (a substring), or ``None``: keep all.
+
+    White space alone is no text (until 7 December 2026 it was a needle: one space kept
+    nearly every memory, two spaces nearly none)."""
+    return None if text is None or text.isspace() else text.lower()
 
 
 def lexical_search(
@@ -141,7 +140,7 @@ def _search_small(
     terms = _distinct_terms(text) if text is not None else []
     ranked: list[tuple[float, tuple[int, str, str], GameMemory]] = []
     if not terms:
-        needle = text.lower() if text is not None else None
+        needle = _needle(text)
         for memory, _, key in visible:
             if not needle or _contains(memory, needle):
                 ranked.append((-(memory.importance + base_bonus), key, memory))
@@ -182,7 +181,7 @@ def _search_columns(
     scores: list[npt.NDArray[np.float64]] = []
     candidates: list[npt.NDArray[np.int64]] = []
     if not terms:
-        needle = text.lower() if text is not None else None
+        needle = _needle(text)
         for view, mask in zip(views, masks, strict=True):
             indices = np.flatnonzero(mask)
             if needle:

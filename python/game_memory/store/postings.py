@@ -26,6 +26,7 @@ import numpy.typing as npt
 from game_memory.model import GameMemory
 from game_memory.store.growing import Growing
 from game_memory.store.tokenizer import MAXIMUM_TOKENS, joined_ascii, tokenize, tokenize_joined
+from game_memory.strict_json import readable_json
 
 __all__ = [
     "LexicalIndex",
@@ -49,8 +50,9 @@ PostingArrays = tuple[
 
 
 def document_text(memory: GameMemory) -> str:
-    """The text lexical search reads: searchable text, a newline, then the payload JSON."""
-    return (memory.searchable_text or "") + "\n" + memory.payload_json
+    """The text lexical search reads: searchable text, a newline, then the payload JSON
+    (its ``\\u`` escapes as the characters they stand for: ``strict_json.readable_json``)."""
+    return (memory.searchable_text or "") + "\n" + readable_json(memory.payload_json)
 
 
 #: Most term lookups a :class:`TermTable` keeps (a few hundred kilobytes at most).

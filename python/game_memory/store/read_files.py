@@ -66,8 +66,10 @@ unchanged (a disk returning other bytes), as for the save files a read file cove
 back.
 
 Layout: ``GMREAD01`` (8) · header length u32 · CRC-32 of the header u32 · header (JSON) ·
-arrays (each at its offset from the end of the header, with its own CRC-32). Format 3
-(format 2 was one file per partition, rewritten whole: ignored and rebuilt). A stamp:
+arrays (each at its offset from the end of the header, with its own CRC-32). Format 4,
+whose header names the tokenizer its postings come from (``tokenizer.TOKENIZER_ID``; another
+is ignored and rebuilt, as formats 3, tokenized before 7 December 2026, and 2, one file per
+partition rewritten whole, are). A stamp:
 ``GMRSTMP1`` (8) · device, inode, size u64 · mtime_ns, ctime_ns i64 · header CRC-32 u32 ·
 CRC-32 of the preceding 52 bytes u32.
 """
@@ -102,6 +104,7 @@ from game_memory.store.read_stamps import (
     stamp_unchanged,
     write_stamp,
 )
+from game_memory.store.tokenizer import TOKENIZER_ID
 
 __all__ = [
     "COLUMN_NAMES",
@@ -130,7 +133,9 @@ __all__ = [
 Later = Callable[[Callable[[], object]], object]
 
 READ_FOLDER = "read"
-FORMAT_VERSION = 3
+#: 4 since 7 December 2026: text that is not ASCII tokenizes otherwise (NFKC, marks,
+#: Hangul: ``tokenizer.py``), so the postings of a format-3 file may be stale; it is rebuilt.
+FORMAT_VERSION = 4
 _MAGIC = b"GMREAD01"
 _HEAD = struct.Struct("<8sII")
 _MAXIMUM_BYTES = 1 << 31
@@ -456,6 +461,7 @@ def write_read_file(
         position += len(data)
     header = {
         "format_version": FORMAT_VERSION,
+        "tokenizer": TOKENIZER_ID,
         "session": session_hash,
         "owner": owner_hash,
         "start": part.start,
@@ -557,6 +563,8 @@ def _decode(
     header = json.loads(encoded)
     if header["format_version"] != FORMAT_VERSION:
         raise ValueError(f"format version {header['format_version']!r}")
+    if header.get("tokenizer") != TOKENIZER_ID:  # another Unicode database: other tokens
+        raise ValueError(f"tokenizer {header.get('tokenizer')!r}, not {TOKENIZER_ID!r}")
     if header["session"] != session_hash or header["owner"] != owner_hash:
         raise ValueError("it belongs to another partition")
     start = _HEAD.size + length

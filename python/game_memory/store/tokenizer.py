@@ -1,7 +1,7 @@
 """The lexical tokenizer: words, plus CJK unigrams and bigrams, with Japanese kana split by script.
 
-It reproduces the reference tokenizer, which walks UTF-16 code units, with one deliberate
-change for Japanese (below):
+It reproduces the reference tokenizer, which walks UTF-16 code units, with deliberate
+changes for text that is not ASCII (below; ASCII text tokenizes exactly as the reference):
 
 * only the first 100,000 UTF-16 code units are read, and at most 4,096 tokens are emitted;
 * a word is a maximal run of letters, decimal digits and ``_`` (Unicode categories Lu, Ll,
@@ -21,6 +21,30 @@ particles (``は``, ``を``, ``に``) become tokens of their own instead of glui
 and a hiragana word still matches inside a longer run: ``ドラゴンはどこ`` gives ``ドラゴン,
 は, ど, はど, こ, どこ``. Text without kana tokenizes exactly as the reference does.
 
+**Text that is not ASCII** (the other changes, 7 December 2026; until then a player typing
+on another keyboard, or a localized string, missed memories a player would call the same
+words):
+
+* it is brought to **NFKC** first, so the forms a keyboard or a font makes of one text
+  match: full-width Latin letters and digits as Japanese and Chinese input methods type them
+  (``ＨＰ１０`` is ``hp10``), half-width katakana (``ﾄﾞﾗｺﾞﾝ`` is ``ドラゴン``), ligatures
+  (``ﬁre``), and decomposed accents (``e`` + U+0301 is ``é``, in memories as in queries);
+* characters that join or stretch a word without changing it are removed: the soft hyphen
+  (U+00AD, in localized German), the zero-width joiner, the word joiner and U+FEFF, the
+  Arabic tatweel, and the optional vowel marks of Arabic (harakat) and Hebrew (niqqud); the
+  zero-width space and non-joiner still separate (they mark word breaks in Thai and Khmer,
+  and in Persian);
+* combining marks continue a word (categories Mn, Mc, Me: a Devanagari vowel sign, a Thai
+  tone mark), where the reference split words at them (``राजा`` gave ``र, ज``);
+* ``ß`` and ``ẞ`` lower to ``ss``, and the final sigma ``ς`` to ``σ``, so a word written in
+  capitals matches it written in lower case (``STRASSE``, ``ΟΔΥΣΣΕΥΣ``);
+* **Hangul** syllables (U+AC00–U+D7A3) are emitted like ideographs, as unigrams and
+  bigrams, so a Korean particle does not glue to its noun (``용은`` gives ``용, 은, 용은``:
+  ``용`` finds it).
+
+What the tokens depend on besides this code (the Unicode database Python carries) is
+:data:`TOKENIZER_ID`; read files record it with their postings (``read_files.py``).
+
 Example: ``一只猫`` gives ``一, 只, 一只, 猫, 只猫``; ``{"text":"Feline"}`` gives ``text, feline``.
 The implementation scans with one compiled regular expression instead of a character loop.
 """
@@ -31,21 +55,39 @@ import re
 import unicodedata
 from functools import cache
 
-__all__ = ["MAXIMUM_TOKENS", "MAXIMUM_UTF16_UNITS", "joined_ascii", "tokenize", "tokenize_joined"]
+__all__ = [
+    "MAXIMUM_TOKENS",
+    "MAXIMUM_UTF16_UNITS",
+    "TOKENIZER_ID",
+    "joined_ascii",
+    "tokenize",
+    "tokenize_joined",
+]
 
 MAXIMUM_UTF16_UNITS = 100_000
 MAXIMUM_TOKENS = 4_096
+#: The rule's version and the Unicode database its categories, case mappings and NFKC come
+#: from: tokens of text that is not ASCII may differ under another (a read file written
+#: under another is not used).
+TOKENIZER_ID = f"2/unicode-{unicodedata.unidata_version}"
 
-_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-# Python's \w is a superset of the reference's word characters (it also takes No and Nl
+# Ideographs, and Hangul syllables, emitted as unigrams and bigrams.
+_CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7a3"
+# Python's \\w is a superset of the reference's word characters (it also takes No and Nl
 # numbers such as "²"); non-ASCII runs are re-checked character by character below.
-_PATTERN = re.compile(f"([^\\W{_CJK}\U00010000-\U0010ffff]+)|([{_CJK}]+)")
+_WORD = f"[^\\W{_CJK}\U00010000-\U0010ffff]"
+_PATTERN = re.compile(f"({_WORD}+)|([{_CJK}]+)")
+# Where the BMP's combining marks lie (none below U+0300, nor among the ideographs, Hangul,
+# surrogates and private use).
+_MARK_BLOCKS = ((0x0300, 0x3400), (0xA000, 0xAC00), (0xF900, 0x10000))
 # ASCII text has no CJK, kana or astral characters, and its words are exactly the runs of
 # ``[0-9A-Za-z_]`` (Python's ``\w`` on ASCII), lower-cased by ``str.lower``: one
 # ``findall`` gives the same tokens as the general scan, about four times faster (a bulk
 # ingest tokenizes every memory once for its read file: many at once, below).
 _ASCII_WORD = re.compile("[0-9A-Za-z_]+")
-_WORD_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nd"})
+_WORD_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nd", "Mn", "Mc", "Me"})
+#: Lowered to more than one character, or to another than ``str.lower`` gives alone.
+_FOLDED = {0xDF: "ss", 0x1E9E: "ss", 0x3C2: "\u03c3"}
 
 
 class _SimpleLower(dict[int, str]):
@@ -56,6 +98,10 @@ class _SimpleLower(dict[int, str]):
     """
 
     def __missing__(self, code: int) -> str:
+        folded = _FOLDED.get(code)
+        if folded is not None:
+            self[code] = folded
+            return folded
         lowered = chr(code).lower()
         value = lowered[0] if lowered else chr(code)
         self[code] = value
@@ -68,6 +114,54 @@ _LOWER = _SimpleLower()
 @cache
 def _is_word_char(char: str) -> bool:
     return char == "_" or unicodedata.category(char) in _WORD_CATEGORIES
+
+
+#: Where the optional vowel marks of Hebrew (niqqud) and Arabic (harakat) are.
+_VOWEL_MARK_BLOCKS = ((0x0591, 0x05C7), (0x0610, 0x061A), (0x064B, 0x065F), (0x0670, 0x0670),
+                      (0x06D6, 0x06ED))  # fmt: skip
+
+
+def _ignored() -> re.Pattern[str]:
+    """What joins or stretches a word without changing it (the module docstring), removed:
+    a regular expression, since ``str.translate`` with a table looks up every character
+    (3 µs for a sentence against 0.3)."""
+    codes = [0x00AD, 0x200D, 0x2060, 0xFEFF, 0x0640]
+    for start, end in _VOWEL_MARK_BLOCKS:
+        codes.extend(c for c in range(start, end + 1) if unicodedata.category(chr(c)) == "Mn")
+    return re.compile("[" + "".join(re.escape(chr(code)) for code in codes) + "]")
+
+
+_IGNORED = _ignored()
+
+
+@cache
+def _marked() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Any combining mark, and :data:`_PATTERN` with marks continuing word runs (a word is
+    re-checked per character in :func:`_words`). Built at the first text that is not ASCII:
+    the marks are found in the Unicode database (a few ms), which the reference never read."""
+    ranges: list[tuple[int, int]] = []
+    category = unicodedata.category
+    for first, last in _MARK_BLOCKS:
+        for code in range(first, last):
+            if category(chr(code))[0] == "M":
+                if ranges and ranges[-1][1] == code - 1:
+                    ranges[-1] = (ranges[-1][0], code)
+                else:
+                    ranges.append((code, code))
+    marks = (
+        "["
+        + "".join(
+            re.escape(chr(start)) + (f"-{re.escape(chr(end))}" if end > start else "")
+            for start, end in ranges
+        )
+        + "]"
+    )
+    return re.compile(marks), re.compile(f"((?:{_WORD}|{marks})+)|([{_CJK}]+)")
+
+
+def _folded(text: str) -> str:
+    """Text that is not ASCII as it is tokenized: NFKC, without what joins words."""
+    return _IGNORED.sub("", unicodedata.normalize("NFKC", text))
 
 
 _OTHER, _KATAKANA, _HIRAGANA = 0, 1, 2
@@ -184,7 +278,11 @@ def tokenize(text: str | None) -> list[str]:
     if text.isascii():  # one UTF-16 unit per character: the cut is a plain slice
         return _ASCII_WORD.findall(text[:MAXIMUM_UTF16_UNITS].lower())[:MAXIMUM_TOKENS]
     tokens: list[str] = []
-    for match in _PATTERN.finditer(_truncate_utf16(text)):
+    folded = _folded(_truncate_utf16(text))
+    any_mark, marked = _marked()
+    # The plain pattern where no mark is (Latin text is composed by NFKC): about twice as fast.
+    pattern = marked if any_mark.search(folded) is not None else _PATTERN
+    for match in pattern.finditer(folded):
         word = match.group(1)
         if word is not None:
             tokens.extend(_words(word))
