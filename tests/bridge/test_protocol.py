@@ -47,7 +47,7 @@ def error_code(response: dict[str, Any]) -> int:
 # -- initialize first ------------------------------------------------------------------
 
 
-def test_initialize_reports_protocol_server_mode_and_model(make_connection: Make) -> None:
+def test_initialize_reports_protocol_server_mode_model_and_deadlines(make_connection: Make) -> None:
     response = only(make_connection().receive(initialize(request_id=7)))
     assert response == {
         "jsonrpc": "2.0",
@@ -57,6 +57,7 @@ def test_initialize_reports_protocol_server_mode_and_model(make_connection: Make
             "server": "game-memory 0.1.0",
             "mode": "hybrid",
             "model": "hashing/feature-hashing-words@v1:256",
+            "deadlines": {"request_seconds": 120.0, "rebuild_seconds": 3600.0},
         },
     }
 

@@ -476,7 +476,11 @@ async def test_stdio_serves_one_client_line_by_line(tmp_path: Path) -> None:
             reply: dict[str, Any] = json.loads(await asyncio.wait_for(stdout.readline(), 30))
             return reply
 
-        assert (await ask(2, "initialize", {"protocol_version": 1}))["result"]["mode"] == "lexical"
+        initialized = (await ask(2, "initialize", {"protocol_version": 1}))["result"]
+        assert initialized["mode"] == "lexical"
+        # The server's own deadlines: a client that gives up sooner knows how long the
+        # server may still run the request (the addon keeps its slot that long).
+        assert initialized["deadlines"] == {"request_seconds": 120.0, "rebuild_seconds": 3600.0}
         created = await ask(3, "memory.remember", remember("Heard a song at the inn", 5))
         assert created["result"]["created"] is True
         recalled = await ask(4, "memory.recall", {"session_id": "save-1", "text": "song"})
@@ -576,4 +580,22 @@ async def test_stdio_answers_requests_sent_during_shutdown_with_shutting_down(
             answers[answer["id"]] = answer
         assert answers["late"]["error"]["code"] == -32009, (sorted(answers), server.stderr())
         assert all("result" in answers[f"slow-{number}"] for number in range(20))
+        assert await server.wait() == 0, server.stderr()
+
+
+async def test_initialize_reports_the_request_deadline_the_server_was_given(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, "--stdio", "--model", "lexical", "--request-timeout", "7.5") as (
+        server
+    ):
+        stdin, stdout = server.process.stdin, server.process.stdout
+        assert stdin is not None and stdout is not None
+        params = {"protocol_version": 1}
+        message = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}
+        stdin.write(json.dumps(message).encode() + b"\n")
+        await stdin.drain()
+        reply = json.loads(await asyncio.wait_for(stdout.readline(), 30))
+        assert reply["result"]["deadlines"] == {"request_seconds": 7.5, "rebuild_seconds": 3600.0}
+        await server.close_stdin()
         assert await server.wait() == 0, server.stderr()

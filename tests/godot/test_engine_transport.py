@@ -60,3 +60,27 @@ def test_values_come_back_exactly(sidecars: SidecarStarter) -> None:
             "an_eviction_diagnostic_has_int_counts",
         },
     )
+
+
+def test_timed_out_requests_keep_their_slot_for_the_sidecars_own_deadline(
+    sidecars: SidecarStarter,
+) -> None:
+    """The deadline comes from the sidecar's ``initialize`` (here 1 s, set by
+    ``--request-timeout``), not the addon's default of 120 s."""
+    sidecar = sidecars("lexical", arguments=["--request-timeout", "1"])
+    run = run_cases(["sidecar_deadlines"], sidecar, controls=sidecar.controls(), timeout=60.0)
+    assert_clean_run(run)
+    assert_case_passed(
+        run,
+        "sidecar_deadlines",
+        {
+            "backend_ready",
+            "the_sidecars_deadline_is_taken_from_initialize",
+            "frozen",
+            "the_requests_timed_out_here",
+            "their_slots_are_kept_while_the_sidecar_may_run_them",
+            "their_slots_are_given_back_after_the_sidecars_own_deadline",
+            "thawed",
+            "the_next_request_is_answered",
+        },
+    )

@@ -49,10 +49,10 @@ const MAX_IN_FLIGHT: int = 64
 ## The size of the socket's outbound buffer, in bytes: a message that does not fit beside
 ## what is still buffered waits for a later [method poll] (Godot would refuse it).
 const OUTBOUND_BUFFER_BYTES: int = MAX_MESSAGE_BYTES + 65536
-## The sidecar's own deadline for a request, in milliseconds (its default; the sidecar's
-## [code]GAME_MEMORY_REQUEST_TIMEOUT[/code] changes it). A request that timed out here keeps
-## its slot until its answer arrives, or this long (and [constant SIDECAR_DEADLINE_MARGIN_MSEC])
-## after it was sent.
+## The sidecar's own deadline for a request, in milliseconds, until [code]initialize[/code]
+## says the sidecar's (its [code]deadlines[/code]: [code]GAME_MEMORY_REQUEST_TIMEOUT[/code]
+## changes it). A request that timed out here keeps its slot until its answer arrives, or
+## this long (and [constant SIDECAR_DEADLINE_MARGIN_MSEC]) after it was sent.
 const SIDECAR_REQUEST_DEADLINE_MSEC: int = 120000
 ## The sidecar's own deadline for [code]memory.rebuild[/code], in milliseconds.
 const SIDECAR_REBUILD_DEADLINE_MSEC: int = 3600000
@@ -77,6 +77,9 @@ var _in_flight: Dictionary = {}
 # Time.get_ticks_msec() at which its slot is given back if no answer came.
 var _abandoned: Dictionary = {}
 var _initialize: GameMemoryRequest = null
+# The sidecar's deadlines (ms), as its initialize reported them (the defaults before).
+var _request_deadline_msec: int = SIDECAR_REQUEST_DEADLINE_MSEC
+var _rebuild_deadline_msec: int = SIDECAR_REBUILD_DEADLINE_MSEC
 #endregion
 
 
@@ -313,11 +316,26 @@ func _finish_initialize(result: Dictionary) -> void:
 	_state = State.OPEN
 	var info: Dictionary = result.duplicate()
 	info.erase("ok")
+	var deadlines: Variant = info.get("deadlines")
+	if deadlines is Dictionary:
+		_request_deadline_msec = _deadline_msec(deadlines, "request_seconds",
+				SIDECAR_REQUEST_DEADLINE_MSEC)
+		_rebuild_deadline_msec = _deadline_msec(deadlines, "rebuild_seconds",
+				SIDECAR_REBUILD_DEADLINE_MSEC)
 	var now: int = Time.get_ticks_msec()
 	for req: GameMemoryRequest in _queue:
 		req.start_clock(now)
 	opened.emit(info)
 	_send_queued()
+
+
+# Returns the deadline under [param key] of the sidecar's [param deadlines] in milliseconds, or
+# [param fallback] when it is not a positive number (an older sidecar sends none).
+static func _deadline_msec(deadlines: Dictionary, key: String, fallback: int) -> int:
+	var seconds: Variant = deadlines.get(key)
+	if (seconds is float or seconds is int) and is_finite(float(seconds)) and float(seconds) > 0.0:
+		return int(ceil(float(seconds) * 1000.0))
+	return fallback
 
 
 func _expire(now: int) -> void:
@@ -331,8 +349,8 @@ func _expire(now: int) -> void:
 	for req: GameMemoryRequest in late:
 		# The sidecar still runs it: its slot stays taken until its answer or its deadline.
 		_in_flight.erase(req.id)
-		var deadline: int = SIDECAR_REBUILD_DEADLINE_MSEC if req.method == "memory.rebuild" \
-				else SIDECAR_REQUEST_DEADLINE_MSEC
+		var deadline: int = _rebuild_deadline_msec if req.method == "memory.rebuild" \
+				else _request_deadline_msec
 		_abandoned[req.id] = req.sent_msec + deadline + SIDECAR_DEADLINE_MARGIN_MSEC
 		req.finish(GameMemoryError.failure(GameMemoryError.REQUEST_TIMEOUT,
 				"%s (request %d) got no answer within %.2f s; raise GameMemory.request_timeout "

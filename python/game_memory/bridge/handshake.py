@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from game_memory.bridge.codes import ErrorCode, RpcError, error_from_exception, params_not_object
-from game_memory.bridge.limits import PROTOCOL_VERSION, SERVER_NAME
+from game_memory.bridge.limits import DEFAULT_LIMITS, PROTOCOL_VERSION, SERVER_NAME
 from game_memory.bridge.params import InitializeParams
 
 __all__ = [
@@ -36,12 +36,19 @@ class ServerInfo:
         startup_diagnostics: Params of ``memory.diagnostic`` notifications every
             connection receives right after its successful ``initialize`` response.
         server: The server name and version.
+        deadlines: The server's deadlines in seconds, of every request but a rebuild and of
+            ``memory.rebuild`` (``BridgeLimits``): a client that gives up on a request
+            sooner knows how long the server may still be running it.
     """
 
     mode: str
     model: str | None
     startup_diagnostics: tuple[dict[str, Any], ...] = ()
     server: str = SERVER_NAME
+    deadlines: tuple[float, float] = (
+        DEFAULT_LIMITS.request_timeout_seconds,
+        DEFAULT_LIMITS.rebuild_timeout_seconds,
+    )
 
 
 def token_accepted(expected: bytes | None, raw_params: Any) -> bool:
@@ -97,6 +104,7 @@ def initialize_result(info: ServerInfo) -> dict[str, Any]:
         "server": info.server,
         "mode": info.mode,
         "model": info.model,
+        "deadlines": {"request_seconds": info.deadlines[0], "rebuild_seconds": info.deadlines[1]},
     }
 
 

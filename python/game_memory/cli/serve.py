@@ -246,7 +246,13 @@ async def serve(settings: ServeSettings) -> int:
         for notice in notices:
             logger.warning("%s", notice["message"])
         identity = None if memory.active_identity is None else str(memory.active_identity)
-        info = ServerInfo(mode=memory.mode, model=identity, startup_diagnostics=notices)
+        limits = settings.limits
+        info = ServerInfo(
+            mode=memory.mode,
+            model=identity,
+            startup_diagnostics=notices,
+            deadlines=(limits.request_timeout_seconds, limits.rebuild_timeout_seconds),
+        )
         server = BridgeServer(memory, info, settings.limits)
         relay.target = server.broadcast_diagnostic
         transport: WebSocketTransport | StdioTransport
