@@ -282,3 +282,15 @@ async def test_a_model_folder_the_process_may_not_enter_is_a_model_integrity_err
     assert choice.provider is None and choice.notice is not None
     assert "read access" in choice.notice.message
     assert "models prepare" not in choice.notice.message  # it would not repair this
+
+
+async def test_a_model_home_given_as_a_string_is_a_path(
+    tiny_bert_files: dict[str, bytes], tmp_path: Path
+) -> None:
+    """As ``open_memory`` takes it (it raised a raw ``TypeError`` on ``str / str``)."""
+    place(tiny_bert_files, tmp_path, "default")
+    async with await load_named_provider("default", str(tmp_path)) as provider:
+        assert provider.identity.model_id == "sentence-transformers/all-MiniLM-L6-v2"
+    with pytest.raises(OnnxEmbeddingError) as caught:
+        await load_named_provider("multilingual", str(tmp_path))
+    assert caught.value.kind is OnnxFailureKind.MISSING_MODEL_FILE

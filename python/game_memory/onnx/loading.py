@@ -27,7 +27,7 @@ _DEFAULT_MODEL_ID = named_model("default").model_id
 
 
 async def load_named_provider(
-    name: str, home: Path | None = None, **options: Any
+    name: str, home: str | os.PathLike[str] | None = None, **options: Any
 ) -> OnnxEmbeddingProviderBase:
     """Open the prepared model ``name`` (``"default"`` or ``"multilingual"``) from ``home``.
 

@@ -32,6 +32,7 @@ def default_model_home() -> Path:
     return (Path(cache) if cache else Path.home() / ".cache") / "game-memory"
 
 
-def models_folder(home: Path | None = None) -> Path:
-    """``<home>/models``, where each prepared model has a folder of its own."""
-    return (home if home is not None else default_model_home()) / "models"
+def models_folder(home: str | os.PathLike[str] | None = None) -> Path:
+    """``<home>/models``, where each prepared model has a folder of its own (``home`` a path
+    or a string, as ``open_memory`` takes it)."""
+    return (Path(home) if home is not None else default_model_home()) / "models"

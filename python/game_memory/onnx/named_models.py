@@ -8,6 +8,7 @@ the runtime needs to find a prepared model and to say how to prepare a missing o
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def named_model(name: str) -> NamedModel:
     )
 
 
-def named_model_directory(name: str, home: Path | None = None) -> Path:
+def named_model_directory(name: str, home: str | os.PathLike[str] | None = None) -> Path:
     """The folder model ``name`` is (or will be) prepared into: ``<home>/models/<folder>``.
 
     Raises:
