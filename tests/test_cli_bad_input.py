@@ -8,6 +8,7 @@ arguments with such values.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -24,6 +25,8 @@ from hypothesis import strategies as st
 
 from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.cli import main
+from game_memory.cli.database_urls import shown_url
+from game_memory.cli.forgetting import _unknown_memory
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
 
@@ -585,3 +588,39 @@ def test_a_rebuild_without_a_model_says_so_before_any_progress_bar(
     assert "rebuild embeds the session's memories, so it needs a model" in err
     assert "--model lexical has no vectors" in err and "restart" not in err
     assert not (tmp_path / "save.index").exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgres_typo://game:SECRET@db/world", "mysql://root:SECRET@127.0.0.1/x", "plain-folder"],
+)
+@pytest.mark.parametrize("command", [["migrate"], ["status"], ["serve", "--stdio"]])
+def test_a_database_that_is_not_a_postgresql_url_is_refused_naming_no_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], url: str, command: list[str]
+) -> None:
+    """It reached the front door as a folder path: serve and migrate created a local save
+    named after the URL, password included."""
+    os.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exited:
+        main([*command, "--database", url])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "must be a postgresql:// (or postgres://) URL" in err and "SECRET" not in err
+    assert list(tmp_path.iterdir()) == []  # no save created
+
+
+def test_commands_a_message_suggests_show_no_database_password() -> None:
+    assert (
+        shown_url("postgresql://game:S3cret@db.example:5433/world")
+        == "postgresql://game:***@db.example:5433/world"
+    )
+    assert shown_url("postgresql://db/world") == "postgresql://db/world"
+    arguments = argparse.Namespace(
+        database="postgresql://game:S3cret@db/world",
+        save_dir=None,
+        session="slot",
+        owner="mira",
+        memory="nope",
+    )
+    message = _unknown_memory(arguments)
+    assert "S3cret" not in message and "postgresql://game:***@db/world" in message

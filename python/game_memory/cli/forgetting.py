@@ -29,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from game_memory.cli.database_urls import shown_url
 from game_memory.cli.folders import folder_problem, index_folder
 from game_memory.cli.terminal import POSTGRES_HINT, console, fail, one_line, os_error, verbatim
 from game_memory.errors import GameMemoryError, MemoryNotFoundError
@@ -140,7 +141,9 @@ def run_forget(args: argparse.Namespace) -> int:
 def _unknown_memory(args: argparse.Namespace) -> str:
     """An unknown ``forget --memory``, with the command that lists what the owner holds
     (the library's message names its own ``enumerate``, which the CLI has not)."""
-    save = ["--database", args.database] if args.database else ["--save-dir", args.save_dir]
+    save = (
+        ["--database", shown_url(args.database)] if args.database else ["--save-dir", args.save_dir]
+    )
     who = ["--session", args.session, "--owner", args.owner, "--model", "lexical"]
     listing = shlex.join(["game-memory", "search", *save, *who])
     return (

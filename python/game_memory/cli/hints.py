@@ -14,6 +14,7 @@ import argparse
 import difflib
 import shlex
 
+from game_memory.cli.database_urls import shown_url
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import VectorMemoryState
@@ -61,7 +62,7 @@ async def empty_result_hint(memory: VectorMemoryStore, args: argparse.Namespace)
 async def fallback_hint(memory: VectorMemoryStore, args: argparse.Namespace) -> str:
     """What to run when semantic recall could not help (the lexical fallback)."""
     database = getattr(args, "database", None)
-    where = ["--database", database] if database else ["--save-dir", args.save_dir]
+    where = ["--database", shown_url(database)] if database else ["--save-dir", args.save_dir]
     command = ["game-memory", "rebuild", *where]
     if args.index_dir is not None:
         command += ["--index-dir", args.index_dir]

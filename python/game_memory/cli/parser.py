@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from game_memory._version import __version__
+from game_memory.cli.database_urls import database_url
 from game_memory.cli.options import add_recall_arguments
 from game_memory.errors import GameMemoryError
 
@@ -77,6 +78,7 @@ def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True)
     where.add_argument(
         "--database",
         metavar="postgresql://...",
+        type=database_url,
         help="a PostgreSQL database holding the save and the vector index, in place of "
         "--save-dir (needs the extra game-memory[postgres]; see docs/postgres.md)",
     )
@@ -165,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument(
         "--to-database",
         metavar="postgresql://...",
+        type=database_url,
         help="copy the save of --save-dir into this PostgreSQL database (idempotent and "
         "resumable: run it again after an interruption); rebuild the vectors there afterwards",
     )
