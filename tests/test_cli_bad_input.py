@@ -23,7 +23,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from game_memory import FileGameMemoryStore, GameMemory, GameMoment
+from game_memory import (
+    FileGameMemoryStore,
+    FileVectorMemoryIndex,
+    GameMemory,
+    GameMoment,
+    PersistenceError,
+)
 from game_memory.cli import main
 from game_memory.cli.database_urls import shown_url
 from game_memory.cli.forgetting import _unknown_memory
@@ -624,3 +630,20 @@ def test_commands_a_message_suggests_show_no_database_password() -> None:
     )
     message = _unknown_memory(arguments)
     assert "S3cret" not in message and "postgresql://game:***@db/world" in message
+
+
+def test_a_forced_rebuild_that_could_not_write_exits_1_and_says_why(
+    save: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forced rebuild keeps the vectors it could not replace, so its state read ``ready``
+    and it exited 0 though it wrote nothing (a database role that may only read, say)."""
+    rebuild = ["rebuild", "--save-dir", str(save), "--model", "hashing", "--session", "slot"]
+    assert run(rebuild, capsys)[0] == 0
+
+    def refused(*_args: object, **_keywords: object) -> None:
+        raise PersistenceError("permission denied for table game_memory_index_entries")
+
+    monkeypatch.setattr(FileVectorMemoryIndex, "write", refused)
+    code, out, err = run([*rebuild, "--force"], capsys)
+    assert code == 1, out + err
+    assert "could not embed or write (PersistenceError" in err and "run the rebuild again" in err

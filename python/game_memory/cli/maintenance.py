@@ -34,7 +34,7 @@ from game_memory.cli.options import recall_settings
 from game_memory.cli.terminal import POSTGRES_HINT, console, fail, one_line, os_error, say, verbatim
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
-from game_memory.model import GameMemoryQuery, GameMoment
+from game_memory.model import DiagnosticSink, GameMemoryQuery, GameMoment, MemoryVectorDiagnostic
 from game_memory.models import NAMED_MODELS
 from game_memory.opening import open_memory
 from game_memory.store.file_store import FileGameMemoryStore
@@ -71,6 +71,7 @@ def _with_memory(
     *,
     create: bool,
     create_index: bool | None = None,
+    diagnostics: DiagnosticSink | None = None,
 ) -> int:
     try:
         settings = recall_settings(args)
@@ -110,6 +111,7 @@ def _with_memory(
             reranker=settings.reranker,
             create=create,
             create_index=create_index,
+            diagnostics=diagnostics,
         )
         try:
             if memory.notice is not None:
@@ -195,9 +197,24 @@ def run_rebuild(args: argparse.Namespace) -> int:
             f"{status.pending_entries} pending, {status.stale_entries} stale, "
             f"{status.orphan_entries} orphan"
         )
+        if failed:
+            # A forced rebuild keeps the vectors it could not replace, so the state can read
+            # ready though nothing was written (a role that may not write, say).
+            why = (failed[0].details or {}).get("exception", "an error")
+            return fail(
+                f"the rebuild stopped at a batch it could not embed or write ({why}; the "
+                "server log has the cause): its memories keep their earlier vectors, or stay "
+                "pending. Fix the cause and run the rebuild again: it resumes"
+            )
         return 0 if not status.requires_rebuild else 1
 
-    return _with_memory(args, action, create=False, create_index=True)
+    failed: list[MemoryVectorDiagnostic] = []
+
+    def collect(diagnostic: MemoryVectorDiagnostic) -> None:
+        if diagnostic.code == "memory_embedding_rebuild_failed":
+            failed.append(diagnostic)
+
+    return _with_memory(args, action, create=False, create_index=True, diagnostics=collect)
 
 
 def run_migrate(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from game_memory.errors import InvalidArgumentError, MemoryNotFoundError
+from game_memory.errors import InvalidArgumentError, MemoryNotFoundError, PersistenceError
 from game_memory.model import CompactionReport, GameMemory, GameMoment, check_bounded_id
 from game_memory.postgres.rows import sql_key
 from game_memory.postgres.writes import append_one
@@ -302,6 +302,27 @@ def save_bytes(connection: psycopg.Connection[Any]) -> int:
 
 def vacuum_save(connection: psycopg.Connection[Any]) -> None:
     """``VACUUM`` the save's tables (autocommit: VACUUM cannot run in a transaction), so the
-    space of erased rows is reused and freed pages at their end are given back."""
-    for table in _TABLES:
-        connection.execute(f"VACUUM {table}")
+    space of erased rows is reused and freed pages at their end are given back.
+
+    Raises:
+        PersistenceError: PostgreSQL skipped a table: only its owner (or a superuser) may
+            vacuum it, and the server says so with a warning, not an error, so a compact by
+            another role reported success while nothing was done.
+    """
+    skipped: list[str] = []
+
+    def notice(diagnostic: psycopg.errors.Diagnostic) -> None:
+        if diagnostic.severity_nonlocalized == "WARNING" and diagnostic.message_primary:
+            skipped.append(diagnostic.message_primary)
+
+    connection.add_notice_handler(notice)
+    try:
+        for table in _TABLES:
+            connection.execute(f"VACUUM {table}")
+    finally:
+        connection.remove_notice_handler(notice)
+    if skipped:
+        raise PersistenceError(
+            f"compact could not vacuum the save's tables ({skipped[0]}): VACUUM needs the "
+            "tables' owner or a superuser; run compact as that role"
+        )
