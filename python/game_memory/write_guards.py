@@ -44,8 +44,11 @@ async def finished(work: Coroutine[Any, Any, _T]) -> _T:
     """Run ``work`` to its end even when the caller is cancelled meanwhile.
 
     The cancellation is raised once ``work`` has ended, and then whatever ``work``
-    raised is only logged: the caller asked to stop, not for the outcome. Used for single
-    writes, whose end is bounded by the store's commit and one embedding's deadline.
+    raised is only logged: the caller asked to stop, not for the outcome. Used for the
+    front door's writes: an append's end is bounded by the store's commit and one
+    embedding's deadline, a batch's by its embedding calls (each with its deadline), so a
+    cancelled ``append_many`` of thousands of memories answers its cancellation only once
+    they are all indexed.
     """
     task = asyncio.ensure_future(work)
     cancelled = False
