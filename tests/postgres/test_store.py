@@ -319,3 +319,28 @@ def test_after_a_lost_connection_the_idle_ones_are_dropped_too(database: str) ->
                 assert connection.info.backend_pid not in pids
     finally:
         pool.close()
+
+
+def test_a_lost_connection_one_pool_saw_makes_the_others_of_the_process_reconnect(
+    database: str,
+) -> None:
+    """A front door's store and index each have a pool on the same database: after a server
+    restart the store's call failed, then the next remember's index write met the index
+    pool's dead connection too (the memory saved without its vector). One call fails."""
+    store_pool = ConnectionPool(database, size=2, timeout=5)
+    index_pool = ConnectionPool(database, size=2, timeout=5)
+    try:
+        pids = []
+        for pool in (store_pool, index_pool):
+            with pool.connection() as connection:
+                pids.append(connection.info.backend_pid)
+        with psycopg.connect(database, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
+        with pytest.raises(psycopg.OperationalError), store_pool.connection() as connection:
+            connection.execute("SELECT 1")  # the one call that fails
+        with index_pool.connection() as connection:  # reconnects instead of failing too
+            assert connection.execute("SELECT 1").fetchone() == (1,)
+            assert connection.info.backend_pid not in pids
+    finally:
+        store_pool.close()
+        index_pool.close()

@@ -10,8 +10,12 @@ calls in their own threads, each borrowing a connection for one call. A connecti
 failed (the server restarted, the network dropped) is discarded, so the next call opens a
 fresh one, and so is every idle one (a lost connection means a restarted server or a dropped
 network, which they went through too): after a restart one call fails, not one per pooled
-connection. psycopg's errors never escape this package: :func:`translate` maps them to the
-project's error tree and never puts the password of a URL in a message.
+connection. The same holds across the pools of one process on one database (a front door's
+store and index each have one): a lost connection seen by one makes the others drop the
+idle connections they had before it (:data:`_LOSSES`), so a restart fails one call of the
+process, not a store call and then an index write. psycopg's errors never escape this
+package: :func:`translate` maps them to the project's error tree and never puts the password
+of a URL in a message.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ __all__ = [
 
 _SCHEMES = ("postgresql://", "postgres://")
 _APPLICATION = "game-memory"
+
+
+#: Lost connections seen by this process's pools, per database (``describe_database``):
+#: a pool whose count is behind drops its idle connections before handing one out.
+_LOSSES: dict[str, int] = {}
+_LOSSES_LOCK = threading.Lock()
 
 
 def is_database_url(value: object) -> bool:
@@ -156,6 +166,7 @@ class ConnectionPool:
         self._configure = configure
         self._error = error
         self._idle: list[psycopg.Connection[Any]] = []
+        self._losses_seen = _LOSSES.get(self.where, 0)
         self._open = 0
         self._closed = False
         self._condition = threading.Condition()
@@ -187,6 +198,12 @@ class ConnectionPool:
             while True:
                 if self._closed:
                     raise self._error(f"the connections to {self.where} are closed")
+                if self._idle and self._lost_since_idle():
+                    stale, self._idle = self._idle, []  # another pool saw the server go
+                    self._open -= len(stale)
+                    for lost in stale:
+                        with contextlib.suppress(psycopg.Error):
+                            lost.close()
                 if self._idle:
                     return self._idle.pop()
                 if self._open < self._size:
@@ -205,6 +222,15 @@ class ConnectionPool:
                 self._condition.notify()
             raise
 
+    def _lost_since_idle(self) -> bool:
+        """Whether a pool of this process lost a connection to this database since the
+        idle connections were last checked (under ``_condition``)."""
+        losses = _LOSSES.get(self.where, 0)
+        if losses == self._losses_seen:
+            return False
+        self._losses_seen = losses
+        return True
+
     def _release(self, connection: psycopg.Connection[Any]) -> None:
         healthy = not connection.closed and not connection.broken
         if healthy and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -216,6 +242,9 @@ class ConnectionPool:
                 self._condition.notify()
                 return
             if connection.broken:
+                with _LOSSES_LOCK:  # tell the process's other pools on this database
+                    _LOSSES[self.where] = _LOSSES.get(self.where, 0) + 1
+                    self._losses_seen = _LOSSES[self.where]
                 # The connection was lost: the server restarted, failed over, or the network
                 # dropped, which the idle ones went through too. Drop them, so that one call
                 # fails rather than one per pooled connection.
