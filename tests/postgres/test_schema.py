@@ -74,8 +74,10 @@ async def test_a_newer_schema_is_refused_and_migrate_false_refuses_an_empty_one(
 ) -> None:
     unmigrated = PostgresGameMemoryStore(database, migrate=False)
     try:
-        with pytest.raises(PersistenceError, match="migrate=True"):
+        with pytest.raises(PersistenceError, match="migrate=True") as raised:
             await unmigrated.count()
+        # A CLI user has no migrate=True: the message names the command too.
+        assert "'game-memory migrate --database URL'" in str(raised.value)
     finally:
         await unmigrated.aclose()
     store = PostgresGameMemoryStore(database)

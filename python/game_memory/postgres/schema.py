@@ -179,7 +179,8 @@ def check_schema(connection: psycopg.Connection[Any], where: str) -> None:
     if version != SCHEMA_VERSION:
         raise PersistenceError(
             f"{where} holds game-memory schema version {version or 'none'}, not "
-            f"{SCHEMA_VERSION}; open it once with migrate=True (the default) to bring it up to date"
+            f"{SCHEMA_VERSION}; bring it up to date once: 'game-memory migrate --database URL' "
+            "from the command line, or open it with migrate=True (the default) from Python"
         )
 
 
