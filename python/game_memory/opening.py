@@ -28,13 +28,14 @@ from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemory
 from game_memory.store.file_store import FileGameMemoryStore
 from game_memory.store.protocol import GameMemoryStore
 
-__all__ = ["default_index_dir", "open_memory"]
+__all__ = ["default_index_dir", "is_database", "open_memory"]
 
 _DATABASE_SCHEMES = ("postgresql://", "postgres://")
 
 
-def _is_database(location: str | os.PathLike[str] | None) -> bool:
-    """Whether ``location`` is a PostgreSQL URL (the test lives here: the extra is optional)."""
+def is_database(location: str | os.PathLike[str] | None) -> bool:
+    """Whether ``location`` is a PostgreSQL URL (the test lives here: the extra is optional;
+    the CLI's ``--database`` is checked with it too)."""
     return isinstance(location, str) and location.lower().startswith(_DATABASE_SCHEMES)
 
 
@@ -61,7 +62,7 @@ def _check_location(name: str, location: object) -> None:
 
 
 def _save(save: str | os.PathLike[str], create: bool) -> GameMemoryStore:
-    if _is_database(save):
+    if is_database(save):
         from game_memory.postgres import PostgresGameMemoryStore
 
         assert isinstance(save, str)
@@ -74,7 +75,7 @@ def _index(
     save: str | os.PathLike[str], index: str | os.PathLike[str] | None, create: bool
 ) -> VectorIndex:
     location = index if index is not None else save
-    if _is_database(location):
+    if is_database(location):
         from game_memory.postgres import PostgresVectorIndex
 
         assert isinstance(location, str)
@@ -153,7 +154,7 @@ async def open_memory(
             "model must be 'default', 'lexical', 'hashing', a model folder or an "
             f"EmbeddingProvider, not {model!r}"
         )
-    if _is_database(save) or _is_database(index):
+    if is_database(save) or is_database(index):
         _require_postgres()  # a clear error before a model is loaded, when the extra is missing
     choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)
     provider = choice.provider

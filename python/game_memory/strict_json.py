@@ -90,7 +90,7 @@ def parse_strict_json(text: str, what: str, maximum_depth: int) -> Any:
 
 
 def readable_json(text: str) -> str:
-    """``text`` (valid JSON) with its ``\\uXXXX`` escapes written as the characters they
+    """``text`` (valid JSON) with its ``\\u`` escapes (``\\u00e9``) written as the characters they
     stand for, for search and embedding: Python's ``json.dumps`` escapes every non-ASCII
     character by default, and a payload written so (``{"item": "\\u00e9p\\u00e9e"}``)
     would otherwise be searched and embedded as ``u00e9p``, not ``épée``. Text without an

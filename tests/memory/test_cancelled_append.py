@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
 
 import pytest
 
@@ -19,9 +20,10 @@ from support.providers import FaultyProvider
 from support.vectors import Diagnostics, MemoryFactory, VectorStoreFactory, query
 
 
-def blocking(provider: FaultyProvider) -> tuple[asyncio.Event, asyncio.Event]:
-    """Make the provider's next document calls wait: the first event is set when one has
-    begun (the memory is saved, its vector being embedded), the second lets them go on."""
+async def cancel_while_it_embeds(provider: FaultyProvider, write: Awaitable[object]) -> None:
+    """Start ``write``, cancel it once its memory is saved and its vector being embedded
+    (the provider's document call held), then let the embedding go on: the cancellation
+    must wait for the write's end, and must not be lost."""
     embedding, release = asyncio.Event(), asyncio.Event()
 
     async def blocked(_texts: object) -> None:
@@ -29,7 +31,15 @@ def blocking(provider: FaultyProvider) -> tuple[asyncio.Event, asyncio.Event]:
         await release.wait()
 
     provider.on_documents = blocked
-    return embedding, release
+    task = asyncio.ensure_future(write)
+    await embedding.wait()
+    task.cancel()
+    await asyncio.sleep(0.01)
+    assert not task.done()  # the cancellation waits for the write's end
+    release.set()
+    with pytest.raises(asyncio.CancelledError):  # the cancellation is not lost
+        await task
+    provider.on_documents = None
 
 
 async def test_an_append_cancelled_while_it_embeds_is_saved_and_indexed(
@@ -40,16 +50,7 @@ async def test_an_append_cancelled_while_it_embeds_is_saved_and_indexed(
 ) -> None:
     store = make_vector_store()
     await store.append(make_memory("seed", text="the well"))
-    embedding, release = blocking(provider)
-    task = asyncio.ensure_future(store.append(make_memory("late", text="the well again")))
-    await embedding.wait()  # saved; its vector is being embedded
-    task.cancel()
-    await asyncio.sleep(0.01)
-    assert not task.done()  # the cancellation waits for the append's end
-    release.set()
-    with pytest.raises(asyncio.CancelledError):  # the cancellation is not lost
-        await task
-    provider.on_documents = None
+    await cancel_while_it_embeds(provider, store.append(make_memory("late", text="the well again")))
     status = await store.get_status("session")
     assert (status.total_entries, status.ready_entries, status.pending_entries) == (2, 2, 0)
     recalled = await store.recall(query("well"))
@@ -82,17 +83,12 @@ async def test_a_consolidate_cancelled_while_its_summary_embeds_is_finished(
     store = make_vector_store()
     for number in range(3):
         await store.append(make_memory(f"s{number}", text=f"the fire {number}", tick=number))
-    embedding, release = blocking(provider)
     summary = make_memory(
         "summary", text="the fires were arson", tick=10, kind=GameMemoryKind.REFLECTION
     )
-    task = asyncio.ensure_future(store.consolidate("session", "owner", ["s0", "s1"], summary))
-    await embedding.wait()
-    task.cancel()
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    provider.on_documents = None
+    await cancel_while_it_embeds(
+        provider, store.consolidate("session", "owner", ["s0", "s1"], summary)
+    )
     status = await store.get_status("session")
     assert status.ready_entries == status.total_entries == 4
 
@@ -101,14 +97,7 @@ async def test_a_batch_cancelled_while_it_embeds_is_saved_and_indexed(
     make_vector_store: VectorStoreFactory, provider: FaultyProvider, make_memory: MemoryFactory
 ) -> None:
     store = make_vector_store()
-    embedding, release = blocking(provider)
     batch = [make_memory(f"b{number}", text=f"the mill {number}") for number in range(5)]
-    task = asyncio.ensure_future(store.append_many(batch))
-    await embedding.wait()
-    task.cancel()
-    release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    provider.on_documents = None
+    await cancel_while_it_embeds(provider, store.append_many(batch))
     status = await store.get_status("session")
     assert status.ready_entries == status.total_entries == 5

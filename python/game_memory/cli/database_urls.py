@@ -13,15 +13,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["database_url", "shown_url"]
 
-#: What ``open_memory`` takes for PostgreSQL (``opening._DATABASE_SCHEMES``).
-SCHEMES = ("postgresql", "postgres")
-
 
 def database_url(value: str) -> str:
     """The ``--database`` argument, refused (a usage error naming no password) unless it is
-    a ``postgresql://`` or ``postgres://`` URL."""
-    scheme, separator, _rest = value.partition("://")
-    if not separator or scheme.lower() not in SCHEMES:
+    a URL ``open_memory`` takes for PostgreSQL (``opening.is_database``)."""
+    from game_memory.opening import is_database  # when parsed, not for --help
+
+    if not is_database(value):
+        scheme, separator, _rest = value.partition("://")
         shown = f"a URL of scheme {scheme[:40]!r}" if separator else "a value without a scheme"
         raise argparse.ArgumentTypeError(
             f"must be a postgresql:// (or postgres://) URL, not {shown}; a save folder is "
