@@ -354,10 +354,13 @@ async def _evict_locked(
         return 0
     view = snapshot.views[0]
     excess = len(view) - eviction_target(bound)
-    # Worth nothing: what is retracted as of the owner's newest moment on the memory's own
-    # timeline (its newest memory or retraction there: the latest the save knows of that
-    # timeline), where it can be recalled. Not one retracted only on another timeline: it
-    # is still recalled on its own, and an erase is for good.
+    # Worth nothing: what is retracted, or an older version of a belief the owner holds a
+    # newer version of, as of the owner's newest moment on the memory's own timeline (its
+    # newest memory or retraction there: the latest the save knows of that timeline),
+    # where it can be recalled. Not one hidden only on another timeline: it is still
+    # recalled on its own, and an erase is for good. Without the versions, a superseded
+    # belief of high importance outlived its newer version, and the NPC believed the old
+    # one again.
     newest = newest_ticks(view.memories)
     for _, moment in view.retractions:
         if moment.timeline_id in newest:
@@ -365,9 +368,9 @@ async def _evict_locked(
     retracted: set[str] = set()
     for timeline, tick in newest.items():
         as_of = GameMoment(timeline_id=timeline, tick=tick)
-        hidden = view.retracted(
-            GameMemoryQuery(session_id=memory.session_id, limit=0, at_or_before=as_of)
-        )
+        query = GameMemoryQuery(session_id=memory.session_id, limit=0, at_or_before=as_of)
+        hidden = view.retracted(query)
+        hidden |= view.columns.superseded(query, hidden)
         for position in hidden.nonzero()[0].tolist():
             held = view.memories[position]
             if held.moment.timeline_id == timeline:

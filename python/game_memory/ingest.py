@@ -112,7 +112,9 @@ async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> N
         return
     owners = {(summary.session_id, summary.owner_id) for summary in summaries}
     for session_id, owner_id in owners:
-        held = {memory.memory_id for memory in await store.enumerate(session_id, owner_id)}
+        owned = await store.enumerate(session_id, owner_id)
+        stored = {memory.memory_id: memory for memory in owned}
+        held = set(stored)
         held.update(
             memory.memory_id
             for memory in batch
@@ -122,7 +124,14 @@ async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> N
         )
         for summary in summaries:
             if (summary.session_id, summary.owner_id) == (session_id, owner_id):
-                checked_summary(session_id, owner_id, summary.consolidates, summary, held)
+                checked_summary(
+                    session_id,
+                    owner_id,
+                    summary.consolidates,
+                    summary,
+                    held,
+                    stored.get(summary.memory_id),
+                )
 
 
 def _listed(memories: Sequence[GameMemory]) -> list[GameMemory]:

@@ -148,6 +148,30 @@ async def test_a_summary_replaces_its_sources_as_of_its_moment(
     assert again is False  # the same summary: idempotent
 
 
+async def test_a_summary_sent_again_after_its_sources_went_is_already_stored(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    # A retry of a consolidation (or its summary appended again) answers False, as any
+    # memory already stored, even once a source is gone: the retention policy erases the
+    # retracted sources first, so a retry on a bounded NPC would otherwise always fail.
+    await village(store, make_memory)
+    assert await store.consolidate("session", "owner", ["m0", "m1"], summary(make_memory)) is True
+    assert await store.erase("session", "owner", ["m0"]) == 1
+    again = await store.consolidate("session", "owner", ["m0", "m1"], summary(make_memory))
+    assert again is False
+    stored = next(m for m in await store.enumerate("session") if m.memory_id == "fire")
+    assert await store.append(stored) is False
+    assert await store.append_many([stored, make_memory("m9", tick=40)]) == [False, True]
+    with pytest.raises(MemoryNotFoundError, match="'m0'"):  # another summary: still checked
+        other = make_memory("fire2", text="a second thought", tick=500, kind="reflection")
+        await store.consolidate("session", "owner", ["m0"], other)
+    with pytest.raises(MemoryConflictError):  # other content under the id: still a conflict
+        await store.consolidate(
+            "session", "owner", ["m1"], summary(make_memory, searchable_text="another view")
+        )
+    assert await store.count() == 4
+
+
 async def test_a_consolidation_that_cannot_be_is_refused_whole(
     store: GameMemoryStore, make_memory: MemoryFactory
 ) -> None:
@@ -351,6 +375,25 @@ async def test_a_forgotten_memory_is_evicted_first(
     await memory.forget("session", "owner", "m2", at(10))
     await memory.append(make_memory("m3", tick=3, importance=0.0))
     assert ids(await memory.enumerate("session", "owner")) == ["m1", "m3"]  # target: 2
+
+
+async def test_an_older_version_of_a_belief_is_evicted_before_its_newer_version(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    # The older version is hidden by the newer one as of the owner's newest moment, as a
+    # forgotten memory is: evicting the newer one first (of lower importance) made the NPC
+    # believe the old version again.
+    memory = open_hybrid(None, options={"maximum_memories_per_owner": 4})
+    old = make_memory("open", text="the bridge is open", tick=10, importance=0.9, belief_key="b")
+    new = make_memory("shut", text="the bridge is shut", tick=20, importance=0.3, belief_key="b")
+    for made in (old, new, make_memory("dust", tick=21, importance=0.0)):
+        await memory.append(made)
+    await memory.append(make_memory("m0", tick=22, importance=0.5))
+    assert await front_recalled(memory, 30) == ["dust", "m0", "shut"]
+    await memory.append(make_memory("m1", tick=23, importance=0.5))  # 5 of 4: down to 3
+    assert ids(await memory.enumerate("session", "owner")) == ["m0", "m1", "shut"]
+    assert await front_recalled(memory, 30) == ["m0", "m1", "shut"]
+    assert await front_recalled(memory, 15) == []  # the old version went for good
 
 
 async def front_recalled(memory: Any, tick: int) -> list[str]:

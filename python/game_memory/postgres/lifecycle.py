@@ -26,7 +26,8 @@ import psycopg
 
 from game_memory.errors import InvalidArgumentError, MemoryNotFoundError, PersistenceError
 from game_memory.model import CompactionReport, GameMemory, GameMoment, check_bounded_id
-from game_memory.postgres.rows import sql_key
+from game_memory.postgres.rows import decode_row, sql_key
+from game_memory.postgres.statements import EXISTING
 from game_memory.postgres.writes import append_one
 from game_memory.store.lifecycle import checked_ids, checked_summary, covered
 
@@ -284,8 +285,28 @@ def consolidate_summary(
         keys = {"session": session, "owner": owner, "memories": [sql_key(m) for m in memory_ids]}
         stored = {row[0] for row in connection.execute(_HELD, keys).fetchall()}
         held = [memory_id for memory_id in memory_ids if sql_key(memory_id) in stored]
-        checked = checked_summary(session_id, owner_id, memory_ids, summary, held)
+        checked = checked_summary(
+            session_id, owner_id, memory_ids, summary, held, _stored(connection, summary, where)
+        )
         return append_one(connection, checked, capacity, where, maximum_entries)
+
+
+def _stored(
+    connection: psycopg.Connection[Any], summary: GameMemory, where: str
+) -> GameMemory | None:
+    """The memory the owner holds under the summary's id, if any (``checked_summary``)."""
+    row = connection.execute(
+        EXISTING,
+        {
+            "session": sql_key(summary.session_id),
+            "owner": sql_key(summary.owner_id),
+            "memory": sql_key(summary.memory_id),
+        },
+    ).fetchone()
+    if row is None:
+        return None
+    keys = sql_key(summary.session_id), sql_key(summary.owner_id), sql_key(summary.memory_id)
+    return decode_row(bytes(row[1]), bytes(row[0]), *keys, where)
 
 
 _TABLES = ("game_memory_memories", "game_memory_retractions", "game_memory_partitions")

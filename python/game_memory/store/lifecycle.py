@@ -15,10 +15,11 @@ where ``age`` is how many game ticks the memory is older than the newest memory 
 owner on its timeline (recency decays in game time, one in-game day of half-life when a
 tick is a minute, as the reranker's). The lowest value goes first; ties go to the older
 memory (lower tick), then to the smaller id (ordinal). A summary of a consolidation is
-kept like any other memory; a memory retracted (forgotten, or consolidated into a summary)
-as of the owner's newest moment on the memory's timeline (its newest memory or retraction
-there) is worth nothing and goes first; one retracted only on another timeline is still
-recalled on its own, and is valued like any other.
+kept like any other memory; a memory retracted (forgotten, or consolidated into a summary),
+or an older version of a belief (``belief_key``) whose newer version hides it, as of the
+owner's newest moment on the memory's timeline (its newest memory or retraction there) is
+worth nothing and goes first; one hidden only on another timeline is still recalled on its
+own, and is valued like any other.
 
 **Eviction target**: an owner past its bound gives up memories down to 90% of the bound
 (``bound - max(1, bound // 10)``, at least 1), so the partition is rewritten once per tenth
@@ -78,8 +79,15 @@ def checked_summary(
     memory_ids: Sequence[str],
     summary: GameMemory,
     held: Iterable[str],
+    stored: GameMemory | None = None,
 ) -> GameMemory:
     """Check a consolidation; return the summary with its ``consolidates`` filled in.
+
+    ``stored`` is the memory the owner holds under the summary's id, if any. When it is
+    this summary already, the sources are not looked for: a consolidation sent again
+    (a retry, or the summary appended again) returns ``False`` as any memory already
+    stored does, even when its sources are gone since (erased, or evicted first by the
+    retention policy as retracted).
 
     Raises:
         InvalidArgumentError: the summary is not a ``GameMemory`` of that session and owner,
@@ -106,6 +114,9 @@ def checked_summary(
         raise InvalidArgumentError(
             "the summary's consolidates differs from memory_ids; leave it empty or equal"
         )
+    filled = summary.model_copy(update={"consolidates": ids})
+    if stored is not None and stored == filled:
+        return filled
     known = set(held)
     missing = [memory_id for memory_id in ids if memory_id not in known]
     if missing:
@@ -115,7 +126,7 @@ def checked_summary(
             + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
             + "; consolidate only what the owner remembers"
         )
-    return summary.model_copy(update={"consolidates": ids})
+    return filled
 
 
 def eviction_target(bound: int) -> int:
@@ -136,9 +147,10 @@ def newest_ticks(memories: Iterable[GameMemory]) -> dict[str, int]:
 def eviction_order(memories: Sequence[GameMemory], retracted: set[str]) -> list[GameMemory]:
     """The memories in the order a bounded owner gives them up (see the module docstring).
 
-    ``retracted``: the ids of the memories retracted as of the owner's newest moment on
-    their own timeline (a retraction on another timeline does not hide a memory on its
-    own: it is worth what any memory is).
+    ``retracted``: the ids of the memories retracted, or superseded by a newer version of
+    their belief, as of the owner's newest moment on their own timeline (what hides a
+    memory only on another timeline does not hide it on its own: it is worth what any
+    memory is).
     """
     newest = newest_ticks(memories)
 

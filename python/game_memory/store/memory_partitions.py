@@ -217,7 +217,11 @@ class MemoryPartitions:
         with self._lock:
             partition = self._sessions.get(session_id, {}).get(owner_id)
             held = () if partition is None else tuple(partition.positions)
-            return self._add(checked_summary(session_id, owner_id, memory_ids, summary, held))
+            stored = None
+            if partition is not None and summary.memory_id in partition.positions:
+                stored = partition.memories[partition.positions[summary.memory_id]]
+            checked = checked_summary(session_id, owner_id, memory_ids, summary, held, stored)
+            return self._add(checked)
 
     def retract(self, session_id: str, owner_id: str, memory_id: str, at: GameMoment) -> bool:
         """Retract a memory as of ``at``; ``False`` when already retracted then.

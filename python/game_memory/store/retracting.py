@@ -98,5 +98,6 @@ def consolidate(
     with engine.locked():
         state, _marks = engine.prepare(session_hash, owner_hash)
         held = () if state.view is None else tuple(state.view.positions)
-        checked = checked_summary(session_id, owner_id, memory_ids, summary, held)
+        stored = state.find(summary.memory_id)
+        checked = checked_summary(session_id, owner_id, memory_ids, summary, held, stored)
         return engine.add_locked(checked, engine.encode(checked), state)
