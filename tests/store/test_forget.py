@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from game_memory import (
+    CapacityExceededError,
     FileGameMemoryStore,
+    GameMemoryKind,
     GameMemoryQuery,
     GameMoment,
     MemoryNotFoundError,
@@ -113,6 +115,26 @@ async def test_the_first_retraction_moves_an_older_save_to_format_3(tmp_path: Pa
         assert await store.forget("slot-2", "mira", "m3", at(1, "main")) is True
         assert json.loads((save / DATA / "format.json").read_text())["format_version"] == 3
         assert (await store.check()).ok
+
+
+async def test_a_refused_consolidation_leaves_an_older_save_in_its_format(
+    tmp_path: Path,
+) -> None:
+    # A call that writes nothing (the store is full) must not raise the save's format:
+    # older releases refuse format 3, and the save would hold no record that needs it.
+    save = tmp_path / "save"
+    shutil.copytree(FORMAT2, save)
+    async with FileGameMemoryStore(save, maximum_entries=11) as store:
+        held = [memory.memory_id for memory in await store.enumerate("slot-2", "mira")]
+        summary = (await store.enumerate("slot-2", "mira"))[0].model_copy(
+            update={"memory_id": "summary", "kind": GameMemoryKind.REFLECTION}
+        )
+        with pytest.raises(CapacityExceededError):
+            await store.consolidate("slot-2", "mira", held[:2], summary)
+        with pytest.raises(CapacityExceededError):
+            await store.append(summary.model_copy(update={"consolidates": tuple(held[:2])}))
+        assert await store.count() == 11
+    assert json.loads((save / DATA / "format.json").read_text())["format_version"] == 2
 
 
 async def test_a_torn_retraction_is_absent_and_the_next_writer_cuts_it(

@@ -139,15 +139,17 @@ class StoreEngine(StoreReader):
             if existing == memory:
                 return False
             raise memory_conflict(memory)
-        if memory.consolidates:
-            self.layout.require_format(3)
-        elif memory.belief_key is not None:
-            self.layout.require_format(2)
         count = self.ledger.count()
         if count >= self.maximum_entries:
             raise CapacityExceededError(
                 full_message(self.intents, self.read_partition, count), bound="maximum_entries"
             )
+        # Only once the append will be written: a refused one writes nothing, and a format
+        # raised for nothing would lock older releases out of a save with no newer record.
+        if memory.consolidates:
+            self.layout.require_format(3)
+        elif memory.belief_key is not None:
+            self.layout.require_format(2)
         entry = LedgerEntry(state.session_hash, state.owner_hash, identity_hash(memory.memory_id))
         self.write_new([(entry, record, state)])
         return True
