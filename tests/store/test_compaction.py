@@ -55,6 +55,26 @@ async def test_segments_written_small_are_merged_and_nothing_is_lost(
     assert again.partitions_rewritten == 0 and again.bytes_after == again.bytes_before
 
 
+async def test_segments_as_full_as_packing_makes_them_are_left_alone(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    # Records of just over half a file: one a segment however they are packed. Compaction
+    # reported such a partition rewritten on every call (its files left as they were):
+    # it never settled.
+    save = tmp_path / "save"
+    store = make_store(maximum_file_bytes=1_024)
+    for n in range(5):
+        await store.append(make_memory(f"m{n}", tick=n, text="a rumour " + "r" * 200))
+    assert log_path(save, "session", "owner", 4).exists()
+    assert not log_path(save, "session", "owner", 5).exists()
+    before = files_under(session_folder(save, "session"))
+    for _ in range(2):
+        report = await store.compact()
+        assert report.partitions_rewritten == 0
+        assert report.bytes_after == report.bytes_before
+    assert files_under(session_folder(save, "session")) == before
+
+
 async def test_a_retraction_made_redundant_by_an_earlier_one_is_dropped(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
