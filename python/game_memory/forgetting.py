@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import EmbeddingUnavailableError, GameMemoryError
+from game_memory.errors import DerivedIndexError, EmbeddingUnavailableError, GameMemoryError
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
     CompactionReport,
@@ -132,6 +132,9 @@ class MemoryOverTime(abc.ABC):
         Raises:
             InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
             PersistenceError: a partition to erase from is damaged (salvage it first).
+            DerivedIndexError: the save's erase is done, but the vector index could not
+                drop the vectors (its folder is not writable): they are never recalled,
+                and the same erase run again, or a rebuild, drops them once it can.
         """
         self._check_open()
         async with self._erase_gate.erasing():  # no append between the save and the index
@@ -242,12 +245,41 @@ async def erase_memories(
     owner_id: str | None,
     memory_ids: Sequence[str] | None,
 ) -> int:
-    """Erase from the save, then drop the derived entries and rows; return the count."""
+    """Erase from the save, then drop the derived entries and rows; return the count.
+
+    Raises:
+        DerivedIndexError: the save's erase is done, but the index could not drop the
+            vectors (an unwritable index folder); the message says so and what to do.
+    """
     erased = await store.erase(session_id, owner_id, memory_ids)
-    if index is not None:
-        ids = None if memory_ids is None else list(memory_ids)
-        await run(lambda: index.erase(session_id, owner_id, ids))
+    failure = await _drop_vectors(index, run, session_id, owner_id, memory_ids)
+    if failure is not None:
+        raise DerivedIndexError(
+            f"erased {erased:,} memories from the save, but the vector index could not "
+            f"drop their vectors ({failure}). They are never recalled (the save decides), "
+            "but their vector bytes stay in the index folder until the same erase, run "
+            "again, or a rebuild ('game-memory rebuild') succeeds: make the index folder "
+            "writable, then do either"
+        ) from failure
     return erased
+
+
+async def _drop_vectors(
+    index: VectorIndex | None,
+    run: Runner,
+    session_id: str,
+    owner_id: str | None,
+    memory_ids: Sequence[str] | None,
+) -> Exception | None:
+    """Drop the derived entries and rows of erased memories; the error if that failed."""
+    if index is None:
+        return None
+    ids = None if memory_ids is None else list(memory_ids)
+    try:
+        await run(lambda: index.erase(session_id, owner_id, ids))
+    except (DerivedIndexError, OSError) as exc:
+        return exc
+    return None
 
 
 async def index_memory(
@@ -379,7 +411,21 @@ async def _evict_locked(
     victims = [
         m.memory_id for m in eviction_order(view.memories, retracted) if m.memory_id not in spared
     ][:excess]
-    erased = await erase_memories(store, index, run, memory.session_id, memory.owner_id, victims)
+    erased = await store.erase(memory.session_id, memory.owner_id, victims)
+    failure = await _drop_vectors(index, run, memory.session_id, memory.owner_id, victims)
+    if failure is not None:
+        # The save kept its bound and the append that led here succeeded: it does not fail
+        # for derived bytes. The vectors left behind are never recalled.
+        await report_failure(
+            report,
+            "memory_vector_erase_failed",
+            DiagnosticSeverity.WARNING,
+            "The evicted memories were erased from the save, but the vector index could "
+            "not drop their vectors; erase them again or rebuild once it is writable.",
+            session_id=memory.session_id,
+            owner_id=memory.owner_id,
+            error=failure,
+        )
     if erased:
         await report(
             MemoryVectorDiagnostic(
