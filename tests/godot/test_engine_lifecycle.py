@@ -35,6 +35,8 @@ def test_an_npc_forgets_on_game_time_consolidates_and_is_erased(
             "before_the_summary_the_sources_answer",
             "a_summary_of_an_unknown_memory_is_not_found",
             "memories_consolidated_emitted_once",
+            "erase_owner_of_an_empty_list_erases_nothing",
+            "the_npc_keeps_every_memory_after_an_empty_list",
             "erase_owner_of_listed_memories_counts_them",
             "erase_owner_erases_every_memory_of_the_npc",
             "erase_session_erases_the_rest",

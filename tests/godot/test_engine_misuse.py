@@ -94,6 +94,8 @@ def test_arguments_of_the_wrong_type_are_refused_and_named(
         "a_recall_many_owner_given_as_an_int",
         "a_remember_many_moment_given_as_a_tick",
         "a_remember_many_text_given_as_an_array",
+        "an_erase_list_given_as_a_string",
+        "an_erase_list_entry_given_as_an_int",
     )
     assert_case_passed(
         run,

@@ -432,14 +432,16 @@ func forget(owner_id: String, memory_id: String, at: Dictionary) -> Dictionary:
 
 
 ## Erases the memories of [param owner_id] for good (not on game time: an earlier save does
-## not bring them back): all of them, or only [param memory_ids]. Their text and vectors
-## leave the save and the index. Resolves with [code]erased[/code], how many went.
-func erase_owner(owner_id: String,
-		memory_ids: PackedStringArray = PackedStringArray()) -> Dictionary:
-	var params: Dictionary = {"session_id": session_id, "owner_id": owner_id}
-	if not memory_ids.is_empty():
-		params["memory_ids"] = Array(memory_ids)
-	return await _erase(owner_id, params)
+## not bring them back). Without [param memory_ids] (or with [code]null[/code]) all of them
+## go; with a list (a [PackedStringArray] or an [Array] of Strings) only those, so an empty
+## list, such as a filter that matched nothing, erases nothing. Their text and vectors leave
+## the save and the index. Resolves with [code]erased[/code], how many went; a list of
+## another type fails with [constant GameMemoryError.INVALID_PARAMS] before anything is sent.
+func erase_owner(owner_id: String, memory_ids: Variant = null) -> Dictionary:
+	var built: Dictionary = GameMemoryCodec.erase_owner_params(session_id, owner_id, memory_ids)
+	if not built["ok"]:
+		return built
+	return await _erase(owner_id, built["params"])
 
 
 ## Erases every memory of the session ([member session_id]) for good, e.g. when the player

@@ -196,6 +196,33 @@ static func remember_many_params(session_id: String, entries: Array) -> Dictiona
 	return {"ok": true, "params": {"memories": wire}}
 
 
+## Returns [code]{"ok": true, "params": {...}}[/code] for [code]memory.erase[/code] of
+## [param owner_id], or a failed result naming [code]memory_ids[/code]. [param memory_ids]
+## [code]null[/code] sends no list: every memory of the NPC goes. A list (a
+## [PackedStringArray], or an [Array] of Strings) is sent as it is, even empty: the sidecar
+## then erases only those, so an empty list erases nothing rather than the whole NPC.
+static func erase_owner_params(session_id: String, owner_id: String,
+		memory_ids: Variant) -> Dictionary:
+	var params: Dictionary = {"session_id": session_id, "owner_id": owner_id}
+	if typeof(memory_ids) == TYPE_NIL:
+		return {"ok": true, "params": params}
+	if not (memory_ids is Array or memory_ids is PackedStringArray):
+		return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+				"erase_owner memory_ids must be a PackedStringArray or an Array of Strings "
+				+ "(omit it to erase every memory of the NPC), got %s %s"
+				% [type_string(typeof(memory_ids)), str(memory_ids).left(40)])
+	var items: Array = Array(memory_ids)
+	var wire: Array = []
+	for index: int in items.size():
+		if not _is_text(items[index]):
+			return GameMemoryError.failure(GameMemoryError.INVALID_PARAMS,
+					"erase_owner memory_ids[%d] must be a String, got %s %s"
+					% [index, type_string(typeof(items[index])), str(items[index]).left(40)])
+		wire.append(str(items[index]))
+	params["memory_ids"] = wire
+	return {"ok": true, "params": params}
+
+
 ## Returns [param value] as a memory dictionary with int ticks and ranks (empty when it is not
 ## a dictionary).
 static func memory(value: Variant) -> Dictionary:

@@ -45,6 +45,11 @@ func run() -> void:
 	_refused("a_remember_many_text_given_as_an_array", await memory.remember_many([
 		{"owner_id": NPC, "text": ["x"], "moment": moment(1)},
 	]), ["entry 0", "text"])
+	var not_a_list: Variant = str(whole.get("memory_id", ""))
+	_refused("an_erase_list_given_as_a_string", await memory.erase_owner(NPC, not_a_list),
+			["memory_ids"])
+	_refused("an_erase_list_entry_given_as_an_int", await memory.erase_owner(NPC, [3]),
+			["memory_ids[0]"])
 
 	var recalled: Dictionary = await memory.recall(NPC, "", {}, {"limit": 100})
 	check("no_refused_call_stored_anything", recalled["ok"] and recalled["memories"].size() == 1,

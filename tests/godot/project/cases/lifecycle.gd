@@ -62,6 +62,21 @@ func run() -> void:
 	check("memories_consolidated_emitted_once", consolidated == [[NPC, "fire"]],
 			{"emitted": consolidated})
 
+	var total: int = (await memory.status()).get("total_entries", -1)
+	var empty_packed: Dictionary = await memory.erase_owner(NPC, PackedStringArray())
+	var empty_array: Dictionary = await memory.erase_owner(NPC, [])
+	check("erase_owner_of_an_empty_list_erases_nothing",
+			empty_packed["ok"] and empty_packed.get("erased") == 0
+			and empty_array["ok"] and empty_array.get("erased") == 0,
+			{"packed": empty_packed, "array": empty_array})
+	var kept: Dictionary = await memory.status()
+	check("the_npc_keeps_every_memory_after_an_empty_list",
+			total == 5 and kept.get("total_entries") == total
+			and _ids(await memory.recall(NPC, "the mill fire", moment(700))) == ["fire"]
+			and _sorted(_ids(await memory.recall(NPC, "the mill fire", moment(550))))
+			== ["smoke", "wept"]
+			and _ids(await memory.recall(NPC, "dragon under the hill", moment(300)))
+			.has("rumour"), {"total_before": total, "status": kept})
 	var listed: Dictionary = await memory.erase_owner(NPC, PackedStringArray(["smoke", "nope"]))
 	check("erase_owner_of_listed_memories_counts_them",
 			listed["ok"] and listed.get("erased") == 1, {"result": listed})
@@ -74,8 +89,8 @@ func run() -> void:
 			{"result": session})
 	check("nothing_is_recalled_after_the_session_is_erased",
 			_ids(await memory.recall(NPC, "", {})).is_empty())
-	check("memories_erased_emitted_per_erase", erased == [[NPC, 1], [OTHER, 1], ["", 3]],
-			{"emitted": erased})
+	check("memories_erased_emitted_per_erase",
+			erased == [[NPC, 0], [NPC, 0], [NPC, 1], [OTHER, 1], ["", 3]], {"emitted": erased})
 	check("retention_arguments_name_the_bound",
 			GameMemorySidecar.retention_arguments(50)
 			== PackedStringArray(["--maximum-memories-per-owner", "50"])
