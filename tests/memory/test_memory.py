@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -431,12 +432,46 @@ async def test_a_query_without_text_is_answered_lexically_without_embedding(
 
 
 async def test_more_vectors_than_a_search_may_compare_fall_back_to_lexical(
-    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, diagnostics: Diagnostics
 ) -> None:
     store = make_vector_store(options={"maximum_vector_comparisons_per_search": 300})
     await remember(store, make_memory, m1="the cat", m2="a dog")  # 2 × 256 > 300
     result = await store.recall(query("feline dog"))
     assert result.fallback and ids(result.memories) == ["m2"]
+    assert diagnostics.codes()[-1] == "memory_vector_search_too_large"  # the docs: one says why
+    strict = make_vector_store(
+        options={
+            "maximum_vector_comparisons_per_search": 300,
+            "fail_when_embedding_unavailable": True,
+        }
+    )
+    with pytest.raises(CapacityExceededError) as raised:
+        await strict.recall(query("feline dog"))
+    assert raised.value.bound == "maximum_vector_comparisons_per_search"
+
+
+async def test_memories_without_vectors_fall_back_with_a_diagnostic_or_raise_when_told(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    diagnostics: Diagnostics,
+    tmp_path: Path,
+) -> None:
+    # An index folder deleted (or never built): no memory has a vector of the model, so
+    # vectors cannot help, and a diagnostic says why; ``fail_when_embedding_unavailable``
+    # raises instead of answering lexically.
+    first = make_vector_store()
+    await remember(first, make_memory, m1="the cat", m2="a dog")
+    await first.aclose()
+    shutil.rmtree(tmp_path / "index")
+    store = make_vector_store()
+    result = await store.recall(query("dog"))
+    assert result.fallback and ids(result.memories) == ["m2"]
+    assert diagnostics.codes()[-1] == "memory_vector_unindexed"
+    strict = make_vector_store(options={"fail_when_embedding_unavailable": True})
+    with pytest.raises(DerivedIndexError, match="rebuild"):
+        await strict.recall(query("dog"))
+    await store.rebuild("session")
+    assert not (await store.recall(query("dog"))).fallback
 
 
 async def test_the_hybrid_store_answers_the_reference_stores_calls(

@@ -31,7 +31,13 @@ class VectorMemoryStoreOptions(BaseModel):
             bytes + 2 KiB) by default (3.5 MiB at 384 dimensions).
         embedding_timeout: Seconds one embedding call may take, queueing included.
         diagnostic_timeout: Seconds a diagnostic sink may take before it is dropped.
-        fail_when_embedding_unavailable: Raise instead of falling back to lexical recall.
+        fail_when_embedding_unavailable: Raise instead of falling back to lexical recall
+            (and instead of only reporting a vector of an append that failed):
+            ``EmbeddingUnavailableError`` when the provider fails, ``DerivedIndexError``
+            when the memories have no vectors of the model (another model's, or none:
+            rebuild), ``CapacityExceededError`` past
+            ``maximum_vector_comparisons_per_search``. A store opened without an index
+            recalls lexically by design and never raises for it.
         dispose_embedding_provider: ``aclose()`` also closes the provider.
         fusion: How lexical and vector rankings are combined.
         maximum_memories_per_owner: The retention policy (default off): when an append

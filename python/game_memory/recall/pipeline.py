@@ -29,7 +29,12 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import DerivedIndexError, EmbeddingUnavailableError, GameMemoryError
+from game_memory.errors import (
+    CapacityExceededError,
+    DerivedIndexError,
+    EmbeddingUnavailableError,
+    GameMemoryError,
+)
 from game_memory.index.join import PartitionJoin
 from game_memory.index.partition import FloatMatrix, PartitionReplacedError
 from game_memory.index.protocol import VectorIndex
@@ -94,6 +99,21 @@ class _Unavailable(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+#: No index at all: a store opened without one recalls lexically by design, not as a fallback
+#: to report.
+_NO_INDEX = "memory_vector_index_missing"
+_UNINDEXED = "memory_vector_unindexed"
+_TOO_LARGE = "memory_vector_search_too_large"
+
+
+def _unavailable_error(exc: _Unavailable) -> GameMemoryError:
+    """What ``fail_when_embedding_unavailable`` raises for a reason vectors cannot serve."""
+    if exc.code == _TOO_LARGE:
+        return CapacityExceededError(str(exc), bound="maximum_vector_comparisons_per_search")
+    advice = " Rebuild the session's vectors (game-memory rebuild, or memory.rebuild)."
+    return DerivedIndexError(str(exc) + ("" if exc.code == REBUILD_REQUIRED else advice))
 
 
 async def report_failure(
@@ -193,16 +213,19 @@ async def _recall_with(
             raise
         except _Unavailable as exc:
             fallback = True
-            if exc.code == REBUILD_REQUIRED:
+            if exc.code != _NO_INDEX:
+                # Every other reason is one a game should hear of (the docs promise a
+                # diagnostic for each): a folder deleted or never built, another model's
+                # vectors, or more comparisons than the bound allows.
                 await report_failure(
                     parts.report,
-                    REBUILD_REQUIRED,
+                    exc.code,
                     DiagnosticSeverity.WARNING,
-                    str(exc),
+                    f"{exc} Lexical recall was used.",
                     session_id=query.session_id,
                 )
                 if options.fail_when_embedding_unavailable:
-                    raise DerivedIndexError(str(exc)) from None
+                    raise _unavailable_error(exc) from None
         except Exception as exc:
             fallback = True
             await report_failure(
@@ -304,8 +327,10 @@ def _read_parts(
         joins.append((view, joined))
     if entries * identity.dimensions > options.maximum_vector_comparisons_per_search:
         raise _Unavailable(
-            "memory_vector_search_too_large",
-            f"{entries:,} vectors exceed maximum_vector_comparisons_per_search",
+            _TOO_LARGE,
+            f"{entries:,} vectors of {identity.dimensions} values exceed "
+            "maximum_vector_comparisons_per_search "
+            f"({options.maximum_vector_comparisons_per_search:,} values a search).",
         )
     parts: list[tuple[PartitionJoin, FloatMatrix, np.ndarray]] = []
     for view, joined in joins:
@@ -313,7 +338,7 @@ def _read_parts(
             parts.append((joined, index.vectors(joined, identity), view.mask(query)))
     if not parts and views:
         raise _Unavailable(
-            "memory_vector_unindexed",
+            _UNINDEXED,
             "No memory of this query has a vector of the active model yet.",
         )
     return parts
@@ -418,7 +443,7 @@ async def _vector_recall(
 ) -> tuple[list[tuple[GameMemory, float]], list[np.ndarray]]:
     index = parts.index
     if index is None:
-        raise _Unavailable("memory_vector_index_missing", "No vector index is configured.")
+        raise _Unavailable(_NO_INDEX, "No vector index is configured.")
     copies = parts.options.int8_copies
     if early is not None:
         # EMBEDDING is the embedding's own time, which ran beside the snapshot; the
