@@ -114,9 +114,9 @@ async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> N
     for session_id, owner_id in owners:
         owned = await store.enumerate(session_id, owner_id)
         stored = {memory.memory_id: memory for memory in owned}
-        held = set(stored)
-        held.update(
-            memory.memory_id
+        moments = {memory.memory_id: memory.moment for memory in owned}
+        moments.update(
+            (memory.memory_id, memory.moment)
             for memory in batch
             if isinstance(memory, GameMemory)
             and memory.session_id == session_id
@@ -129,7 +129,7 @@ async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> N
                     owner_id,
                     summary.consolidates,
                     summary,
-                    held,
+                    moments.get,
                     stored.get(summary.memory_id),
                 )
 

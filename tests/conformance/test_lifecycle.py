@@ -172,6 +172,30 @@ async def test_a_summary_sent_again_after_its_sources_went_is_already_stored(
     assert await store.count() == 4
 
 
+async def test_a_summary_stands_only_for_memories_from_before_it(
+    store: GameMemoryStore, make_memory: MemoryFactory
+) -> None:
+    # A source later than the summary on its timeline is refused: retracted as of the
+    # summary's moment, it would never be recalled at any moment of its own.
+    await village(store, make_memory)  # m0..m2 at ticks 10, 20, 30
+    early = summary(make_memory, tick=25)
+    with pytest.raises(InvalidArgumentError, match="'m2' \\(tick 30\\)"):
+        await store.consolidate("session", "owner", ["m1", "m2"], early)
+    assert await store.count() == 3
+    other = make_memory("x", text="elsewhere", tick=90, timeline_id="dream")
+    await store.append(other)  # another timeline: not ordered against the summary's
+    assert await store.consolidate("session", "owner", ["m0", "m1", "x"], early) is True
+    assert await recalled(store, 24) == ["m0", "m1"]
+    assert await recalled(store, 30) == ["fire", "m2"]
+    # A source erased, and its id given to a new memory later: the summary does not
+    # hide the new memory (it did, at every moment, and recalling it was impossible).
+    assert await store.erase("session", "owner", ["m0"]) == 1
+    await store.append(make_memory("m0", text="a new mill", tick=200))
+    assert await recalled(store, 199) == ["fire", "m2"]
+    assert await recalled(store, 200) == ["fire", "m0", "m2"]
+    assert await recalled(store, None) == ["fire", "m0", "m2"]
+
+
 async def test_a_consolidation_that_cannot_be_is_refused_whole(
     store: GameMemoryStore, make_memory: MemoryFactory
 ) -> None:
@@ -473,6 +497,12 @@ async def test_a_summary_appended_plainly_is_checked_as_consolidate_checks_it(
         await memory.append_many([summary(make_memory, consolidates=["ghost"])])
     with pytest.raises(InvalidArgumentError, match="reflection"):
         await memory.append_many([make_memory("e", tick=50, kind="event", consolidates=["m1"])])
+    with pytest.raises(InvalidArgumentError, match="after it"):  # m2 is at tick 30
+        await memory.append_many([summary(make_memory, tick=25, consolidates=["m2"])])
+    with pytest.raises(InvalidArgumentError, match="after it"):  # in the batch, and later
+        await memory.append_many(
+            [summary(make_memory, tick=25, consolidates=["m9"]), make_memory("m9", tick=26)]
+        )
     assert await front_recalled(memory, 1_000) == ["m0", "m1", "m2"]  # nothing was appended
     # A checked summary is appended as consolidate appends it; in a batch its sources
     # may come in the same batch, in any order.

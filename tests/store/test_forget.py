@@ -127,7 +127,11 @@ async def test_a_refused_consolidation_leaves_an_older_save_in_its_format(
     async with FileGameMemoryStore(save, maximum_entries=11) as store:
         held = [memory.memory_id for memory in await store.enumerate("slot-2", "mira")]
         summary = (await store.enumerate("slot-2", "mira"))[0].model_copy(
-            update={"memory_id": "summary", "kind": GameMemoryKind.REFLECTION}
+            update={
+                "memory_id": "summary",
+                "kind": GameMemoryKind.REFLECTION,
+                "moment": at(10**6, "main"),
+            }
         )
         with pytest.raises(CapacityExceededError):
             await store.consolidate("slot-2", "mira", held[:2], summary)

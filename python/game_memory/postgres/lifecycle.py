@@ -171,6 +171,11 @@ SELECT memory_id FROM game_memory_memories
 WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = ANY(%(memories)s::text[])
 """
 
+_SOURCES = """
+SELECT memory_id, digest, document FROM game_memory_memories
+WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = ANY(%(memories)s::text[])
+"""
+
 _RETRACTED = """
 SELECT moment FROM game_memory_retractions
 WHERE session_id = %(session)s AND owner_id = %(owner)s AND memory_id = %(memory)s
@@ -283,10 +288,19 @@ def consolidate_summary(
     with connection.transaction():
         connection.execute(_LOCK_OWNER, {"session": session, "owner": owner}).fetchone()
         keys = {"session": session, "owner": owner, "memories": [sql_key(m) for m in memory_ids]}
-        stored = {row[0] for row in connection.execute(_HELD, keys).fetchall()}
-        held = [memory_id for memory_id in memory_ids if sql_key(memory_id) in stored]
+        moments = {
+            str(row[0]): decode_row(
+                bytes(row[2]), bytes(row[1]), session, owner, row[0], where
+            ).moment
+            for row in connection.execute(_SOURCES, keys).fetchall()
+        }
         checked = checked_summary(
-            session_id, owner_id, memory_ids, summary, held, _stored(connection, summary, where)
+            session_id,
+            owner_id,
+            memory_ids,
+            summary,
+            lambda memory_id: moments.get(sql_key(memory_id)),
+            _stored(connection, summary, where),
         )
         return append_one(connection, checked, capacity, where, maximum_entries)
 

@@ -291,6 +291,11 @@ class PredicateColumns:
         """Whether any memory of the partition carries a ``belief_key``."""
         return bool(self._versions.size)
 
+    def timeline_code(self, timeline_id: str) -> int | None:
+        """The code :attr:`timeline_codes` holds for ``timeline_id`` (``None``: no memory
+        of the partition is on it)."""
+        return self._timelines.get(timeline_id)
+
     def superseded(self, query: GameMemoryQuery, retracted: BoolArray | None = None) -> BoolArray:
         """Which memories are older versions of a belief as of the query's moment.
 

@@ -29,7 +29,7 @@ of the bound appended, not on every append past it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from game_memory.errors import InvalidArgumentError, MemoryNotFoundError
 from game_memory.model import GameMemory, GameMemoryKind, GameMoment, check_bounded_id, ordinal_key
@@ -78,10 +78,15 @@ def checked_summary(
     owner_id: str,
     memory_ids: Sequence[str],
     summary: GameMemory,
-    held: Iterable[str],
+    held: Callable[[str], GameMoment | None],
     stored: GameMemory | None = None,
 ) -> GameMemory:
     """Check a consolidation; return the summary with its ``consolidates`` filled in.
+
+    ``held(memory_id)`` is the moment of the owner's memory of that id (``None``: the
+    owner holds none). A source later than the summary on the summary's timeline is
+    refused: a summary stands for what came before it (retracted as of its moment, the
+    source would never be recalled at any moment of its own).
 
     ``stored`` is the memory the owner holds under the summary's id, if any. When it is
     this summary already, the sources are not looked for: a consolidation sent again
@@ -92,6 +97,7 @@ def checked_summary(
     Raises:
         InvalidArgumentError: the summary is not a ``GameMemory`` of that session and owner,
             not a reflection, lists no memory, or names others in ``consolidates``.
+            Or a source is later than the summary on its timeline.
         MemoryNotFoundError: an id names no memory the owner holds.
     """
     if not isinstance(summary, GameMemory):
@@ -117,14 +123,27 @@ def checked_summary(
     filled = summary.model_copy(update={"consolidates": ids})
     if stored is not None and stored == filled:
         return filled
-    known = set(held)
-    missing = [memory_id for memory_id in ids if memory_id not in known]
+    moments = {memory_id: held(memory_id) for memory_id in ids}
+    missing = [memory_id for memory_id, moment in moments.items() if moment is None]
     if missing:
         raise MemoryNotFoundError(
             f"owner {owner_id!r} of session {session_id!r} holds no memory "
             f"{', '.join(repr(m) for m in missing[:5])}"
             + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
             + "; consolidate only what the owner remembers"
+        )
+    at = summary.moment
+    later = [
+        f"{memory_id!r} (tick {moment.tick:,})"
+        for memory_id, moment in moments.items()
+        if moment is not None and moment.timeline_id == at.timeline_id and moment.tick > at.tick
+    ]
+    if later:
+        raise InvalidArgumentError(
+            f"the summary at tick {at.tick:,} of timeline {at.timeline_id!r} cannot "
+            f"consolidate memories from after it: {', '.join(later[:5])}"
+            + (f" (and {len(later) - 5} more)" if len(later) > 5 else "")
+            + "; give the summary the moment it was made, at or after its sources"
         )
     return filled
 

@@ -216,7 +216,12 @@ class MemoryPartitions:
         """
         with self._lock:
             partition = self._sessions.get(session_id, {}).get(owner_id)
-            held = () if partition is None else tuple(partition.positions)
+
+            def held(memory_id: str) -> GameMoment | None:
+                if partition is None or memory_id not in partition.positions:
+                    return None
+                return partition.memories[partition.positions[memory_id]].moment
+
             stored = None
             if partition is not None and summary.memory_id in partition.positions:
                 stored = partition.memories[partition.positions[summary.memory_id]]

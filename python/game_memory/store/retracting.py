@@ -16,6 +16,7 @@ Both are appends, with an append's guarantees (``engine.py``):
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from game_memory.errors import CapacityExceededError, InvalidArgumentError, MemoryNotFoundError
@@ -26,6 +27,7 @@ from game_memory.store.lifecycle import checked_summary, covered
 from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.records import encode_record
 from game_memory.store.retractions import encode_retraction
+from game_memory.store.state import PartitionState
 
 __all__ = ["consolidate", "forget"]
 
@@ -97,7 +99,14 @@ def consolidate(
     engine.layout.guard()  # before the lock, whose file is in the data folder
     with engine.locked():
         state, _marks = engine.prepare(session_hash, owner_hash)
-        held = () if state.view is None else tuple(state.view.positions)
         stored = state.find(summary.memory_id)
-        checked = checked_summary(session_id, owner_id, memory_ids, summary, held, stored)
+        checked = checked_summary(
+            session_id, owner_id, memory_ids, summary, functools.partial(_moment, state), stored
+        )
         return engine.add_locked(checked, engine.encode(checked), state)
+
+
+def _moment(state: PartitionState, memory_id: str) -> GameMoment | None:
+    """The moment of the partition's memory ``memory_id`` (``checked_summary``'s ``held``)."""
+    memory = state.find(memory_id)
+    return None if memory is None else memory.moment

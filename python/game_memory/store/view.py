@@ -389,7 +389,7 @@ class PartitionView:
     def has_beliefs(self) -> bool:
         """Whether visibility needs more than the per-memory predicate: belief versions or
         retractions (then every path uses :meth:`mask`)."""
-        return bool(self._retraction_rows) or self._memory_scan[0]
+        return bool(self.retractions) or bool(self._memory_scan[1]) or self._memory_scan[0]
 
     @cached_property
     def _retraction_rows(self) -> tuple[tuple[int, str, int], ...]:
@@ -404,7 +404,20 @@ class PartitionView:
             position = self.positions.get(memory_id)
             if position is not None:
                 rows.append((position, moment.timeline_id, moment.tick))
-        rows.extend(self._memory_scan[1])
+        summarized = self._memory_scan[1]
+        if summarized:
+            # A summary stands for what came before it: a memory of a named id that is
+            # later than the summary on its timeline is not one of its sources but a new
+            # memory under an id erased since (``consolidate`` refuses later sources), and
+            # a retraction as of the summary's moment would hide it at every moment.
+            columns = self.columns
+            ticks, timelines = columns.ticks, columns.timeline_codes
+            for position, timeline, tick in summarized:
+                if (
+                    timelines[position] != columns.timeline_code(timeline)
+                    or ticks[position] <= tick
+                ):
+                    rows.append((position, timeline, tick))
         return tuple(rows)
 
     def retracted(self, query: GameMemoryQuery) -> BoolArray:
