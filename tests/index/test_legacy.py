@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -323,3 +324,87 @@ async def test_a_non_finite_number_in_a_reference_vector_is_refused(
     with pytest.raises(DerivedIndexError, match="legacy vector record"):
         await store.index.migrate_legacy_index()
     assert path.exists()
+
+
+def _not_json(path: Path) -> None:
+    path.write_text('{"broken": ', encoding="utf-8")
+
+
+def _a_folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()  # cannot be read, nor deleted as a file
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["rebuild", "forced"])
+@pytest.mark.parametrize("damage", [*BROKEN.values(), _not_json], ids=[*BROKEN, "not JSON"])
+async def test_a_rebuild_migrates_the_valid_reference_records_and_drops_the_invalid_ones(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    diagnostics: Diagnostics,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+    damage: Any,
+    force: bool,
+) -> None:
+    """An invalid record stops every migration (each use of the index migrates first), so
+    only a rebuild can get past it: it migrates the valid records, deletes the invalid ones
+    (derived data, named in a warning) and embeds their memories from the save."""
+    store, provider, memories = await saved(make_vector_store, make_memory)
+    save = _authoritative(tmp_path / "save")
+    records = [
+        (m, reference_record(m, provider.identity, reference_vector(provider, m))) for m in memories
+    ]
+    if damage is not _not_json:
+        records[1] = (records[1][0], damage(records[1][0], records[1][1]))
+    valid, invalid = write_reference_index(tmp_path / "index", records)
+    if damage is _not_json:
+        _not_json(invalid)
+    assert (await store.recall(query("axe"))).fallback
+    assert (await store.get_status("session")).state is VectorMemoryState.DEGRADED
+    with caplog.at_level(logging.WARNING, logger="game_memory.index"):
+        status = await store.rebuild("session", force=force)
+    assert (status.state, status.ready_entries) == (VectorMemoryState.READY, 2)
+    assert any(
+        invalid.name in r.getMessage() and "deleted" in r.getMessage() for r in caplog.records
+    )
+    assert "memory_vector_index_reset" in diagnostics.codes()
+    assert not valid.exists() and not invalid.exists()
+    # The valid record's vector was migrated, not embedded again (unless forced).
+    assert ["axe" in text for text in provider.documents.texts] == (
+        [False, True] if force else [True]
+    )
+    result = await store.recall(query("axe", limit=1))
+    assert ids(result.memories) == ["m2"] and not result.fallback
+    assert not (await store.recall(query("feline", limit=1))).fallback
+    assert await store.index.migrate_legacy_index() == 0
+    await store.aclose()
+    assert _authoritative(tmp_path / "save") == save
+
+
+async def test_an_invalid_reference_record_names_the_rebuild_that_repairs_it(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store, provider, memories = await saved(make_vector_store, make_memory)
+    (path,) = write_reference_index(
+        tmp_path / "index",
+        [(memories[0], reference_record(memories[0], provider.identity, [0.5] * 256))],
+    )
+    _not_json(path)
+    with pytest.raises(DerivedIndexError, match=r"nothing was migrated: a rebuild") as caught:
+        await store.index.migrate_legacy_index()
+    assert path.name in str(caught.value)
+
+
+async def test_a_reference_record_the_rebuild_cannot_delete_is_named_with_what_to_do(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    store, provider, memories = await saved(make_vector_store, make_memory)
+    (path,) = write_reference_index(
+        tmp_path / "index",
+        [(memories[0], reference_record(memories[0], provider.identity, [0.5] * 256))],
+    )
+    _a_folder(path)
+    with pytest.raises(DerivedIndexError, match="delete it by hand"):
+        await store.rebuild("session")
+    path.rmdir()
+    assert (await store.rebuild("session")).state is VectorMemoryState.READY

@@ -196,6 +196,19 @@ def _other_magic(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+def _flip_bound(offset: int) -> Callable[[Path], None]:
+    """Flip one exponent bit of the f64 bound at ``offset`` (24: ``U``, 32: ``R``): the
+    bound becomes ~1e-155, finite and positive, which a first pass would trust and prune
+    rows that belong in the best with."""
+
+    def damage(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        data[offset + 7] ^= 0x20
+        path.write_bytes(bytes(data))
+
+    return damage
+
+
 @pytest.mark.parametrize(
     ("damage", "reason"),
     [
@@ -203,7 +216,10 @@ def _other_magic(path: Path) -> None:
         (_cut, "its size is not what its header says"),
         (_header_only, "shorter than its header"),
         (_other_magic, "not a file of int8 codes"),
+        (_flip_bound(24), "its header fails its checksum"),
+        (_flip_bound(32), "its header fails its checksum"),
     ],
+    ids=["code", "cut", "header-only", "magic", "spread", "residual"],
 )
 async def test_damaged_codes_are_named_never_used_and_rewritten(
     make_vector_store: VectorStoreFactory,
@@ -233,6 +249,52 @@ async def test_damaged_codes_are_named_never_used_and_rewritten(
     await read_in_background(again, used)
     assert await answers(again) == reference
     assert used and all(used)
+
+
+def _layout_one(path: Path) -> None:
+    """Make the file one of layout 1, as an earlier release wrote it: the same codes and
+    bounds, magic ``GMQ8ROW1``, version 1, and no checksum over the header."""
+    data = bytearray(path.read_bytes())
+    data[0:8] = b"GMQ8ROW1"
+    data[8:12] = (1).to_bytes(4, "little")
+    data[48:64] = bytes(16)
+    path.write_bytes(bytes(data))
+
+
+async def test_codes_of_the_earlier_layout_are_quietly_not_trusted_and_written_again(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    tmp_path: Path,
+    used: list[bool],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Layout 1 had no checksum over its bounds: such a file is not used, the upgrade is
+    noted at INFO (no warning), and the next close that writes codes writes layout 2."""
+    reference = await seeded(make_vector_store, make_memory)
+    (codes,) = codes_files(tmp_path)
+    _layout_one(codes)
+    assert codes_header(str(codes)) is None  # reads as none: a close writes it again
+    used.clear()
+    store = make_vector_store(HashingEmbeddingProvider())
+    with caplog.at_level(logging.INFO, logger="game_memory.index"):
+        assert await read_in_background(store, used) == reference
+        for _ in range(quantized.COPY_AFTER):
+            assert await answers(store) == reference
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(
+        "earlier layout" in r.getMessage() and codes.name in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.INFO
+    )
+    await store.aclose()
+    assert codes.read_bytes()[:8] == b"GMQ8ROW2" and codes_header(str(codes)) == (256, 300)
+    quantized.forget_all()
+    used.clear()
+    again = make_vector_store(HashingEmbeddingProvider())
+    await read_in_background(again, used)
+    assert await answers(again) == reference
+    assert used and all(used)
+    await again.aclose()
 
 
 async def test_codes_of_other_rows_are_never_used(

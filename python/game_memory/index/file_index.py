@@ -30,12 +30,13 @@ from game_memory.errors import (
 from game_memory.index.engine import IndexEngine, check_capacity
 from game_memory.index.entries import NO_VALUE, EntryRecord, EntryState, MemoryDigests, memory_hash
 from game_memory.index.join import JoinCache, PartitionJoin
-from game_memory.index.legacy import has_legacy_index, migrate_legacy_index
+from game_memory.index.legacy import LegacyRecordError, has_legacy_index, migrate_legacy_index
 from game_memory.index.partition import (
     FloatMatrix,
     IndexPartition,
     PartitionReplacedError,
     derived_error,
+    refused_write,
 )
 from game_memory.index.protocol import OrphanCandidates
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
@@ -127,11 +128,37 @@ class FileVectorMemoryIndex:
         if not self._opened:
             with self._open_lock:
                 if not self._opened:
-                    self._engine.open(create=self._create)
-                    if self._engine.is_open and has_legacy_index(self.directory):
-                        migrate_legacy_index(self._engine)
-                    self._opened = self._engine.is_open
+                    self._open_engine(create=self._create, drop_invalid=False)
         return self._engine
+
+    def _open_engine(self, *, create: bool, drop_invalid: bool) -> int:
+        """Open the engine and migrate the reference records found in the folder (call
+        under the open lock; see ``legacy.migrate_legacy_index`` for ``drop_invalid``);
+        how many records were migrated.
+
+        Raises:
+            LegacyRecordError: a reference record is invalid (without ``drop_invalid``).
+            DerivedIndexError: the folder is damaged, or not writable (then named so).
+        """
+        migrated = 0
+        try:
+            self._engine.open(create=create)
+            if self._engine.is_open and has_legacy_index(self.directory):
+                migrated = migrate_legacy_index(self._engine, drop_invalid=drop_invalid)
+        except DerivedIndexError as exc:
+            refused = refused_write(exc)
+            if refused is None or not has_legacy_index(self.directory):
+                raise
+            # Not "damaged": the reference vectors are whole, they need a writable folder.
+            raise DerivedIndexError(
+                f"the index folder {self.directory} is not writable "
+                f"({refused.strerror or refused}) and holds reference (C#) vector records, "
+                "which are migrated into this index's files in that folder before recall can "
+                "use them: make the folder writable (deleting it would lose those vectors, "
+                "and a rebuild cannot write either); recall is lexical meanwhile"
+            ) from exc
+        self._opened = self._engine.is_open
+        return migrated
 
     # -- reads --------------------------------------------------------------------------
 
@@ -365,17 +392,47 @@ class FileVectorMemoryIndex:
         Blocking. A partition replaced by a concurrent compaction is read again. Damage no
         partition explains (a corrupt ``format.json`` or ``identities.json``) is reported
         as one error; with ``repair`` the whole index is emptied then (derived data: every
-        session is rebuilt from its save), so a rebuild repairs it without help.
+        session is rebuilt from its save), so a rebuild repairs it without help. Reference
+        (C#) records that cannot be migrated are reported as one error too; with ``repair``
+        the valid ones are migrated and the invalid ones deleted (their memories have no
+        entry then: the rebuild embeds them), and the session's partitions are verified.
         """
+        damaged: list[Exception] = []
         try:
-            engine = self.engine
+            try:
+                engine = self.engine
+            except LegacyRecordError as exc:
+                if not repair:
+                    return [exc]
+                damaged.append(exc)
+                engine = self._migrate_dropping_invalid()
             engine.identities()
         except PartitionReplacedError:
             raise
+        except LegacyRecordError:
+            raise  # what the repair could not get past: its message says what to do
         except DerivedIndexError as exc:
             if repair:
                 self._reset()
-            return [exc]
+            return [*damaged, exc]
+        damaged.extend(self._verify_partitions(engine, session_id, repair=repair))
+        return damaged
+
+    def _migrate_dropping_invalid(self) -> IndexEngine:
+        """Migrate the valid reference records and delete the invalid ones (a rebuild's
+        repair of records that stop every migration); the engine, opened.
+
+        Raises:
+            LegacyRecordError: a record could not be deleted (named, with what to do).
+        """
+        with self._open_lock:
+            self._open_engine(create=self._create, drop_invalid=True)
+        return self._engine
+
+    def _verify_partitions(
+        self, engine: IndexEngine, session_id: str, *, repair: bool
+    ) -> list[Exception]:
+        """:meth:`verify` of the session's partitions, the folder's own files found sound."""
         session_hash = identity_hash(session_id)
         damaged: list[Exception] = []
         for owner_hash in engine.owner_hashes(session_hash):
@@ -553,7 +610,9 @@ class FileVectorMemoryIndex:
         call finds nothing and returns 0.
 
         Raises:
-            DerivedIndexError: a reference record is invalid (nothing is migrated then).
+            DerivedIndexError: a reference record is invalid (nothing is migrated then; a
+                rebuild migrates the valid ones and deletes the invalid ones), or the
+                folder is not writable.
             StoreClosedError: the index was closed.
         """
         if self._closed:
@@ -561,8 +620,7 @@ class FileVectorMemoryIndex:
 
         def migrate() -> int:
             with self._open_lock:
-                self._engine.open()
-            return migrate_legacy_index(self._engine)
+                return self._open_engine(create=True, drop_invalid=False)
 
         return await asyncio.to_thread(migrate)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from game_memory.durable import fs
 from game_memory.durable.lock import ProcessLock
 from game_memory.errors import DerivedIndexError, PersistenceError
-from game_memory.index.partition import derived_error
+from game_memory.index.partition import derived_error, refused_write
 from game_memory.model.identity import MemoryEmbeddingIdentity
 
 __all__ = [
@@ -121,6 +121,12 @@ class IndexLayout:
         except PersistenceError as exc:
             raise derived_error(exc) from exc
         except OSError as exc:
+            if refused_write(exc) is not None:
+                refused = PersistenceError(
+                    f"could not create the index folder {self.root}: {exc.strerror or exc}"
+                )
+                refused.__cause__ = exc  # what derived_error reads the refusal from
+                raise derived_error(refused) from exc
             raise DerivedIndexError(f"could not open the index at {self.root}: {exc}") from exc
         self._opened = True
 

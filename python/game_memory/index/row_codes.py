@@ -14,12 +14,23 @@ the next ones score from it.
 Layout of ``o-<owner>.<code>.<tag>.q8`` (the row file's name with ``.q8`` for ``.f32``;
 little-endian)::
 
-    0   magic "GMQ8ROW1"       8  format version u32    12 dimensions u32
+    0   magic "GMQ8ROW2"       8  format version u32 (2) 12 dimensions u32
     16  rows u64               24 spread f64 (U)        32 residual f64 (R)
     40  CRC-32 of the rows' checksums u32               44 CRC-32 of bytes 64.. u32
-    48  16 zero bytes
+    48  12 zero bytes                                   60 CRC-32 of bytes 0..59 u32
     64  scales float32 × rows, zero-padded to a multiple of 64 bytes
         codes int8 × rows × dimensions
+
+The header has a checksum of its own because the first pass trusts its bounds: a ``U`` or
+``R`` too small (one flipped exponent bit made them ~1e-155, still finite and positive)
+would have the first pass drop rows that belong in the best, and a recall would answer
+other memories than the float32 product, silently. Layout 1 (magic ``GMQ8ROW1``, written
+by earlier releases) left bytes 0..63 unchecked: such a file is not trusted, only noted
+(an informational log, not a warning: it is an upgrade, not damage) and, like a missing
+file, written again in this layout at the next close that writes the partition's codes.
+The bounds are not checked against the codes themselves: ``U`` could be recomputed from
+them (a pass as long as the read), ``R`` cannot (it needs the float32 rows), and under the
+header's checksum a bound is as trustworthy as the codes are.
 
 Read into memory with room for appended rows, as a copy made in memory is (``d + 4`` bytes
 a row), not mapped: appends extend the copy in place, where a map would have been copied
@@ -27,15 +38,15 @@ whole into memory of its own, twice the bytes at that moment. Once read, the fil
 are dropped from the page cache (``POSIX_FADV_DONTNEED``): the process holds the codes.
 
 Derived data about derived data, never trusted over the rows: a file is used only when its
-own CRC-32 holds, its width is the rows', it covers no more rows than the row file holds,
-and the CRC-32 of the entry records' row checksums for those rows (every ready record of
-the identity; a row no record names counts as 0) is the one it was written with. Rows of
-one generation never change once written (``entries.py``), and every row the codes were
-made from was checked against those checksums first, so equal checksums mean the codes are
-those of the rows now (up to the checksums' own strength, which is what the rows
-themselves are checked with). A file failing any of this is ignored, the reason logged
-with its name, and replaced at the next close that writes one: the float32 product
-answers meanwhile.
+own CRC-32s (of its header and of its body) hold, its width is the rows', it covers no more
+rows than the row file holds, and the CRC-32 of the entry records' row checksums for those
+rows (every ready record of the identity; a row no record names counts as 0) is the one it
+was written with. Rows of one generation never change once written (``entries.py``), and
+every row the codes were made from was checked against those checksums first, so equal
+checksums mean the codes are those of the rows now (up to the checksums' own strength,
+which is what the rows themselves are checked with). A file failing any of this is
+ignored, the reason logged with its name, and replaced at the next close that writes one:
+the float32 product answers meanwhile.
 
 Written at close (``IndexEngine.keep_codes``) under the writer lock, atomically
 (``fs.atomic_write``: a kill leaves the old file or the new, and a ``.tmp`` that the next
@@ -67,10 +78,14 @@ from game_memory.index.quantized import Int8Rows, appending, copy_buffers
 
 __all__ = ["HEADER_BYTES", "codes_header", "read_codes", "rows_digest", "write_codes"]
 
-_MAGIC = b"GMQ8ROW1"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct("<8sIIQddII16x")
-HEADER_BYTES = _HEADER.size  # 64
+_MAGIC = b"GMQ8ROW2"
+FORMAT_VERSION = 2
+#: The magic of layout 1, whose header no checksum covered: never trusted, rewritten.
+_OLD_MAGIC = b"GMQ8ROW1"
+#: The header less its own checksum (bytes 0..59), then that checksum (bytes 60..63).
+_FIELDS = struct.Struct("<8sIIQddII12x")
+_HEADER_CHECK = struct.Struct("<I")
+HEADER_BYTES = _FIELDS.size + _HEADER_CHECK.size  # 64
 _LOG = logging.getLogger("game_memory.index")
 
 
@@ -101,27 +116,40 @@ def write_codes(path: str, copy: Int8Rows, digest: int) -> None:
     scales += bytes(_padded(len(scales)) - len(scales))
     codes = np.ascontiguousarray(copy.codes, dtype=np.int8).reshape(-1).view(np.uint8).data
     body = crc32(codes, crc32(scales))
-    header = _HEADER.pack(
+    fields = _FIELDS.pack(
         _MAGIC, FORMAT_VERSION, copy.codes.shape[1], copy.rows, copy.spread, copy.residual,
         digest, body,
     )  # fmt: skip
+    header = fields + _HEADER_CHECK.pack(crc32(fields))
     fs.atomic_write(Path(path), [header, scales, codes])
 
 
 def codes_header(path: str) -> tuple[int, int] | None:
     """``(dimensions, rows)`` of the file of codes at ``path`` as its header says, or
-    ``None`` when there is none or its header is not one (nothing else is checked: for
-    deciding whether to write a newer one)."""
+    ``None`` when there is none or its header is not one of this layout that holds its
+    checksum (nothing else is checked: for deciding whether to write a newer one; a file
+    of layout 1 reads as none, so it is written again)."""
     try:
         head = fs.read_range(path, 0, HEADER_BYTES)
     except PersistenceError:
         return None
+    fields = _header_fields(head)
+    if fields is None:
+        return None
+    _, _, dimensions, rows, *_ = fields
+    return int(dimensions), int(rows)
+
+
+def _header_fields(head: bytes) -> tuple[bytes, int, int, int, float, float, int, int] | None:
+    """The fields of a header of this layout whose checksum holds, else ``None``."""
     if len(head) != HEADER_BYTES:
         return None
-    magic, version, dimensions, rows, *_ = _HEADER.unpack(head)
-    if magic != _MAGIC or version != FORMAT_VERSION:
+    fields = head[: _FIELDS.size]
+    (check,) = _HEADER_CHECK.unpack(head[_FIELDS.size :])
+    unpacked: tuple[bytes, int, int, int, float, float, int, int] = _FIELDS.unpack(fields)
+    if unpacked[0] != _MAGIC or unpacked[1] != FORMAT_VERSION or crc32(fields) != check:
         return None
-    return int(dimensions), int(rows)
+    return unpacked
 
 
 def read_codes(
@@ -164,10 +192,11 @@ def _read(
     if head is None:
         _ignored(path, "it is shorter than its header")
         return None
-    magic, version, width, rows, spread, residual, digest, body = _HEADER.unpack(head)
-    if magic != _MAGIC or version != FORMAT_VERSION:
-        _ignored(path, "it is not a file of int8 codes of this format")
+    fields = _header_fields(head)
+    if fields is None:
+        _refused_header(path, head)
         return None
+    _, _, width, rows, spread, residual, digest, body = fields
     if width != dimensions or not 0 < rows <= held_rows:
         _ignored(path, f"it holds {rows} rows of {width} values, the rows {held_rows}")
         return None
@@ -231,6 +260,23 @@ def _read_into(file: FileIO, target: memoryview) -> bool:
             return False
         done += count
     return True
+
+
+def _refused_header(path: str, head: bytes) -> None:
+    """Say why the header ``head`` of the file at ``path`` is not used: a file of layout 1
+    quietly (an upgrade: written again at the next close that writes codes), any other
+    with a warning naming what is wrong."""
+    if head[:8] == _OLD_MAGIC:
+        _LOG.info(
+            "the int8 codes %s are of an earlier layout, whose header had no checksum; they "
+            "are not used and are written again at the next close that writes codes (the "
+            "float32 rows are scored meanwhile)",
+            path,
+        )
+    elif head[:8] != _MAGIC or _FIELDS.unpack(head[: _FIELDS.size])[1] != FORMAT_VERSION:
+        _ignored(path, "it is not a file of int8 codes of this format")
+    else:
+        _ignored(path, "its header fails its checksum")
 
 
 def _ignored(path: str, reason: str) -> None:
