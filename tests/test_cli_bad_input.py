@@ -237,10 +237,15 @@ def test_check_accept_loss_salvages_a_cut_log_from_the_command_line(
     assert code == 1 and "acknowledged memories are lost or unreadable" in out
     code, out, _err = run(["check", "--save-dir", str(save), "--fix"], capsys)
     assert code == 1 and "repaired none of the damage" in out
-    # The salvage gives memories up for good: --accept-loss alone is refused, nothing moved.
+    # The salvage gives memories up for good: --accept-loss alone is refused (a bad
+    # argument: exit 2 with the usage line), nothing moved.
     before = sorted(path.name for path in save.rglob("*"))
-    code, out, err = run(["check", "--save-dir", str(save), "--accept-loss"], capsys)
-    assert code == 1 and "with --fix only" in err and "gave up" not in out
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "--save-dir", str(save), "--accept-loss"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and err.startswith("usage: game-memory check ")
+    assert "game-memory check: error: --accept-loss salvages with --fix only" in err
+    assert "gave up" not in out
     assert sorted(path.name for path in save.rglob("*")) == before
     code, out, _err = run(["check", "--save-dir", str(save), "--fix", "--accept-loss"], capsys)
     assert code == 0 and "gave up" in out and "consistent" in out
@@ -577,8 +582,11 @@ def test_two_fusion_modes_that_disagree_are_refused(
     save: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     argv = ["search", "--save-dir", str(save), "--model", "lexical", "--session", "slot"]
-    code, _out, err = run([*argv, "--fusion", "convex", "--fusion-option", "mode=rrf"], capsys)
-    assert code == 1 and "--fusion convex and --fusion-option mode=rrf disagree" in err
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--fusion", "convex", "--fusion-option", "mode=rrf"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("usage: game-memory search ")
+    assert "--fusion convex and --fusion-option mode=rrf disagree" in err
     code, _out, _err = run([*argv, "--fusion", "rrf", "--fusion-option", "mode=rrf"], capsys)
     assert code == 0
 
@@ -586,11 +594,13 @@ def test_two_fusion_modes_that_disagree_are_refused(
 def test_a_rebuild_without_a_model_says_so_before_any_progress_bar(
     save: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # It used to draw "rebuilding 0/?" and then advise restarting a server.
-    code, out, err = run(
-        ["rebuild", "--save-dir", str(save), "--session", "s", "--model", "lexical"], capsys
-    )
-    assert code == 1 and "rebuilding" not in out + err
+    # It used to draw "rebuilding 0/?" and then advise restarting a server. A rebuild with
+    # --model lexical is a bad argument whatever the save holds: exit 2, the usage line.
+    with pytest.raises(SystemExit) as exit_:
+        main(["rebuild", "--save-dir", str(save), "--session", "s", "--model", "lexical"])
+    out, err = capsys.readouterr()
+    assert exit_.value.code == 2 and err.startswith("usage: game-memory rebuild ")
+    assert "rebuilding" not in out + err
     assert "rebuild embeds the session's memories, so it needs a model" in err
     assert "--model lexical has no vectors" in err and "restart" not in err
     assert not (tmp_path / "save.index").exists()

@@ -75,21 +75,24 @@ def test_search_prints_json_hits_as_of_a_game_moment(
 def test_search_refuses_a_tick_without_a_timeline(
     save: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(
-        [
-            "search",
-            "--save-dir",
-            str(save),
-            "--model",
-            "lexical",
-            "--session",
-            "slot",
-            "--tick",
-            "3",
-        ]
-    )
-    assert code == 1
-    assert "--timeline" in capsys.readouterr().err
+    # A bad argument (exit 2, the usage line), not an unusable save (exit 1).
+    with pytest.raises(SystemExit) as exit_:
+        main(
+            [
+                "search",
+                "--save-dir",
+                str(save),
+                "--model",
+                "lexical",
+                "--session",
+                "slot",
+                "--tick",
+                "3",
+            ]
+        )
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--timeline" in err and err.startswith("usage: game-memory search")
 
 
 def test_search_reports_invalid_input_in_one_line(

@@ -89,17 +89,25 @@ def test_forgetting_an_unknown_memory_is_one_line_and_exit_1(
     assert all(f"memory {number}: the thief" in listed for number in range(3))
 
 
-def test_forget_at_a_tick_out_of_range_is_the_one_line_search_gives(
+def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The error line of a bad argument: exit code 2 after the command's usage line."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith(f"usage: game-memory {argv[0]} "), err
+    assert "Traceback" not in err and "bug" not in err
+    return err.strip().splitlines()[-1]
+
+
+def test_forget_at_a_tick_out_of_range_is_the_usage_error_search_gives(
     save: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     tick = ["--timeline", "main", "--tick", "9" * 23]
-    assert main(_forget(save, "--memory", "m1", *tick)) == 1
-    forget = capsys.readouterr().err
+    forget = _usage_error(_forget(save, "--memory", "m1", *tick), capsys)
     where = ["--save-dir", str(save), "--model", "lexical", "--session", "slot"]
-    assert main(["search", *where, *tick]) == 1
-    search = capsys.readouterr().err
-    assert forget == search and forget.count("\n") == 1
-    assert forget.startswith("error: tick: ") and "bug" not in forget
+    search = _usage_error(["search", *where, *tick], capsys)
+    reason = "error: argument --tick: Input should be less than or equal to 9223372036854775807"
+    assert forget == f"game-memory forget: {reason}" and search == f"game-memory search: {reason}"
     assert _recalled(save, tick=100) == ["m0", "m1", "m2", "m3"]  # nothing forgotten
 
 
@@ -156,8 +164,9 @@ def test_erase_drops_memories_and_their_vectors(
 def test_erase_refuses_memories_without_an_owner_and_a_missing_save(
     tmp_path: Path, save: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["erase", "--save-dir", str(save), "--session", "slot", "--memory", "m1"])
-    assert code == 1 and "--memory needs --owner" in capsys.readouterr().err
+    argv = ["erase", "--save-dir", str(save), "--session", "slot", "--memory", "m1"]
+    assert "--memory needs --owner" in _usage_error(argv, capsys)  # a bad argument: exit 2
+    assert _recalled(save) == ["m0", "m1", "m2", "m3"]
     missing = tmp_path / "nothing here"
     assert main(["erase", "--save-dir", str(missing), "--session", "slot"]) == 1
     assert "there is no save" in capsys.readouterr().err

@@ -91,14 +91,15 @@ def test_search_fuses_with_the_mode_and_options_given(
         (["--reranker-option", "recency_weight"], "NAME=VALUE"),
     ],
 )
-def test_a_bad_recall_option_is_one_line_naming_it(
+def test_a_bad_recall_option_is_a_usage_error_naming_it(
     save: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
 ) -> None:
-    code = main(
-        ["search", "--save-dir", str(save), "--model", "lexical", "--session", "slot", *flags]
-    )
+    with pytest.raises(SystemExit) as exit_:
+        main(["search", "--save-dir", str(save), "--model", "lexical", "--session", "slot", *flags])
     err = capsys.readouterr().err
-    assert code == 1 and message in err and "Traceback" not in err
+    assert exit_.value.code == 2 and err.startswith("usage: game-memory search ")
+    assert f"game-memory search: error: argument {flags[0]}: " in err
+    assert message in err and "Traceback" not in err
 
 
 def test_serve_settings_carry_the_recall_options(tmp_path: Path) -> None:

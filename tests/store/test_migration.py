@@ -422,12 +422,17 @@ async def test_conflicting_legacy_documents_fail_closed_with_nothing_moved(
     make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
 ) -> None:
     save = tmp_path / "save"
-    write_csharp_save(save, [make_memory("m1", text="one version")])
-    write_legacy(save, make_memory("m1", text="another version"))
+    first = make_memory("m1", text="one version")
+    write_csharp_save(save, [first])
+    flat = write_legacy(save, make_memory("m1", text="another version"))
     before = files_under(save)
     store = make_store(save)
-    with pytest.raises(MemoryConflictError, match="'m1'"):
+    with pytest.raises(MemoryConflictError, match="'m1'") as raised:
         await store.migrate_legacy_layout()
+    # Both files are named (which one is wrong is the user's call), and what to do.
+    message = str(raised.value)
+    assert str(flat) in message and str(csharp_path(save, first)) in message
+    assert "Remove the one of the two that is wrong" in message
     after = files_under(save)
     assert {k: v for k, v in after.items() if not k.startswith(DATA)} == before
 
@@ -439,10 +444,15 @@ async def test_a_legacy_document_conflicting_with_the_store_fails_closed(
     store = make_store(save)
     await store.append(make_memory("m1", text="stored"))
     before = files_under(save / DATA)
-    write_legacy(save, make_memory("m1", text="legacy"))
+    conflicting = write_legacy(save, make_memory("m1", text="legacy"))
     write_legacy(save, make_memory("m2"))
-    with pytest.raises(MemoryConflictError):
+    with pytest.raises(MemoryConflictError) as raised:
         await store.migrate_legacy_layout()
+    # It blocks every use of the save: the message names the file to act on, and how.
+    message = str(raised.value)
+    assert f"in the file {conflicting}, conflicts with" in message
+    assert "a different memory of the same id that the save already holds" in message
+    assert "move that file out of the save folder (or remove it), then try again" in message
     assert files_under(save / DATA) == before
     assert len(list(save.glob("*.memory.json"))) == 2
 
@@ -456,6 +466,10 @@ async def test_a_migration_beyond_the_capacity_fails_closed(
     with pytest.raises(CapacityExceededError) as raised:
         await make_store(save, maximum_entries=2).migrate_legacy_layout()
     assert raised.value.bound == "maximum_entries"
+    # The game-memory commands cannot pass maximum_entries: the message names the call.
+    assert "FileGameMemoryStore(save_folder, maximum_entries=N).migrate_legacy_layout()" in str(
+        raised.value
+    )
     store = make_store(save, maximum_entries=4)
     await store.append(make_memory("already", session_id="other"))  # migrates the 3 first
     write_legacy(save, make_memory("m3"))

@@ -13,7 +13,9 @@ and exit 1):
 * ``compact`` rewrites what needs it and prints the bytes before and after.
 
 Every ``GameMemoryError`` (an unknown memory, a damaged partition) and ``OSError`` becomes
-one line on stderr and exit code 1.
+one line on stderr and exit code 1; a bad argument (``--memory`` without ``--owner``, a
+tick past the 64-bit range) is a :class:`~game_memory.cli.usage.UsageError` raised before
+anything is opened (exit code 2, with the usage line).
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from pydantic import ValidationError
 
 from game_memory.cli.database_urls import shown_url
 from game_memory.cli.folders import folder_problem, index_folder
-from game_memory.cli.terminal import POSTGRES_HINT, console, fail, one_line, os_error, verbatim
+from game_memory.cli.terminal import POSTGRES_HINT, console, fail, os_error, verbatim
+from game_memory.cli.usage import UsageError, usage_error
+from game_memory.cli.write_access import write_access_message
 from game_memory.errors import GameMemoryError, MemoryNotFoundError
 from game_memory.index.protocol import VectorIndex
 from game_memory.memory import VectorMemoryStore
@@ -109,7 +113,7 @@ def _run(
     except ImportError as exc:
         return fail(f"{POSTGRES_HINT} ({exc})")
     except GameMemoryError as exc:
-        return fail(str(exc))
+        return fail(write_access_message(exc, args.command))
     except OSError as exc:
         return fail(os_error(exc))
 
@@ -119,7 +123,7 @@ def run_forget(args: argparse.Namespace) -> int:
     try:
         at = GameMoment(timeline_id=args.timeline, tick=args.tick)
     except ValidationError as exc:  # a tick past the 64-bit range, as search says it
-        return fail(one_line(exc))
+        raise usage_error(exc, {"tick": "--tick", "timeline_id": "--timeline"}) from None
 
     async def action(memory: VectorMemoryStore) -> int:
         try:
@@ -156,7 +160,7 @@ def run_erase(args: argparse.Namespace) -> int:
     """``game-memory erase``: remove a session, an NPC or listed memories for good."""
     memory_ids = args.memory or None
     if memory_ids is not None and args.owner is None:
-        return fail("--memory needs --owner (the NPC whose memories to erase)")
+        raise UsageError("--memory needs --owner (the NPC whose memories to erase)")
     if args.index_dir is not None and not os.path.lexists(args.index_dir):
         # A mistyped --index-dir would erase from the save and leave the vectors in the
         # real index: refuse before anything is erased. (The default folder may be absent.)

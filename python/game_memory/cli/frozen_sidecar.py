@@ -35,6 +35,7 @@ from game_memory.bundle.layout import BundleError, BundleManifest
 from game_memory.cli.folders import index_folder
 from game_memory.cli.parser import build_parser
 from game_memory.cli.serve import run
+from game_memory.cli.usage import UsageError, exit_with_usage
 from game_memory.opening import default_index_dir
 
 __all__ = ["bundle_root", "main", "unwritable_folder_problem"]
@@ -164,7 +165,13 @@ def main(argv: Sequence[str] | None = None, *, root: Path | None = None) -> int:
         if problem is not None:
             print(f"game-memory serve: {problem}", file=sys.stderr)
             return 1
-    return run(args)
+    try:
+        return run(args)
+    except UsageError as exc:  # as the installed command: the usage line, exit code 2
+        try:
+            exit_with_usage(build_parser(), args, exc)
+        except SystemExit as exit_:
+            return exit_.code if isinstance(exit_.code, int) else 2
 
 
 def _parse_only(arguments: list[str]) -> int:

@@ -3,10 +3,13 @@
 Each is a thin mirror of one call of the front door that :func:`game_memory.open_memory`
 opens (``get_status`` / ``rebuild`` / ``migrate`` / ``recall``), or of the save's own
 ``check``, with human-readable output. Every ``GameMemoryError`` (and a file where a folder
-is expected) becomes one line on stderr and exit code 1; nothing prints a traceback for a
-condition the user can act on. Commands that only read (``status``, ``search``, ``check``,
-and ``rebuild`` for the save) never create a save: a missing folder is an error. Only
-``migrate`` (and ``serve``) create one, and say so.
+is expected) becomes one line on stderr and exit code 1; a bad argument (options that
+contradict each other, a value the query or the options refuse) is a
+:class:`~game_memory.cli.usage.UsageError`, raised before anything is opened (exit code 2,
+with the usage line); nothing prints a traceback for a condition the user can act on.
+Commands that only read (``status``, ``search``, ``check``, and ``rebuild`` for the save)
+never create a save: a missing folder is an error. Only ``migrate`` (and ``serve``) create
+one, and say so.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.hints import empty_result_hint, fallback_hint
 from game_memory.cli.interrupts import finish_on_interrupt
 from game_memory.cli.options import recall_settings
-from game_memory.cli.terminal import POSTGRES_HINT, console, fail, one_line, os_error, say, verbatim
+from game_memory.cli.terminal import POSTGRES_HINT, console, fail, os_error, say, verbatim
+from game_memory.cli.usage import UsageError, usage_error
+from game_memory.cli.write_access import write_access_message
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import DiagnosticSink, GameMemoryQuery, GameMoment, MemoryVectorDiagnostic
@@ -73,10 +78,7 @@ def _with_memory(
     create_index: bool | None = None,
     diagnostics: DiagnosticSink | None = None,
 ) -> int:
-    try:
-        settings = recall_settings(args)
-    except ValueError as exc:
-        return fail(str(exc))
+    settings = recall_settings(args)  # a UsageError before anything is opened
     given_index = getattr(args, "index_dir", None)
     database = getattr(args, "database", None)
     for path, option in ((args.save_dir, "--save-dir"), (given_index, "--index-dir")):
@@ -123,7 +125,7 @@ def _with_memory(
     try:
         code = asyncio.run(main())
     except GameMemoryError as exc:
-        return fail(str(exc))
+        return fail(write_access_message(exc, args.command))
     except BrokenPipeError:
         raise  # the reader of the output went away: main() ends quietly
     except OSError as exc:
@@ -167,22 +169,22 @@ def run_status(args: argparse.Namespace) -> int:
     return _with_memory(args, action, create=False, create_index=False)
 
 
+_NEEDS_A_MODEL = (
+    "rebuild embeds the session's memories, so it needs a model: {why}; run it with --model "
+    "default (prepared by 'game-memory models prepare'), --model multilingual or --model PATH"
+)
+
+
 def run_rebuild(args: argparse.Namespace) -> int:
     """``game-memory rebuild``: re-embed the session's memories, with a progress bar."""
+    if args.model == "lexical":  # a bad argument whatever the save holds
+        raise UsageError(_NEEDS_A_MODEL.format(why="--model lexical has no vectors"))
 
     async def action(memory: VectorMemoryStore) -> int:
         await memory.authoritative.count()  # the save must exist before the index is touched
         if memory.provider is None:  # before a progress bar: there is nothing to embed with
-            why = (
-                "the model could not be loaded (see the notice above)"
-                if memory.notice is not None
-                else "--model lexical has no vectors"
-            )
-            return fail(
-                f"rebuild embeds the session's memories, so it needs a model: {why}; run it "
-                "with --model default (prepared by 'game-memory models prepare'), "
-                "--model multilingual or --model PATH"
-            )
+            why = "the model could not be loaded (see the notice above)"
+            return fail(_NEEDS_A_MODEL.format(why=why))
         with Progress(
             TextColumn("rebuilding"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         ) as bar:
@@ -238,7 +240,7 @@ def run_migrate(args: argparse.Namespace) -> int:
 def _copy_to_database(args: argparse.Namespace) -> int:
     """``game-memory migrate --to-database URL --save-dir DIR``, with a progress bar."""
     if not args.save_dir:
-        return fail("--to-database copies the save of --save-dir; give the folder to copy")
+        raise UsageError("--to-database copies the save of --save-dir; give the folder to copy")
     try:
         from game_memory.postgres import PostgresGameMemoryStore
         from game_memory.postgres.copy import copy_save
@@ -272,22 +274,46 @@ def _copy_to_database(args: argparse.Namespace) -> int:
         return fail(str(exc))
 
 
-def run_search(args: argparse.Namespace) -> int:
-    """``game-memory search``: recall as of a game moment."""
-    if (args.tick is None) != (args.timeline is None):
-        return fail("--tick and --timeline go together (a moment is a tick on a timeline)")
+#: The option of each field of the query ``search`` builds, to name it in a usage error.
+_QUERY_OPTIONS = {
+    "session_id": "--session",
+    "owner_id": "--owner",
+    "text": "--text",
+    "limit": "--limit",
+    "timeline_id": "--timeline",
+    "tick": "--tick",
+}
 
-    async def action(memory: VectorMemoryStore) -> int:
+
+def _search_query(args: argparse.Namespace) -> GameMemoryQuery:
+    """The query ``search`` asks, checked before the save is opened.
+
+    Raises:
+        UsageError: ``--tick`` without ``--timeline`` (or the reverse), or a value the
+            query refuses (a negative ``--limit``, a tick past the 64-bit range, ...).
+    """
+    if (args.tick is None) != (args.timeline is None):
+        raise UsageError("--tick and --timeline go together (a moment is a tick on a timeline)")
+    try:
         at = None
         if args.tick is not None:
             at = GameMoment(timeline_id=args.timeline, tick=args.tick)
-        query = GameMemoryQuery(
+        return GameMemoryQuery(
             session_id=args.session,
             owner_id=args.owner,
             text=args.text,
             limit=args.limit,
             at_or_before=at,
         )
+    except ValidationError as exc:
+        raise usage_error(exc, _QUERY_OPTIONS) from None
+
+
+def run_search(args: argparse.Namespace) -> int:
+    """``game-memory search``: recall as of a game moment."""
+    query = _search_query(args)
+
+    async def action(memory: VectorMemoryStore) -> int:
         result = await memory.recall(query)
         if args.json:
             rows = [
@@ -328,10 +354,7 @@ def run_search(args: argparse.Namespace) -> int:
             if hint is not None:
                 say("hint", hint)
 
-    try:
-        return _with_memory(args, action, create=False, create_index=False)
-    except ValidationError as exc:
-        return fail(one_line(exc))
+    return _with_memory(args, action, create=False, create_index=False)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -343,19 +366,18 @@ def run_check(args: argparse.Namespace) -> int:
     report (every repair it made), says at once and again at the end that it was
     interrupted, and exits 130.
     """
-    problem = folder_problem(args.save_dir, "--save-dir")
-    if problem is not None:
-        return fail(problem)
-
     database = getattr(args, "database", None)
     if args.accept_loss and not args.fix:
         # The salvage gives up acknowledged memories for good: it must be asked for whole.
-        return fail(
+        raise UsageError(
             "--accept-loss salvages with --fix only: run check --fix --accept-loss (it gives "
             "up the memories it cannot read), or check --fix to repair what loses nothing"
         )
     if database is not None and (args.accept_loss or args.ids):
-        return fail("--accept-loss and --ids apply to a save folder, not to --database")
+        raise UsageError("--accept-loss and --ids apply to a save folder, not to --database")
+    problem = folder_problem(args.save_dir, "--save-dir")
+    if problem is not None:
+        return fail(problem)
     if database is not None:
         try:
             from game_memory.postgres import PostgresGameMemoryStore
@@ -395,7 +417,7 @@ def run_check(args: argparse.Namespace) -> int:
         ) as interrupted:
             code = asyncio.run(main())
     except GameMemoryError as exc:
-        return fail(str(exc))
+        return fail(write_access_message(exc, "check"))
     except BrokenPipeError:
         raise  # the reader of the output went away: main() ends quietly
     except OSError as exc:

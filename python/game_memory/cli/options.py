@@ -4,7 +4,8 @@
 ``--reranker-option NAME=VALUE`` (repeatable) set any field of :class:`FusionOptions` and
 :class:`GameAwareMemoryRerankerOptions` by name, so a new option needs no new flag. Values
 are read as JSON when they parse (``0.5``, ``true``, ``"floor"``) and as text otherwise;
-the option models validate them, and a mistake is one line that names the field.
+the option models validate them, and a mistake is a usage error (exit code 2) that names
+the option and the field.
 
 The parser imports nothing heavy (``game-memory --help`` stays fast); the option models are
 imported when a command turns the flags into options.
@@ -16,6 +17,8 @@ import argparse
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from game_memory.cli.usage import UsageError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -65,7 +68,7 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
     for item in items:
         name, separator, text = item.partition("=")
         if not separator or not name.strip():
-            raise ValueError(f"{flag} takes NAME=VALUE, not {item!r}")
+            raise UsageError(f"argument {flag}: takes NAME=VALUE, not {item!r}")
         try:
             values[name.strip()] = json.loads(text)
         except ValueError:
@@ -84,14 +87,15 @@ def _build(model: type[BaseModel], values: dict[str, Any], flag: str) -> Any:
             f"{error['msg'].removeprefix('Value error, ')}"
             for error in exc.errors()
         )
-        raise ValueError(f"{flag}: {problems}") from None
+        raise UsageError(f"argument {flag}: {problems}") from None
 
 
 def recall_settings(args: argparse.Namespace) -> RecallSettings:
     """Turn the parsed flags into options (``None`` where nothing was given).
 
     Raises:
-        ValueError: a flag is malformed or names an unknown field or a bad value.
+        UsageError: a flag is malformed or names an unknown field or a bad value (a
+            ``ValueError``: the command ends with its usage line and exit code 2).
     """
     from game_memory.recall.fusion import FusionOptions
     from game_memory.recall.options import VectorMemoryStoreOptions
@@ -102,7 +106,7 @@ def recall_settings(args: argparse.Namespace) -> RecallSettings:
     if mode:
         given = fusion_values.setdefault("mode", mode)
         if given != mode:  # two modes asked for: neither may win silently
-            raise ValueError(
+            raise UsageError(
                 f"--fusion {mode} and --fusion-option mode={given} disagree; give the mode once"
             )
     reranker_values = _pairs(getattr(args, "reranker_option", []) or [], "--reranker-option")

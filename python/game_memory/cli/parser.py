@@ -18,6 +18,7 @@ from typing import cast
 from game_memory._version import __version__
 from game_memory.cli.database_urls import database_url
 from game_memory.cli.options import add_recall_arguments
+from game_memory.cli.usage import UsageError, exit_with_usage
 from game_memory.errors import GameMemoryError
 
 __all__ = ["build_parser", "main"]
@@ -72,9 +73,26 @@ def _identifier(value: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _given(what: str) -> Callable[[str], str]:
+    """The type of an argument that names a path or a model: an empty (or blank) value is a
+    usage error naming the option, never taken for the option left out (``--data ''`` used
+    to run the demo in a temporary folder, ``--home ''`` used the default model home)."""
+
+    def check(value: str) -> str:
+        if not value.strip():
+            raise argparse.ArgumentTypeError(f"must not be empty (give {what})")
+        return value
+
+    return check
+
+
+_PATH = _given("a path")
+_MODEL = _given("a model name or a model folder")
+
+
 def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True) -> None:
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--save-dir", help="the authoritative save folder of memories")
+    where.add_argument("--save-dir", type=_PATH, help="the authoritative save folder of memories")
     where.add_argument(
         "--database",
         metavar="postgresql://...",
@@ -85,10 +103,11 @@ def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True)
     if index:
         parser.add_argument(
             "--index-dir",
+            type=_PATH,
             help="the derived vector index folder (default: <save-dir>/../<name>.index, or "
             "the --database itself)",
         )
-        parser.add_argument("--model", default="default", help=_MODEL_HELP)
+        parser.add_argument("--model", type=_MODEL, default="default", help=_MODEL_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -111,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="'default' or 'multilingual' (prepared on first use), 'lexical', or 'hashing' "
         "(a quick stand-in)",
     )
-    demo.add_argument("--data", help="keep the demo's save and index in this folder")
+    demo.add_argument("--data", type=_PATH, help="keep the demo's save and index in this folder")
     demo.add_argument("--json", action="store_true", help="print the results as JSON")
 
     serve = commands.add_parser(
@@ -124,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     transport.add_argument("--stdio", action="store_true", help="serve one client over stdio")
     _add_store_arguments(serve)
     add_recall_arguments(serve)
-    serve.add_argument("--token-file", help="read the client token from this file")
+    serve.add_argument("--token-file", type=_PATH, help="read the client token from this file")
     serve.add_argument(
         "--maximum-memories-per-owner",
         type=int,
@@ -242,32 +261,40 @@ def build_parser() -> argparse.ArgumentParser:
         help="'default': all-MiniLM-L6-v2, English (about 84 MB download); 'multilingual': "
         "multilingual-e5-small, about 100 languages (about 91 MB download)",
     )
-    prepare.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    prepare.add_argument(
+        "--home", type=_PATH, help="model cache folder (default: $GAME_MEMORY_HOME)"
+    )
     prepare.add_argument("--force", action="store_true", help="rebuild even if prepared")
     info = model_commands.add_parser("info", help="show the prepared models and their hashes")
-    info.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    info.add_argument("--home", type=_PATH, help="model cache folder (default: $GAME_MEMORY_HOME)")
 
     bundle = commands.add_parser(
         "bundle",
         help="build the self-contained sidecar a game ships (DIR/game-memory, no Python needed)",
     )
-    bundle.add_argument("--output", required=True, help="write DIR/game-memory into this folder")
+    bundle.add_argument(
+        "--output", type=_PATH, required=True, help="write DIR/game-memory into this folder"
+    )
     bundle.add_argument(
         "--model",
+        type=_MODEL,
         default="default",
         help="the model inside the bundle: 'default' (all-MiniLM-L6-v2 INT8, prepared if "
         "needed), 'multilingual' (multilingual-e5-small INT8, about 100 MB more), 'lexical' "
         "(none: smallest, lexical recall only) or a model folder",
     )
-    bundle.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
+    bundle.add_argument(
+        "--home", type=_PATH, help="model cache folder (default: $GAME_MEMORY_HOME)"
+    )
     bundle.add_argument("--json", action="store_true", help="print the result as JSON")
 
     addon = commands.add_parser(
         "addon", help="write the Godot addon's Asset Library zip (addons/game_memory/ only)"
     )
-    addon.add_argument("--output", required=True, help="write the zip into this folder")
+    addon.add_argument("--output", type=_PATH, required=True, help="write the zip into this folder")
     addon.add_argument(
         "--source",
+        type=_PATH,
         help="the addon folder (default: godot_addon/addons/game_memory of this checkout)",
     )
     return parser
@@ -284,7 +311,9 @@ def _add_lifecycle_commands(commands: argparse._SubParsersAction[argparse.Argume
         "--session", type=_identifier, required=True, help="the session (save slot) id"
     )
     forget.add_argument("--owner", type=_identifier, required=True, help="the NPC who forgets")
-    forget.add_argument("--memory", required=True, help="the id of the memory to forget")
+    forget.add_argument(
+        "--memory", type=_identifier, required=True, help="the id of the memory to forget"
+    )
     forget.add_argument("--timeline", type=_identifier, required=True, help="timeline of --tick")
     forget.add_argument("--tick", type=int, required=True, help="forgotten from this tick on")
     forget.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -296,14 +325,20 @@ def _add_lifecycle_commands(commands: argparse._SubParsersAction[argparse.Argume
     )
     _add_store_arguments(erase, index=False)
     erase.add_argument(
-        "--index-dir", help="the derived vector index folder (default: found as for search)"
+        "--index-dir",
+        type=_PATH,
+        help="the derived vector index folder (default: found as for search)",
     )
     erase.add_argument(
         "--session", type=_identifier, required=True, help="the session (save slot) id"
     )
     erase.add_argument("--owner", type=_identifier, help="only this NPC's memories")
     erase.add_argument(
-        "--memory", action="append", metavar="ID", help="only this memory (repeat; needs --owner)"
+        "--memory",
+        type=_identifier,
+        action="append",
+        metavar="ID",
+        help="only this memory (repeat; needs --owner)",
     )
     erase.add_argument(
         "--dry-run", action="store_true", help="count what would be erased, change nothing"
@@ -333,11 +368,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Never ends in a traceback: a closed output pipe ends quietly (141), a
     ``GameMemoryError`` or an ``OSError`` that escaped a command is one line (1), and
-    anything else is reported as a bug (70).
+    anything else is reported as a bug (70). Bad arguments end as argparse ends them
+    (``SystemExit(2)``, the command's usage and one line naming the argument), whether
+    argparse found them or the command did (a :class:`~game_memory.cli.usage.UsageError`).
     """
     try:
-        args = build_parser().parse_args(argv)
-        return _handler(args)(args)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return _run(parser, args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -366,6 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 70
+
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the parsed command; a bad argument it finds exits as argparse's own do."""
+    try:
+        return _handler(args)(args)
+    except UsageError as exc:
+        exit_with_usage(parser, args, exc)
 
 
 def _silence_stdout() -> None:

@@ -5,7 +5,8 @@ transport, prints ONE ready line on stdout, and serves until stdin reaches end o
 (the game died), SIGTERM or SIGINT. Then it refuses new requests, lets running ones finish
 within the grace period, sends what is queued, closes the stores and exits 0. Logs go to
 stderr only. Exit codes: 0 after a clean stop, 1 when the memory or the port cannot be
-opened, 2 for bad arguments (a non-loopback host, an unreadable token file).
+opened, 2 for bad arguments (a non-loopback host, an unreadable token file: a
+:class:`~game_memory.cli.usage.UsageError`, which ends the run with the usage line).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from game_memory.bridge.stdio import StdioTransport
 from game_memory.bridge.websocket import WebSocketTransport, check_loopback
 from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.options import RecallSettings, recall_settings
+from game_memory.cli.usage import UsageError
 from game_memory.errors import GameMemoryError, InvalidArgumentError
 from game_memory.opening import open_memory
 
@@ -295,13 +297,17 @@ def _configure_logging() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``game-memory serve`` with parsed arguments; return the exit code."""
-    _configure_logging()
+    """Run ``game-memory serve`` with parsed arguments; return the exit code.
+
+    Raises:
+        UsageError: a bad argument (checked before anything is opened or bound); the
+            caller prints it with the usage line and exits with code 2.
+    """
     try:
         settings = ServeSettings.from_args(args)
     except ValueError as exc:
-        print(f"game-memory serve: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
+    _configure_logging()
     try:
         return asyncio.run(serve(settings))
     except (GameMemoryError, OSError) as exc:

@@ -10,12 +10,11 @@ game stored is what the terminal shows.
 
 from __future__ import annotations
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-__all__ = ["POSTGRES_HINT", "console", "fail", "one_line", "os_error", "say", "verbatim"]
+__all__ = ["POSTGRES_HINT", "console", "fail", "os_error", "say", "verbatim"]
 
 #: What ``--database`` needs when the PostgreSQL backend is not installed.
 POSTGRES_HINT = "--database needs the PostgreSQL backend: pip install 'game-memory[postgres]'"
@@ -41,15 +40,6 @@ def say(kind: str, message: str) -> None:
     """Print ``kind: message`` (a notice, hint or warning) on stderr, the message verbatim."""
     colour = "yellow" if kind in ("notice", "hint") else "cyan"
     console(stderr=True).print(f"[{colour}]{kind}:[/{colour}] {escape(message)}")
-
-
-def one_line(error: ValidationError) -> str:
-    """``field: reason; ...`` from a pydantic error, without its documentation links."""
-    parts = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "value"
-        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)
 
 
 def os_error(exc: OSError) -> str:

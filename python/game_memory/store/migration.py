@@ -184,12 +184,24 @@ def _no_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _conflict(memory: GameMemory, where: str) -> MemoryConflictError:
+def _conflict(memory: GameMemory, source: _Source, other: str, advice: str) -> MemoryConflictError:
+    """The error of a legacy document whose id is taken by different content: it names the
+    document's file (the one to act on), what it conflicts with, and what to do."""
     return MemoryConflictError(
-        f"legacy memory {memory.memory_id!r} of owner {memory.owner_id!r} conflicts with a "
-        f"different memory with the same id ({where}); nothing was migrated and the legacy "
-        "files are untouched"
+        f"legacy memory {memory.memory_id!r} of owner {memory.owner_id!r} in session "
+        f"{memory.session_id!r}, in the file {source.path}, conflicts with {other}; nothing "
+        f"was migrated and the legacy files are untouched. {advice}"
     )
+
+
+#: What to do when a migration would exceed ``maximum_entries``: the ``game-memory``
+#: commands open a save with the default bound and take no other, so it names the call.
+_CAPACITY_ADVICE = (
+    "Migrate it from Python with a larger bound, as 'await FileGameMemoryStore(save_folder, "
+    "maximum_entries=N).migrate_legacy_layout()', and open the save with that maximum_entries "
+    "from then on (the game-memory commands open a save with the default maximum_entries and "
+    "take no other)"
+)
 
 
 def migrate_legacy_layout(engine: StoreEngine) -> MigrationReport:
@@ -219,7 +231,8 @@ def _migrate(engine: StoreEngine) -> MigrationReport:
     if len(sources) > engine.maximum_entries:
         raise CapacityExceededError(
             f"the legacy save holds {len(sources):,} documents, more than maximum_entries "
-            f"({engine.maximum_entries:,}); open the store with a larger maximum_entries",
+            f"({engine.maximum_entries:,}); nothing was migrated and the legacy files are "
+            f"untouched. {_CAPACITY_ADVICE}",
             bound="maximum_entries",
         )
     documents = _read_all(engine, sources)
@@ -230,7 +243,8 @@ def _migrate(engine: StoreEngine) -> MigrationReport:
     if before + added > engine.maximum_entries:
         raise CapacityExceededError(
             f"migrating {added:,} memories into a store holding {before:,} would exceed "
-            f"maximum_entries ({engine.maximum_entries:,})",
+            f"maximum_entries ({engine.maximum_entries:,}); nothing was migrated and the "
+            f"legacy files are untouched. {_CAPACITY_ADVICE}",
             bound="maximum_entries",
         )
 
@@ -253,10 +267,18 @@ def _new_memories(
         MemoryConflictError: two documents, or a document and a stored memory, differ.
     """
     unique: dict[tuple[str, str, str], GameMemory] = {}
+    found_in: dict[tuple[str, str, str], _Source] = {}
     for source, memory in documents:
         seen = unique.setdefault(memory.key, memory)
+        first = found_in.setdefault(memory.key, source)
         if seen is not memory and seen != memory:
-            raise _conflict(memory, f"another legacy document, {source.name}")
+            raise _conflict(
+                memory,
+                source,
+                f"another legacy document of the same id with different content, {first.path}",
+                "Remove the one of the two that is wrong (or move it out of the save folder), "
+                "then try again.",
+            )
     groups: dict[tuple[str, str], list[GameMemory]] = {}
     for memory in unique.values():
         key = (partition_hash(memory.session_id), partition_hash(memory.owner_id))
@@ -275,7 +297,13 @@ def _new_memories(
             if existing is None:
                 new.setdefault((session_hash, owner_hash), []).append(memory)
             elif existing != memory:
-                raise _conflict(memory, "the migrated store")
+                raise _conflict(
+                    memory,
+                    found_in[memory.key],
+                    "a different memory of the same id that the save already holds",
+                    "The save keeps its own: move that file out of the save folder (or remove "
+                    "it), then try again.",
+                )
     return new
 
 
