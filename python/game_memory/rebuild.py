@@ -15,6 +15,7 @@ from functools import partial
 from game_memory.embedding.embedder import Embedder
 from game_memory.errors import DerivedIndexError
 from game_memory.index.entries import EntryState
+from game_memory.index.partition import refused_write
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
     DiagnosticSeverity,
@@ -75,12 +76,22 @@ async def index_status(
     except DerivedIndexError as exc:
         damaged = [exc]
     if damaged:
-        logger.warning(
-            "the vector index of session %r is damaged (%s); recall is lexical for it until "
-            "a rebuild ('game-memory rebuild --force' or memory.rebuild) repairs it",
-            session_id,
-            "; ".join(str(error) for error in damaged[:3]),
-        )
+        reasons = "; ".join(str(error) for error in damaged[:3])
+        if any(refused_write(error) is not None for error in damaged):
+            # Not damage a rebuild repairs: it could not write either.
+            logger.warning(
+                "the vector index of session %r cannot be used: its folder is not writable "
+                "(%s); recall is lexical for it until the folder is made writable",
+                session_id,
+                reasons,
+            )
+        else:
+            logger.warning(
+                "the vector index of session %r is damaged (%s); recall is lexical for it "
+                "until a rebuild ('game-memory rebuild --force' or memory.rebuild) repairs it",
+                session_id,
+                reasons,
+            )
         total = sum(len(view) for view in views)
         return VectorMemoryStatus.from_counts(
             identity, ready=0, pending=total, stale=0, orphans=0 if total else len(damaged)

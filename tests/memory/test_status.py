@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import logging
+import os
+
 import pytest
 from pydantic import ValidationError
 
-from game_memory import VectorMemoryState, VectorMemoryStatus
+from game_memory import DerivedIndexError, VectorMemoryState, VectorMemoryStatus
 from support.providers import Fault, FaultyProvider
 from support.vectors import MemoryFactory, VectorStoreFactory
 
@@ -89,3 +93,27 @@ async def test_status_counts_only_the_asked_session(
     assert (await store.get_status("one")).total_entries == 1
     assert (await store.get_status("two")).total_entries == 2
     assert (await store.get_status("three")).state is VectorMemoryState.EMPTY
+
+
+async def test_an_index_that_cannot_be_written_is_not_called_damaged(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # "damaged ... until a rebuild repairs it" is wrong advice when the folder refuses
+    # writes: a rebuild cannot write either.
+    store = make_vector_store()
+    await store.append(make_memory("m1"))
+    refused = OSError(errno.EROFS, os.strerror(errno.EROFS), "index/lock")
+
+    def verify(*_arguments: object, **_keywords: object) -> list[Exception]:
+        error = DerivedIndexError("could not open the index lock")
+        error.__cause__ = refused
+        raise error
+
+    monkeypatch.setattr(store.index, "verify", verify)
+    with caplog.at_level(logging.WARNING, logger="game_memory.index"):
+        status = await store.get_status("session")
+    assert status.pending_entries == 1
+    assert "folder is not writable" in caplog.text and "damaged" not in caplog.text

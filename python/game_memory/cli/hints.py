@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import shlex
+from pathlib import Path
 
 from game_memory.cli.database_urls import shown_url
 from game_memory.errors import GameMemoryError
@@ -78,6 +80,13 @@ async def fallback_hint(memory: VectorMemoryStore, args: argparse.Namespace) -> 
             f"recall was lexical; re-embed with: {rebuild}"
         )
     if status.requires_rebuild:
+        folder = getattr(memory.index, "directory", None)
+        if isinstance(folder, Path) and folder.is_dir() and not os.access(folder, os.W_OK):
+            # A rebuild could not write either: say what stops it first.
+            return (
+                f"the index folder {folder} is not writable, so recall was lexical; make it "
+                f"writable, then run: {rebuild} --force"
+            )
         return (
             f"{status.pending_entries} memories have no usable vector (pending, or a damaged "
             f"index), so recall was lexical; repair with: {rebuild} --force"
