@@ -56,6 +56,7 @@ from game_memory.index.partition import (
     extend_partition,
 )
 from game_memory.index.row_codes import codes_header, read_codes, rows_digest, write_codes
+from game_memory.index.session_codes import record_codes
 from game_memory.index.stamps import (
     STAMP_MINIMUM,
     EntriesStamp,
@@ -260,6 +261,9 @@ class IndexEngine(IndexLayout):
                 except PersistenceError as exc:
                     raise derived_error(exc) from exc
                 self._remember(key, partition)
+                # A partition read whole may be a copied session folder's: what its codes
+                # mean is judged again if the folder's record changed (one lstat).
+                self.codes.recheck(session_hash)
                 return partition
         finally:
             with self._cache_lock:
@@ -795,21 +799,75 @@ class IndexEngine(IndexLayout):
     def compact(self, session_hash: str, owner_hash: str, keep_codes: set[int]) -> None:
         """Rewrite a partition without superseded records, dead rows or unused identities.
 
-        A crash leaves either version whole; a concurrent reader either sees the old
-        entries with the old rows or gets :class:`PartitionReplacedError`.
+        The session folder's vectors of another model (``session_codes.py``) are dropped
+        too, whatever ``keep_codes`` says. A crash leaves either version whole; a
+        concurrent reader either sees the old entries with the old rows or gets
+        :class:`PartitionReplacedError`.
         """
         partition = self.partition(session_hash, owner_hash)
         if partition is None:
             return
+        verdict = self.codes.verdict(session_hash)
+        # Another model's vectors (a copied session folder, ``session_codes.py``) never
+        # survive a rewrite: their memories are embedded again by the next rebuild.
+        keep = set() if verdict.damaged else keep_codes - verdict.foreign
         compact_files(
             self,
             partition,
             self.identities(),
             lambda code, dimensions: self.matrix(partition, code, dimensions),
-            keep_codes,
+            keep,
         )
         self._forget(session_hash, owner_hash)
         self._tidied.pop((session_hash, owner_hash), None)
+
+    def claim_session(self, session_hash: str, code: int) -> None:
+        """Make the session folder's record name identity ``code`` as the table does, before
+        vectors of ``code`` are written there (under the lock; ``session_codes.py``).
+
+        A dictionary lookup once this process has recorded or read it. Otherwise the record
+        is read again; when it names some code as another model's (a copied session
+        folder), the partitions holding such vectors are compacted without them first, and
+        only then is the record rewritten with the table: a kill in between leaves the old
+        record, which still disowns whatever vectors are left, and the next write drops
+        them. A folder without a record (an earlier release's, or a new one) gets one.
+
+        Raises:
+            DerivedIndexError: the folder, a partition or the record could not be written.
+        """
+        held = self.codes.cached(session_hash)
+        if held is not None and held.vouches(code):
+            return
+        verdict = self.codes.judge(session_hash)
+        if verdict.vouches(code):
+            return
+        table = self.identities()
+        if not verdict.agrees:
+            keep = set() if verdict.damaged else set(range(len(table))) - verdict.foreign
+            dropped = 0
+            for owner_hash in self.owner_hashes(session_hash):
+                partition = self.partition(session_hash, owner_hash)
+                if partition is not None and _holds_other(partition, keep):
+                    self.compact(session_hash, owner_hash, keep)
+                    dropped += 1
+            _LOG.warning(
+                "dropped another embedding model's vectors from %d partition(s) of %s before "
+                "writing there; a rebuild embeds their memories again",
+                dropped,
+                self.session_directory(session_hash),
+            )
+        path = self.codes.path(session_hash)
+        try:
+            fs.ensure_directory(path.parent)
+            file = record_codes(path, table)
+        except PersistenceError as exc:
+            raise derived_error(exc) from exc
+        except OSError as exc:
+            raise DerivedIndexError(
+                f"could not write {path} ({exc.strerror or exc}); it is derived data: delete "
+                "it if it is not a file, then run the rebuild"
+            ) from exc
+        self.codes.recorded(session_hash, file, table)
 
     def reset_partition(self, session_hash: str, owner_hash: str) -> None:
         """Delete a partition's entries and row files: its memories have no vectors after.
@@ -830,6 +888,12 @@ class IndexEngine(IndexLayout):
         with self._cache_lock:
             self._partitions.pop((session_hash, owner_hash), None)
             self._row_buffers.pop((session_hash, owner_hash), None)
+
+
+def _holds_other(partition: IndexPartition, keep: set[int]) -> bool:
+    """Whether ``partition`` has ready records of identity codes not in ``keep``."""
+    ready = partition.states == EntryState.READY
+    return bool(set(partition.identities[ready].tolist()) - keep)
 
 
 def _codes_behind(rows: int) -> int:

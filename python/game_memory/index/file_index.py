@@ -165,8 +165,10 @@ class FileVectorMemoryIndex:
     def join(self, view: PartitionView, identity: MemoryEmbeddingIdentity) -> PartitionJoin:
         """Match the entries of ``view``'s partition against it (cached; blocking)."""
         engine = self.engine
-        active = engine.identity_code(identity, create=False)
-        partition = engine.partition(identity_hash(view.session_id), identity_hash(view.owner_id))
+        session_hash = identity_hash(view.session_id)
+        partition = engine.partition(session_hash, identity_hash(view.owner_id))
+        # After the partition: a partition read whole has its session's record checked again.
+        active = engine.session_code(session_hash, identity)
         return self._joins.join(view, partition, active)
 
     def session_joins(
@@ -177,13 +179,14 @@ class FileVectorMemoryIndex:
     ) -> list[PartitionJoin]:
         """Join every partition of a session, orphaned ones included (blocking)."""
         engine = self.engine
-        active = engine.identity_code(identity, create=False)
         session_hash = identity_hash(session_id)
         by_owner = {identity_hash(view.owner_id): view for view in views}
         owners = sorted(set(by_owner) | set(engine.owner_hashes(session_hash)))
+        partitions = [engine.partition(session_hash, owner) for owner in owners]
+        active = engine.session_code(session_hash, identity)
         return [
-            self._joins.join(by_owner.get(owner), engine.partition(session_hash, owner), active)
-            for owner in owners
+            self._joins.join(by_owner.get(owner), partition, active)
+            for owner, partition in zip(owners, partitions, strict=True)
         ]
 
     def vectors(self, joined: PartitionJoin, identity: MemoryEmbeddingIdentity) -> FloatMatrix:
@@ -204,8 +207,9 @@ class FileVectorMemoryIndex:
         save was read (95 -> 66 ms, measured). Never raises (the search names any damage)."""
         try:
             engine = self.engine
-            active = engine.identity_code(identity, create=False)
-            partition = engine.partition(identity_hash(session_id), identity_hash(owner_id))
+            session_hash = identity_hash(session_id)
+            partition = engine.partition(session_hash, identity_hash(owner_id))
+            active = engine.session_code(session_hash, identity)
             if partition is not None and active is not None:
                 engine.matrix(partition, active, identity.dimensions)
         except (GameMemoryError, OSError, ValueError) as exc:
@@ -220,12 +224,11 @@ class FileVectorMemoryIndex:
         if self._closed or not self._opened:
             return None
         engine = self._engine
-        active = engine.known_identity_code(identity)
+        session_hash = identity_hash(view.session_id)
+        active = engine.known_session_code(session_hash, identity)
         if active is None:
             return None
-        partition = engine.cached_partition(
-            identity_hash(view.session_id), identity_hash(view.owner_id)
-        )
+        partition = engine.cached_partition(session_hash, identity_hash(view.owner_id))
         if partition is None:
             return None
         joined = self._joins.extended_now(view, partition, active)
@@ -237,14 +240,13 @@ class FileVectorMemoryIndex:
     def is_ready(self, memory: GameMemory, identity: MemoryEmbeddingIdentity) -> bool:
         """Whether ``memory`` has a ready vector of ``identity`` for its content (blocking)."""
         engine = self.engine
-        partition = engine.partition(
-            identity_hash(memory.session_id), identity_hash(memory.owner_id)
-        )
+        session_hash = identity_hash(memory.session_id)
+        partition = engine.partition(session_hash, identity_hash(memory.owner_id))
         if partition is None:
             return False
         hashed, digest = self._digests.get(memory)
         record = partition.record(hashed)
-        active = engine.identity_code(identity, create=False)
+        active = engine.session_code(session_hash, identity)
         return (
             record is not None
             and record.state is EntryState.READY
@@ -283,7 +285,11 @@ class FileVectorMemoryIndex:
         with engine.locked():
             code = engine.identity_code(identity, create=True)
             assert code is not None
-            for (session_hash, owner_hash), positions in _groups(memories).items():
+            groups = _groups(memories)
+            for session_hash in sorted({session for session, _ in groups}):
+                # Before any partition is read: it may drop another model's vectors.
+                engine.claim_session(session_hash, code)
+            for (session_hash, owner_hash), positions in groups.items():
                 digests = self._digests.get_many([memories[p] for p in positions])
                 # First, what a rewrite a killed writer interrupted may have left.
                 current = engine.tidy(
@@ -308,7 +314,8 @@ class FileVectorMemoryIndex:
         identity: MemoryEmbeddingIdentity,
     ) -> bool:
         """:meth:`write` of one partition's memories when it needs no wait: the index open,
-        the identity known, the partition cached and current (nothing to read), the writer
+        the identity known, the session folder's record of codes read and naming it
+        (``session_codes.py``), the partition cached and current (nothing to read), the writer
         lock free, and writes not fsynced (``durable_writes`` off). Then the same records
         and rows are written as :meth:`write` writes them, and the same errors raised;
         otherwise nothing is done and ``False`` returned (call :meth:`write` off the loop).
@@ -321,6 +328,9 @@ class FileVectorMemoryIndex:
         if code is None or len(groups) != 1:
             return False
         session_hash, owner_hash = next(iter(groups))
+        verdict = engine.codes.cached(session_hash)
+        if verdict is None or not verdict.vouches(code):
+            return False  # write() records what the session folder's codes mean first
         rows = _rows(memories, vectors, identity)
         if rows is None:
             return False  # write() names the error

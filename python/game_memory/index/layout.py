@@ -5,6 +5,8 @@ Layout of ``<index>/.game-memory-index/`` (format version 1)::
     format.json                    {"format": "game-memory-vector-index", "format_version": 1}
     identities.json                the embedding identities seen; an entry stores its position
     lock                           the writer lock
+    s-<sha256(session)>/codes.json                           what the session's codes mean
+                                                             (session_codes.py)
     s-<sha256(session)>/o-<sha256(owner)>.entries            128-byte entry records (entries.py)
     s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.f32   float32 rows of identity <code>
     s-<sha256(session)>/o-<sha256(owner)>.<code>.<tag>.q8    their int8 copy (row_codes.py)
@@ -27,6 +29,7 @@ from game_memory.durable import fs
 from game_memory.durable.lock import ProcessLock
 from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.partition import derived_error, refused_write
+from game_memory.index.session_codes import SessionCodes
 from game_memory.model.identity import MemoryEmbeddingIdentity
 
 __all__ = [
@@ -73,6 +76,8 @@ class IndexLayout:
         self._lock = ProcessLock(self.data / "lock", lock_timeout)
         self._identities: list[str] = []
         self._opened = False
+        #: Per session folder, whether its vectors' codes mean what this folder's table says.
+        self.codes = SessionCodes(self.data, self.identities)
 
     @property
     def is_open(self) -> bool:
@@ -159,6 +164,7 @@ class IndexLayout:
         except OSError as exc:
             raise DerivedIndexError(f"could not reset the index at {self.root}: {exc}") from exc
         self._identities = []
+        self.codes.forget()
         self._opened = False
 
     def session_directory(self, session_hash: str) -> Path:
@@ -221,6 +227,28 @@ class IndexLayout:
             raise derived_error(exc) from exc
         self._identities = names
         return len(names) - 1
+
+    def session_code(self, session_hash: str, identity: MemoryEmbeddingIdentity) -> int | None:
+        """The code of ``identity``'s vectors in one session folder: its code in the table,
+        unless the folder records that code as another model's (a session folder copied
+        from another index: ``session_codes.py``), then ``None`` (its vectors are stale).
+        Reads the folder's record on the first call per session (then a dictionary
+        lookup while it agrees)."""
+        code = self.identity_code(identity, create=False)
+        if code is None or self.codes.verdict(session_hash).is_foreign(code):
+            return None
+        return code
+
+    def known_session_code(
+        self, session_hash: str, identity: MemoryEmbeddingIdentity
+    ) -> int | None:
+        """:meth:`session_code` when this process already judged the session and knows the
+        code, else ``None`` (nothing is read: for callers that must not block)."""
+        code = self.known_identity_code(identity)
+        verdict = self.codes.cached(session_hash)
+        if code is None or verdict is None or verdict.is_foreign(code):
+            return None
+        return code
 
     def entries_path(self, session_hash: str, owner_hash: str) -> str:
         """The entries file of a partition."""

@@ -266,6 +266,8 @@ def _write(engine: IndexEngine, decoded: list[_Decoded]) -> None:
                     )
                 )
         vectors = {code: _unit_rows(bucket) for code, bucket in rows.items()}
+        for identity_code in sorted(vectors):
+            engine.claim_session(session_hash, identity_code)  # its folder says what codes mean
         # Durable before the reference files go: one partition's files at a time.
         engine.append(session_hash, owner_hash, records, vectors, durable=True)
 
