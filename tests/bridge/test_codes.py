@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any
 
 import pytest
@@ -156,3 +158,43 @@ def test_every_game_memory_error_class_has_a_code_other_than_internal() -> None:
 
 def test_every_code_has_advice() -> None:
     assert set(ERROR_ADVICE) == set(ErrorCode)
+
+
+def _lock_refused(number: int) -> PersistenceError:
+    """The store's error for a lock file it may not open (chained, as the store raises it)."""
+    path = "/saves/slot-1/.game-memory/lock"
+    try:
+        try:
+            raise OSError(number, os.strerror(number), path)
+        except OSError as exc:
+            raise PersistenceError(f"could not open the lock file {path}: {exc.strerror}") from exc
+    except PersistenceError as error:
+        return error
+
+
+@pytest.mark.parametrize(
+    ("number", "said"),
+    [
+        (errno.EROFS, "read-only file system"),
+        (errno.EACCES, "no permission to write"),
+        (errno.EPERM, "no permission to write"),
+    ],
+)
+def test_a_save_the_server_may_not_write_is_named_so_not_corrupt(number: int, said: str) -> None:
+    rpc = error_from_exception(_lock_refused(number), "memory.remember")
+    assert rpc.code is ErrorCode.STORAGE_CORRUPT  # the code stays; the advice changes
+    assert rpc.data == {"kind": "PersistenceError", "reason": "not_permitted"}
+    assert "could not open the lock file /saves/slot-1/.game-memory/lock" in rpc.message
+    assert said in rpc.message and "not damaged" in rpc.message
+    assert "write access to the save folder" in rpc.message
+    for remedy in ("check --fix", "restore", "accept-loss"):
+        assert remedy not in rpc.message
+
+
+def test_a_damaged_save_keeps_the_damage_advice() -> None:
+    try:
+        raise PersistenceError("journal.bin is truncated") from OSError(errno.EIO, "I/O error")
+    except PersistenceError as error:
+        rpc = error_from_exception(error)
+    assert rpc.data == {"kind": "PersistenceError"}
+    assert rpc.message == "journal.bin is truncated"

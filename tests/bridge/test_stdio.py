@@ -141,3 +141,30 @@ async def test_a_client_that_closes_its_end_of_stdout_ends_nothing_but_its_outpu
         pipes.close_input()
         await asyncio.wait_for(task, 10)
     assert task.exception() is None and len(service.calls) >= 1
+
+
+async def test_requests_sent_after_stdout_broke_are_still_executed() -> None:
+    service = FakeService()
+    async with stdio_server(service) as (pipes, task, transport, _server):
+        pipes.send(initialize(token=None))
+        assert (await pipes.line())["result"]["mode"] == "lexical"
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, pipes.read_fd)  # the pipe's read end is gone: every write breaks
+        os.close(devnull)
+        pipes.send(request("memory.remember", remember_params(text="first"), 2))
+        session = transport._session
+        assert session is not None
+        async with asyncio.timeout(5):  # its answer met the broken pipe
+            while not session.outbox.closed:
+                await asyncio.sleep(0.01)
+        for number in range(3, 6):
+            pipes.send(request("memory.remember", remember_params(text=f"later {number}"), number))
+        pipes.close_input()
+        await asyncio.wait_for(task, 10)
+    # Writes sent after the output broke were executed all the same (answers dropped).
+    assert sorted(memory.searchable_text or "" for memory in service.memories) == [
+        "first",
+        "later 3",
+        "later 4",
+        "later 5",
+    ]

@@ -12,12 +12,14 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from game_memory.bridge import websocket
 from game_memory.bridge.limits import BridgeLimits
 from game_memory.bridge.protocol import ServerInfo
 from game_memory.bridge.server import BridgeServer
 from game_memory.bridge.websocket import WebSocketTransport, check_loopback
 
 from .conftest import TOKEN, FakeService, initialize, remember_params, request
+from .test_response_budget import big_memory
 
 INFO = ServerInfo(mode="hybrid", model="hashing/feature-hashing-words@v1:256")
 
@@ -211,3 +213,35 @@ async def test_starting_on_a_public_address_binds_nothing() -> None:
     with pytest.raises(ValueError, match="loopback"):
         await transport.start("0.0.0.0", 0)
     await transport.aclose()
+
+
+async def test_shutdown_ends_in_bounded_time_when_a_client_stopped_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(websocket, "_FLUSH_SECONDS", 0.2)
+    monkeypatch.setattr(websocket, "_CLOSE_SECONDS", 0.2, raising=False)
+    # Answers of about 4 MB each: twelve are far more than the socket buffers hold.
+    service = FakeService(memories=[big_memory(number, 990_000) for number in range(2)])
+    limits = BridgeLimits(shutdown_grace_seconds=0.1)
+    server = BridgeServer(service, INFO, limits)
+    transport = WebSocketTransport(server, TOKEN)
+    url = await transport.start("127.0.0.1", 0)
+    frozen = await connect(url, max_size=None, max_queue=1)
+    reader = await connect(url)
+    try:
+        await frozen.send(initialize())
+        await receive(frozen)
+        await reader.send(initialize())
+        await receive(reader)
+        frozen.transport.pause_reading()  # a stopped process: it never reads again
+        for number in range(12):
+            await frozen.send(request("memory.recall", {"session_id": "s", "limit": 2}, number))
+        await asyncio.sleep(0.5)
+        async with asyncio.timeout(15):
+            await server.shutdown()
+            await transport.aclose()
+        assert await closed_code(reader) == 1001  # a client that reads is closed properly
+        assert len(service.memories) == 2
+    finally:
+        frozen.transport.abort()
+        reader.transport.abort()

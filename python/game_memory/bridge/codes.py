@@ -10,6 +10,7 @@ so an ONNX provider's timeout or full queue (subclasses of both) maps to timeout
 
 from __future__ import annotations
 
+import errno
 import re
 from enum import IntEnum
 from typing import Any
@@ -118,6 +119,10 @@ _PROTOCOL_ADVICE_CODES = frozenset({ErrorCode.CONFLICT, ErrorCode.NOT_FOUND})
 #: The closing advice sentence of such a core message ("Use a new id (derive_memory_id
 #: ...).", "Check the id (enumerate ...)").
 _PYTHON_ADVICE = re.compile(r"[.;]?\s*(?:Use a new id|Check the ids?)\b.*$", re.DOTALL)
+
+#: ``OSError`` numbers that mean "this process may not write (or read) here": a read-only
+#: mount, a folder of another user. The save is fine; its remedy is not check or restore.
+_NOT_PERMITTED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 #: The one mapping from exception classes to codes, most specific first.
 ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
@@ -249,11 +254,44 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     message = _clip(str(error), _MAXIMUM_MESSAGE_CHARACTERS) or type(error).__name__
     if isinstance(error, CapacityExceededError):
         data["bound"] = error.bound
+    refused = _refused_access(error) if isinstance(error, PersistenceError) else None
+    if refused is not None:
+        data["reason"] = "not_permitted"
+        return RpcError(code, _not_permitted_message(message, refused), data)
     if code in _PROTOCOL_ADVICE_CODES:
         message = _with_advice(_PYTHON_ADVICE.sub("", message), code)
     elif not isinstance(error, GameMemoryError):
         message = _with_advice(message, code)
     return RpcError(code, message, data)
+
+
+def _refused_access(error: BaseException) -> OSError | None:
+    """The ``OSError`` refusing access (read-only, no permission) that caused ``error``."""
+    cause = error.__cause__
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in _NOT_PERMITTED:
+            return cause
+        cause = cause.__cause__
+    return None
+
+
+def _not_permitted_message(message: str, refused: OSError) -> str:
+    """Say that the save is refused to this process, not damaged, and what to do.
+
+    The storage-corrupt advice (check, ``--fix``, restore) cannot help here: nothing is
+    damaged, the server's user may not write (or read) the save's files.
+    """
+    why = (
+        "the save folder is on a read-only file system"
+        if refused.errno == errno.EROFS
+        else "the server's user has no permission to write (or read) the save folder"
+    )
+    return (
+        f"{message.rstrip().rstrip('.')}: {why}. The save is not damaged and was not changed "
+        "(a save the server can read but not write answers recalls and refuses writes); give "
+        "the user that runs the server write access to the save folder and its files, or "
+        "serve a writable copy of it, then send the request again"
+    )
 
 
 def params_not_object(method: str) -> RpcError:

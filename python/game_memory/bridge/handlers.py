@@ -55,6 +55,8 @@ __all__ = [
     "Notify",
     "Offload",
     "ProgressRelay",
+    "Reserve",
+    "reserve_nothing",
     "run_inline",
 ]
 
@@ -65,6 +67,19 @@ logger = logging.getLogger("game_memory.bridge")
 Notify = Callable[[str, dict[str, Any], bool], None]
 
 _T = TypeVar("_T")
+
+
+class Reserve(Protocol):
+    """``await reserve(upper_bound)``: take room for ``upper_bound`` more bytes of the answer
+    in the calling connection's queue, waiting while there is none (the server's session
+    does this; :func:`reserve_nothing` never waits). Call it before building a large part
+    of an answer; the room is the call's until its answer is queued."""
+
+    def __call__(self, upper_bound: int, /) -> Awaitable[None]: ...
+
+
+async def reserve_nothing(upper_bound: int, /) -> None:
+    """A :class:`Reserve` that never waits (tests, tools without a connection)."""
 
 
 class Offload(Protocol):
@@ -87,17 +102,24 @@ class CallContext:
         notify: Sends a notification to the calling connection.
         budget: The share of the response cap the result may take; charged as it is built.
         offload: Runs blocking work (building a big result) off the event loop.
+        reserve: Takes room in the connection's queue for a part of the answer before it
+            is built, so that a client that does not read makes the server build (and
+            hold) no more answers than its queue has room for.
     """
 
     notify: Notify
     budget: ResponseBudget
     offload: Offload = run_inline
+    reserve: Reserve = reserve_nothing
 
 
 #: Results whose charged size passes this are built and serialized in a worker thread, so a
 #: big response (up to the 16 MiB cap) never stalls the other clients on the event loop.
 #: Ordinary responses stay far below it and pay no thread hop.
 OFFLOAD_BYTES = 1_048_576
+#: What a recall's answer holds besides its memory objects (the envelope, the stages, the
+#: ``ok`` of a ``recall_many`` entry), as an upper bound.
+_RECALL_OVERHEAD_BYTES = 16_384
 
 
 class ProgressRelay:
@@ -171,6 +193,9 @@ async def _recall(service: BridgeService, params: RecallParams, context: CallCon
     result = await service.recall(build_query(params), require_semantic=params.require_semantic)
     # Each memory object is charged as it is built, so a result past the cap stops early.
     bounds = [memory_json_bound(hit.memory) for hit in result.hits]
+    # Built only once the connection has room for it: a client that does not read holds
+    # the search result of its running recalls, never their built answers.
+    await context.reserve(sum(bounds) + _RECALL_OVERHEAD_BYTES)
     if context.budget.charged + sum(bounds) > OFFLOAD_BYTES:
         return await context.offload(recall_to_json, result, context.budget, bounds)
     return recall_to_json(result, context.budget, bounds)

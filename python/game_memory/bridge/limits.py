@@ -38,9 +38,12 @@ class BridgeLimits:
         shutdown_grace_seconds: How long in-flight requests may finish when the server stops.
         maximum_connections: Simultaneous WebSocket connections; more are refused with
             HTTP 503 during the handshake.
-        outbox_messages: Messages queued for one connection before the server stops
-            reading from it (responses) or drops them (intermediate notifications).
-        outbox_bytes: The same bound in bytes.
+        outbox_messages: Messages queued for one connection, answers being built
+            included, before the server stops reading from it and building its recall
+            answers (responses) or drops them (intermediate notifications).
+        outbox_bytes: The same bound in bytes: a recall holds room for an upper bound of
+            its answer while it builds it, so a client that does not read holds at most
+            this plus one response of answers.
     """
 
     maximum_message_bytes: int = 1_048_576

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from typing import Any
@@ -26,8 +27,16 @@ from game_memory.bridge.handlers import OFFLOAD_BYTES, CallContext, MethodExecut
 from game_memory.bridge.limits import DEFAULT_LIMITS, BridgeLimits
 from game_memory.bridge.messages import encode_message, error_response
 from game_memory.bridge.outbox import Outbox
-from game_memory.bridge.protocol import BridgeConnection, Call, CloseIntent, Received, ServerInfo
+from game_memory.bridge.protocol import (
+    BridgeConnection,
+    Call,
+    CloseIntent,
+    ConnectionState,
+    Received,
+    ServerInfo,
+)
 from game_memory.bridge.results import diagnostic_to_json
+from game_memory.bridge.room import AnswerRoom
 from game_memory.bridge.service import BridgeService, DiagnosticView
 
 __all__ = ["BridgeServer", "Session"]
@@ -40,6 +49,13 @@ class Session:
 
     Created by :meth:`BridgeServer.open_session`; the transport must call :meth:`detach`
     when the client is gone.
+
+    Every call is answered exactly once: with its result or error, with TIMEOUT past its
+    deadline (a read), or with SHUTTING_DOWN when the shutdown cancels it (a read); a write
+    with its real outcome in every case. The answers of a client that does not read are
+    bounded: a recall takes room in the outbox before it builds its answer
+    (:class:`~game_memory.bridge.room.AnswerRoom`), and the session stops reading from the
+    client while the outbox is full or an answer waits for room.
     """
 
     def __init__(self, server: BridgeServer, connection: BridgeConnection) -> None:
@@ -47,9 +63,13 @@ class Session:
         self.connection = connection
         limits = server.limits
         self.outbox = Outbox(limits.outbox_messages, limits.outbox_bytes)
+        self._room = AnswerRoom(self.outbox)
 
     async def receive(self, data: str | bytes) -> CloseIntent | None:
         """Feed one text frame or line; return a close intent if the client must go.
+
+        Returns only once the client may be read again (see the class docstring): the
+        transport's next read waits meanwhile, which pushes back on the client.
 
         The core never raises for bad input; should a bug make it raise, the client gets
         ``INTERNAL_ERROR`` (id null) and the connection goes on, never a dead task.
@@ -82,15 +102,47 @@ class Session:
         self.outbox.close(discard=True)
         self._server._sessions.discard(self)
 
+    def drop_output(self) -> None:
+        """Drop queued and later output, and keep serving: the client's input is still
+        read and its requests run (their answers are dropped) until its input ends.
+
+        For a client that closed its reading end (a broken stdout pipe): a write it sent
+        afterwards is still executed, as it would have been had its answer arrived.
+        """
+        self.outbox.close(discard=True)
+
     async def _apply(self, received: Received) -> CloseIntent | None:
         for call in received.calls:
             self._server._start(self, call)
-        # Waiting here when the outbox is full stops reading from a client that does not read.
         for message in received.messages:
             await self.outbox.put(message)
+        # Stop reading from a client that does not read: while its outbox is full, or an
+        # answer waits for room. Shutting down, only a full outbox stops reading, so that
+        # requests sent meanwhile are read and refused with SHUTTING_DOWN.
+        while not self.outbox.has_room(behind_waiting=not self._server.shutting_down):
+            await self.outbox.changed()
         return received.close
 
     async def _run(self, call: Call) -> None:
+        """Run ``call`` and queue its answer, whatever happens.
+
+        Cancelled by the shutdown (past its grace), the answer (SHUTTING_DOWN for a read,
+        the real outcome of a write) is still queued, past the outbox's bound if need be,
+        for the transport's final flush; the task then ends cancelled.
+        """
+        try:
+            messages, cancelled = await self._outcome(call)
+            held = self._give_back_room(call)
+            # An answer that held room goes in at once: its room was waited for already.
+            if await self._queue(messages, at_once=held or cancelled):
+                cancelled = True
+        finally:
+            self._give_back_room(call)
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _outcome(self, call: Call) -> tuple[list[str], bool]:
+        """Run ``call``; return its messages and whether the shutdown cancelled it."""
         limits = self._server.limits
         seconds = (
             limits.rebuild_timeout_seconds
@@ -98,14 +150,15 @@ class Session:
             else limits.request_timeout_seconds
         )
         executor = self._server.executor
-        context = CallContext(self.notify, call.budget, asyncio.to_thread)
+        context = CallContext(
+            self.notify, call.budget, asyncio.to_thread, functools.partial(self._reserve, call)
+        )
         work = asyncio.ensure_future(executor.execute(call.method, call.params, context))
         # A write is never cancelled midway: the store would finish it in a thread anyway,
         # so an error answer could not say whether it was applied. Its answer waits for it.
         writes = executor.writes(call.method)
         deadline = asyncio.timeout(seconds)
         cancelled = False
-        encoded = None
         try:
             try:
                 async with deadline:
@@ -119,34 +172,76 @@ class Session:
                 if not (writes and deadline.expired()):
                     raise
                 result = await _settled(work)  # past the deadline: its real outcome
-            if call.budget.charged > OFFLOAD_BYTES and not call.is_notification:
-                # Megabytes of JSON take tens of milliseconds to encode: not on the loop.
-                encoded = await asyncio.to_thread(self.connection.encode_result, call, result)
         except asyncio.CancelledError:
             work.cancel()
-            for message in self.connection.fail(call, _shutting_down(call.method)):
-                self.outbox.offer(message, force=True)
-            raise
+            return self.connection.fail(call, _shutting_down(call.method)), True
         except TimeoutError as exc:
             error: BaseException = exc
-            if deadline.expired():
+            if deadline.expired() and not writes:
                 error = RpcError(
                     ErrorCode.TIMEOUT,
                     f"timeout: {call.method} did not finish within the server's deadline of "
                     f"{seconds:g} s and was cancelled; try again or ask for less",
                     {"kind": "RequestTimeout", "bound": "request_timeout_seconds"},
                 )
-            messages = self.connection.fail(call, error)
+            return self.connection.fail(call, error), cancelled
         except Exception as exc:
-            messages = self.connection.fail(call, exc)
-        else:
-            messages = self.connection.complete(call, result, encoded=encoded)
-        if cancelled:  # shutdown: the settled answer is queued even for a full outbox
-            for message in messages:
+            return self.connection.fail(call, exc), cancelled
+        encoded, interrupted = await self._encode(call, result)
+        return self.connection.complete(call, result, encoded=encoded), cancelled or interrupted
+
+    async def _encode(self, call: Call, result: Any) -> tuple[str | None, bool]:
+        """Encode a big result off the loop; return it and whether the shutdown came
+        meanwhile (the encoding is then finished all the same: the answer is built)."""
+        if call.budget.charged <= OFFLOAD_BYTES or call.is_notification:
+            return None, False
+        # Megabytes of JSON take tens of milliseconds to encode: not on the loop.
+        encoding = asyncio.ensure_future(
+            asyncio.to_thread(self.connection.encode_result, call, result)
+        )
+        try:
+            return await asyncio.shield(encoding), False
+        except asyncio.CancelledError:
+            return await _settled(encoding), True
+
+    async def _queue(self, messages: list[str], *, at_once: bool) -> bool:
+        """Queue ``messages``; return whether the shutdown cancelled the wait for room.
+
+        Without ``at_once`` each message waits for room; cancelled meanwhile, it and the
+        rest are queued at once all the same, so that no answer is lost.
+        """
+        for position, message in enumerate(messages):
+            if at_once:
                 self.outbox.offer(message, force=True)
-            raise asyncio.CancelledError
-        for message in messages:
-            await self.outbox.put(message)
+                continue
+            try:
+                await self.outbox.put(message)
+            except asyncio.CancelledError:
+                for rest in messages[position:]:
+                    self.outbox.offer(rest, force=True)
+                return True
+        return False
+
+    async def _reserve(self, call: Call, upper_bound: int) -> None:
+        """Take room for ``upper_bound`` more characters of ``call``'s answer (see
+        :class:`~game_memory.bridge.room.AnswerRoom`); a notification needs none."""
+        if call.is_notification:
+            return
+        budget = call.budget
+        await self._room.take(budget, upper_bound, budget.maximum_bytes)
+
+    def _give_back_room(self, call: Call) -> bool:
+        """Give back the room ``call``'s response holds once that response is complete;
+        return whether it held any. A batch's response is complete with its last member
+        (a notification in a batch takes no room and gives back none of the batch's)."""
+        batch = call._batch
+        if call.is_notification or (
+            batch is not None
+            and batch.pending > 0
+            and self.connection.state is not ConnectionState.CLOSED
+        ):
+            return False
+        return self._room.give_back(call.budget)
 
 
 async def _settled(work: asyncio.Future[Any]) -> Any:
@@ -205,6 +300,11 @@ class BridgeServer:
         return len(self._sessions)
 
     @property
+    def shutting_down(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._shutting_down
+
+    @property
     def running_calls(self) -> int:
         """Calls running on behalf of any session, detached or not."""
         return len(self._tasks)
@@ -245,6 +345,7 @@ class BridgeServer:
         self._shutting_down = True
         for session in self._sessions:
             session.connection.begin_shutdown()
+            session.outbox.wake()  # a reader held back by waiting answers reads again
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self.limits.shutdown_grace_seconds)
         remaining = set(self._tasks)

@@ -126,5 +126,10 @@ class StdioTransport:
             while (message := await session.outbox.get()) is not None:
                 await self._writer.write(message.encode("utf-8") + b"\n")
         except (BrokenPipeError, ConnectionResetError):
-            logger.warning("stdout was closed by the client; dropping further output")
-            session.detach()
+            # Requests still arrive on stdin and still run (a write sent now is executed,
+            # as the protocol promises); only their answers have nowhere to go.
+            logger.warning(
+                "stdout was closed by the client; dropping further output, serving stdin "
+                "until it ends"
+            )
+            session.drop_output()

@@ -27,7 +27,10 @@ __all__ = ["WebSocketTransport", "check_loopback"]
 
 logger = logging.getLogger("game_memory.bridge")
 
+#: How long queued messages may take to be sent when a connection ends.
 _FLUSH_SECONDS = 5.0
+#: How long a client may take to answer the closing handshake before it is disconnected.
+_CLOSE_SECONDS = 2.0
 _GOING_AWAY = 1001
 
 
@@ -86,15 +89,51 @@ class WebSocketTransport:
         return f"ws://{shown}:{bound_port}"
 
     async def aclose(self) -> None:
-        """Send queued messages, close every connection (1001) and stop listening."""
-        for session, _pump in self._clients.values():
+        """Send queued messages, close every connection (1001) and stop listening.
+
+        Bounded whatever the clients do: queued messages get ``_FLUSH_SECONDS`` to be
+        sent; a client that has not taken them by then (it stopped reading, so no close
+        frame could reach it either) is disconnected at once. The others are closed with
+        1001 and get ``_CLOSE_SECONDS`` to answer; then they are disconnected too.
+        Idempotent.
+        """
+        clients = list(self._clients.items())
+        for _connection, (session, _pump) in clients:
             session.outbox.close()
-        pumps = [pump for _session, pump in self._clients.values()]
+        pumps = [pump for _connection, (_session, pump) in clients]
         if pumps:
             await asyncio.wait(pumps, timeout=_FLUSH_SECONDS)
+        stuck = [connection for connection, (_session, pump) in clients if not pump.done()]
+        if stuck:
+            logger.warning(
+                "disconnecting %d client(s) that did not read their last messages within %g s",
+                len(stuck),
+                _FLUSH_SECONDS,
+            )
+            for connection in stuck:
+                connection.transport.abort()
+        closing = [
+            _close(connection, _GOING_AWAY, "server shutting down")
+            for connection, (_session, pump) in clients
+            if pump.done() and connection not in stuck
+        ]
+        await asyncio.gather(*closing)
         if self._ws_server is not None:
             self._ws_server.close(close_connections=True)
-            await self._ws_server.wait_closed()
+            await self._wait_closed()
+
+    async def _wait_closed(self) -> None:
+        """Wait for every connection handler to end; disconnect what still lingers."""
+        assert self._ws_server is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._ws_server.wait_closed()), _CLOSE_SECONDS)
+            return
+        for connection in list(self._clients):
+            connection.transport.abort()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ws_server.wait_closed()), _CLOSE_SECONDS)
+        except TimeoutError:
+            logger.warning("stopping with %d connection(s) still closing", len(self._clients))
 
     def _admit(self, connection: ServerConnection, request: Request) -> Response | None:
         if len(self._clients) >= self._server.limits.maximum_connections:
@@ -126,7 +165,7 @@ class WebSocketTransport:
                 session.outbox.close()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(pump), _FLUSH_SECONDS)
-                await connection.close(close.code, close.reason)
+                await _close(connection, close.code, close.reason)
             session.detach()
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -143,4 +182,15 @@ class WebSocketTransport:
         if session.connection.state is ConnectionState.AWAITING_INITIALIZE:
             seconds = self._server.limits.initialize_timeout_seconds
             logger.info("closing a client that sent no initialize within %g s", seconds)
-            await connection.close(UNAUTHORIZED_CLOSE_CODE, "initialize not received in time")
+            await _close(connection, UNAUTHORIZED_CLOSE_CODE, "initialize not received in time")
+
+
+async def _close(connection: ServerConnection, code: int, reason: str) -> None:
+    """Close ``connection`` with ``code``; a client that does not complete the closing
+    handshake within ``_CLOSE_SECONDS`` (one that does not read never can) is
+    disconnected without it."""
+    try:
+        async with asyncio.timeout(_CLOSE_SECONDS):
+            await connection.close(code, reason)
+    except TimeoutError:
+        connection.transport.abort()

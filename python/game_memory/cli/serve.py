@@ -46,6 +46,8 @@ logger = logging.getLogger("game_memory.bridge")
 
 #: Overrides the server-side request deadline (seconds, a positive number).
 TIMEOUT_ENVIRONMENT_VARIABLE = "GAME_MEMORY_REQUEST_TIMEOUT"
+#: A request deadline must be below this many seconds (about 115 days).
+MAXIMUM_REQUEST_TIMEOUT_SECONDS = 10_000_000
 
 _MAXIMUM_TOKEN_CHARACTERS = 4_096
 
@@ -153,15 +155,22 @@ def _read_token(path: str) -> str:
 def _seconds(text: Any, what: str) -> float:
     """``text`` as a request deadline in seconds; ``what`` names where it came from.
 
+    The upper bound keeps the deadline a time the event loop can schedule (and a typo such
+    as a deadline in milliseconds from being taken for 3 years); the message states it.
+
     Raises:
-        ValueError: not a positive, finite number of seconds (under 10,000,000).
+        ValueError: not a positive, finite number of seconds under
+            :data:`MAXIMUM_REQUEST_TIMEOUT_SECONDS`.
     """
     try:
         value = float(text)
     except (TypeError, ValueError):
         value = float("nan")
-    if not 0 < value < 1e7:
-        raise ValueError(f"{what} must be a positive number of seconds, not {text!r}")
+    if not 0 < value < MAXIMUM_REQUEST_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"{what} must be a positive number of seconds below "
+            f"{MAXIMUM_REQUEST_TIMEOUT_SECONDS:,} (about 115 days), not {text!r}"
+        )
     return value
 
 
