@@ -9,6 +9,10 @@ to the sibling ``<save parent>/<save name>.index``: derived data never lives in 
 A ``postgresql://`` URL as the save (or the index) opens the PostgreSQL backends of
 ``game_memory.postgres`` instead (the optional extra ``game-memory[postgres]``, imported
 only then); the index then defaults to the save's database.
+
+``maximum_entries`` is the save's store-wide bound, the one way past the file store's
+default of 100,000 memories: every CLI command takes it as ``--maximum-entries N`` and the
+Godot node passes its ``maximum_entries`` setting to the sidecar it launches.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from game_memory.model import DiagnosticSink
 from game_memory.models import ModelChoice, load_model
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemoryRerankerOptions
-from game_memory.store.file_store import FileGameMemoryStore
+from game_memory.store.file_store import MAXIMUM_ENTRIES_LIMIT, FileGameMemoryStore
 from game_memory.store.protocol import GameMemoryStore
 
-__all__ = ["default_index_dir", "is_database", "open_memory"]
+__all__ = ["check_maximum_entries", "default_index_dir", "is_database", "open_memory"]
 
 _DATABASE_SCHEMES = ("postgresql://", "postgres://")
 
@@ -61,14 +65,41 @@ def _check_location(name: str, location: object) -> None:
         raise InvalidArgumentError(f"{name} must name a folder, not an empty path")
 
 
-def _save(save: str | os.PathLike[str], create: bool) -> GameMemoryStore:
+def check_maximum_entries(value: object) -> int | None:
+    """Return ``value`` as a save's store-wide bound: ``None`` (the store's default) or an
+    integer from 1 to 1,000,000 (the bound of both the file and the PostgreSQL store).
+
+    Checked here, before a model is loaded, so that every caller (the CLI included) gets
+    the same message whichever store the save turns out to be.
+
+    Raises:
+        InvalidArgumentError: anything else (a bool, a float, a string, out of range).
+    """
+    if value is None:
+        return None
+    limit = MAXIMUM_ENTRIES_LIMIT
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit:
+        return value
+    shown = repr(value) if isinstance(value, (int, float)) else type(value).__name__
+    raise InvalidArgumentError(
+        f"maximum_entries must be an integer from 1 to {limit:,} (the most "
+        f"memories the save may hold) or None for the store's default, not {shown}"
+    )
+
+
+def _save(
+    save: str | os.PathLike[str], create: bool, maximum_entries: int | None
+) -> GameMemoryStore:
     if is_database(save):
         from game_memory.postgres import PostgresGameMemoryStore
 
         assert isinstance(save, str)
         # ``create`` maps to the schema: a reading tool refuses a database without one.
-        return PostgresGameMemoryStore(save, migrate=create)
-    return FileGameMemoryStore(save, create=create)
+        # ``None`` keeps the database's default: no store-wide bound.
+        return PostgresGameMemoryStore(save, migrate=create, maximum_entries=maximum_entries)
+    if maximum_entries is None:
+        return FileGameMemoryStore(save, create=create)  # its default bound, 100,000
+    return FileGameMemoryStore(save, create=create, maximum_entries=maximum_entries)
 
 
 def _index(
@@ -102,6 +133,7 @@ async def open_memory(
     home: str | os.PathLike[str] | None = None,
     create: bool = True,
     create_index: bool | None = None,
+    maximum_entries: int | None = None,
 ) -> VectorMemoryStore:
     """Open a save folder (or a PostgreSQL database) with the chosen model.
 
@@ -128,6 +160,12 @@ async def open_memory(
             database, ``False`` refuses one whose schema is not current (it is not migrated).
         create_index: The same for the index folder (default: as ``create``). Without it a
             missing index reads as an empty one (every memory pending) and is not created.
+        maximum_entries: The most memories the whole save may hold, 1..1,000,000; ``None``
+            keeps the store's default (100,000 for a save folder; no store-wide bound for
+            a database, where a bound serializes every append). An append past it raises
+            ``CapacityExceededError``. A save grown past the default must be opened with
+            its bound from then on: reads of a session larger than the bound fail, and a
+            ledger of more than twice the bound is refused as not written by this store.
 
     Returns:
         The front door; close it with ``aclose()`` (or ``async with``).
@@ -135,13 +173,15 @@ async def open_memory(
     Raises:
         PersistenceError: the save folder is unsafe (a symbolic link).
         InvalidArgumentError: ``save`` or ``index`` is not a path or URL, the index folder
-            is inside the save folder, an option is out of range or of the wrong type, or a
-            URL is given without the ``postgres`` extra installed.
+            is inside the save folder, an option (``maximum_entries`` included) is out of
+            range or of the wrong type, or a URL is given without the ``postgres`` extra
+            installed.
         EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
     """
     _check_location("save", save)
     if index is not None:
         _check_location("index", index)
+    maximum_entries = check_maximum_entries(maximum_entries)
     if reranker is not None and not isinstance(reranker, GameAwareMemoryRerankerOptions):
         raise InvalidArgumentError(
             "reranker must be GameAwareMemoryRerankerOptions (the reranker's weights) or None, "
@@ -159,7 +199,7 @@ async def open_memory(
     choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)
     provider = choice.provider
     try:
-        authoritative = _save(save, create)
+        authoritative = _save(save, create, maximum_entries)
     except BaseException:
         if provider is not None:
             await provider.aclose()

@@ -466,10 +466,13 @@ async def test_a_migration_beyond_the_capacity_fails_closed(
     with pytest.raises(CapacityExceededError) as raised:
         await make_store(save, maximum_entries=2).migrate_legacy_layout()
     assert raised.value.bound == "maximum_entries"
-    # The game-memory commands cannot pass maximum_entries: the message names the call.
-    assert "FileGameMemoryStore(save_folder, maximum_entries=N).migrate_legacy_layout()" in str(
-        raised.value
-    )
+    # The message names the command that migrates with a larger bound, and every place the
+    # save must then be opened with it (Python, the CLI, the Godot node).
+    message = str(raised.value)
+    assert "'game-memory migrate --save-dir SAVE --maximum-entries N'" in message
+    assert "open_memory(..., maximum_entries=N)" in message
+    assert "--maximum-entries N on game-memory serve and every other command" in message
+    assert "maximum_entries setting of the Godot GameMemory node" in message
     store = make_store(save, maximum_entries=4)
     await store.append(make_memory("already", session_id="other"))  # migrates the 3 first
     write_legacy(save, make_memory("m3"))

@@ -127,6 +127,10 @@ enum State {
 ## memories, its lowest-value ones (low importance, old in game time) are erased for good
 ## down to 90% of it, and a [code]memories_evicted[/code] diagnostic says how many. 0: off.
 @export_range(0, 1000000, 1, "or_greater") var maximum_memories_per_owner: int = 0
+## The most memories the launched sidecar's whole save may hold, up to 1,000,000: a remember
+## past it fails with [constant GameMemoryError.CAPACITY_EXCEEDED]. 0: the sidecar's default
+## (100,000). A save grown past the default must be launched with its bound every time.
+@export_range(0, 1000000, 1) var maximum_entries: int = 0
 ## The authoritative save folder of the launched sidecar: [code]user://[/code] (a per-user
 ## writable folder) or an absolute path, never [code]res://[/code] (the game's install folder).
 @export var save_directory: String = "user://game_memory/save":
@@ -519,6 +523,7 @@ func _start_backend() -> void:
 			sidecar_arguments, save_directory, index_directory, model)
 	arguments.append_array(GameMemorySidecar.recall_arguments(fusion, recall_options))
 	arguments.append_array(GameMemorySidecar.retention_arguments(maximum_memories_per_owner))
+	arguments.append_array(GameMemorySidecar.capacity_arguments(maximum_entries))
 	_sidecar.launch(command, arguments, startup_timeout)
 
 

@@ -140,6 +140,14 @@ static func retention_arguments(bound: int) -> PackedStringArray:
 	return PackedStringArray(["--maximum-memories-per-owner", str(bound)])
 
 
+## Returns the sidecar arguments of the save's store-wide bound: at most [param bound]
+## memories in the whole save (none when [param bound] is 0 or less: the sidecar's default).
+static func capacity_arguments(bound: int) -> PackedStringArray:
+	if bound <= 0:
+		return PackedStringArray()
+	return PackedStringArray(["--maximum-entries", str(bound)])
+
+
 ## Returns the sidecar arguments that select the fusion [param mode] (empty: the default) and
 ## set the fusion and reranker options of [param options]
 ## ([code]{"fusion": {...}, "reranker": {...}}[/code]) by name.

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from game_memory.cli.capacity import given_bound, store_bound
 from game_memory.cli.database_urls import shown_url
 from game_memory.cli.folders import folder_problem, index_folder
 from game_memory.cli.terminal import POSTGRES_HINT, console, fail, os_error, verbatim
@@ -58,10 +59,10 @@ def _save(args: argparse.Namespace) -> GameMemoryStore:
     if database is not None:
         from game_memory.postgres import PostgresGameMemoryStore
 
-        return PostgresGameMemoryStore(database, migrate=False)
+        return PostgresGameMemoryStore(database, migrate=False, maximum_entries=given_bound(args))
     from game_memory.store.file_store import FileGameMemoryStore
 
-    return FileGameMemoryStore(args.save_dir, create=False)
+    return FileGameMemoryStore(args.save_dir, create=False, **store_bound(args))
 
 
 def _derived(args: argparse.Namespace) -> VectorIndex | None:

@@ -30,6 +30,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from game_memory.cli.capacity import given_bound, store_bound
 from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.hints import empty_result_hint, fallback_hint
 from game_memory.cli.interrupts import finish_on_interrupt
@@ -114,6 +115,7 @@ def _with_memory(
             create=create,
             create_index=create_index,
             diagnostics=diagnostics,
+            maximum_entries=given_bound(args),
         )
         try:
             if memory.notice is not None:
@@ -248,7 +250,7 @@ def _copy_to_database(args: argparse.Namespace) -> int:
         return fail(f"--to-database{POSTGRES_HINT.removeprefix('--database')} ({exc})")
 
     async def main() -> int:
-        store = PostgresGameMemoryStore(args.to_database)
+        store = PostgresGameMemoryStore(args.to_database, maximum_entries=given_bound(args))
         try:
             with Progress(
                 TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
@@ -386,10 +388,14 @@ def run_check(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         if database is not None:
-            async with PostgresGameMemoryStore(database, migrate=False) as database_store:
+            async with PostgresGameMemoryStore(
+                database, migrate=False, maximum_entries=given_bound(args)
+            ) as database_store:
                 report = await database_store.check(fix=args.fix)
         else:
-            async with FileGameMemoryStore(args.save_dir, create=False) as store:
+            async with FileGameMemoryStore(
+                args.save_dir, create=False, **store_bound(args)
+            ) as store:
                 report = await store.check(
                     fix=args.fix,
                     accept_loss=args.accept_loss,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from game_memory._version import __version__
+from game_memory.cli.capacity import maximum_entries
 from game_memory.cli.database_urls import database_url
 from game_memory.cli.options import add_recall_arguments
 from game_memory.cli.usage import UsageError, exit_with_usage
@@ -99,6 +100,14 @@ def _add_store_arguments(parser: argparse.ArgumentParser, *, index: bool = True)
         type=database_url,
         help="a PostgreSQL database holding the save and the vector index, in place of "
         "--save-dir (needs the extra game-memory[postgres]; see docs/postgres.md)",
+    )
+    parser.add_argument(
+        "--maximum-entries",
+        type=maximum_entries,
+        metavar="N",
+        help="the most memories the whole save may hold, 1 to 1,000,000 (default: 100,000 "
+        "for --save-dir, no bound for --database); a save grown past the default needs it "
+        "on every command that opens it",
     )
     if index:
         parser.add_argument(
@@ -188,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="postgresql://...",
         type=database_url,
         help="copy the save of --save-dir into this PostgreSQL database (idempotent and "
-        "resumable: run it again after an interruption); rebuild the vectors there afterwards",
+        "resumable: run it again after an interruption; --maximum-entries bounds the "
+        "database); rebuild the vectors there afterwards",
     )
 
     search = commands.add_parser("search", help="recall memories as of a game moment")

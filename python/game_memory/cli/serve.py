@@ -34,6 +34,7 @@ from game_memory.bridge.service import DiagnosticView
 from game_memory.bridge.stdin import StdinReader
 from game_memory.bridge.stdio import StdioTransport
 from game_memory.bridge.websocket import WebSocketTransport, check_loopback
+from game_memory.cli.capacity import given_bound
 from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.options import RecallSettings, recall_settings
 from game_memory.cli.usage import UsageError
@@ -66,6 +67,8 @@ class ServeSettings:
         limits: The bridge's bounds.
         recall: The fusion and reranker options from ``--fusion`` and friends.
         database: A ``postgresql://`` URL holding the save, in place of ``save_dir``.
+        maximum_entries: The save's store-wide bound (``--maximum-entries``; ``None``: the
+            store's default).
     """
 
     save_dir: Path | None
@@ -77,6 +80,7 @@ class ServeSettings:
     limits: BridgeLimits
     recall: RecallSettings = field(default_factory=RecallSettings)
     database: str | None = None
+    maximum_entries: int | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeSettings:
@@ -121,6 +125,7 @@ class ServeSettings:
             limits=limits,
             recall=recall_settings(args),
             database=getattr(args, "database", None),
+            maximum_entries=given_bound(args),
         )
 
 
@@ -246,6 +251,7 @@ async def serve(settings: ServeSettings) -> int:
         diagnostics=relay,
         options=settings.recall.options,
         reranker=settings.recall.reranker,
+        maximum_entries=settings.maximum_entries,
     )
     try:
         # Open the save now (creating a new one): one that cannot be opened ends the

@@ -77,8 +77,11 @@ def _position_bound(
 
 def _store_full(maximum: int) -> CapacityExceededError:
     return CapacityExceededError(
-        f"the store holds {maximum:,} memories, its maximum_entries; open it with a larger "
-        "maximum_entries (or none) to add more",
+        f"the store holds {maximum:,} memories, its maximum_entries; to add more, open the "
+        "database with a larger maximum_entries or with none (a database's default): "
+        "open_memory(..., maximum_entries=N) or PostgresGameMemoryStore(..., "
+        "maximum_entries=N), or --maximum-entries N on game-memory serve and every other "
+        "command (left out: no bound)",
         bound="maximum_entries",
     )
 

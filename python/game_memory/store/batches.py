@@ -39,7 +39,7 @@ from game_memory.errors import CapacityExceededError
 from game_memory.model import GameMemory
 from game_memory.model.conflicts import memory_conflict
 from game_memory.store.appends import plan_segments, write_planned
-from game_memory.store.capacity import full_message
+from game_memory.store.capacity import RAISE_THE_BOUND, full_message
 from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
 from game_memory.store.group_writes import Held
@@ -144,7 +144,7 @@ def write_batch(
                 if room <= 0
                 else f"the batch adds {len(accepted):,} memories but the store has room for "
                 f"{room:,} (maximum_entries {engine.maximum_entries:,}); split the batch, "
-                "erase memories, or raise the bound",
+                f"erase memories, or {RAISE_THE_BOUND}",
                 bound="maximum_entries",
             )
             if atomic:

@@ -2,7 +2,9 @@
 
 When ``maximum_entries`` is reached nothing more can be remembered, anywhere; the message
 names the largest owners (from the ledger index, no scan) so the game knows whom to bound
-or erase, and how to turn the retention policy on.
+or erase, and how to turn the retention policy on. Every message that says to raise the
+bound names it where the save is opened: the Python argument, the ``game-memory`` option,
+and the Godot node's setting (:data:`BOUND_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,21 @@ from game_memory.errors import PersistenceError
 from game_memory.store.intents import LedgerIndex
 from game_memory.store.state import PartitionState
 
-__all__ = ["full_message"]
+__all__ = ["BOUND_OPTIONS", "RAISE_THE_BOUND", "full_message"]
+
+#: Where a save's ``maximum_entries`` is given: the Python call, the command line, the addon.
+BOUND_OPTIONS = (
+    "open_memory(..., maximum_entries=N) (or FileGameMemoryStore(..., maximum_entries=N)), "
+    "--maximum-entries N on game-memory serve and every other command, or the maximum_entries "
+    "setting of the Godot GameMemory node that launches the sidecar"
+)
+
+#: How to raise ``maximum_entries``. A save grown past the default must be opened with its
+#: bound every time: a smaller one refuses appends, and reads of a session larger than it.
+RAISE_THE_BOUND = (
+    "open the save with a larger maximum_entries, and keep opening it with that bound: "
+    + BOUND_OPTIONS
+)
 
 
 def full_message(
@@ -38,5 +54,5 @@ def full_message(
         f"{', '.join(largest)}. Keep each NPC bounded with the retention policy "
         "VectorMemoryStoreOptions(maximum_memories_per_owner=N) (game-memory serve "
         "--maximum-memories-per-owner N), erase what the game no longer needs "
-        "(game-memory erase), or open the store with a larger maximum_entries"
+        f"(game-memory erase), or {RAISE_THE_BOUND}"
     )

@@ -33,6 +33,7 @@ from game_memory.durable import fs
 from game_memory.durable.names import identity_hash, partition_hash
 from game_memory.errors import CapacityExceededError, MemoryConflictError, PersistenceError
 from game_memory.model import GameMemory, MigrationReport
+from game_memory.store.capacity import BOUND_OPTIONS
 from game_memory.store.documents import DocumentError, decode_legacy_document, encode_document
 from game_memory.store.engine import StoreEngine
 from game_memory.store.packs import PACK_OVERHEAD, write_pack
@@ -194,13 +195,12 @@ def _conflict(memory: GameMemory, source: _Source, other: str, advice: str) -> M
     )
 
 
-#: What to do when a migration would exceed ``maximum_entries``: the ``game-memory``
-#: commands open a save with the default bound and take no other, so it names the call.
+#: What to do when a migration would exceed ``maximum_entries``: migrate with a larger
+#: bound (the command, or the Python call), then open the save with it wherever it is opened.
 _CAPACITY_ADVICE = (
-    "Migrate it from Python with a larger bound, as 'await FileGameMemoryStore(save_folder, "
-    "maximum_entries=N).migrate_legacy_layout()', and open the save with that maximum_entries "
-    "from then on (the game-memory commands open a save with the default maximum_entries and "
-    "take no other)"
+    "Migrate it with a larger bound, 'game-memory migrate --save-dir SAVE --maximum-entries N' "
+    "(from Python: open_memory(SAVE, maximum_entries=N), then migrate()), and from then on "
+    "open the save with that bound: " + BOUND_OPTIONS
 )
 
 

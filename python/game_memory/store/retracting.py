@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from game_memory.errors import CapacityExceededError, InvalidArgumentError, MemoryNotFoundError
 from game_memory.model import GameMemory, GameMoment
+from game_memory.store.capacity import RAISE_THE_BOUND
 from game_memory.store.engine import StoreEngine, validated_id
 from game_memory.store.ledger import LedgerEntry
 from game_memory.store.lifecycle import checked_summary, covered
@@ -65,7 +66,7 @@ def forget(
             raise CapacityExceededError(
                 f"the store holds {count:,} retractions, its maximum_entries; compact it "
                 "('game-memory compact' drops redundant ones), erase what the game no longer "
-                "needs, or open it with a larger maximum_entries",
+                f"needs, or {RAISE_THE_BOUND}",
                 bound="maximum_entries",
             )
         engine.layout.require_format(3)

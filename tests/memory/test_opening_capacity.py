@@ -1,0 +1,104 @@
+"""``open_memory(maximum_entries=...)``: the save's store-wide bound, through the front door.
+
+The file store holds 100,000 memories unless opened with a larger bound, and the front door
+(what every CLI command and the sidecar call) is the only way the command line and the
+Godot addon have to open it with one; a database takes the same argument as its own bound.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from game_memory.errors import CapacityExceededError, InvalidArgumentError
+from game_memory.model import GameMemory, GameMemoryKind, GameMoment
+from game_memory.opening import open_memory
+
+
+def _memory(number: int, owner: str = "mira") -> GameMemory:
+    return GameMemory(
+        memory_id=f"m{number}",
+        session_id="save-1",
+        owner_id=owner,
+        scope="personal",
+        kind=GameMemoryKind.EVENT,
+        payload_json="{}",
+        moment=GameMoment(timeline_id="main", tick=number),
+        searchable_text=f"memory {number}",
+    )
+
+
+async def test_a_small_bound_refuses_the_append_that_passes_it(tmp_path: Path) -> None:
+    save = tmp_path / "save"
+    async with await open_memory(save, model="lexical", maximum_entries=3) as memory:
+        for number in range(3):
+            assert await memory.append(_memory(number, owner=f"npc{number % 2}")) is True
+        with pytest.raises(CapacityExceededError) as raised:
+            await memory.append(_memory(3))
+        assert raised.value.bound == "maximum_entries"
+        assert await memory.append(_memory(0, owner="npc0")) is False  # still idempotent
+        assert await memory.authoritative.count() == 3
+    # The message names every way to raise the bound: Python, the CLI and the addon.
+    message = str(raised.value)
+    assert "the store holds 3 memories, its maximum_entries" in message
+    assert "open_memory(..., maximum_entries=N)" in message
+    assert "--maximum-entries N on game-memory serve" in message
+    assert "maximum_entries setting of the Godot GameMemory node" in message
+
+
+async def test_a_larger_bound_lets_the_save_grow_past_the_smaller_one(tmp_path: Path) -> None:
+    save = tmp_path / "save"
+    async with await open_memory(save, model="lexical", maximum_entries=2) as memory:
+        await memory.append(_memory(0))
+        await memory.append(_memory(1))
+        with pytest.raises(CapacityExceededError):
+            await memory.append(_memory(2))
+    async with await open_memory(save, model="lexical", maximum_entries=4) as memory:
+        assert await memory.append(_memory(2)) is True
+        assert await memory.append(_memory(3)) is True
+        with pytest.raises(CapacityExceededError):
+            await memory.append(_memory(4))
+        assert await memory.authoritative.count() == 4
+    async with await open_memory(save, model="lexical") as memory:  # None: the default
+        assert await memory.append(_memory(4)) is True
+
+
+async def test_a_bound_below_a_session_refuses_to_read_it(tmp_path: Path) -> None:
+    """Why the read-only commands take the option too: a save grown past the default
+    cannot be searched with the default."""
+    save = tmp_path / "save"
+    async with await open_memory(save, model="lexical", maximum_entries=6) as memory:
+        for number in range(6):
+            await memory.append(_memory(number))
+    async with await open_memory(save, model="lexical", maximum_entries=3, create=False) as memory:
+        with pytest.raises(CapacityExceededError):
+            await memory.enumerate("save-1")
+    async with await open_memory(save, model="lexical", maximum_entries=6, create=False) as memory:
+        assert len(await memory.enumerate("save-1")) == 6
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1_000_001, True, 2.0, "5"])
+async def test_a_bad_bound_is_refused_before_anything_is_opened(
+    tmp_path: Path, bad: object
+) -> None:
+    save = tmp_path / "save"
+    with pytest.raises(InvalidArgumentError, match="maximum_entries must be an integer from 1"):
+        await open_memory(save, model="lexical", maximum_entries=bad)  # type: ignore[arg-type]
+    assert not save.exists()
+
+
+async def test_a_database_takes_the_bound_as_its_own() -> None:
+    pytest.importorskip("psycopg")
+    from postgres.server import server_url, temporary_schema
+
+    with server_url() as server, temporary_schema(server) as url:
+        async with await open_memory(url, model="lexical", maximum_entries=2) as memory:
+            await memory.append(_memory(0))
+            await memory.append(_memory(1))
+            with pytest.raises(CapacityExceededError) as raised:
+                await memory.append(_memory(2))
+            assert raised.value.bound == "maximum_entries"
+            assert "--maximum-entries N on game-memory serve" in str(raised.value)
+        async with await open_memory(url, model="lexical") as memory:  # None: no bound
+            assert await memory.append(_memory(2)) is True
