@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from game_memory import PersistenceError
+from game_memory import FileGameMemoryStore, PersistenceError
 from game_memory.durable.names import identity_hash
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
+
+from .helpers import MemoryFactory, StoreFactory
 
 
 def entry(index: int) -> LedgerEntry:
@@ -75,5 +77,21 @@ def test_intents_carry_their_sequence_so_a_reordered_ledger_fails_closed(tmp_pat
 def test_a_ledger_far_larger_than_the_capacity_allows_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "ledger.log"
     Ledger(path, maximum_entries=100).append([entry(i) for i in range(10)], first_index=0)
-    with pytest.raises(PersistenceError, match="limit"):
+    with pytest.raises(PersistenceError, match="not a file this store wrote"):
         Ledger(path, maximum_entries=1).read()
+
+
+async def test_a_ledger_grown_under_a_larger_bound_names_the_bound_that_opens_it(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    # Every path that reads the ledger whole (check among them) said only "it is not a
+    # file this store wrote": true of damage, wrong of a save opened with a smaller bound.
+    store = make_store()
+    for number in range(6):
+        await store.append(make_memory(f"m{number}", tick=number))
+    await store.aclose()
+    small = FileGameMemoryStore(tmp_path / "save", maximum_entries=1)
+    report = await small.check()
+    assert not report.ok
+    assert any("--maximum-entries N" in str(problem) for problem in report.problems)
+    await small.aclose()

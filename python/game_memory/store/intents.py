@@ -45,7 +45,7 @@ from game_memory.store.intent_files import (
     load_intents,
     write_intents,
 )
-from game_memory.store.ledger import RECORD_BYTES, Ledger, group_start
+from game_memory.store.ledger import RECORD_BYTES, Ledger, group_start, oversized_message
 
 __all__ = ["LedgerIndex", "LedgerMark"]
 
@@ -132,15 +132,7 @@ class LedgerIndex:
             if seen == self._seen:
                 return self._mark(info.st_ino)  # nothing was written since
             if info.st_size > self._ledger.maximum_bytes:
-                # Inline, not store.capacity's BOUND_OPTIONS: that module imports this one.
-                raise PersistenceError(
-                    f"{self._ledger.path} is {info.st_size:,} bytes, more than a store opened "
-                    "with this maximum_entries writes. If the save was grown with a larger "
-                    "maximum_entries, open it with that bound (open_memory(..., "
-                    "maximum_entries=N), --maximum-entries N on game-memory serve and every "
-                    "other command, or the maximum_entries setting of the Godot GameMemory "
-                    "node); otherwise it is not a file this store wrote"
-                )
+                raise PersistenceError(oversized_message(self._ledger.path, info.st_size))
             whole = info.st_size // RECORD_BYTES
             if (
                 info.st_ino != self._inode

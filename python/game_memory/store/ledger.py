@@ -102,6 +102,18 @@ class LedgerEntry(NamedTuple):
     memory_hash: str
 
 
+def oversized_message(path: Path, size: int) -> str:
+    """What to say of a ledger larger than a store opened with its ``maximum_entries``
+    writes: most often a save grown under a larger bound, opened without it."""
+    return (
+        f"{path} is {size:,} bytes, more than a store opened with this maximum_entries "
+        "writes. If the save was grown with a larger maximum_entries, open it with that "
+        "bound (open_memory(..., maximum_entries=N), --maximum-entries N on game-memory "
+        "serve and every other command, or the maximum_entries setting of the Godot "
+        "GameMemory node); otherwise it is not a file this store wrote"
+    )
+
+
 class Ledger:
     """The ledger file of one store. Mutating methods must be called under the store lock."""
 
@@ -134,6 +146,21 @@ class Ledger:
             )
         return info
 
+    def _read_file(self, offset: int = 0) -> tuple[bytes, os.stat_result] | None:
+        """``fs.read_file`` of the ledger from ``offset``, within :attr:`maximum_bytes`.
+
+        Raises:
+            PersistenceError: as ``fs.read_file``; for a ledger larger than this store
+                reads, the message says which bound opens it (:func:`oversized_message`).
+        """
+        try:
+            return fs.read_file(self.path, self._maximum_bytes, offset=offset)
+        except PersistenceError as exc:
+            info = self.stat()
+            if info is not None and info.st_size > self._maximum_bytes:
+                raise PersistenceError(oversized_message(self.path, info.st_size)) from exc
+            raise
+
     def count(self) -> int:
         """How many intents the ledger holds (a torn partial record is not counted)."""
         info = self.stat()
@@ -141,7 +168,7 @@ class Ledger:
 
     def read(self, start: int = 0, stop: int | None = None) -> list[LedgerEntry]:
         """Decode and verify intents ``start`` to ``stop`` (default: the end)."""
-        read = fs.read_file(self.path, self._maximum_bytes, offset=start * RECORD_BYTES)
+        read = self._read_file(start * RECORD_BYTES)
         if read is None:
             return []
         data, _ = read
@@ -159,7 +186,7 @@ class Ledger:
         For the checker: never raises for damaged records (a link, an unreadable or an
         oversized ledger still raise ``PersistenceError``).
         """
-        read = fs.read_file(self.path, self._maximum_bytes)
+        read = self._read_file()
         if read is None:
             return [], 0
         data = read[0]
@@ -232,7 +259,7 @@ class Ledger:
         Tolerant like :meth:`read_tolerant` (an incomplete final record is left out), but
         reads only the tail (recovery after a group commit reads what followed its mark).
         """
-        read = fs.read_file(self.path, self._maximum_bytes, offset=start * RECORD_BYTES)
+        read = self._read_file(start * RECORD_BYTES)
         if read is None:
             return []
         data = read[0]
@@ -284,7 +311,7 @@ class Ledger:
         it (the same errors, for the first bad record); an incomplete final record is left
         out. For a rewrite that drops a few intents of a large ledger: no entry objects, no
         hex (:meth:`rewrite_records`)."""
-        read = fs.read_file(self.path, self._maximum_bytes)
+        read = self._read_file()
         if read is None:
             return np.empty((0, RECORD_BYTES), dtype=np.uint8)
         data = read[0]
@@ -361,7 +388,7 @@ class Ledger:
         whole = info.st_size // RECORD_BYTES
         end = whole
         while end > 0:
-            read = fs.read_file(self.path, self._maximum_bytes, offset=(end - 1) * RECORD_BYTES)
+            read = self._read_file((end - 1) * RECORD_BYTES)
             if read is None or read[0][:RECORD_BYTES] != bytes(RECORD_BYTES):
                 break
             end -= 1
