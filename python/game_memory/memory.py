@@ -510,9 +510,13 @@ class VectorMemoryStore(MemoryOverTime):
         whose memories it then embeds again. Vectors of another model are replaced; the
         sweep compacts the partitions. ``progress(done, total)`` is called on the event
         loop before the first batch and after each; an exception it raises ends the rebuild
-        (batches already written stay). A failed batch stops the rebuild with a
-        ``memory_embedding_rebuild_failed`` diagnostic; the returned status then still
-        requires a rebuild.
+        (batches already written stay). A batch is written only for the memories the save
+        still holds as they were embedded: one erased meanwhile (here or by another
+        process), or replaced under its id, leaves no vector behind. A failed batch stops
+        the rebuild with a ``memory_embedding_rebuild_failed`` diagnostic (and no
+        ``memory_embedding_rebuild_completed``): the returned status then counts what the
+        index holds, so it requires a rebuild unless the run was forced and kept every
+        memory's earlier vector.
 
         Raises:
             InvalidArgumentError: ``session_id`` is blank, or ``progress`` is not callable.
@@ -544,6 +548,7 @@ class VectorMemoryStore(MemoryOverTime):
                 report=self._report,
                 force=force,
                 progress=progress,
+                gate=self._erase_gate.appending,
             )
         finally:
             self._rebuilding.discard(session_id)

@@ -7,6 +7,7 @@ recall: the front door only guards that one rebuild of a session runs at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -116,6 +117,7 @@ async def rebuild_session(
     report: Report,
     force: bool,
     progress: Callable[[int, int], object] | None,
+    gate: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None = None,
 ) -> VectorMemoryStatus:
     """Rebuild one session (see ``VectorMemoryStore.rebuild``).
 
@@ -124,9 +126,14 @@ async def rebuild_session(
     1. Read the session's snapshot; pick every memory without a ready vector of the
        active identity for its current content (all of them with ``force``).
     2. Embed them in batches; each batch's vectors are written before the next starts, so
-       an interruption keeps the work done and a rerun resumes where it stopped.
+       an interruption keeps the work done and a rerun resumes where it stopped. Just
+       before a batch is written, holding ``gate()`` as an append holds the front door's
+       erase gate (an erase of the same front door waits, and is waited for), the
+       batch's memories are read again from the save: one erased while the batch was
+       embedded, or replaced by another memory under its id, is not written (its vector
+       would outlive its erase, or stand for content the save no longer holds).
     3. On a failed batch: report, mark the batch's memories that had no ready vector as
-       failed (a forced rebuild never loses a good vector), stop.
+       failed (a forced rebuild never loses a good vector), sweep (4), stop.
     4. After the last batch, sweep orphans in three steps: list the index entries that
        are absent from a read of the save made after that batch was written (candidates;
        a memory erased while its batch was embedded is absent from it, though its vector
@@ -167,7 +174,12 @@ async def rebuild_session(
         batch = todo[start : start + batch_size]
         try:
             vectors = await embedder.embed_documents(batch, f"rebuild of session {session_id!r}")
-            await run(partial(index.write, batch, vectors, identity))
+            async with gate() if gate is not None else contextlib.nullcontext():
+                kept = await _still_saved(store, session_id, batch)
+                if kept:
+                    chosen = [batch[position] for position in kept]
+                    rows = vectors[kept] if len(kept) < len(batch) else vectors
+                    await run(partial(index.write, chosen, rows, identity))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -186,17 +198,17 @@ async def rebuild_session(
             await _mark_failed(index, run, report, session_id, batch, ready)
             break
         await _notify(progress, min(start + batch_size, total), total)
-    if completed:
-        # Candidates are listed against a read of the save made *after* the last batch
-        # was written, not against the first read: a memory erased while its batch was
-        # embedded had its vector written after the erase dropped it, and only a later
-        # read lacks it. Any read made before the listing keeps the sweep safe.
-        listed = await session_views(store, session_id, options)
-        candidates = await run(lambda: index.orphans(session_id, listed))
-        current = await session_views(store, session_id, options)
-        await run(lambda: index.remove_orphans(candidates, current))
+    # Candidates are listed against a read of the save made *after* the last batch was
+    # written, not against the first read: a memory erased (by another process) while its
+    # batch was embedded had its vector written after the erase dropped it, and only a
+    # later read lacks it. Any read made before the listing keeps the sweep safe. After a
+    # failed batch too: what was written stays, and so would such a vector.
+    listed = await session_views(store, session_id, options)
+    candidates = await run(lambda: index.orphans(session_id, listed))
+    current = await session_views(store, session_id, options)
+    await run(lambda: index.remove_orphans(candidates, current))
     status = await index_status(store, index, identity, session_id, options, run)
-    if not status.requires_rebuild:
+    if completed and not status.requires_rebuild:
         await report_failure(
             report,
             "memory_embedding_rebuild_completed",
@@ -205,6 +217,29 @@ async def rebuild_session(
             session_id=session_id,
         )
     return status
+
+
+async def _still_saved(
+    store: GameMemoryStore, session_id: str, batch: Sequence[GameMemory]
+) -> list[int]:
+    """The positions in ``batch`` of the memories the save still holds as they are (same
+    id, same content), read now."""
+    owners: dict[str, list[int]] = {}
+    for position, memory in enumerate(batch):
+        owners.setdefault(memory.owner_id, []).append(position)
+    kept: list[int] = []
+    for owner_id, positions in owners.items():
+        query = GameMemoryQuery(session_id=session_id, owner_id=owner_id, limit=0)
+        views = (await store.snapshot(query)).views
+        if not views:
+            continue
+        view = views[0]
+        for position in positions:
+            memory = batch[position]
+            held = view.positions.get(memory.memory_id)
+            if held is not None and view.memories[held] == memory:
+                kept.append(position)
+    return sorted(kept)
 
 
 async def _mark_failed(

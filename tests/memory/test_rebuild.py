@@ -156,14 +156,20 @@ async def test_a_failed_batch_stops_the_rebuild_and_running_it_again_resumes(
 
 
 async def test_a_forced_rebuild_whose_batch_fails_keeps_the_vectors_it_had(
-    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, provider: FaultyProvider
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+    diagnostics: Diagnostics,
 ) -> None:
     store = make_vector_store()
     await store.append(make_memory("m1", text="the cat sleeps"))
     await store.append(make_memory("m2", text="an axe"))
     provider.document_fault = Fault.CRASH
     status = await store.rebuild("session", force=True)
-    assert status.state is VectorMemoryState.READY
+    assert status.state is VectorMemoryState.READY  # the vectors it had: counted ready
+    codes = diagnostics.codes()  # but it did not finish: never said to have
+    assert "memory_embedding_rebuild_failed" in codes
+    assert "memory_embedding_rebuild_completed" not in codes
     provider.document_fault = Fault.NONE
     assert ids(await store.search(query("feline", limit=1))) == ["m1"]
 
@@ -361,3 +367,52 @@ async def test_a_memory_erased_while_its_batch_is_embedded_leaves_no_vector_behi
     partition = store.index.engine.partition(identity_hash("session"), identity_hash("owner"))
     assert partition is not None and partition.record(memory_hash("m0")) is None
     assert (await store.get_status("session")).orphan_entries == 0
+
+
+async def test_a_memory_erased_while_embedded_leaves_no_vector_when_the_rebuild_stops_early(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+    tmp_path: Path,
+) -> None:
+    # The sweep ran only after a rebuild that finished: one that stopped (a failed batch,
+    # a cancel) wrote the erased memory's vector and left it, byte for byte.
+    store = make_vector_store(options={"rebuild_batch_size": 2})
+    await pending_memories(store, provider, make_memory, 4)
+    calls = [0]
+
+    async def erase_then_fail(_: Sequence[str]) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            assert await store.erase("session", "owner", ["m0"]) == 1
+        provider.document_fault = Fault.FAIL if calls[0] == 2 else Fault.NONE
+
+    provider.on_documents = erase_then_fail
+    await store.rebuild("session")
+    partition = store.index.engine.partition(identity_hash("session"), identity_hash("owner"))
+    assert partition is not None and partition.record(memory_hash("m0")) is None
+    status = await store.get_status("session")
+    assert (status.ready_entries, status.orphan_entries) == (1, 0)  # m1; m2, m3 failed
+    provider.on_documents, provider.document_fault = None, Fault.NONE
+    assert (await store.rebuild("session")).state is VectorMemoryState.READY
+
+
+async def test_a_memory_replaced_under_its_id_while_embedded_keeps_its_new_vector(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory, provider: FaultyProvider
+) -> None:
+    # The batch held the old content; written after the new memory's own vector, it
+    # stood for content the save no longer held, and the new memory fell back to pending.
+    store = make_vector_store(options={"rebuild_batch_size": 2})
+    await pending_memories(store, provider, make_memory, 4)
+    replaced: list[bool] = []
+
+    async def replace_meanwhile(_: Sequence[str]) -> None:
+        if not replaced:
+            replaced.append(True)
+            assert await store.erase("session", "owner", ["m0"]) == 1
+            assert await store.append(make_memory("m0", text="a hound bays", tick=9)) is True
+
+    provider.on_documents = replace_meanwhile
+    status = await store.rebuild("session")
+    assert status.state is VectorMemoryState.READY
+    assert (status.ready_entries, status.pending_entries) == (4, 0)
