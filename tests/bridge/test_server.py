@@ -156,6 +156,20 @@ async def test_a_call_over_the_deadline_is_a_timeout_and_the_server_goes_on() ->
     assert "result" in await call(session, "memory.status", {"session_id": "s"}, 2)
 
 
+async def test_a_rebuild_over_its_deadline_names_the_rebuild_deadline_and_the_resume() -> None:
+    # It named request_timeout_seconds (which --request-timeout sets, not the rebuild's)
+    # and advised asking for less, which a rebuild cannot.
+    service = FakeService()
+    server = BridgeServer(service, INFO, BridgeLimits(rebuild_timeout_seconds=0.05))
+    session = await open_ready(server)
+    service.gate = asyncio.Event()  # never set: the rebuild runs past its deadline
+    response = await call(session, "memory.rebuild", {"session_id": "s"})
+    assert response["error"]["code"] == -32008
+    assert response["error"]["data"]["bound"] == "rebuild_timeout_seconds"
+    assert "resumes" in response["error"]["message"]
+    assert "ask for less" not in response["error"]["message"]
+
+
 async def test_service_errors_are_mapped_and_do_not_end_the_session() -> None:
     service = FakeService(errors={"status": PersistenceError("journal is torn")})
     session = await open_ready(BridgeServer(service, INFO))

@@ -178,11 +178,23 @@ class Session:
         except TimeoutError as exc:
             error: BaseException = exc
             if deadline.expired() and not writes:
+                rebuild = call.method == "memory.rebuild"
                 error = RpcError(
                     ErrorCode.TIMEOUT,
                     f"timeout: {call.method} did not finish within the server's deadline of "
-                    f"{seconds:g} s and was cancelled; try again or ask for less",
-                    {"kind": "RequestTimeout", "bound": "request_timeout_seconds"},
+                    f"{seconds:g} s and was cancelled; "
+                    + (
+                        "the batches it wrote stay, so calling it again resumes where it "
+                        "stopped (the deadline is the server's rebuild deadline)"
+                        if rebuild
+                        else "try again or ask for less"
+                    ),
+                    {
+                        "kind": "RequestTimeout",
+                        "bound": "rebuild_timeout_seconds"
+                        if rebuild
+                        else "request_timeout_seconds",
+                    },
                 )
             return self.connection.fail(call, error), cancelled
         except Exception as exc:
