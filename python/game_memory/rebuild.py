@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import DerivedIndexError
+from game_memory.errors import CapacityExceededError, DerivedIndexError
 from game_memory.index.entries import EntryState
 from game_memory.index.partition import refused_write
 from game_memory.index.protocol import VectorIndex
@@ -45,9 +45,26 @@ async def _notify(progress: Callable[[int, int], object] | None, done: int, tota
 async def session_views(
     store: GameMemoryStore, session_id: str, options: VectorMemoryStoreOptions
 ) -> tuple[PartitionView, ...]:
-    """Every partition view of a session (one bounded authoritative read)."""
+    """Every partition view of a session (one bounded authoritative read).
+
+    Raises:
+        CapacityExceededError: the session holds more than ``maximum_index_entries``
+            (named so: the store's own message names its snapshot parameter, which the
+            caller of a status or a rebuild never set).
+    """
     query = GameMemoryQuery(session_id=session_id, limit=0)
-    snapshot = await store.snapshot(query, maximum_entries=options.maximum_index_entries)
+    bound = options.maximum_index_entries
+    try:
+        snapshot = await store.snapshot(query, maximum_entries=bound)
+    except CapacityExceededError as exc:
+        raise CapacityExceededError(
+            f"session {session_id!r} holds more than {bound:,} memories, the most a status "
+            "or a rebuild of a whole session reads (VectorMemoryStoreOptions."
+            "maximum_index_entries); open the front door with a larger one (the CLI and "
+            "the sidecar use the default), or erase what the game no longer needs. Recalls "
+            "of one NPC are not affected",
+            bound="maximum_index_entries",
+        ) from exc
     return snapshot.views
 
 

@@ -9,7 +9,12 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from game_memory import DerivedIndexError, VectorMemoryState, VectorMemoryStatus
+from game_memory import (
+    CapacityExceededError,
+    DerivedIndexError,
+    VectorMemoryState,
+    VectorMemoryStatus,
+)
 from support.providers import Fault, FaultyProvider
 from support.vectors import MemoryFactory, VectorStoreFactory
 
@@ -117,3 +122,17 @@ async def test_an_index_that_cannot_be_written_is_not_called_damaged(
         status = await store.get_status("session")
     assert status.pending_entries == 1
     assert "folder is not writable" in caplog.text and "damaged" not in caplog.text
+
+
+async def test_a_session_past_maximum_index_entries_names_that_bound(
+    make_vector_store: VectorStoreFactory, make_memory: MemoryFactory
+) -> None:
+    # The store's message named its snapshot parameter, which a status or a rebuild
+    # caller never set; the bound hit is the front door's maximum_index_entries.
+    store = make_vector_store(options={"maximum_index_entries": 2})
+    for number in range(3):
+        await store.append(make_memory(f"m{number}", owner_id=f"npc{number}"))
+    for call in (store.get_status, store.rebuild):
+        with pytest.raises(CapacityExceededError, match="maximum_index_entries") as raised:
+            await call("session")
+        assert raised.value.bound == "maximum_index_entries"
