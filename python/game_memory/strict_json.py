@@ -8,6 +8,9 @@ documents are parsed here on every read, so the decoder skips ``json.loads``' wr
 from __future__ import annotations
 
 import json
+import math
+import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -87,6 +90,61 @@ def parse_strict_json(text: str, what: str, maximum_depth: int) -> Any:
     if brackets > maximum_depth and nests_deeper_than(value, maximum_depth):
         raise ValueError(f"{what} is nested deeper than {maximum_depth} levels")
     return value
+
+
+#: Digits of the largest integer a 64-bit float holds (about 1.8e308).
+_FLOAT_DIGITS = 309
+#: What a number needs to be beyond a 64-bit float: many digits, or a 3-digit exponent.
+_MAYBE_OUT_OF_RANGE = re.compile(rf"\d{{{_FLOAT_DIGITS},}}|[eE][+-]?\d{{3,}}")
+
+
+class _OutOfRange(ValueError):
+    def __init__(self, literal: str) -> None:
+        super().__init__(literal)
+        self.literal = literal
+
+
+def _range_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise _OutOfRange(literal)
+    return value
+
+
+def _range_int(literal: str) -> int:
+    # The digits first: int() of more than 4,300 digits raises with CPython's advice to
+    # raise an interpreter-wide limit, after which only the process that raised it could
+    # read the save.
+    digits = len(literal) - literal.startswith("-")
+    if digits > _FLOAT_DIGITS or abs(value := int(literal)) > sys.float_info.max:
+        raise _OutOfRange(literal)
+    return value
+
+
+_RANGE_DECODER = json.JSONDecoder(
+    object_pairs_hook=_no_duplicate_keys,
+    parse_constant=_reject_constant,
+    parse_float=_range_float,
+    parse_int=_range_int,
+)
+
+
+def out_of_range_number(text: str) -> str | None:
+    """The first number of the JSON ``text`` beyond the range of a 64-bit float (shortened
+    for a message), or ``None``. Godot, JavaScript and the bridge read such a number as
+    infinity (the bridge refuses one on input), so a new memory may not hold one; what a
+    store already holds is read as it is (this is not asked of it). Cheap for the usual
+    text: only one with a run of 309 digits or a 3-digit exponent is parsed."""
+    if not _MAYBE_OUT_OF_RANGE.search(text):
+        return None
+    try:
+        _RANGE_DECODER.decode(text)
+    except _OutOfRange as exc:
+        literal = exc.literal
+        return literal if len(literal) <= 24 else f"{literal[:20]}… ({len(literal):,} characters)"
+    except (ValueError, RecursionError):
+        return None  # not valid JSON: the strict parse names that
+    return None
 
 
 def readable_json(text: str) -> str:

@@ -6,6 +6,7 @@ Pure functions; each returns plain dicts, lists, strings, numbers, booleans and 
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
 from typing import Any
 
@@ -40,6 +41,14 @@ def moment_to_json(moment: GameMoment) -> dict[str, Any]:
     return result
 
 
+def _finite_or_text(literal: str) -> float | str:
+    """A payload number as a float, or as its text when a 64-bit float cannot hold it: a
+    memory stored before such numbers were refused (or migrated) holds one, and encoding
+    infinity would fail the whole recall."""
+    value = float(literal)
+    return literal if math.isinf(value) else value
+
+
 def memory_to_json(memory: GameMemory) -> dict[str, Any]:
     """Return the protocol's memory object; ``payload`` is the parsed ``payload_json``."""
     return {
@@ -52,7 +61,7 @@ def memory_to_json(memory: GameMemory) -> dict[str, Any]:
         "moment": moment_to_json(memory.moment),
         "importance": memory.importance,
         "tags": list(memory.tags),
-        "payload": json.loads(memory.payload_json),
+        "payload": json.loads(memory.payload_json, parse_float=_finite_or_text),
         "expires_at": None if memory.expires_at is None else moment_to_json(memory.expires_at),
         "metadata": dict(memory.metadata),
         "source_input_id": memory.source_input_id,

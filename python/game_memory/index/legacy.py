@@ -40,6 +40,7 @@ from game_memory.index.entries import EntryRecord, EntryState, content_digest, m
 from game_memory.index.partition import derived_error
 from game_memory.model import MAXIMUM_PAYLOAD_DEPTH, GameMemory, GameMemoryKind
 from game_memory.model.identity import MemoryEmbeddingIdentity
+from game_memory.model.memory import STORED
 from game_memory.strict_json import parse_strict_json
 
 __all__ = ["LegacyRecordError", "has_legacy_index", "migrate_legacy_index"]
@@ -95,7 +96,8 @@ def _memory(document: dict[str, Any]) -> GameMemory:
             "source_input_id": document.get("SourceInputId"),
             "expires_at": expires,
             "metadata": document.get("Metadata") or {},
-        }
+        },
+        context=STORED,
     )
 
 

@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -42,7 +43,7 @@ from game_memory.model.fields import (
     string_list,
 )
 from game_memory.model.sharing import shared_fields, shared_id
-from game_memory.strict_json import parse_strict_json
+from game_memory.strict_json import out_of_range_number, parse_strict_json
 
 __all__ = ["MAXIMUM_CONSOLIDATED", "GameMemory", "GameMemoryKind", "GameMoment"]
 
@@ -92,6 +93,30 @@ _KIND_ORDER: tuple[GameMemoryKind, ...] = tuple(GameMemoryKind)
 Kind = Annotated[GameMemoryKind, BeforeValidator(GameMemoryKind.parse)]
 
 
+#: The validation context a store passes when it decodes what it holds
+#: (``GameMemory.model_validate(data, context=STORED)``): rules added for new memories
+#: after a save was written (the number range below) must not make it unreadable.
+STORED: Mapping[str, bool] = MappingProxyType({"stored": True})
+
+
+def check_number_range(text: str, what: str, info: ValidationInfo) -> None:
+    """Refuse, in a new memory, a number beyond the range of a 64-bit float.
+
+    Raises:
+        ValueError: such a number, named (not for a memory a store decodes: ``STORED``).
+    """
+    context = info.context
+    if isinstance(context, Mapping) and context.get("stored"):
+        return
+    number = out_of_range_number(text)
+    if number is not None:
+        raise ValueError(
+            f"{what} holds the number {number}, beyond the range of a 64-bit float (about "
+            "1.8e308), which Godot, JavaScript and the bridge read as infinity; store it as "
+            "a string"
+        )
+
+
 class GameMoment(BaseModel):
     """A point in game time: a tick on one timeline.
 
@@ -108,11 +133,12 @@ class GameMoment(BaseModel):
 
     @field_validator("calendar_json")
     @classmethod
-    def _calendar_is_json(cls, value: str | None) -> str | None:
+    def _calendar_is_json(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
             if len(value) > MAXIMUM_METADATA_VALUE_CHARACTERS:
                 raise ValueError("calendar_json is longer than 65,536 characters")
             check_unicode(value, "calendar_json")
+            check_number_range(value, "calendar_json", info)
             parse_strict_json(value, "calendar_json", MAXIMUM_PAYLOAD_DEPTH)
         return value
 
@@ -258,13 +284,14 @@ class GameMemory(BaseModel):
 
     @field_validator("payload_json")
     @classmethod
-    def _payload_is_json(cls, value: str) -> str:
+    def _payload_is_json(cls, value: str, info: ValidationInfo) -> str:
         if len(value) > MAXIMUM_PAYLOAD_CHARACTERS:
             raise ValueError(
                 f"payload_json is {len(value)} characters long; "
                 f"the limit is {MAXIMUM_PAYLOAD_CHARACTERS}"
             )
         check_unicode(value, "payload_json")
+        check_number_range(value, "payload_json", info)
         parse_strict_json(value, "payload_json", MAXIMUM_PAYLOAD_DEPTH)
         return value
 

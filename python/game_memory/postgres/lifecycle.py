@@ -26,6 +26,7 @@ import psycopg
 
 from game_memory.errors import InvalidArgumentError, MemoryNotFoundError, PersistenceError
 from game_memory.model import CompactionReport, GameMemory, GameMoment, check_bounded_id
+from game_memory.model.memory import STORED
 from game_memory.postgres.rows import decode_row, sql_key
 from game_memory.postgres.statements import EXISTING
 from game_memory.postgres.writes import append_one
@@ -221,7 +222,7 @@ def forget_memory(
                 "nothing was forgotten. Check the id (enumerate lists what the owner holds)"
             )
         existing = [
-            GameMoment.model_validate_json(bytes(row[0]))
+            GameMoment.model_validate_json(bytes(row[0]), context=STORED)
             for row in connection.execute(_RETRACTED, keys).fetchall()
         ]
         if covered(existing, at):

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from game_memory.errors import CapacityExceededError, PersistenceError
 from game_memory.model import GameMoment, ordinal_key
+from game_memory.model.memory import STORED
 from game_memory.postgres.rows import decode_row, from_sql_key, sql_key
 from game_memory.postgres.statements import OWNER_ROWS, SESSION_ROWS
 from game_memory.postgres.views import CachedPartition, ViewCache, extend_view
@@ -60,7 +61,7 @@ def _group(rows: list[tuple[Any, ...]]) -> dict[str, _Group]:
 def _retractions(found: list[tuple[str, bytes]], where: str) -> tuple[_Retraction, ...]:
     try:
         return tuple(
-            (from_sql_key(memory_key), GameMoment.model_validate_json(moment))
+            (from_sql_key(memory_key), GameMoment.model_validate_json(moment, context=STORED))
             for memory_key, moment in found
         )
     except ValidationError as exc:

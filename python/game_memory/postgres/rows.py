@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.model.memory import STORED
 from game_memory.store.plain_document import decode_plain_document
 
 __all__ = ["decode_row", "encode_memory", "from_sql_key", "sql_key"]
@@ -99,7 +100,7 @@ def _validated(
 ) -> GameMemory:
     """The memory the model decodes from ``document``, or the damage named."""
     try:
-        return GameMemory.model_validate_json(document)
+        return GameMemory.model_validate_json(document, context=STORED)
     except ValidationError as exc:
         raise PersistenceError(
             f"memory {memory_key!r} of owner {owner_key!r} in session {session_key!r} in {where} "

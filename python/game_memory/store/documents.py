@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from game_memory.model import GameMemory, GameMemoryKind, GameMoment
+from game_memory.model.memory import STORED
 from game_memory.store.plain_document import decode_plain_document
 from game_memory.store.plain_legacy import decode_plain_legacy
 from game_memory.strict_json import parse_strict_json
@@ -93,7 +94,7 @@ def _decode_through_model(payload: bytes) -> GameMemory:
             "1 and 2 (a newer release may have written it)"
         )
     try:
-        memory = GameMemory.model_validate(document.get("memory"))
+        memory = GameMemory.model_validate(document.get("memory"), context=STORED)
     except ValidationError as exc:
         raise DocumentError(f"the record holds an invalid memory: {exc}") from exc
     if not _fits_version(version, memory):
@@ -172,7 +173,7 @@ def validate_legacy(document: dict[str, Any], kind: GameMemoryKind) -> GameMemor
         "metadata": document.get("Metadata") or {},
     }
     try:
-        return GameMemory.model_validate(fields)
+        return GameMemory.model_validate(fields, context=STORED)
     except ValidationError as exc:
         raise DocumentError(f"the legacy document contains invalid data: {exc}") from exc
 

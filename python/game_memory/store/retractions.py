@@ -15,6 +15,7 @@ import json
 from pydantic import ValidationError
 
 from game_memory.model import GameMoment, check_bounded_id
+from game_memory.model.memory import STORED
 from game_memory.store.documents import DocumentError
 
 __all__ = ["RETRACTION_FORMAT_VERSION", "Retraction", "decode_retraction", "encode_retraction"]
@@ -55,7 +56,7 @@ def decode_retraction(payload: bytes) -> Retraction:
         raise DocumentError("the record holds an invalid retraction")
     try:
         memory_id = check_bounded_id(body["memory_id"], "the retracted memory id")
-        at = GameMoment.model_validate(body["at"])
+        at = GameMoment.model_validate(body["at"], context=STORED)
     except (ValueError, ValidationError) as exc:
         raise DocumentError(f"the record holds an invalid retraction: {exc}") from exc
     return memory_id, at
