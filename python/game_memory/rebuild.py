@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import CapacityExceededError, DerivedIndexError
+from game_memory.errors import CapacityExceededError, DerivedIndexError, StoreClosedError
 from game_memory.index.entries import EntryState
 from game_memory.index.partition import refused_write
 from game_memory.index.protocol import VectorIndex
@@ -197,8 +197,8 @@ async def rebuild_session(
                     chosen = [batch[position] for position in kept]
                     rows = vectors[kept] if len(kept) < len(batch) else vectors
                     await run(partial(index.write, chosen, rows, identity))
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, StoreClosedError):
+            raise  # the caller's doing, not a failed batch: nothing to record
         except Exception as exc:
             completed = False
             await report_failure(

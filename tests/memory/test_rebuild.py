@@ -17,6 +17,7 @@ from game_memory import (
     GameMemoryQuery,
     MemoryTextProjector,
     StoreBusyError,
+    StoreClosedError,
     VectorMemoryState,
     VectorMemoryStore,
 )
@@ -416,3 +417,27 @@ async def test_a_memory_replaced_under_its_id_while_embedded_keeps_its_new_vecto
     status = await store.rebuild("session")
     assert status.state is VectorMemoryState.READY
     assert (status.ready_entries, status.pending_entries) == (4, 0)
+
+
+async def test_closing_the_store_during_a_rebuild_ends_it_as_closed_not_as_damage(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+    diagnostics: Diagnostics,
+) -> None:
+    # It raised DerivedIndexError advising to delete the index folder, after two ERROR
+    # diagnostics: the store had only been closed (StoreClosedError is documented).
+    store = make_vector_store(options={"rebuild_batch_size": 2})
+    await pending_memories(store, provider, make_memory, 6)
+    closing: list[asyncio.Task[None]] = []
+
+    async def close_meanwhile(_: Sequence[str]) -> None:
+        if not closing:
+            closing.append(asyncio.ensure_future(store.aclose()))
+            await asyncio.sleep(0.05)
+
+    provider.on_documents = close_meanwhile
+    with pytest.raises(StoreClosedError):
+        await store.rebuild("session")
+    await closing[0]
+    assert "memory_embedding_rebuild_failed" not in diagnostics.codes()
