@@ -87,6 +87,31 @@ def check_maximum_entries(value: object) -> int | None:
     )
 
 
+#: The widest vectors a named model has (BGE-M3): the stored-values bound follows a raised
+#: entries bound at this width, so that any model can be opened with it.
+_WIDEST_VECTORS = 1_024
+
+
+def _session_bounds(
+    options: VectorMemoryStoreOptions | None, maximum_entries: int | None
+) -> VectorMemoryStoreOptions | None:
+    """``options`` with the front door's session-wide bounds raised to a save's raised
+    store-wide bound (unless ``options`` set them): a status or rebuild reads a whole
+    session, which ``maximum_index_entries`` (100,000 by default) bounds, and the CLI and
+    the sidecar cannot set it; a save opened to hold more memories than that would
+    otherwise hold sessions no status or rebuild could read."""
+    current = options or VectorMemoryStoreOptions()
+    if maximum_entries is None or maximum_entries <= current.maximum_index_entries:
+        return options
+    if "maximum_index_entries" in current.model_fields_set:
+        return options  # the caller chose it
+    update: dict[str, int] = {"maximum_index_entries": maximum_entries}
+    if "maximum_stored_vector_values" not in current.model_fields_set:
+        values = max(current.maximum_stored_vector_values, maximum_entries * _WIDEST_VECTORS)
+        update["maximum_stored_vector_values"] = values
+    return current.model_copy(update=update)
+
+
 def _save(
     save: str | os.PathLike[str], create: bool, maximum_entries: int | None
 ) -> GameMemoryStore:
@@ -166,6 +191,9 @@ async def open_memory(
             ``CapacityExceededError``. A save grown past the default must be opened with
             its bound from then on: reads of a session larger than the bound fail, and a
             ledger of more than twice the bound is refused as not written by this store.
+            Above 100,000 it also raises ``options.maximum_index_entries`` (what a status
+            or rebuild of one session reads) to it, and ``maximum_stored_vector_values``
+            to match, unless ``options`` set them.
 
     Returns:
         The front door; close it with ``aclose()`` (or ``async with``).
@@ -216,7 +244,7 @@ async def open_memory(
             provider,
             reranker=GameAwareMemoryReranker(reranker),
             diagnostics=diagnostics,
-            options=options,
+            options=_session_bounds(options, maximum_entries),
             notice=choice.notice,
         )
     except BaseException:

@@ -14,6 +14,7 @@ import pytest
 from game_memory.errors import CapacityExceededError, InvalidArgumentError
 from game_memory.model import GameMemory, GameMemoryKind, GameMoment
 from game_memory.opening import open_memory
+from game_memory.recall.options import VectorMemoryStoreOptions
 
 
 def _memory(number: int, owner: str = "mira") -> GameMemory:
@@ -102,3 +103,30 @@ async def test_a_database_takes_the_bound_as_its_own() -> None:
             assert "--maximum-entries N on game-memory serve" in str(raised.value)
         async with await open_memory(url, model="lexical") as memory:  # None: no bound
             assert await memory.append(_memory(2)) is True
+
+
+async def test_a_raised_store_bound_raises_the_session_wide_bounds_unless_they_are_set(
+    tmp_path: Path,
+) -> None:
+    # A save opened to hold 200,000 memories (the CLI's --maximum-entries, the sidecar's)
+    # would otherwise hold sessions no status or rebuild could read: those read a whole
+    # session, bounded by maximum_index_entries (100,000), which only Python can set.
+    raised = await open_memory(tmp_path / "a", model="hashing", maximum_entries=200_000)
+    try:
+        assert raised.options.maximum_index_entries == 200_000
+        assert raised.options.maximum_stored_vector_values >= 200_000 * 1_024
+    finally:
+        await raised.aclose()
+    chosen = VectorMemoryStoreOptions(maximum_index_entries=50_000)
+    kept = await open_memory(
+        tmp_path / "b", model="hashing", maximum_entries=200_000, options=chosen
+    )
+    try:
+        assert kept.options.maximum_index_entries == 50_000
+    finally:
+        await kept.aclose()
+    default = await open_memory(tmp_path / "c", model="hashing", maximum_entries=5)
+    try:
+        assert default.options.maximum_index_entries == 100_000
+    finally:
+        await default.aclose()
