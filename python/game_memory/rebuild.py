@@ -254,7 +254,10 @@ async def _still_saved(
         for position in positions:
             memory = batch[position]
             held = view.positions.get(memory.memory_id)
-            if held is not None and view.memories[held] == memory:
+            if held is None:
+                continue
+            saved = view.memories[held]
+            if saved is memory or saved == memory:  # the same object: no field compared
                 kept.append(position)
     return sorted(kept)
 
