@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from game_memory.errors import CapacityExceededError, InvalidArgumentError
-from game_memory.model import GameMemory, GameMemoryKind, GameMoment
+from game_memory.model import GameMemory, GameMemoryKind, GameMemoryQuery, GameMoment
 from game_memory.opening import open_memory
 from game_memory.recall.options import VectorMemoryStoreOptions
 
@@ -130,3 +130,42 @@ async def test_a_raised_store_bound_raises_the_session_wide_bounds_unless_they_a
         assert default.options.maximum_index_entries == 100_000
     finally:
         await default.aclose()
+
+
+async def test_a_save_opened_under_a_smaller_bound_than_it_holds_names_that_bound(
+    tmp_path: Path,
+) -> None:
+    # Status and rebuild blamed maximum_index_entries ("more than 100,000 memories ... the
+    # CLI cannot set it") and a recall of one NPC blamed maximum_snapshot_entries ("query
+    # one owner"): the bound hit was the store's maximum_entries, which --maximum-entries
+    # raises.
+    grown = await open_memory(tmp_path / "save", model="hashing")
+    for number in range(4):
+        await grown.append(
+            GameMemory(
+                memory_id=f"m{number}",
+                session_id="s1",
+                owner_id="ada",
+                scope="world",
+                kind=GameMemoryKind.FACT,
+                payload_json="{}",
+                moment=GameMoment(timeline_id="main", tick=number),
+                searchable_text=f"memory {number}",
+            )
+        )
+    await grown.aclose()
+    small = await open_memory(tmp_path / "save", model="hashing", maximum_entries=2)
+    try:
+        query = GameMemoryQuery(session_id="s1", owner_id="ada", text="memory", limit=5)
+        calls = [
+            lambda: small.get_status("s1"),
+            lambda: small.rebuild("s1"),
+            lambda: small.recall(query),
+        ]
+        for call in calls:
+            with pytest.raises(CapacityExceededError, match="--maximum-entries N") as raised:
+                await call()
+            assert raised.value.bound == "maximum_entries"
+            assert "100,000" not in str(raised.value)
+    finally:
+        await small.aclose()

@@ -35,7 +35,12 @@ from types import TracebackType
 from typing import TypeVar
 
 from game_memory.durable import fs
-from game_memory.errors import GameMemoryError, InvalidArgumentError, StoreClosedError
+from game_memory.errors import (
+    CapacityExceededError,
+    GameMemoryError,
+    InvalidArgumentError,
+    StoreClosedError,
+)
 from game_memory.model import (
     CompactionReport,
     GameMemory,
@@ -47,6 +52,7 @@ from game_memory.model import (
     StoreCheckReport,
 )
 from game_memory.store.batches import write_batch
+from game_memory.store.capacity import RAISE_THE_BOUND
 from game_memory.store.check import check_store
 from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
@@ -374,7 +380,20 @@ class FileGameMemoryStore:
             )
             if cached is not None:
                 return read(None, ready, cached)
-        _, snapshot = await self._ready_then(read)
+        try:
+            _, snapshot = await self._ready_then(read)
+        except CapacityExceededError as exc:
+            if bound < self.maximum_entries:
+                raise  # the caller's bound: its message is the caller's to word
+            # The store's own bound: a save that holds more than the bound it was opened
+            # with (grown under a larger one), which a smaller snapshot cannot fix.
+            where = f"owner {query.owner_id!r} of " if query.owner_id is not None else ""
+            raise CapacityExceededError(
+                f"{where}session {query.session_id!r} holds more than {bound:,} memories, "
+                f"the maximum_entries this store was opened with: the save was grown under a "
+                f"larger bound; {RAISE_THE_BOUND}",
+                bound="maximum_entries",
+            ) from exc
         return snapshot
 
     async def enumerate(self, session_id: str, owner_id: str | None = None) -> list[GameMemory]:
