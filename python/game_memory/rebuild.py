@@ -13,10 +13,10 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from game_memory.durable.fs import refused_access
 from game_memory.embedding.embedder import Embedder
 from game_memory.errors import CapacityExceededError, DerivedIndexError, StoreClosedError
 from game_memory.index.entries import EntryState
-from game_memory.index.partition import refused_write
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
     DiagnosticSeverity,
@@ -97,7 +97,7 @@ async def index_status(
         damaged = [exc]
     if damaged:
         reasons = "; ".join(str(error) for error in damaged[:3])
-        if any(refused_write(error) is not None for error in damaged):
+        if any(refused_access(error) is not None for error in damaged):
             # Not damage a rebuild repairs: it could not write either.
             logger.warning(
                 "the vector index of session %r cannot be used: its folder is not writable "

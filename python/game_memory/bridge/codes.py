@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from game_memory.durable import fs
 from game_memory.errors import (
     CapacityExceededError,
     DerivedIndexError,
@@ -119,10 +120,6 @@ _PROTOCOL_ADVICE_CODES = frozenset({ErrorCode.CONFLICT, ErrorCode.NOT_FOUND})
 #: The closing advice sentence of such a core message ("Use a new id (derive_memory_id
 #: ...).", "Check the id (enumerate ...)").
 _PYTHON_ADVICE = re.compile(r"[.;]?\s*(?:Use a new id|Check the ids?)\b.*$", re.DOTALL)
-
-#: ``OSError`` numbers that mean "this process may not write (or read) here": a read-only
-#: mount, a folder of another user. The save is fine; its remedy is not check or restore.
-_NOT_PERMITTED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 #: The one mapping from exception classes to codes, most specific first.
 ERROR_TABLE: tuple[tuple[type[BaseException], ErrorCode], ...] = (
@@ -254,7 +251,7 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     message = _clip(str(error), _MAXIMUM_MESSAGE_CHARACTERS) or type(error).__name__
     if isinstance(error, CapacityExceededError):
         data["bound"] = error.bound
-    refused = _refused_access(error) if isinstance(error, PersistenceError) else None
+    refused = fs.refused_access(error) if isinstance(error, PersistenceError) else None
     if refused is not None:
         data["reason"] = "not_permitted"
         return RpcError(code, _not_permitted_message(message, refused), data)
@@ -263,16 +260,6 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     elif not isinstance(error, GameMemoryError):
         message = _with_advice(message, code)
     return RpcError(code, message, data)
-
-
-def _refused_access(error: BaseException) -> OSError | None:
-    """The ``OSError`` refusing access (read-only, no permission) that caused ``error``."""
-    cause = error.__cause__
-    while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in _NOT_PERMITTED:
-            return cause
-        cause = cause.__cause__
-    return None
 
 
 def _not_permitted_message(message: str, refused: OSError) -> str:

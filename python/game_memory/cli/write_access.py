@@ -12,9 +12,9 @@ nor what the user can do. The store's error (a :class:`PersistenceError` chained
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
+from game_memory.durable import fs
 from game_memory.errors import GameMemoryError
 
 __all__ = ["write_access_message"]
@@ -22,23 +22,15 @@ __all__ = ["write_access_message"]
 #: The data folder each writer lock lives in, and what its parent folder is.
 _LOCKED_FOLDERS = {".game-memory": "save", ".game-memory-index": "index"}
 _LOCK_FILE = "lock"
-_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
 def _refused_lock(error: BaseException) -> OSError | None:
     """The ``OSError`` that kept a writer lock file from opening, if that caused ``error``."""
-    cause = error.__cause__
-    while cause is not None:
-        if (
-            isinstance(cause, OSError)
-            and cause.errno in _NOT_WRITABLE
-            and isinstance(cause.filename, str)
-            and Path(cause.filename).name == _LOCK_FILE
-            and Path(cause.filename).parent.name in _LOCKED_FOLDERS
-        ):
-            return cause
-        cause = cause.__cause__
-    return None
+    refused = fs.refused_access(error)
+    if refused is None or not isinstance(refused.filename, str):
+        return None
+    lock = Path(refused.filename)
+    return refused if lock.name == _LOCK_FILE and lock.parent.name in _LOCKED_FOLDERS else None
 
 
 def write_access_message(error: GameMemoryError, command: str) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "read_at",
     "read_file",
     "read_range",
+    "refused_access",
     "refused_link",
     "rename_all",
     "sync_all",
@@ -47,6 +48,23 @@ StrPath: TypeAlias = str | os.PathLike[str]
 
 #: Every open: no link followed, not inherited, binary (``portable.py``).
 _OPEN_FLAGS = portable.OPEN_FLAGS
+
+
+#: What a file system that will not let this process write (or read) says: a read-only
+#: mount, no permission, or ``EPERM`` (an immutable file or folder).
+_REFUSED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
+def refused_access(exc: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``exc`` (itself or a cause, however deep) when the file system
+    refused this process access (read-only, or no permission), else ``None``: not damage,
+    so neither a repair nor a rebuild helps, and messages say what does."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _REFUSED:
+            return seen
+        seen = seen.__cause__
+    return None
 
 
 def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:

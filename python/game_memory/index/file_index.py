@@ -36,7 +36,6 @@ from game_memory.index.partition import (
     IndexPartition,
     PartitionReplacedError,
     derived_error,
-    refused_write,
 )
 from game_memory.index.protocol import OrphanCandidates
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
@@ -146,7 +145,7 @@ class FileVectorMemoryIndex:
             if self._engine.is_open and has_legacy_index(self.directory):
                 migrated = migrate_legacy_index(self._engine, drop_invalid=drop_invalid)
         except DerivedIndexError as exc:
-            refused = refused_write(exc)
+            refused = fs.refused_access(exc)
             if refused is None or not has_legacy_index(self.directory):
                 raise
             # Not "damaged": the reference vectors are whole, they need a writable folder.

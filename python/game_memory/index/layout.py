@@ -28,7 +28,7 @@ from pathlib import Path
 from game_memory.durable import fs
 from game_memory.durable.lock import ProcessLock
 from game_memory.errors import DerivedIndexError, PersistenceError
-from game_memory.index.partition import derived_error, refused_write
+from game_memory.index.partition import derived_error
 from game_memory.index.session_codes import SessionCodes
 from game_memory.model.identity import MemoryEmbeddingIdentity
 
@@ -126,7 +126,7 @@ class IndexLayout:
         except PersistenceError as exc:
             raise derived_error(exc) from exc
         except OSError as exc:
-            if refused_write(exc) is not None:
+            if fs.refused_access(exc) is not None:
                 refused = PersistenceError(
                     f"could not create the index folder {self.root}: {exc.strerror or exc}"
                 )

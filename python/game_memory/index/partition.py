@@ -15,7 +15,6 @@ a verified stamp, ``stamps.py``).
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 import threading
@@ -25,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.durable import portable
+from game_memory.durable import fs, portable
 from game_memory.durable.buffers import empty_buffer
 from game_memory.errors import DerivedIndexError, PersistenceError
 from game_memory.index.columns import EntryColumns
@@ -47,7 +46,6 @@ __all__ = [
     "derived_error",
     "extend_partition",
     "new_tag",
-    "refused_write",
 ]
 
 MAXIMUM_ROWS_BYTES = 1 << 40
@@ -61,27 +59,11 @@ class PartitionReplacedError(DerivedIndexError):
     """A compaction replaced the partition while it was being read; read it again."""
 
 
-#: What a file system that will not let this process write says: read-only, or no
-#: permission (``EPERM``: an immutable file or folder).
-_REFUSED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-
-
-def refused_write(exc: BaseException) -> OSError | None:
-    """The ``OSError`` behind ``exc`` (itself or a cause, however deep) when the file system
-    refused this process (read-only, or no permission), else ``None``."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _REFUSED:
-            return seen
-        seen = seen.__cause__
-    return None
-
-
 def derived_error(exc: PersistenceError) -> DerivedIndexError:
     """``exc``, met in the derived index's files, as the ``DerivedIndexError`` to raise,
     saying what to do: make the folder writable when the file system refused this process
     (deleting the folder or a rebuild cannot help then), else delete it or rebuild."""
-    if refused_write(exc) is not None:
+    if fs.refused_access(exc) is not None:
         return DerivedIndexError(
             f"{exc} (this is the derived vector index, not the save: its folder is not "
             "writable, read-only or without permission for this process; make it readable and "

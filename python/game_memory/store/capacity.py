@@ -13,16 +13,10 @@ from collections.abc import Callable
 
 from game_memory.errors import PersistenceError
 from game_memory.store.intents import LedgerIndex
+from game_memory.store.ledger import BOUND_OPTIONS
 from game_memory.store.state import PartitionState
 
 __all__ = ["BOUND_OPTIONS", "RAISE_THE_BOUND", "full_message"]
-
-#: Where a save's ``maximum_entries`` is given: the Python call, the command line, the addon.
-BOUND_OPTIONS = (
-    "open_memory(..., maximum_entries=N) (or FileGameMemoryStore(..., maximum_entries=N)), "
-    "--maximum-entries N on game-memory serve and every other command, or the maximum_entries "
-    "setting of the Godot GameMemory node that launches the sidecar"
-)
 
 #: How to raise ``maximum_entries``. A save grown past the default must be opened with its
 #: bound every time: a smaller one refuses appends, and reads of a session larger than it.

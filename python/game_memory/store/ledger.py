@@ -102,15 +102,23 @@ class LedgerEntry(NamedTuple):
     memory_hash: str
 
 
+#: Where a save's ``maximum_entries`` is given: the Python call, the command line, the addon.
+#: Here, the lowest module that says it (the ledger's own bound is made of it);
+#: ``store/capacity.py`` builds its messages of it too.
+BOUND_OPTIONS = (
+    "open_memory(..., maximum_entries=N) (or FileGameMemoryStore(..., maximum_entries=N)), "
+    "--maximum-entries N on game-memory serve and every other command, or the maximum_entries "
+    "setting of the Godot GameMemory node that launches the sidecar"
+)
+
+
 def oversized_message(path: Path, size: int) -> str:
     """What to say of a ledger larger than a store opened with its ``maximum_entries``
     writes: most often a save grown under a larger bound, opened without it."""
     return (
         f"{path} is {size:,} bytes, more than a store opened with this maximum_entries "
         "writes. If the save was grown with a larger maximum_entries, open it with that "
-        "bound (open_memory(..., maximum_entries=N), --maximum-entries N on game-memory "
-        "serve and every other command, or the maximum_entries setting of the Godot "
-        "GameMemory node); otherwise it is not a file this store wrote"
+        f"bound ({BOUND_OPTIONS}); otherwise it is not a file this store wrote"
     )
 
 
