@@ -9,12 +9,10 @@ demo in a temporary folder. Each is now refused before anything is opened or cre
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
-from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.bundle.layout import BundledModel, BundleManifest
 from game_memory.cli import frozen_sidecar, main
 
@@ -103,29 +101,6 @@ CASES: list[tuple[list[str], str]] = [
         "--request-timeout must be a positive number of seconds",
     ),
 ]
-
-
-@pytest.fixture
-def save(tmp_path: Path) -> Path:
-    folder = tmp_path / "save"
-
-    async def seed() -> None:
-        async with FileGameMemoryStore(folder) as store:
-            await store.append(
-                GameMemory(
-                    memory_id="m1",
-                    session_id="slot",
-                    owner_id="mira",
-                    scope="village",
-                    kind="event",
-                    payload_json="{}",
-                    moment=GameMoment(timeline_id="main", tick=1),
-                    searchable_text="the thief at the well",
-                )
-            )
-
-    asyncio.run(seed())
-    return folder
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -8,7 +8,6 @@ refuses that one file as such a mount does (``EROFS``).
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 from pathlib import Path
@@ -16,31 +15,7 @@ from typing import Any
 
 import pytest
 
-from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.cli import main
-
-
-@pytest.fixture
-def save(tmp_path: Path) -> Path:
-    folder = tmp_path / "save"
-
-    async def seed() -> None:
-        async with FileGameMemoryStore(folder) as store:
-            await store.append(
-                GameMemory(
-                    memory_id="m1",
-                    session_id="slot",
-                    owner_id="mira",
-                    scope="village",
-                    kind="event",
-                    payload_json="{}",
-                    moment=GameMoment(timeline_id="main", tick=1),
-                    searchable_text="the thief at the well",
-                )
-            )
-
-    asyncio.run(seed())
-    return folder
 
 
 @pytest.fixture
