@@ -228,6 +228,41 @@ def test_an_empty_search_says_why_with_the_near_misses(
     assert code == 0 and "hint: " in err and hint in err
 
 
+@pytest.mark.parametrize(
+    ("text", "tick", "hint"),
+    [
+        # mira's memories are at odd ticks 1..59: as of tick 0 all 30 are later.
+        ("thief", 0, "30 of the 30 memories asked are hidden at that moment"),
+        # As of tick 59 nothing of mira's is hidden: no words matched, and that is all.
+        ("unicorn", 59, None),
+    ],
+)
+def test_an_empty_search_as_of_a_moment_blames_the_moment_only_when_it_hid_something(
+    save: Path, capsys: pytest.CaptureFixture[str], text: str, tick: int, hint: str | None
+) -> None:
+    argv = ["search", "--save-dir", str(save), "--model", "lexical", "--session", "slot"]
+    moment = ["--owner", "mira", "--timeline", "main", "--tick", str(tick)]
+    code, _out, err = run([*argv, *moment, "--text", text], capsys)
+    assert code == 0
+    if hint is None:
+        assert "hidden" not in err and "hint: " not in err
+    else:
+        assert "hint: " in err and hint in err
+
+
+def test_an_empty_search_after_a_forget_does_not_blame_the_moment(
+    save: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    forget = ["forget", "--save-dir", str(save), "--session", "slot", "--owner", "mira"]
+    moment = ["--timeline", "main", "--tick", "59"]
+    code, _out, _err = run([*forget, "--memory", "m59", *moment], capsys)
+    assert code == 0
+    argv = ["search", "--save-dir", str(save), "--model", "lexical", "--session", "slot"]
+    moment = ["--owner", "mira", "--timeline", "main", "--tick", "60"]
+    code, out, err = run([*argv, *moment, "--text", "59", "--json"], capsys)
+    assert code == 0 and '"memories": []' in out and "hidden at that moment" not in err
+
+
 def test_check_accept_loss_salvages_a_cut_log_from_the_command_line(
     save: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

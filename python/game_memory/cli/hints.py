@@ -19,7 +19,7 @@ from pathlib import Path
 from game_memory.cli.database_urls import shown_url
 from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
-from game_memory.model import VectorMemoryState
+from game_memory.model import GameMemory, VectorMemoryState
 
 __all__ = ["empty_result_hint", "fallback_hint"]
 
@@ -28,7 +28,8 @@ async def empty_result_hint(memory: VectorMemoryStore, args: argparse.Namespace)
     """Why a search found nothing: an unknown session or owner (with near misses), or the
     moment hiding later memories."""
     try:
-        owners = sorted({m.owner_id for m in await memory.enumerate(args.session)})
+        memories = await memory.enumerate(args.session)
+        owners = sorted({m.owner_id for m in memories})
         if not owners:
             for spelling in _spellings(args.session):
                 if await memory.enumerate(spelling):
@@ -54,11 +55,25 @@ async def empty_result_hint(memory: VectorMemoryStore, args: argparse.Namespace)
     except GameMemoryError:
         return None
     if args.tick is not None:
-        return (
-            f"no memory matched as of tick {args.tick} on timeline {args.timeline!r}: memories "
-            "of later ticks, of other timelines and expired ones are hidden at that moment"
-        )
+        asked = [m for m in memories if args.owner is None or m.owner_id == args.owner]
+        hidden = sum(1 for m in asked if _hidden_by_moment(m, args.timeline, args.tick))
+        if hidden:
+            return (
+                f"no memory matched as of tick {args.tick} on timeline {args.timeline!r}; "
+                f"{hidden} of the {len(asked)} memories asked are hidden at that moment "
+                "(of later ticks, of other timelines, or expired)"
+            )
     return None
+
+
+def _hidden_by_moment(m: GameMemory, timeline: str, tick: int) -> bool:
+    """Whether the moment alone hides ``m`` (a later tick, another timeline, expired): the
+    hint blames the moment only when it hid something, never for an answer that no words
+    matched or that ``forget`` removed."""
+    if m.moment.timeline_id != timeline or m.moment.tick > tick:
+        return True
+    expiry = m.expires_at
+    return expiry is not None and expiry.timeline_id == timeline and expiry.tick <= tick
 
 
 async def fallback_hint(memory: VectorMemoryStore, args: argparse.Namespace) -> str:
