@@ -63,10 +63,17 @@ class Embedder:
         self._gate = gate
         self._query_cache = query_cache
         self._queries: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._texts_per_call = _stated_limit(provider, "maximum_texts_per_call")
+        self._characters = _stated_limit(provider, "maximum_characters_per_text")
 
     def query_text(self, query: GameMemoryQuery) -> str:
         """The text embedded for ``query`` (empty without text: vector recall is skipped)."""
-        return self.projector.project_query(query)
+        return self._fit(self.projector.project_query(query))
+
+    def _fit(self, text: str) -> str:
+        """``text`` cut to the provider's stated longest text, if it states one."""
+        limit = self._characters
+        return text[:limit] if limit is not None and len(text) > limit else text
 
     def remembered(self, text: str) -> npt.NDArray[np.float32] | None:
         """The vector of ``text`` from the query cache (marked recently used), or ``None``:
@@ -114,14 +121,25 @@ class Embedder:
             EmbeddingTimeoutError: the queue or the call exceeded the deadline.
             EmbeddingUnavailableError: the provider failed or returned a bad batch.
         """
-        texts = [self.projector.project_document(memory) for memory in memories]
+        texts = [self._fit(self.projector.project_document(memory)) for memory in memories]
+        per_call = self._texts_per_call or len(texts)
+        if len(texts) <= per_call:
+            return self._normalize_rows(await self._embed_call(texts, what))
+        # More texts than the provider takes at once: one call (and one deadline) each.
+        parts = [
+            self._normalize_rows(await self._embed_call(texts[start : start + per_call], what))
+            for start in range(0, len(texts), per_call)
+        ]
+        return np.concatenate(parts)
+
+    async def _embed_call(self, texts: list[str], what: str) -> Sequence[EmbeddingVector]:
         vectors = await self._gate.call(lambda: self.provider.embed_documents(texts), what)
         if vectors is None or len(vectors) != len(texts):
             raise EmbeddingUnavailableError(
                 f"{what}: the provider returned an invalid batch size "
                 f"({'none' if vectors is None else len(vectors)} vectors for {len(texts)} texts)"
             )
-        return self._normalize_rows(vectors)
+        return vectors
 
     def _normalize_rows(self, vectors: Sequence[EmbeddingVector]) -> npt.NDArray[np.float32]:
         """:meth:`_normalize` of each vector, as one matrix: the checks and the division
@@ -168,3 +186,12 @@ class Embedder:
             array = array / largest
             norm = math.sqrt(float(array @ array))
         return (array / norm).astype(np.float32)
+
+
+def _stated_limit(provider: EmbeddingProvider, name: str) -> int | None:
+    """A limit the provider states (``EmbeddingProvider``'s optional attributes), or
+    ``None``: one that is not a positive ``int`` is not a statement the store can use."""
+    value = getattr(provider, name, None)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None

@@ -14,7 +14,10 @@ class MemoryTextProjector:
 
     A document is its searchable text (when not blank), a newline, the payload JSON and,
     when it has tags, a newline and the tags joined by spaces; a query is its text. Both
-    are cut to ``maximum_characters``.
+    are cut to ``maximum_characters``, and a NUL character in either becomes a space: a
+    memory may hold one (the save keeps any text), but tokenizers that pass C strings
+    cannot, and the ONNX providers refuse such a text, which failed the whole batch it was
+    in (a rebuild of a session with one such memory never finished).
     """
 
     def __init__(self, maximum_characters: int = 100_000) -> None:
@@ -30,8 +33,12 @@ class MemoryTextProjector:
         parts.append(readable_json(memory.payload_json))  # "épée", not "\\u00e9p\\u00e9e"
         if memory.tags:
             parts.append(" ".join(memory.tags))
-        return "\n".join(parts)[: self.maximum_characters]
+        return _without_nul("\n".join(parts)[: self.maximum_characters])
 
     def project_query(self, query: GameMemoryQuery) -> str:
         """The text embedded for ``query`` (empty without text)."""
-        return (query.text or "")[: self.maximum_characters]
+        return _without_nul((query.text or "")[: self.maximum_characters])
+
+
+def _without_nul(text: str) -> str:
+    return text.replace("\0", " ") if "\0" in text else text

@@ -24,6 +24,12 @@ class EmbeddingProvider(Protocol):
     must honour asyncio cancellation, and must never block the loop (run inference in an
     executor). Vectors need not be normalized; the store L2-normalizes them. Failures
     should raise ``EmbeddingUnavailableError`` (or a subclass).
+
+    A provider with limits of its own may say so with two optional integer attributes (the
+    ONNX providers do): ``maximum_texts_per_call``, and the store never passes more texts
+    to one ``embed_documents`` call (a rebuild batch or a bulk append larger than that is
+    split into several calls); ``maximum_characters_per_text``, and the store cuts longer
+    texts to it before the call, rather than have the provider refuse the whole batch.
     """
 
     @property

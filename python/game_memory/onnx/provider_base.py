@@ -53,6 +53,17 @@ class OnnxEmbeddingProviderBase:
         """The engine running this provider's model."""
         return self._engine
 
+    @property
+    def maximum_texts_per_call(self) -> int:
+        """The most texts one :meth:`embed_documents` call takes (the store splits larger
+        batches into calls of at most this many; ``EmbeddingProvider``)."""
+        return self._engine.limits.maximum_texts_per_call
+
+    @property
+    def maximum_characters_per_text(self) -> int:
+        """The longest text a call takes (the store cuts longer ones before the call)."""
+        return self._engine.limits.maximum_characters_per_text
+
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
         """Embed one query text (after the query prefix, if the model has one).
 
