@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -154,6 +155,28 @@ async def test_a_failed_batch_stops_the_rebuild_and_running_it_again_resumes(
     assert resumed.state is VectorMemoryState.READY and resumed.ready_entries == 6
     assert len(provider.documents.texts) == 4  # only what the first run left
     assert diagnostics.codes()[-1] == "memory_embedding_rebuild_completed"
+
+
+async def test_a_failed_batch_logs_its_cause_for_the_developer(
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The diagnostic carries the exception's class only; its message (what the model
+    # refused) is what fixes the cause, and the CLI said "the server log has the cause"
+    # while nothing had logged it.
+    store = make_vector_store(options={"rebuild_batch_size": 2})
+    await pending_memories(store, provider, make_memory, 4)
+    fail_on_call(provider, 1)
+    with caplog.at_level(logging.WARNING, logger="game_memory"):
+        await store.rebuild("session")
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("game_memory")]
+    assert any(
+        "A rebuild batch failed" in line
+        and "EmbeddingUnavailableError: the test provider is down" in line
+        for line in logged
+    ), logged
 
 
 async def test_a_forced_rebuild_whose_batch_fails_keeps_the_vectors_it_had(

@@ -207,7 +207,7 @@ def run_rebuild(args: argparse.Namespace) -> int:
             why = (failed[0].details or {}).get("exception", "an error")
             return fail(
                 f"the rebuild stopped at a batch it could not embed or write ({why}; the "
-                "server log has the cause): its memories keep their earlier vectors, or stay "
+                "warning above says why): its memories keep their earlier vectors, or stay "
                 "pending. Fix the cause and run the rebuild again: it resumes"
             )
         return 0 if not status.requires_rebuild else 1

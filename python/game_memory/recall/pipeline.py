@@ -19,6 +19,7 @@ which backend it holds.
 from __future__ import annotations
 
 import asyncio
+import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -59,6 +60,8 @@ from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 from game_memory.store.view import PartitionView
 
 __all__ = ["REBUILD_REQUIRED", "RecallParts", "Report", "Runner", "recall", "report_failure"]
+
+logger = logging.getLogger("game_memory.recall")
 
 _T = TypeVar("_T")
 Stage = GameMemorySearchStageKind
@@ -127,7 +130,14 @@ async def report_failure(
     owner_id: str | None = None,
     memory_id: str | None = None,
 ) -> None:
-    """Build a diagnostic (the exception's class name in its details) and deliver it."""
+    """Build a diagnostic (the exception's class name in its details) and deliver it.
+
+    The exception's own message (which memory, what the model refused) goes to the
+    ``game_memory`` log as a warning, not into the diagnostic a game receives: it is what
+    a developer needs to fix the cause, and the CLI and the sidecar's log print it.
+    """
+    if error is not None:
+        logger.warning("%s (%s: %s)", message, type(error).__name__, error)
     await report(
         MemoryVectorDiagnostic(
             code=code,
