@@ -210,7 +210,25 @@ def run_rebuild(args: argparse.Namespace) -> int:
                 "warning above says why): its memories keep their earlier vectors, or stay "
                 "pending. Fix the cause and run the rebuild again: it resumes"
             )
-        return 0 if not status.requires_rebuild else 1
+        if not status.requires_rebuild:
+            return 0
+        if status.pending_entries and not status.stale_entries and not status.orphan_entries:
+            # Every memory the rebuild listed got its vector (no batch failed), so what is
+            # pending was saved after its listing: by another process on this save (a
+            # running game's sidecar), which indexes what it saves.
+            say(
+                "notice",
+                f"{status.pending_entries} memories saved while the rebuild ran (by another "
+                "process on this save) are not indexed yet; the process that saved them "
+                "indexes them ('game-memory status' shows it), or run the rebuild again",
+            )
+            return 0
+        return fail(
+            f"the session still needs a rebuild after this one ({status.stale_entries} stale, "
+            f"{status.pending_entries} pending, {status.orphan_entries} orphan): another "
+            "process may have changed the save meanwhile; run the rebuild again, and if it "
+            "stays so, 'game-memory check'"
+        )
 
     failed: list[MemoryVectorDiagnostic] = []
 
