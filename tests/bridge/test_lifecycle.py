@@ -134,6 +134,27 @@ async def test_a_consolidation_answers_with_the_summary_and_its_sources(call: Ca
     assert (await call("memory.consolidate", params))["result"]["created"] is False
 
 
+async def test_summaries_of_one_text_over_other_sources_get_their_own_default_ids(
+    call: Call,
+) -> None:
+    # A daily "A quiet day." over the day's memories: the default id covered the text and
+    # the moment only, so the second day's summary at one moment was a -32002 conflict
+    # whose advice ("omit memory_id") the caller had already followed.
+    await remember(call, "m1", "the fire at the mill", 100)
+    await remember(call, "m2", "the fire at the well", 200)
+    summary = {"text": "A quiet day.", "moment": moment(500)}
+    ids = []
+    for sources in (["m1"], ["m2"], ["m1", "m2"]):
+        params = {"session_id": "save-1", "owner_id": "npc-mira", "memory_ids": sources}
+        answer = await call("memory.consolidate", params | {"summary": summary})
+        assert answer["result"]["created"] is True, answer
+        assert answer["result"]["memory"]["consolidates"] == sources
+        ids.append(answer["result"]["memory_id"])
+        resent = await call("memory.consolidate", params | {"summary": summary})
+        assert (resent["result"]["memory_id"], resent["result"]["created"]) == (ids[-1], False)
+    assert len(set(ids)) == 3
+
+
 @pytest.mark.parametrize(
     ("change", "code", "field"),
     [

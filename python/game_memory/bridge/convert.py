@@ -7,6 +7,7 @@ resends the same remember after a lost response creates nothing new.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from pydantic import JsonValue, ValidationError
 
@@ -36,7 +37,10 @@ def _invalid(method: str, error: ValidationError, prefix: str = "") -> RpcError:
 
 
 def build_memory(
-    params: RememberParams, method: str = "memory.remember", prefix: str = ""
+    params: RememberParams,
+    method: str = "memory.remember",
+    prefix: str = "",
+    consolidates: Sequence[str] = (),
 ) -> GameMemory:
     """Build the memory a ``memory.remember`` stores.
 
@@ -48,6 +52,8 @@ def build_memory(
         method: The method called, named in an error (``memory.remember_many``).
         prefix: Where ``params`` sit in that method's params (``memories.3``,
             ``summary``), put before the field an error names.
+        consolidates: A summary's sources, part of its default id (not set on the memory:
+            the consolidate sets them).
 
     Raises:
         RpcError: ``INVALID_PARAMS`` naming the protocol field the core model refused (an
@@ -68,6 +74,7 @@ def build_memory(
             params.text,
             payload_json,
             params.belief_key,
+            tuple(dict.fromkeys(consolidates)),
         )
     try:
         return GameMemory(
@@ -94,7 +101,9 @@ def build_summary(params: ConsolidateParams) -> GameMemory:
     """Build the summary a ``memory.consolidate`` appends (a reflection by default).
 
     ``summary`` is validated as the params of a ``memory.remember`` of the call's session
-    and owner, so its fields, defaults and default id are a remember's.
+    and owner, so its fields and defaults are a remember's; its default id also covers
+    the sources (``memory_ids``), so a summary of one text and moment over other sources
+    is another memory, not a conflict.
 
     Raises:
         RpcError: ``INVALID_PARAMS`` naming the summary field that is wrong (``summary.kind``
@@ -121,7 +130,7 @@ def build_summary(params: ConsolidateParams) -> GameMemory:
             f"summary is a reflection), not {remember.kind.value!r}; leave it out",
             {"kind": "ValidationError", "field": "summary.kind"},
         )
-    return build_memory(remember, "memory.consolidate", "summary")
+    return build_memory(remember, "memory.consolidate", "summary", params.memory_ids)
 
 
 def build_query(params: RecallParams) -> GameMemoryQuery:

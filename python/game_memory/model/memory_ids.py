@@ -8,7 +8,7 @@ digest of the content).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from game_memory.model.fields import check_bounded_id
 from game_memory.model.memory import GameMemoryKind, GameMoment
@@ -18,6 +18,8 @@ __all__ = ["content_memory_id", "derive_memory_id"]
 _MEMORY_ID_DOMAIN = "OpenGameAgent.ExtensionOperationId.v1"
 _MEMORY_ID_PREFIX = "oga-memory-v1:"
 _DIGEST_DOMAIN = "game-memory.bridge.remember.v1"
+#: Put before a summary's source count and ids in its digest.
+_SOURCES_MARKER = "\x1fconsolidates"
 
 
 def derive_memory_id(
@@ -69,12 +71,16 @@ def content_memory_id(
     text: str,
     payload_json: str,
     belief_key: str | None = None,
+    consolidates: Sequence[str] = (),
 ) -> str:
     """Return the default id of a remembered memory: ``"gm-"`` and 32 hex digits.
 
     The digest is SHA-256 over a domain string and then session, owner, timeline, tick
     (decimal), kind (lower case), scope, text and canonical payload JSON (and the belief
-    key, when there is one: ids of memories without a key are unchanged), each as UTF-8
+    key, when there is one: ids of memories without a key are unchanged; and for a
+    summary, the marker ``"\x1fconsolidates"``, the number of sources (decimal) and each
+    source id in order, so two summaries of one text and moment over other sources get
+    other ids; the count keeps the fields unambiguous whatever the ids hold), each as UTF-8
     preceded by its byte length as a 4-byte big-endian integer; the id keeps the first
     32 hex digits (128 bits). Equal content always yields the equal id.
     """
@@ -90,6 +96,7 @@ def content_memory_id(
         text,
         payload_json,
         *(() if belief_key is None else (belief_key,)),
+        *(() if not consolidates else (_SOURCES_MARKER, str(len(consolidates)), *consolidates)),
     ):
         data = field.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(4, "big"))
