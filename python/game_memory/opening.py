@@ -6,6 +6,11 @@ provider, reranker=GameAwareMemoryReranker(...))``, or the same front door witho
 provider in lexical mode (:mod:`game_memory.models` says which). The index folder defaults
 to the sibling ``<save parent>/<save name>.index``: derived data never lives in the save.
 
+A save or index folder is opened by its real path (:func:`resolve_folder`): the links
+above it that the system or the user made (macOS's ``/tmp`` and ``/var``) are followed
+once here, and the stores then refuse any link on that path; on Windows the path is also
+put in its extended-length form, so no path the stores derive from it meets ``MAX_PATH``.
+
 A ``postgresql://`` URL as the save (or the index) opens the PostgreSQL backends of
 ``game_memory.postgres`` instead (the optional extra ``game-memory[postgres]``, imported
 only then); the index then defaults to the save's database.
@@ -20,8 +25,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from game_memory.durable import fs, portable
 from game_memory.embedding.provider import EmbeddingProvider
-from game_memory.errors import InvalidArgumentError
+from game_memory.errors import DerivedIndexError, InvalidArgumentError, PersistenceError
 from game_memory.index.file_index import FileVectorMemoryIndex
 from game_memory.index.protocol import VectorIndex
 from game_memory.memory import VectorMemoryStore
@@ -32,9 +38,17 @@ from game_memory.recall.reranker import GameAwareMemoryReranker, GameAwareMemory
 from game_memory.store.file_store import MAXIMUM_ENTRIES_LIMIT, FileGameMemoryStore
 from game_memory.store.protocol import GameMemoryStore
 
-__all__ = ["check_maximum_entries", "default_index_dir", "is_database", "open_memory"]
+__all__ = [
+    "check_maximum_entries",
+    "default_index_dir",
+    "is_database",
+    "open_memory",
+    "resolve_folder",
+]
 
 _DATABASE_SCHEMES = ("postgresql://", "postgres://")
+#: Whether folders get Windows' extended-length form (:func:`resolve_folder`).
+_WINDOWS = os.name == "nt"
 
 
 def is_database(location: str | os.PathLike[str] | None) -> bool:
@@ -142,9 +156,55 @@ def _index(
 
 
 def default_index_dir(save: str | os.PathLike[str]) -> Path:
-    """Return the default index folder of a save: ``<parent>/<name>.index``."""
+    """Return the default index folder of a save: ``<parent>/<name>.index``.
+
+    Raises:
+        InvalidArgumentError: the save is the root of a file system (``/``, a Windows
+            drive such as ``E:\\``), which has no parent to hold a sibling: such a save
+            needs its index folder given (``index=``, the CLI's ``--index-dir``), outside
+            the save.
+    """
     folder = Path(os.path.abspath(os.fspath(save)))
+    if not folder.name:
+        raise InvalidArgumentError(
+            f"the save folder {folder} is the root of a file system, which has no "
+            "parent folder for the default index beside it: give the index folder "
+            "(index=... in Python, --index-dir on the command line), outside the save, "
+            "or put the save in a folder"
+        )
     return folder.with_name(folder.name + ".index")
+
+
+def resolve_folder(folder: str | os.PathLike[str]) -> Path:
+    """The path a save or index folder is opened by: absolute, with the links above it
+    followed (:func:`game_memory.durable.fs.resolve_ancestors`), and on Windows in the
+    extended-length form (:func:`game_memory.durable.portable.extended_length`).
+
+    Why here, once: the stores refuse any link on their path so that nothing is read or
+    written through a link leading elsewhere; following the ones above the folder that the
+    system or the user made (macOS's temporary folder is under the link ``/var``) before the
+    stores see the path keeps that rule for the folder and everything in it, and opens
+    what the user named. Windows refuses paths past 260 characters unless they carry the
+    extended-length prefix; every path the stores make is their folder's path and a name,
+    so prefixing the folder exempts them all.
+
+    Raises:
+        PersistenceError: a link above the folder is owned by another user, or a folder
+            on the way cannot be inspected.
+    """
+    real = fs.resolve_ancestors(Path(os.path.abspath(os.fspath(folder))))
+    if _WINDOWS:
+        return Path(portable.extended_length(os.fspath(real)))
+    return real
+
+
+def _resolve_index(index: str | os.PathLike[str]) -> Path:
+    """:func:`resolve_folder` of an index folder: what it refuses is the derived index's
+    problem (``DerivedIndexError``), never the save's."""
+    try:
+        return resolve_folder(index)
+    except PersistenceError as exc:
+        raise DerivedIndexError(f"{exc} (this is the derived vector index folder)") from exc
 
 
 async def open_memory(
@@ -162,14 +222,16 @@ async def open_memory(
 ) -> VectorMemoryStore:
     """Open a save folder (or a PostgreSQL database) with the chosen model.
 
-    Nothing is read from the save yet: the stores open their files (or connect) on first use.
+    Nothing is read from the save yet: the stores open their files (or connect) on first use;
+    only the links above a save or index folder are followed here (:func:`resolve_folder`).
 
     Args:
         save: The authoritative save folder (created on the first write), or a
             ``postgresql://`` URL: the save in that database (``game_memory.postgres``).
         index: The derived index folder, or a ``postgresql://`` URL; default
-            :func:`default_index_dir` of a folder, the save's own database for a URL. A
-            folder must not be inside the save.
+            :func:`default_index_dir` of a folder (a save at the root of a file system
+            has none: give one), the save's own database for a URL. A folder must not be
+            inside the save.
         model: ``"default"``, ``"lexical"``, ``"hashing"``, a model folder (see
             :func:`game_memory.models.load_model`), or a provider object to use as is (the
             memory then owns and closes it). When ``"default"`` is unavailable the memory
@@ -199,11 +261,14 @@ async def open_memory(
         The front door; close it with ``aclose()`` (or ``async with``).
 
     Raises:
-        PersistenceError: the save folder is unsafe (a symbolic link).
+        PersistenceError: the save folder is unsafe (a symbolic link, or a link above it
+            owned by another user).
+        DerivedIndexError: a link above the index folder is owned by another user.
         InvalidArgumentError: ``save`` or ``index`` is not a path or URL, the index folder
-            is inside the save folder, an option (``maximum_entries`` included) is out of
-            range or of the wrong type, or a URL is given without the ``postgres`` extra
-            installed.
+            is inside the save folder, the save is the root of a file system and no
+            ``index`` is given (unless ``model="lexical"``), an option (``maximum_entries``
+            included) is out of range or of the wrong type, or a URL is given without the
+            ``postgres`` extra installed.
         EmbeddingUnavailableError: a model folder given as ``model`` cannot be loaded.
     """
     _check_location("save", save)
@@ -224,6 +289,12 @@ async def open_memory(
         )
     if is_database(save) or is_database(index):
         _require_postgres()  # a clear error before a model is loaded, when the extra is missing
+    if not is_database(save):
+        save = resolve_folder(save)
+        if index is None and model != "lexical":
+            index = default_index_dir(save)  # a save at a root: refused before a model loads
+    if index is not None and not is_database(index):
+        index = _resolve_index(index)
     choice = await load_model(model, home) if isinstance(model, str) else ModelChoice(model)
     provider = choice.provider
     try:

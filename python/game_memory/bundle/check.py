@@ -9,6 +9,7 @@ show up as a lexical sidecar in the game.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -57,8 +58,12 @@ def scrubbed_environment(home: Path, empty_path: Path) -> dict[str, str]:
 
 
 def _lines(stream: IO[bytes], into: queue.Queue[tuple[float, bytes]]) -> None:
-    for line in stream:
-        into.put((time.monotonic(), line))
+    """Queue each line of the sidecar's stdout as it comes, then ``b""``; the stream is
+    closed at its end (the process exited or was killed), by this thread, which alone
+    reads it."""
+    with stream:
+        for line in stream:
+            into.put((time.monotonic(), line))
     into.put((time.monotonic(), b""))
 
 
@@ -84,7 +89,9 @@ def check_sidecar(bundle: Path, *, expect_model: bool, timeout: float = 120.0) -
     """
     executable = bundle / executable_name()
     with tempfile.TemporaryDirectory(prefix="game-memory-bundle-check-") as scratch:
-        root = Path(scratch)
+        # By its real path: the sidecar's store refuses links on the save's path, and the
+        # temporary folder may be under one (on a Mac ``/var`` links to ``/private/var``).
+        root = Path(os.path.realpath(scratch))
         for name in ("home", "path", "save"):
             (root / name).mkdir()
         stderr_path = root / "stderr.log"
@@ -108,6 +115,9 @@ def check_sidecar(bundle: Path, *, expect_model: bool, timeout: float = 120.0) -
             if process.poll() is None:
                 process.kill()
             process.wait()
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):  # nothing is left unsent by then
+                    process.stdin.close()
 
 
 def _talk(

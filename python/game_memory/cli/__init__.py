@@ -4,6 +4,24 @@
 API and prints its outcome.
 """
 
-from game_memory.cli.parser import build_parser, main
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from game_memory.cli import parser
+from game_memory.cli.parser import build_parser
+from game_memory.cli.terminal import prepare_output
 
 __all__ = ["build_parser", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``game-memory`` (the console script and ``python -m game_memory.cli``).
+
+    Sets up stdout and stderr first, so that output the stream's encoding cannot carry (a
+    Windows redirect in the ANSI code page) is escaped instead of ending the command as
+    an internal error; then :func:`game_memory.cli.parser.main` runs it and returns its
+    exit code.
+    """
+    prepare_output()
+    return parser.main(argv)

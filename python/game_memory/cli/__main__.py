@@ -2,7 +2,7 @@
 
 import sys
 
-from game_memory.cli.parser import main
+from game_memory.cli import main
 
 __all__: list[str] = []
 

@@ -6,22 +6,72 @@ closing tag it never opened is a ``MarkupError`` (a crash on a valid save), and 
 knows is dropped from the output. So data reaches a console only as :class:`~rich.text.Text`
 (or escaped), and the consoles made here do not turn ``:name:`` into emoji either: what a
 game stored is what the terminal shows.
+
+Output that cannot show a character is not a crash either: stdout redirected to a file or
+a pipe on Windows is encoded in the ANSI code page (cp1252, cp936...), which has no ``✓``
+and no ``衛兵``. :func:`prepare_output` makes such a stream write what it cannot encode as
+a backslash escape (``\\u885b``) instead of raising ``UnicodeEncodeError``.
 """
 
 from __future__ import annotations
+
+import codecs
+import io
+import sys
 
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-__all__ = ["POSTGRES_HINT", "console", "fail", "os_error", "say", "verbatim"]
+__all__ = [
+    "POSTGRES_HINT",
+    "console",
+    "fail",
+    "os_error",
+    "prepare_output",
+    "say",
+    "unicode_output",
+    "verbatim",
+]
 
 #: What ``--database`` needs when the PostgreSQL backend is not installed.
 POSTGRES_HINT = "--database needs the PostgreSQL backend: pip install 'game-memory[postgres]'"
 
 
+def unicode_output(stream: object | None = None) -> bool:
+    """Whether ``stream`` (default ``sys.stdout``) encodes every character: a UTF encoding.
+
+    What a writer of JSON asks before ``ensure_ascii=False``: elsewhere it escapes
+    non-ASCII characters itself (``\\uXXXX``, valid JSON), since the stream's own
+    replacement would not be."""
+    shown = sys.stdout if stream is None else stream
+    encoding = getattr(shown, "encoding", None) or "utf-8"
+    try:
+        return codecs.lookup(encoding).name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def prepare_output() -> None:
+    """Make stdout and stderr write what their encoding cannot as backslash escapes.
+
+    Called once when the CLI starts (and by :func:`console`; it is idempotent). Only a
+    text stream of a non-UTF encoding whose errors are ``strict`` is changed: a UTF
+    stream can encode everything, and a stream a caller set up otherwise (a test's
+    capture, ``PYTHONIOENCODING=...:replace``) is left as it is."""
+    for stream in (sys.stdout, sys.stderr):
+        if (
+            isinstance(stream, io.TextIOWrapper)
+            and stream.errors == "strict"
+            and not unicode_output(stream)
+        ):
+            stream.reconfigure(errors="backslashreplace")
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A console that prints data as given: no highlighting, no emoji codes."""
+    """A console that prints data as given: no highlighting, no emoji codes; a character
+    the output cannot encode is escaped (:func:`prepare_output`), never a crash."""
+    prepare_output()
     return Console(stderr=stderr, highlight=False, emoji=False, soft_wrap=stderr)
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import codecs
 import contextlib
 import json
 import os
@@ -108,7 +109,7 @@ async def run_demo(
         folder = contextlib.nullcontext(str(data_dir))
     with folder as root:
         return await _play_in(
-            Path(root),
+            _real(root, temporary=data_dir is None),
             None if data_dir is None else str(data_dir),
             model,
             scenario,
@@ -118,6 +119,14 @@ async def run_demo(
             rebuild_progress,
             home,
         )
+
+
+def _real(root: str, *, temporary: bool) -> Path:
+    """The folder the demo plays in: a temporary one by its real path, since the store
+    refuses links on a save's path and the system's temporary folder may be under one (on
+    every Mac it is in ``/var/folders``, and ``/var`` links to ``/private/var``). A
+    ``--data`` folder is kept as given: ``open_memory`` follows the links above it."""
+    return Path(os.path.realpath(root)) if temporary else Path(root)
 
 
 async def _play_in(
@@ -281,11 +290,23 @@ def run(args: argparse.Namespace) -> int:
         prepare_bar.close()
         rebuild_bar.close()
     if as_json:
-        sys.stdout.write(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+        sys.stdout.write(_json_document(report))
         return 0
     print_summary(out, SCENARIO, steps)
     _print_locations(out, data_dir, str(report["model"]["mode"]), model)
     return 0
+
+
+def _json_document(report: dict[str, Any]) -> str:
+    """The report as one JSON document for stdout: characters as they are where stdout is
+    UTF, else escaped as ``\\uXXXX`` (a Windows redirect in the ANSI code page cannot
+    carry ``✓`` or ``衛兵``, and its stream's own replacement would not be valid JSON)."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        unicode = codecs.lookup(encoding).name.startswith("utf")
+    except LookupError:
+        unicode = False
+    return json.dumps(report, indent=2, ensure_ascii=not unicode) + "\n"
 
 
 def _print_locations(out: Console, data_dir: Path | None, mode: str, model: str) -> None:

@@ -3,6 +3,10 @@
 Every path the store touches goes through here. Files are opened with ``O_NOFOLLOW`` and
 checked to be regular files; directories are checked with ``lstat``; a symbolic link
 anywhere (the root, its ancestors, or anything enumerated) raises ``PersistenceError``.
+The one exception is :func:`resolve_ancestors`, which ``open_memory`` calls once on the
+folder path it was given: the links above the folder that the system or the user made
+(macOS's ``/tmp`` and ``/var``) are followed to the real folders, which the checks then
+see.
 Durability follows the classic recipe: write, ``fsync`` the file, ``rename`` over the target
 when replacing, then ``fsync`` the directory so the new name itself survives a power loss.
 """
@@ -41,6 +45,7 @@ __all__ = [
     "refused_access",
     "refused_link",
     "rename_all",
+    "resolve_ancestors",
     "sync_all",
 ]
 
@@ -95,6 +100,89 @@ def check_no_symlinks(path: Path) -> None:
         if parent == current:
             return
         current = parent
+
+
+#: The most links :func:`resolve_ancestors` follows for one path (Linux's own limit).
+_MAXIMUM_LINKS = 40
+
+
+def resolve_ancestors(path: Path) -> Path:
+    """``path`` with the symbolic links above it resolved: the real folder its last name
+    is (or will be created) in, joined with that name.
+
+    Why: the store refuses every link on a save's path (:func:`check_no_symlinks`) so that
+    nothing is read or written through a link that leads elsewhere than the folders it
+    opened: one planted in a shared folder, or put in place of a folder while the store
+    has it open. But a user's own path may pass through links the system or the user
+    made: on every Mac ``/tmp`` and ``/var`` (the temporary folder) are links into
+    ``/private``, and a home folder may be a link to another disk. Resolving them once,
+    when a save or index folder is opened, follows what the path asks for, and the store
+    then checks and guards the real path as before: no link on it, none put on it later.
+
+    Contract: ``path`` is absolute. Its last name is not resolved, so a save or index
+    folder that is itself a link stays refused, as does any link below it. A link is
+    followed only when the superuser or this process's user owns it (on systems with
+    owners; Windows has none here): one another user made, such as in ``/tmp``, is refused
+    as before. Names from the first one missing on are kept as given; a root is returned
+    as is. Nothing is created.
+
+    Raises:
+        PersistenceError: a link above ``path`` is owned by another user, links loop, or a
+            folder on the way cannot be inspected.
+    """
+    parent = path.parent
+    if parent == path:
+        return path
+    return _real_folder(parent, path) / path.name
+
+
+def _real_folder(folder: Path, given: Path) -> Path:
+    """``folder`` (absolute) with every link on it followed, checking each link's owner
+    (``given`` is the path the caller asked for, named in errors)."""
+    pending = list(reversed(folder.parts[1:]))  # the names still to walk, next one last
+    current = Path(folder.anchor)
+    followed = 0
+    while pending:
+        name = pending.pop()
+        if name == "..":  # from a link's target; ``current`` is real, so its parent is
+            current = current.parent
+            continue
+        candidate = current / name
+        try:
+            info = os.lstat(candidate)
+        except (FileNotFoundError, NotADirectoryError):
+            return candidate.joinpath(*reversed(pending))  # the store says what is wrong
+        except OSError as exc:
+            raise _translate(exc, candidate, "inspect") from exc
+        if not stat.S_ISLNK(info.st_mode):
+            current = candidate
+            continue
+        followed += 1
+        if followed > _MAXIMUM_LINKS:
+            raise PersistenceError(
+                f"refusing to use {given}: more than {_MAXIMUM_LINKS} symbolic links on its "
+                "path (a loop?). Give the real folder's path instead."
+            )
+        _check_link_owner(candidate, info, given)
+        try:
+            target = current / os.readlink(candidate)  # an absolute target replaces it
+        except OSError as exc:
+            raise _translate(exc, candidate, "read the link") from exc
+        current = Path(target.anchor)
+        pending.extend(reversed(target.parts[1:]))
+    return current
+
+
+def _check_link_owner(link: Path, info: os.stat_result, given: Path) -> None:
+    """Refuse a link above a save that neither the superuser nor this user owns."""
+    user = getattr(os, "getuid", None)
+    if user is None or info.st_uid in (0, user()):
+        return
+    raise PersistenceError(
+        f"refusing to use {given}: {link} is a symbolic link owned by another user "
+        f"(uid {info.st_uid}), so it could lead the save anywhere. Give the real folder's "
+        "path instead."
+    )
 
 
 def ensure_directory(path: Path, *, create: bool = True, durable: bool = True) -> bool:

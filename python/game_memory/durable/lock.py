@@ -4,10 +4,16 @@ Processes are excluded by ``flock`` where there is ``fcntl`` (POSIX), and by loc
 file's first byte with ``msvcrt.locking`` on Windows; either way the operating system
 drops the lock when its holder dies, even killed. Where neither exists the lock orders
 this process's threads only, and says so once in the log.
+
+A file system that has no locks at all (``ENOLCK``: NFS without its lock daemon; some
+FUSE and SMB mounts answer ``EOPNOTSUPP``) cannot guard a save against a second writer:
+taking the lock there raises ``PersistenceError`` naming the lock file and where to put
+the save instead, never a bare ``OSError``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -69,6 +75,35 @@ def _lock_file(fd: int) -> bool:
     return True
 
 
+#: What a file system without file locks answers a lock request with.
+_NO_LOCKS = frozenset(
+    {errno.ENOLCK, errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP), errno.ENOSYS}
+)
+
+
+def _lock_refused(exc: OSError, path: Path) -> PersistenceError:
+    """Why the lock on ``path`` could not be taken (not held: refused), and what to do."""
+    if exc.errno in _NO_LOCKS:
+        return PersistenceError(
+            f"could not lock {path}: the file system it is on does not support file locks "
+            f"({exc.strerror or exc}), so the save cannot be guarded against a second "
+            "writer. Put the save and its index folder on a local disk (or a network file "
+            "system with locking enabled, such as NFS with its lock daemon running)"
+        )
+    return PersistenceError(
+        f"could not lock {path}: {exc.strerror or exc}. Check that the folder is on a "
+        "local disk this user can write to"
+    )
+
+
+def _close(fd: int) -> None:
+    """Close a lock file's descriptor, ignoring what ``close`` reports: the descriptor is
+    freed (and its lock dropped) either way, and the lock file holds no data whose loss a
+    failed close could mean; raising here would leave the thread lock held for good."""
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def _unlock_file(fd: int) -> None:
     """Release the lock :func:`_lock_file` took on ``fd`` (closing ``fd`` after it drops any
     lock left either way)."""
@@ -98,21 +133,35 @@ class ProcessLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        """Take the lock or raise ``StoreBusyError`` after ``timeout`` seconds."""
+        """Take the lock or raise ``StoreBusyError`` after ``timeout`` seconds.
+
+        Raises:
+            StoreBusyError: another thread or process held it for ``timeout`` seconds.
+            PersistenceError: the lock file cannot be opened (a link, no permission), or
+                its file system refused the lock (one without file locks): the message
+                names the lock file and what to do.
+        """
         deadline = time.monotonic() + self._timeout
         if not self._thread_lock.acquire(timeout=self._timeout):
             raise self._busy()
         fd = self._open()
         try:
-            while not _lock_file(fd):
+            while not self._take(fd):
                 if time.monotonic() >= deadline:
                     raise self._busy() from None
                 time.sleep(_POLL_SECONDS)
         except BaseException:
-            os.close(fd)
+            _close(fd)
             self._thread_lock.release()
             raise
         self._fd = fd
+
+    def _take(self, fd: int) -> bool:
+        """:func:`_lock_file` with a refusal (not another holder) as ``PersistenceError``."""
+        try:
+            return _lock_file(fd)
+        except OSError as exc:
+            raise _lock_refused(exc, self._path) from exc
 
     def try_acquire(self) -> bool:
         """Take the lock if no thread or process holds it, without waiting; whether taken.
@@ -128,7 +177,7 @@ class ProcessLock:
         except OSError:  # refused: acquire() names why
             taken = False
         if not taken:  # held by another process
-            os.close(fd)
+            _close(fd)
             self._thread_lock.release()
             return False
         self._fd = fd
@@ -156,10 +205,12 @@ class ProcessLock:
     def release(self) -> None:
         """Release the lock (closing the descriptor drops the ``flock``)."""
         fd, self._fd = self._fd, None
-        if fd is not None:
-            _unlock_file(fd)
-            os.close(fd)
-        self._thread_lock.release()
+        try:
+            if fd is not None:
+                _unlock_file(fd)
+                _close(fd)
+        finally:
+            self._thread_lock.release()
 
     def _busy(self) -> StoreBusyError:
         return StoreBusyError(

@@ -21,10 +21,19 @@ descriptors, with ``O_APPEND``).
 ``mmap``, no ``fcntl``) and ``tests/test_windows_like_platform.py`` runs the store end to
 end so; what it cannot show (a file that is open or mapped cannot be renamed over or
 removed on Windows) is said in ``docs/shipping.md``.
+
+Windows also limits a path to 260 characters (``MAX_PATH``) unless it is in the
+extended-length form (``\\\\?\\C:\\...``) or the machine opted in to long paths. A
+save in a Godot game's user folder (``...\\AppData\\Roaming\\Godot\\app_userdata\\
+<project>\\game_memory\\save``) leaves too few characters for the store's own names
+(64 hex digits and more). :func:`extended_length` gives that form; the front door turns
+the save and index folders into it once (``opening.resolve_folder``), so every path
+derived from them is exempt.
 """
 
 from __future__ import annotations
 
+import ntpath
 import os
 import threading
 
@@ -37,6 +46,7 @@ __all__ = [
     "NOFOLLOW",
     "OPEN_FLAGS",
     "SYNCED_READ",
+    "extended_length",
     "pread",
     "pread_into",
     "pwrite",
@@ -68,6 +78,44 @@ HELD_FILES_REPLACEABLE: bool = not BINARY
 SYNCED_READ: int = os.O_RDWR if BINARY else os.O_RDONLY
 
 _POSITIONED = threading.Lock()
+
+#: The prefix of Windows' extended-length paths (``\\\\?\\``), and of its device paths.
+_EXTENDED = "\\\\?\\"
+_DEVICE = "\\\\.\\"
+
+
+def extended_length(path: str) -> str:
+    """A Windows path in its extended-length form, which Windows exempts from ``MAX_PATH``:
+    ``C:\\x`` becomes ``\\\\?\\C:\\x``, ``\\\\server\\share\\x`` becomes
+    ``\\\\?\\UNC\\server\\share\\x``.
+
+    Windows does not normalize such a path (``/`` and ``..`` would be names in it), so
+    this normalizes first, as Windows itself would: ``ntpath.normpath``, and trailing
+    dots and spaces dropped from each name. Pure (``ntpath`` rules on any system), so it
+    is tested everywhere; the caller applies it on Windows only.
+
+    Contract: only an absolute path with a drive letter, or a UNC path, is changed. A path
+    already in extended-length or device form (``\\\\.\\``) is returned normalized,
+    and a relative one (``x\\y``, ``C:x``, ``\\x`` without a drive) as given: only an
+    absolute path can take the prefix.
+    """
+    normalized = ntpath.normpath(path)
+    if normalized.startswith((_EXTENDED, _DEVICE)):
+        return normalized
+    drive, rest = ntpath.splitdrive(normalized)
+    if not drive or (len(drive) == 2 and not rest.startswith("\\")):
+        return path  # relative, drive-relative (``C:x``) or rooted without a drive
+    rest = "\\".join(_win32_name(name) for name in rest.split("\\")) or "\\"
+    if len(drive) == 2:  # ``C:``
+        return f"{_EXTENDED}{drive}{rest}"
+    return f"{_EXTENDED}UNC{drive[1:]}{rest}"  # ``\\server\\share``
+
+
+def _win32_name(name: str) -> str:
+    """A path name as Windows reads it outside the extended form: trailing dots and
+    spaces dropped (a name of dots only is left to ``normpath``)."""
+    trimmed = name.rstrip(". ")
+    return trimmed if trimmed else name
 
 
 def pread(fd: int, length: int, offset: int) -> bytes:
