@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from game_memory.cli import parser
+from game_memory.cli.encoding import prepare_output
 from game_memory.cli.parser import build_parser
-from game_memory.cli.terminal import prepare_output
 
 __all__ = ["build_parser", "main"]
 

@@ -15,13 +15,11 @@ a backslash escape (``\\u885b``) instead of raising ``UnicodeEncodeError``.
 
 from __future__ import annotations
 
-import codecs
-import io
-import sys
-
 from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
+
+from game_memory.cli.encoding import prepare_output, unicode_output
 
 __all__ = [
     "POSTGRES_HINT",
@@ -36,36 +34,6 @@ __all__ = [
 
 #: What ``--database`` needs when the PostgreSQL backend is not installed.
 POSTGRES_HINT = "--database needs the PostgreSQL backend: pip install 'game-memory[postgres]'"
-
-
-def unicode_output(stream: object | None = None) -> bool:
-    """Whether ``stream`` (default ``sys.stdout``) encodes every character: a UTF encoding.
-
-    What a writer of JSON asks before ``ensure_ascii=False``: elsewhere it escapes
-    non-ASCII characters itself (``\\uXXXX``, valid JSON), since the stream's own
-    replacement would not be."""
-    shown = sys.stdout if stream is None else stream
-    encoding = getattr(shown, "encoding", None) or "utf-8"
-    try:
-        return codecs.lookup(encoding).name.startswith("utf")
-    except LookupError:
-        return False
-
-
-def prepare_output() -> None:
-    """Make stdout and stderr write what their encoding cannot as backslash escapes.
-
-    Called once when the CLI starts (and by :func:`console`; it is idempotent). Only a
-    text stream of a non-UTF encoding whose errors are ``strict`` is changed: a UTF
-    stream can encode everything, and a stream a caller set up otherwise (a test's
-    capture, ``PYTHONIOENCODING=...:replace``) is left as it is."""
-    for stream in (sys.stdout, sys.stderr):
-        if (
-            isinstance(stream, io.TextIOWrapper)
-            and stream.errors == "strict"
-            and not unicode_output(stream)
-        ):
-            stream.reconfigure(errors="backslashreplace")
 
 
 def console(*, stderr: bool = False) -> Console:
