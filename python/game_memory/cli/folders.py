@@ -13,6 +13,7 @@ import os
 import stat
 from pathlib import Path
 
+from game_memory.errors import InvalidArgumentError
 from game_memory.opening import default_index_dir
 
 __all__ = ["folder_problem", "index_folder", "is_new_save", "output_problem"]
@@ -64,7 +65,10 @@ def index_folder(save: str, index: str | None) -> tuple[Path | None, str | None]
     """
     if index is not None:
         return Path(index), None
-    sibling = default_index_dir(save)
+    try:
+        sibling = default_index_dir(save)
+    except InvalidArgumentError:  # a save at a root: open_memory says so when it needs one
+        return None, None
     if os.path.lexists(sibling):
         return None, None
     folder = Path(os.path.abspath(save))

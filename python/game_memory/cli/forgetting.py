@@ -41,7 +41,7 @@ from game_memory.errors import GameMemoryError, MemoryNotFoundError
 from game_memory.index.protocol import VectorIndex
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import GameMoment
-from game_memory.opening import default_index_dir
+from game_memory.opening import default_index_dir, resolve_folder
 from game_memory.store.protocol import GameMemoryStore
 
 __all__ = ["run_compact", "run_erase", "run_forget"]
@@ -62,7 +62,7 @@ def _save(args: argparse.Namespace) -> GameMemoryStore:
         return PostgresGameMemoryStore(database, migrate=False, maximum_entries=given_bound(args))
     from game_memory.store.file_store import FileGameMemoryStore
 
-    return FileGameMemoryStore(args.save_dir, create=False, **store_bound(args))
+    return FileGameMemoryStore(resolve_folder(args.save_dir), create=False, **store_bound(args))
 
 
 def _derived(args: argparse.Namespace) -> VectorIndex | None:
@@ -82,7 +82,7 @@ def _derived(args: argparse.Namespace) -> VectorIndex | None:
         return None
     from game_memory.index.file_index import FileVectorMemoryIndex
 
-    return FileVectorMemoryIndex(folder, create=False)
+    return FileVectorMemoryIndex(resolve_folder(folder), create=False)
 
 
 def _run(

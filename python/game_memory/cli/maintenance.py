@@ -42,7 +42,7 @@ from game_memory.errors import GameMemoryError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model import DiagnosticSink, GameMemoryQuery, GameMoment, MemoryVectorDiagnostic
 from game_memory.models import NAMED_MODELS
-from game_memory.opening import open_memory
+from game_memory.opening import open_memory, resolve_folder
 from game_memory.store.file_store import FileGameMemoryStore
 
 __all__ = [
@@ -412,7 +412,7 @@ def run_check(args: argparse.Namespace) -> int:
                 report = await database_store.check(fix=args.fix)
         else:
             async with FileGameMemoryStore(
-                args.save_dir, create=False, **store_bound(args)
+                resolve_folder(args.save_dir), create=False, **store_bound(args)
             ) as store:
                 report = await store.check(
                     fix=args.fix,
