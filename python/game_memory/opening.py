@@ -47,6 +47,8 @@ __all__ = [
 ]
 
 _DATABASE_SCHEMES = ("postgresql://", "postgres://")
+#: The derived index's default bound on one NPC's entries (``FileVectorMemoryIndex``).
+_CAPACITY = 100_000
 #: Whether folders get Windows' extended-length form (:func:`resolve_folder`).
 _WINDOWS = os.name == "nt"
 
@@ -142,16 +144,24 @@ def _save(
 
 
 def _index(
-    save: str | os.PathLike[str], index: str | os.PathLike[str] | None, create: bool
+    save: str | os.PathLike[str],
+    index: str | os.PathLike[str] | None,
+    create: bool,
+    maximum_entries: int | None,
 ) -> VectorIndex:
+    """The derived index; its bound on one NPC's entries (``capacity``, 100,000 by default)
+    is raised with a larger ``maximum_entries``: an NPC may hold as many memories as the
+    save, and one past the index's bound was saved without a vector that no rebuild could
+    ever write."""
     location = index if index is not None else save
+    capacity = max(_CAPACITY, maximum_entries or 0)
     if is_database(location):
         from game_memory.postgres import PostgresVectorIndex
 
         assert isinstance(location, str)
-        return PostgresVectorIndex(location, migrate=create)
+        return PostgresVectorIndex(location, migrate=create, capacity=capacity)
     return FileVectorMemoryIndex(
-        index if index is not None else default_index_dir(save), create=create
+        index if index is not None else default_index_dir(save), create=create, capacity=capacity
     )
 
 
@@ -307,7 +317,9 @@ async def open_memory(
         derived = (
             None
             if provider is None
-            else _index(save, index, create if create_index is None else create_index)
+            else _index(
+                save, index, create if create_index is None else create_index, maximum_entries
+            )
         )
         return VectorMemoryStore(
             authoritative,

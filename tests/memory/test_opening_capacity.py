@@ -132,6 +132,23 @@ async def test_a_raised_store_bound_raises_the_session_wide_bounds_unless_they_a
         await default.aclose()
 
 
+async def test_a_raised_store_bound_raises_the_index_bound_on_one_npc(tmp_path: Path) -> None:
+    # The derived index holds at most 100,000 entries of one NPC unless opened otherwise,
+    # and nothing but Python could open it otherwise: an NPC past 100,000 memories in a save
+    # opened with maximum_entries=200_000 was saved without vectors, and every rebuild
+    # failed on them while its message said to run it again.
+    raised = await open_memory(tmp_path / "a", model="hashing", maximum_entries=200_000)
+    try:
+        assert raised.index is not None and raised.index.capacity == 200_000
+    finally:
+        await raised.aclose()
+    default = await open_memory(tmp_path / "b", model="hashing", maximum_entries=5)
+    try:
+        assert default.index is not None and default.index.capacity == 100_000
+    finally:
+        await default.aclose()
+
+
 async def test_a_save_opened_under_a_smaller_bound_than_it_holds_names_that_bound(
     tmp_path: Path,
 ) -> None:
