@@ -15,6 +15,8 @@ import pytest
 
 from game_memory.cli import main
 
+MOMENT = ["--timeline", "main", "--tick", "5"]
+
 
 @pytest.fixture
 def linked_save(save: Path, tmp_path: Path) -> Path:
@@ -34,8 +36,7 @@ def linked_save(save: Path, tmp_path: Path) -> Path:
     [
         ["check"],
         ["compact"],
-        ["forget", "--session", "slot", "--owner", "mira", "--memory", "m1"]
-        + ["--timeline", "main", "--tick", "5"],
+        ["forget", "--session", "slot", "--owner", "mira", "--memory", "m1", *MOMENT],
         ["erase", "--session", "slot", "--owner", "mira", "--memory", "m1"],
         ["search", "--session", "slot", "--model", "lexical", "--text", "thief"],
         ["status", "--session", "slot", "--model", "hashing"],
