@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import shlex
 from pathlib import Path
 
@@ -18,7 +20,11 @@ from rich.progress import (
 )
 
 from game_memory.onnx import MODEL_NAMES, prepare_named_model
-from game_memory.onnx.build.prepare import MODEL_SOURCES, prepared_model_problems
+from game_memory.onnx.build.prepare import (
+    MODEL_SOURCES,
+    abandoned_preparations,
+    prepared_model_problems,
+)
 from game_memory.onnx.errors import ModelPreparationError, OnnxEmbeddingError, OnnxFailureKind
 from game_memory.onnx.model_files import ModelFileManifest, ModelFileRecord
 from game_memory.onnx.model_home import default_model_home
@@ -89,15 +95,43 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    """Show every named model's folder, state, identities and files.
+    """Show every named model's folder, state, identities and files, and what killed
+    preparations left behind.
 
-    Exit 0 when at least one model is prepared and every prepared one is intact, else 1.
+    A folder is "prepared and intact" only if the loader accepts it
+    (:func:`prepared_model_problems` with the model's source). Leftovers do not change the
+    exit status: exit 0 when at least one model is prepared and every prepared one is
+    intact, else 1.
     """
     home = _home(args)
     out = Console(soft_wrap=True, highlight=False, emoji=False)
     out.print(f"model home:   {home if home is not None else default_model_home()}", markup=False)
-    states = [_show_model(out, name, home) for name in MODEL_NAMES]
+    states = []
+    for name in MODEL_NAMES:
+        states.append(_show_model(out, name, home))
+        _show_leftovers(out, name, home)
     return 0 if "intact" in states and "damaged" not in states else 1
+
+
+def _show_leftovers(out: Console, name: str, home: Path | None) -> None:
+    """Name each scratch folder a killed preparation of ``name`` left, with its size and
+    the command that removes it (any preparation of the model does)."""
+    for folder in abandoned_preparations(MODEL_SOURCES[name], home):
+        out.print(
+            f"  leftover:   {folder} ({_megabytes(folder)}), left by an interrupted "
+            f"preparation; '{_prepare(name, home)}' removes it",
+            markup=False,
+        )
+
+
+def _megabytes(folder: Path) -> str:
+    """The size of the files under ``folder`` (links not followed), e.g. ``81.2 MB``."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for file in files:
+            with contextlib.suppress(OSError):  # removed meanwhile
+                total += os.lstat(os.path.join(root, file)).st_size
+    return f"{total / 1e6:,.1f} MB"
 
 
 def _prepare(name: str, home: Path | None, *, force: bool = False) -> str:
@@ -144,8 +178,13 @@ def _show_model(out: Console, name: str, home: Path | None) -> str:
             options = SentenceEncoderOnnxEmbeddingOptions(directory, precision=precision)
             identity = sentence_encoder_identity(options, files, prepared)
             out.print(f"  identity ({precision}): {identity}", markup=False)
-    except (OnnxEmbeddingError, KeyError) as exc:
+    except OnnxEmbeddingError as exc:
         out.print(f"  identity:   unavailable ({exc})", markup=False)
+    except KeyError as exc:  # a file the identity hashes that the manifest does not list
+        out.print(
+            f"  identity:   unavailable (the manifest does not list {exc.args[0]})",
+            markup=False,
+        )
     source = ", ".join(f"{key}={value}" for key, value in sorted(prepared.source.items()))
     out.print(f"  source:     {source}", markup=False)
     out.print("  files:", markup=False)

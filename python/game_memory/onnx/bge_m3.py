@@ -19,6 +19,7 @@ from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.loader import load_off_loop
 from game_memory.onnx.model_files import (
     ModelFileManifest,
+    model_id_problem,
     read_json_document,
     verify_model_files,
 )
@@ -110,7 +111,9 @@ class BgeM3OnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
         model_id: The model id of the identity (``_name_or_path``).
 
     Raises:
-        OnnxEmbeddingError: ``UNSUPPORTED_MODEL`` if ``inference`` is not 1,024 wide.
+        OnnxEmbeddingError: ``UNSUPPORTED_MODEL`` if ``inference`` is not 1,024 wide, or
+            ``model_id`` cannot be an identity's model id (blank, over 512 characters, a
+            control character).
     """
 
     def __init__(
@@ -127,6 +130,9 @@ class BgeM3OnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
                 OnnxFailureKind.UNSUPPORTED_MODEL,
                 f"BGE-M3 inference must be {BGE_M3_HIDDEN_SIZE} wide, not {inference.hidden_size}",
             )
+        problem = model_id_problem(model_id)
+        if problem is not None:
+            raise onnx_error(OnnxFailureKind.UNSUPPORTED_MODEL, f"the BGE-M3 model id {problem}")
         engine = OnnxInferenceEngine(
             options.engine_limits(options.maximum_tokens),
             tokenizer,
@@ -142,7 +148,8 @@ class BgeM3OnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
     async def create(cls, options: BgeM3OnnxEmbeddingOptions) -> Self:
         """Verify the folder, load tokenizer and model off the loop, and return a provider.
 
-        Emits one ``MODEL_LOAD`` metrics record.
+        Emits one ``MODEL_LOAD`` metrics record. A failure after the model is loaded closes
+        its session before raising: nothing is left open.
 
         Raises:
             OnnxEmbeddingError: ``INVALID_CONFIGURATION`` (folder missing, a file outside
@@ -162,9 +169,17 @@ class BgeM3OnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
             dispose=lambda late: late.inference.close(),
             metrics=options.metrics,
         )
-        return cls(
-            options, loaded.manifest, loaded.tokenizer, loaded.inference, model_id=loaded.model_id
-        )
+        try:
+            return cls(
+                options,
+                loaded.manifest,
+                loaded.tokenizer,
+                loaded.inference,
+                model_id=loaded.model_id,
+            )
+        except BaseException:
+            loaded.inference.close()  # nobody else holds the session: release it now
+            raise
 
     @property
     def options(self) -> BgeM3OnnxEmbeddingOptions:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
+from game_memory.onnx.model_files import model_id_problem
 
 __all__ = ["BGE_M3_HIDDEN_SIZE", "validate_bge_m3_config"]
 
@@ -32,6 +33,10 @@ def validate_bge_m3_config(
 ) -> str:
     """Validate both documents against BGE-M3 and ``maximum_tokens``.
 
+    It runs before the model is loaded, so everything the identity will be built from is
+    checked here: ``_name_or_path`` must be what an identity's model id may be (non-blank,
+    at most 512 characters, no control characters).
+
     Returns:
         The model id (``_name_or_path``, for example ``BAAI/bge-m3``).
 
@@ -46,8 +51,12 @@ def validate_bge_m3_config(
         )
 
     model_id = config.get("_name_or_path")
-    if not isinstance(model_id, str) or not model_id.strip():
+    if model_id is None:
         raise unsupported("config.json has no _name_or_path")
+    problem = model_id_problem(model_id)
+    if problem is not None:
+        raise unsupported(f"config.json _name_or_path {problem}")
+    assert isinstance(model_id, str)  # model_id_problem refuses anything else
     for key, wanted in _REQUIRED_CONFIG.items():
         value = config.get(key)
         if isinstance(wanted, int) and not _integer(value):

@@ -15,12 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from game_memory.model.identity import MemoryEmbeddingIdentity
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.strict_json import nests_deeper_than
 
 __all__ = [
     "ModelFileManifest",
     "ModelFileRecord",
+    "model_id_problem",
     "probed",
     "read_json_document",
     "sha256_file",
@@ -95,6 +99,28 @@ def inside_folder(directory: Path, candidate: Path) -> bool:
     root = os.path.normcase(str(directory))
     target = os.path.normcase(str(candidate))
     return target == root or target.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def model_id_problem(model_id: object) -> str | None:
+    """Why ``model_id`` (read from a model folder) cannot name the model of an embedding
+    identity; ``None`` when it can.
+
+    The identity's own validation decides (a non-blank string of at most 512 characters,
+    no control characters), so that a folder is refused while its files are read, with a
+    message its caller completes with the file and field, and never after the model is
+    loaded, as a raw ``ValidationError``.
+
+    Returns:
+        The reason, phrased to follow the field's name (``"must not contain control
+        characters"``), or ``None``.
+    """
+    try:
+        MemoryEmbeddingIdentity.model_validate(
+            {"provider_id": "check", "model_id": model_id, "version": "check", "dimensions": 1}
+        )
+    except ValidationError as exc:
+        return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+    return None
 
 
 def verify_model_files(

@@ -15,11 +15,12 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from game_memory.onnx.errors import OnnxFailureKind, onnx_error
 from game_memory.onnx.model_files import (
     inside_folder,
+    model_id_problem,
     probed,
     read_json_document,
     sha256_file,
@@ -53,6 +54,15 @@ TOKENIZER_FILES: dict[str, tuple[str, ...]] = {
 _PREFIX = r"^([a-z_]{1,32}: )?$"
 
 
+def _identity_model_id(value: str) -> str:
+    """Refuse a model id no identity may carry (blank, over 512 characters, a control
+    character) while the manifest is read, before any model is loaded."""
+    problem = model_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
 class PreparedFile(BaseModel):
     """One file of a prepared folder."""
 
@@ -69,7 +79,8 @@ class PreparedModelManifest(BaseModel):
     Attributes:
         format: Always ``game-memory-sentence-encoder``.
         format_version: 1.
-        model_id: The model id of the identity, e.g. ``sentence-transformers/all-MiniLM-L6-v2``.
+        model_id: The model id of the identity, e.g. ``sentence-transformers/all-MiniLM-L6-v2``
+            (non-blank, at most 512 characters, no control characters).
         architecture: ``bert`` (a BERT encoder with absolute positions).
         tokenizer: Which tokenizer the folder holds (see :data:`TokenizerKind`).
         query_prefix: Put before every query (``"query: "`` for e5; empty for MiniLM).
@@ -85,7 +96,9 @@ class PreparedModelManifest(BaseModel):
 
     format: Literal["game-memory-sentence-encoder"] = "game-memory-sentence-encoder"
     format_version: Literal[1] = 1
-    model_id: Annotated[str, Field(min_length=1, max_length=512)]
+    model_id: Annotated[
+        str, Field(min_length=1, max_length=512), AfterValidator(_identity_model_id)
+    ]
     architecture: Literal["bert"] = "bert"
     tokenizer: TokenizerKind = "wordpiece"
     query_prefix: Annotated[str, Field(pattern=_PREFIX)] = ""
@@ -117,7 +130,7 @@ class PreparedModelManifest(BaseModel):
         Raises:
             OnnxEmbeddingError: ``MISSING_MODEL_FILE`` if there is none (the folder was
                 never prepared, or preparing it did not finish); ``MODEL_INTEGRITY`` if it
-                cannot be parsed.
+                cannot be parsed or a field is out of range (the message names the field).
         """
         path = directory / MANIFEST_NAME
         if not probed(path, Path.is_file):
@@ -130,10 +143,13 @@ class PreparedModelManifest(BaseModel):
         try:
             return cls.model_validate(document)
         except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"])
+            reason = str(error["msg"]).removeprefix("Value error, ")
             raise onnx_error(
                 OnnxFailureKind.MODEL_INTEGRITY,
-                f"{path} is not a valid model manifest: {exc.errors()[0]['msg']}; prepare the "
-                "model again",
+                f"{path} is not a valid model manifest: {field + ': ' if field else ''}{reason}; "
+                "prepare the model again",
             ) from exc
 
     def write(self, directory: Path) -> Path:
