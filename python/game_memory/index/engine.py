@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import threading
 import weakref
 from collections import OrderedDict
@@ -796,30 +797,97 @@ class IndexEngine(IndexLayout):
         path = stamp_path(paths[0])
         return write_stamp(path, session_hash, owner_hash, Stamp(entries, rows))
 
-    def compact(self, session_hash: str, owner_hash: str, keep_codes: set[int]) -> None:
-        """Rewrite a partition without superseded records, dead rows or unused identities.
+    def compact(
+        self,
+        session_hash: str,
+        owner_hash: str,
+        keep_codes: set[int],
+        names: list[str] | None = None,
+    ) -> bool:
+        """Rewrite a partition without superseded records, dead rows or unused identities;
+        whether it was rewritten.
 
         The session folder's vectors of another model (``session_codes.py``) are dropped
         too, whatever ``keep_codes`` says. A crash leaves either version whole; a
         concurrent reader either sees the old entries with the old rows or gets
-        :class:`PartitionReplacedError`.
+        :class:`PartitionReplacedError`. A partition with nothing to drop is left as it is
+        (:meth:`_compacted`: a rewrite would write the same records and rows under a new
+        tag), so a rebuild that found nothing to change rewrites no partition.
+
+        ``names``: the owner's files, from a :meth:`session_files` made under this hold of
+        the lock with nothing but entry appends to the owner's files since (an operation
+        over a session's partitions lists its folder once); ``None`` lists the folder.
         """
         partition = self.partition(session_hash, owner_hash)
         if partition is None:
-            return
+            return False
         verdict = self.codes.verdict(session_hash)
         # Another model's vectors (a copied session folder, ``session_codes.py``) never
         # survive a rewrite: their memories are embedded again by the next rebuild.
         keep = set() if verdict.damaged else keep_codes - verdict.foreign
+        identities = self.identities()
+        if names is None:
+            names = self.session_files(session_hash).get(owner_hash, [])
+        if self._compacted(partition, keep, names, identities):
+            return False
         compact_files(
             self,
             partition,
-            self.identities(),
+            identities,
             lambda code, dimensions: self.matrix(partition, code, dimensions),
             keep,
+            names,
         )
         self._forget(session_hash, owner_hash)
         self._tidied.pop((session_hash, owner_hash), None)
+        return True
+
+    def _compacted(
+        self, partition: IndexPartition, keep: set[int], names: list[str], identities: list[str]
+    ) -> bool:
+        """Whether a compaction of ``partition`` keeping identity codes ``keep`` would write
+        what is there already: one record per memory (no superseded record, no tombstone),
+        ready ones only of codes kept, each code's rows numbered 0.. in record order, row
+        files of the entries' generation holding exactly those rows (no dead row a killed
+        append left), an entries file without a torn tail, and no other file of the owner
+        among ``names`` (another generation's rows, a temporary file, a rewrite mark).
+        Costs an ``lstat`` per file and a pass over the records; any doubt says no (the
+        compaction then runs, and names what it meets)."""
+        session_hash, owner_hash = partition.session_hash, partition.owner_hash
+        if partition.records != partition.live:
+            return False
+        expected = {f"o-{owner_hash}.entries"}
+        if not _regular_of_size(self.entries_path(session_hash, owner_hash), partition.size):
+            return False
+        ready = partition.states == EntryState.READY
+        codes, rows = partition.identities[ready], partition.rows[ready]
+        for code in np.unique(codes).tolist():
+            if code not in keep or code >= len(identities):
+                return False
+            numbered = rows[codes == code]
+            if not np.array_equal(numbered, np.arange(numbered.size, dtype=numbered.dtype)):
+                return False
+            path = self.vectors_path(session_hash, owner_hash, code, partition.tag)
+            row_bytes = identity_dimensions(identities[code]) * 4
+            if not _regular_of_size(path, numbered.size * row_bytes):
+                return False
+            expected.add(os.path.basename(path))
+            expected.add(
+                os.path.basename(self.codes_path(session_hash, owner_hash, code, partition.tag))
+            )
+        return expected.issuperset(names)
+
+    def session_files(self, session_hash: str) -> dict[str, list[str]]:
+        """The session folder's partition files per owner hash, from one listing: entries,
+        row files and their codes, their temporary files and rewrite marks (not stamps),
+        of owners with an entries file or not (``layout.file_owner``). Under the lock it
+        stays true but for what this writer writes itself."""
+        files: dict[str, list[str]] = {}
+        for name in list_names(self.session_directory(session_hash)):
+            owner = file_owner(name)
+            if owner is not None:
+                files.setdefault(owner, []).append(name)
+        return files
 
     def claim_session(self, session_hash: str, code: int) -> None:
         """Make the session folder's record name identity ``code`` as the table does, before
@@ -845,10 +913,10 @@ class IndexEngine(IndexLayout):
         if not verdict.agrees:
             keep = set() if verdict.damaged else set(range(len(table))) - verdict.foreign
             dropped = 0
-            for owner_hash in self.owner_hashes(session_hash):
+            for owner_hash, names in sorted(self.session_files(session_hash).items()):
                 partition = self.partition(session_hash, owner_hash)
                 if partition is not None and _holds_other(partition, keep):
-                    self.compact(session_hash, owner_hash, keep)
+                    self.compact(session_hash, owner_hash, keep, names)
                     dropped += 1
             _LOG.warning(
                 "dropped another embedding model's vectors from %d partition(s) of %s before "
@@ -869,12 +937,15 @@ class IndexEngine(IndexLayout):
             ) from exc
         self.codes.recorded(session_hash, file, table)
 
-    def reset_partition(self, session_hash: str, owner_hash: str) -> None:
+    def reset_partition(
+        self, session_hash: str, owner_hash: str, names: list[str] | None = None
+    ) -> None:
         """Delete a partition's entries and row files: its memories have no vectors after.
 
         Derived data only; the rebuild uses it to recover from a damaged partition.
+        ``names``: the owner's files, as :meth:`compact` takes them (``None``: a listing).
         """
-        remove_files(self, session_hash, owner_hash)
+        remove_files(self, session_hash, owner_hash, names)
         remove_stamp(stamp_path(self.entries_path(session_hash, owner_hash)))
         self._forget(session_hash, owner_hash)
         self._tidied[(session_hash, owner_hash)] = _ABSENT
@@ -888,6 +959,15 @@ class IndexEngine(IndexLayout):
         with self._cache_lock:
             self._partitions.pop((session_hash, owner_hash), None)
             self._row_buffers.pop((session_hash, owner_hash), None)
+
+
+def _regular_of_size(path: str, size: int) -> bool:
+    """Whether ``path`` is a regular file (not a link) of exactly ``size`` bytes."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size == size
 
 
 def _holds_other(partition: IndexPartition, keep: set[int]) -> bool:

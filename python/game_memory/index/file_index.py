@@ -530,7 +530,12 @@ class FileVectorMemoryIndex:
         return OrphanCandidates(session_id, entries)
 
     def remove_orphans(self, candidates: OrphanCandidates, views: Sequence[PartitionView]) -> int:
-        """Delete confirmed orphans and compact the session (blocking; under the lock)."""
+        """Delete confirmed orphans and compact the session (blocking; under the lock).
+
+        The session folder is listed once (``IndexEngine.session_files``), and only the
+        partitions with something to drop are rewritten (``IndexEngine.compact``): the cost
+        grows with the session's NPCs, not with their square.
+        """
         engine = self.engine
         if not engine.is_open:
             return 0  # an index never written holds no orphans
@@ -538,7 +543,7 @@ class FileVectorMemoryIndex:
         alive = self._alive(views)
         removed = 0
         with engine.locked():
-            for owner_hash in engine.owner_hashes(session_hash):
+            for owner_hash, names in sorted(engine.session_files(session_hash).items()):
                 partition = engine.partition(session_hash, owner_hash)
                 if partition is None:
                     continue
@@ -556,7 +561,9 @@ class FileVectorMemoryIndex:
                     ]
                     engine.append(session_hash, owner_hash, tombstones)
                     removed += len(orphans)
-                engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
+                engine.compact(
+                    session_hash, owner_hash, set(range(len(engine.identities()))), names
+                )
         return removed
 
     def erase(
@@ -570,20 +577,23 @@ class FileVectorMemoryIndex:
         A whole partition's files are deleted; listed memories get tombstones and the
         partition is compacted, which rewrites its row files without their vectors. An
         index opened without ``create`` whose folder does not exist holds nothing to drop:
-        the erase does nothing (and creates nothing).
+        the erase does nothing (and creates nothing). The session folder is listed once,
+        whatever the number of partitions (``IndexEngine.session_files``).
         """
         engine = self.engine
         if not engine.is_open:
             return
         session_hash = identity_hash(session_id)
         with engine.locked():
-            owners = engine.owners_with_files(session_hash)  # orphan row files included
+            files = engine.session_files(session_hash)  # orphan row files included
+            owners = sorted(files)
             if owner_id is not None:
                 owner_hash = identity_hash(owner_id)
-                owners = [owner_hash] if owner_hash in owners else []
+                owners = [owner_hash] if owner_hash in files else []
             for owner_hash in owners:
+                names = files[owner_hash]
                 if memory_ids is None:
-                    engine.reset_partition(session_hash, owner_hash)
+                    engine.reset_partition(session_hash, owner_hash, names)
                     continue
                 tombstones = [
                     EntryRecord(
@@ -592,7 +602,9 @@ class FileVectorMemoryIndex:
                     for m in memory_ids
                 ]
                 engine.append(session_hash, owner_hash, tombstones)
-                engine.compact(session_hash, owner_hash, set(range(len(engine.identities()))))
+                engine.compact(
+                    session_hash, owner_hash, set(range(len(engine.identities()))), names
+                )
 
     def _writable(self) -> IndexEngine:
         """The engine, for a write: an index opened without ``create`` whose folder does
