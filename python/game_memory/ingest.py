@@ -189,7 +189,16 @@ def _by_partition(memories: Iterable[GameMemory]) -> list[GameMemory]:
 async def _ready(
     index: VectorIndex, memory: GameMemory, identity: MemoryEmbeddingIdentity, run: Runner
 ) -> bool:
-    return await run(lambda: index.is_ready(memory, identity))
+    """Whether the index holds ``memory``'s vector already; ``False`` when the index cannot
+    say (a database gone, a damaged folder): the batch is saved by then, and whatever the
+    index does next is reported as a diagnostic, never raised (the memory is embedded, and
+    its write fails and says so, or succeeds once the index is back)."""
+    try:
+        return await run(lambda: index.is_ready(memory, identity))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        return False
 
 
 async def _index_chunk(
