@@ -249,7 +249,8 @@ async def erase_memories(
 
     Raises:
         DerivedIndexError: the save's erase is done, but the index could not drop the
-            vectors (an unwritable index folder); the message says so and what to do.
+            vectors (an unwritable index folder, an unreachable database); the message
+            says so and what to do.
     """
     erased = await store.erase(session_id, owner_id, memory_ids)
     failure = await _drop_vectors(index, run, session_id, owner_id, memory_ids)
@@ -257,9 +258,9 @@ async def erase_memories(
         raise DerivedIndexError(
             f"erased {erased:,} memories from the save, but the vector index could not "
             f"drop their vectors ({failure}). They are never recalled (the save decides), "
-            "but their vector bytes stay in the index folder until the same erase, run "
-            "again, or a rebuild ('game-memory rebuild') succeeds: make the index folder "
-            "writable, then do either"
+            "but their vector bytes stay in the index until the same erase, run again, or "
+            "a rebuild ('game-memory rebuild') succeeds: fix what stopped the index (an "
+            "unwritable index folder, an unreachable database), then do either"
         ) from failure
     return erased
 

@@ -522,8 +522,9 @@ class VectorMemoryStore(MemoryOverTime):
             InvalidArgumentError: ``session_id`` is blank, or ``progress`` is not callable.
             EmbeddingUnavailableError: in lexical mode (no embedding model is loaded).
             StoreBusyError: a rebuild of this session is already running here.
-            DerivedIndexError: a failed batch could not even be recorded in the index, or
-                the index folder itself is damaged (delete it).
+            DerivedIndexError: a failed batch could not even be recorded in the index (an
+                unwritable folder, an unreachable database: fix it and run the rebuild
+                again), or the index itself is damaged.
         """
         self._check_open()
         _check_session(session_id)

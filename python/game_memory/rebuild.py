@@ -287,6 +287,7 @@ async def _mark_failed(
             error=write_error,
         )
         raise DerivedIndexError(
-            f"the rebuild of session {session_id!r} failed while recording rebuild "
-            "state; delete the index folder and rebuild"
+            f"the rebuild of session {session_id!r} failed, and the vector index could not "
+            f"record which batch ({write_error}); fix what stopped the index (an unwritable "
+            "index folder, an unreachable database) and run the rebuild again: it resumes"
         ) from write_error

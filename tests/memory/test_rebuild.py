@@ -214,8 +214,11 @@ async def test_a_failed_batch_that_cannot_be_recorded_raises_and_says_so(
         raise DerivedIndexError("disk full")
 
     monkeypatch.setattr(store.index, "mark", broken)
-    with pytest.raises(DerivedIndexError, match="recording rebuild state"):
+    with pytest.raises(DerivedIndexError) as raised:
         await store.rebuild("session")
+    message = str(raised.value)
+    assert "could not record which batch (disk full)" in message
+    assert "run the rebuild again" in message and "delete" not in message
     assert diagnostics.codes() == [
         "memory_embedding_rebuild_failed",
         "memory_vector_index_write_failed",
