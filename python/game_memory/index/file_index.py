@@ -546,6 +546,13 @@ class FileVectorMemoryIndex:
             for owner_hash, names in sorted(engine.session_files(session_hash).items()):
                 partition = engine.partition(session_hash, owner_hash)
                 if partition is None:
+                    # No entries file, yet files of the owner: what a reset or an erase
+                    # killed midway left (row files that may hold erased vectors, a
+                    # rewrite mark). No writer is between its steps under the lock, so
+                    # they are leftovers: without this the session read as damaged after
+                    # every rebuild, and no rebuild repaired it.
+                    if names:
+                        engine.reset_partition(session_hash, owner_hash, names)
                     continue
                 known = alive.get(owner_hash, set())
                 listed = candidates.entries.get(owner_hash, {})
