@@ -10,9 +10,12 @@ with the view), so a memory object is the same on every access: joins and tests 
 compare identities keep working.
 
 Open files stay valid when a rewrite replaces or removes the file (the old inode lives on
-while open), so a view read before an erase still reads what it saw. Not on Windows, where
-an open file cannot be replaced: there each read opens the file (``RecordFile``), and a
-view read before an erase fails its reads afterwards, named, instead of blocking the erase.
+while open), so a view read before an erase still reads what it saw. The process keeps at
+most ``descriptors.MAXIMUM_OPEN_RECORD_FILES`` of them open, the most recently read: a
+file past the bound is opened again when next read, and a view whose file a rewrite
+replaced meanwhile fails its reads, named (``descriptors.RecordFile``). Not on Windows,
+where an open file cannot be replaced: there each read opens the file, and a view read
+before an erase fails its reads afterwards, named, instead of blocking the erase.
 
 :class:`LazyMemories` compares equal to any sequence of the same memories (tuples
 included), slices to a tuple, and concatenates without decoding (``+`` with a tuple gives
@@ -34,12 +37,10 @@ from typing import TypeVar, cast, overload
 import numpy as np
 import numpy.typing as npt
 
-from game_memory.durable import portable
-from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.store.descriptors import RecordFile
 from game_memory.store.growing import Appended, appended
-from game_memory.store.records import HEADER_BYTES, MAGIC
 
 __all__ = [
     "LazyMemories",
@@ -57,71 +58,6 @@ _WILLNEED = getattr(os, "POSIX_FADV_WILLNEED", 0)
 
 #: Where a record is: its file (an index into the sequence's files), offset, whole length.
 Location = tuple[int, int, int]
-
-
-class RecordFile:
-    """One store file kept open for reading records by offset (closed with the object).
-
-    The descriptor keeps the file's inode alive, so a rewrite that replaces or removes the
-    file (an erase, a compaction) does not change what this reads.
-    """
-
-    def __init__(self, path: str, fd: int) -> None:
-        self.path = path
-        self._fd = fd
-        if not portable.HELD_FILES_REPLACEABLE:
-            # Windows: a file kept open could not be replaced by an erase or compaction;
-            # opened for each read instead. A record read after such a rewrite then reads
-            # the new file, whose bytes at that offset fail the record's checks (named,
-            # never taken for the record).
-            self._fd = -1
-            os.close(fd)
-
-    def __del__(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def read_ahead(self, offset: int, length: int) -> None:
-        """Hint that the record at ``offset`` will be read soon (see ``_Records``)."""
-        if _ADVISE is not None and self._fd >= 0:
-            with contextlib.suppress(OSError):
-                _ADVISE(self._fd, offset, length, _WILLNEED)
-
-    def record(self, offset: int, length: int) -> bytes:
-        """The payload of the record at ``offset`` (``length`` includes the header), checked.
-
-        Raises:
-            PersistenceError: the record is missing, or its frame or checksum is wrong.
-        """
-        try:
-            if self._fd >= 0:
-                frame = portable.pread(self._fd, length, offset)
-            else:
-                fd = os.open(self.path, os.O_RDONLY | portable.OPEN_FLAGS)
-                try:
-                    frame = portable.pread(fd, length, offset)
-                finally:
-                    os.close(fd)
-        except OSError as exc:
-            raise PersistenceError(f"could not read {self.path}: {exc.strerror}") from exc
-        payload = frame[HEADER_BYTES:]
-        length_field = frame[4:8]
-        length_check = crc32(length_field)
-        if (
-            len(frame) != length
-            or frame[:4] != MAGIC
-            or int.from_bytes(length_field, "little") != len(payload)
-            or int.from_bytes(frame[8:12], "little") != length_check
-            or int.from_bytes(frame[12:16], "little") != crc32(payload, length_check)
-        ):
-            raise PersistenceError(
-                f"{self.path} is corrupt at byte {offset} (a record differs from what was "
-                "read before: cut, replaced in place or damaged); restore the save from a "
-                "backup or run game-memory check"
-            )
-        return payload
 
 
 class LazyPositions(Mapping[str, int]):
@@ -297,6 +233,12 @@ def _hash_keys(ids: Sequence[str], hashes: bytes | memoryview) -> npt.NDArray[np
     return keys
 
 
+def _will_need(fd: int, offset: int, length: int) -> None:
+    """Hint that bytes ``offset .. offset + length`` of ``fd`` will be read soon."""
+    if _ADVISE is not None:
+        _ADVISE(fd, offset, length, _WILLNEED)
+
+
 class _Records:
     """The shared state of one partition's lazily decoded records."""
 
@@ -325,7 +267,7 @@ class _Records:
         for index in indexes:
             if decoded[index] is None:
                 file_index, offset, length = locations[index]
-                files[file_index].read_ahead(offset, length)
+                files[file_index].advise(offset, length, _will_need)
 
     def get(self, index: int) -> GameMemory:
         memory = self.decoded[index]

@@ -36,6 +36,7 @@ from game_memory.durable.fs import lstat_regular
 from game_memory.durable.names import identity_hash, partition_hash, segment_path
 from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
+from game_memory.store.descriptors import naming_exhaustion
 from game_memory.store.documents import DocumentError, decode_document
 from game_memory.store.growing import Growing
 from game_memory.store.grown import Part, build_view, grown_state
@@ -195,10 +196,21 @@ class PartitionCache:
     ) -> PartitionState:
         """Return the partition's current state, reusing what did not change since last read.
 
+        The descriptors a cached state holds are bounded for the whole process, however
+        many partitions are cached (``descriptors.py``).
+
         Raises:
             PersistenceError: a link, a corrupt record or pack, a record in the wrong
-                partition, or one id holding two different memories.
+                partition, or one id holding two different memories; or no descriptor left
+                to open a file with, said so (``descriptors.out_of_descriptors``: no damage).
         """
+        with naming_exhaustion():
+            return self._read(session_directory, session_hash, owner_hash)
+
+    def _read(
+        self, session_directory: str | Path, session_hash: str, owner_hash: str
+    ) -> PartitionState:
+        """:meth:`read`, its errors as they come."""
         # The counts before any file is looked at: a rewrite after this is seen next time.
         rewrites = None if self.counts is None else self.counts.stamp(session_hash, owner_hash)
         current = self._current(session_hash, owner_hash, rewrites)

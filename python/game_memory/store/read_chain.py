@@ -29,6 +29,7 @@ from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.columns import PredicateColumns
 from game_memory.store.covered_stamps import Identity, read_covered, write_covered
+from game_memory.store.descriptors import descriptors_exhausted, out_of_descriptors
 from game_memory.store.lazy import LazyMemories, LazyPositions, RecordFile
 from game_memory.store.packed_ids import joined_ids
 from game_memory.store.packs import PackIndex
@@ -114,7 +115,10 @@ def seeded_state(
     """The state a read of the covered bytes would have cached, or ``None`` (no usable file).
 
     Raises nothing for a stale or damaged read file (it is ignored and logged); the files
-    of the save are checked byte for byte (CRC-32) before anything of it is used. The
+    of the save are checked byte for byte (CRC-32) before anything of it is used. A
+    process with no descriptor left gets ``PersistenceError`` saying so at once
+    (``descriptors.descriptors_exhausted``): a whole read of the partition would fail too,
+    less clearly. The
     stamps that record such checks (verified and covered stamps, with their fsyncs) are
     written by jobs handed to ``later`` when given (the store's read-file thread: off the
     first recall), else before returning.
@@ -239,7 +243,9 @@ def _seeded(
     for full in paths:
         try:
             fd = os.open(full, os.O_RDONLY | portable.OPEN_FLAGS)
-        except OSError:
+        except OSError as exc:
+            if out_of_descriptors(exc):  # reading the partition whole would fail too
+                raise descriptors_exhausted(full, exc) from exc
             return _stale(path, f"{os.path.basename(full)} cannot be opened")
         opened.append(RecordFile(full, fd))
     if len(parts) == 1:  # the part's arrays, views of its map (copies cost page faults)

@@ -95,6 +95,7 @@ import numpy.typing as npt
 from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
+from game_memory.store.descriptors import out_of_descriptors
 from game_memory.store.packed_ids import PackedIds, unpacked_ids
 from game_memory.store.postings import encode_terms
 from game_memory.store.read_stamps import (
@@ -501,12 +502,19 @@ def load_read_file(
 
     The arrays' CRCs are skipped when a verified stamp names this very file (see the module
     docstring); a load that checked them all stamps the file: at once, or with ``later``
-    in a job handed to ``later``, which runs it afterwards (``upkeep.Upkeep``).
+    in a job handed to ``later``, which runs it afterwards (``upkeep.Upkeep``). The arrays
+    are views of a map that keeps no descriptor open (``descriptors.map_untracked``).
+
+    Raises:
+        PersistenceError: only when the process has no descriptor left (said so, named by
+            ``descriptors.out_of_descriptors``); anything else about the file is ``None``.
     """
     started = time.time_ns()  # before the identity is taken (see SETTLED_NS)
     try:
         mapped = map_file(path, _MAXIMUM_BYTES)
     except PersistenceError as exc:
+        if out_of_descriptors(exc):
+            raise  # no file could be opened: reading the partition whole would fail too
         _LOG.info("the read file %s is unusable (%s); the partition is read whole", path, exc)
         return None
     if mapped is None:

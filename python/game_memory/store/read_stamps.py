@@ -14,7 +14,6 @@ u32 · CRC-32 of the preceding 52 bytes u32.
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import stat
 import struct
@@ -23,6 +22,11 @@ from pathlib import Path
 from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
+from game_memory.store.descriptors import (
+    descriptors_exhausted,
+    map_untracked,
+    out_of_descriptors,
+)
 
 __all__ = ["Identity", "map_file", "read_stamp", "stamp_path", "stamp_unchanged", "write_stamp"]
 
@@ -108,17 +112,22 @@ def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity]
     read into memory instead.
 
     Returns the map, the descriptor (the caller closes it) and the file's identity as
-    ``fstat`` saw it before the map.
+    ``fstat`` saw it before the map. The map keeps no descriptor of its own once the
+    caller closes it (``descriptors.map_untracked``): a cached partition's read file
+    costs the process none.
 
     Raises:
         PersistenceError: a link, not a regular file, larger than ``maximum_bytes``, or
-            unreadable.
+            unreadable; or no descriptor left (``descriptors.out_of_descriptors`` finds
+            that cause, which is no damage).
     """
     try:
         fd = os.open(path, portable.SYNCED_READ | portable.OPEN_FLAGS)  # fsynced by write_stamp
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if out_of_descriptors(exc):
+            raise descriptors_exhausted(path, exc) from exc
         raise PersistenceError(f"could not open {path}: {exc.strerror}") from exc
     try:
         info = os.fstat(fd)
@@ -135,8 +144,7 @@ def map_file(path: Path, maximum_bytes: int) -> tuple[memoryview, int, Identity]
                     raise PersistenceError(f"{path} was cut while it was read")
                 done += count
             return memoryview(data), fd, _identity(info)
-        view = memoryview(mmap.mmap(fd, info.st_size, access=mmap.ACCESS_READ))
-        return view, fd, _identity(info)
+        return map_untracked(fd, info.st_size), fd, _identity(info)
     except OSError as exc:
         os.close(fd)
         raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
