@@ -57,8 +57,9 @@ async def session_views(
     try:
         snapshot = await store.snapshot(query, maximum_entries=bound)
     except CapacityExceededError as exc:
-        if exc.bound == "maximum_entries":
-            raise  # the store's own bound, named so by the store: not this one
+        if exc.bound != "maximum_snapshot_entries":
+            raise  # another bound, named so by the store (its maximum_entries, a database's
+            # statement_timeout): not this one
         raise CapacityExceededError(
             f"session {session_id!r} holds more than {bound:,} memories, the most a status "
             "or a rebuild of a whole session reads (VectorMemoryStoreOptions."

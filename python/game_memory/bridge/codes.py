@@ -230,7 +230,9 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
 
     Returns:
         The :class:`RpcError`; ``data.kind`` names the failure class, ``data.bound`` the
-        bound of a capacity error and ``data.field`` the first invalid parameter.
+        bound of a capacity error, ``data.field`` the first invalid parameter and
+        ``data.reason`` a failure that is not damage (``"not_permitted"``,
+        ``"unreachable"``).
         Unknown exceptions map to ``INTERNAL_ERROR`` with a message that leaks nothing.
     """
     if isinstance(error, RpcError):
@@ -255,11 +257,28 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     if refused is not None:
         data["reason"] = "not_permitted"
         return RpcError(code, _not_permitted_message(message, refused), data)
+    reason = _reason(error)
+    if reason is not None:
+        data["reason"] = reason  # the message already says what to do about it
     if code in _PROTOCOL_ADVICE_CODES:
         message = _with_advice(_PYTHON_ADVICE.sub("", message), code)
     elif not isinstance(error, GameMemoryError):
         message = _with_advice(message, code)
     return RpcError(code, message, data)
+
+
+def _reason(error: BaseException) -> str | None:
+    """The ``data.reason`` an error carries as its ``reason`` (a string), else ``None``.
+
+    It marks a failure that is not damage, whatever its code says: ``"unreachable"`` for a
+    database the server could not reach (the PostgreSQL backends'
+    ``DatabaseUnreachableError`` and ``IndexDatabaseUnreachableError``). Read by name, so
+    the bridge never imports the optional backend; the error's message says what to do.
+    """
+    if not isinstance(error, GameMemoryError):
+        return None
+    reason = getattr(error, "reason", None)
+    return reason if isinstance(reason, str) else None
 
 
 def _not_permitted_message(message: str, refused: OSError) -> str:

@@ -258,7 +258,11 @@ def run_migrate(args: argparse.Namespace) -> int:
 
 
 def _copy_to_database(args: argparse.Namespace) -> int:
-    """``game-memory migrate --to-database URL --save-dir DIR``, with a progress bar."""
+    """``game-memory migrate --to-database URL --save-dir DIR``, with a progress bar.
+
+    A --save-dir without a save (a mistyped path) exits 1 with "there is no save at ...",
+    creating nothing there nor in the database (``copy_save`` refuses it first).
+    """
     if not args.save_dir:
         raise UsageError("--to-database copies the save of --save-dir; give the folder to copy")
     try:
@@ -269,17 +273,22 @@ def _copy_to_database(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         store = PostgresGameMemoryStore(args.to_database, maximum_entries=given_bound(args))
+        bar = Progress(
+            TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        )
+        task = bar.add_task("copy", total=None)
+
+        def progress(done: int, total: int) -> None:
+            # Shown from the first report on, which comes once the save is open: a --save-dir
+            # without a save fails with its message alone.
+            bar.start()
+            bar.update(task, completed=done, total=total)
+
         try:
-            with Progress(
-                TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-            ) as bar:
-                task = bar.add_task("copy", total=None)
-
-                def progress(done: int, total: int) -> None:
-                    bar.update(task, completed=done, total=total)
-
-                report = await copy_save(args.save_dir, store, progress=progress)
+            report = await copy_save(args.save_dir, store, progress=progress)
         finally:
+            if bar.live.is_started:
+                bar.stop()
             await store.aclose()
         console().print(
             f"copied {report.read} memories of {len(report.sessions)} sessions into "

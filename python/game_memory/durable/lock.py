@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 from types import ModuleType, TracebackType
+from typing import Final
 
 from game_memory.durable import portable
 from game_memory.errors import PersistenceError, StoreBusyError
@@ -81,10 +82,18 @@ _NO_LOCKS = frozenset(
 )
 
 
+class FileLocksUnsupportedError(PersistenceError):
+    """The save's file system has no file locks (``ENOLCK``, ``EOPNOTSUPP``): nothing is
+    damaged, the save needs another disk. ``reason`` is what the bridge sends as
+    ``data.reason``."""
+
+    reason: Final = "no_file_locks"
+
+
 def _lock_refused(exc: OSError, path: Path) -> PersistenceError:
     """Why the lock on ``path`` could not be taken (not held: refused), and what to do."""
     if exc.errno in _NO_LOCKS:
-        return PersistenceError(
+        return FileLocksUnsupportedError(
             f"could not lock {path}: the file system it is on does not support file locks "
             f"({exc.strerror or exc}), so the save cannot be guarded against a second "
             "writer. Put the save and its index folder on a local disk (or a network file "

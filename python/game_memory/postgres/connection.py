@@ -13,23 +13,33 @@ network, which they went through too): after a restart one call fails, not one p
 connection. The same holds across the pools of one process on one database (a front door's
 store and index each have one): a lost connection seen by one makes the others drop the
 idle connections they had before it (:data:`_LOSSES`), so a restart fails one call of the
-process, not a store call and then an index write. psycopg's errors never escape this
-package: :func:`translate` maps them to the project's error tree and never puts the password
-of a URL in a message.
+process, not a store call and then an index write. A connection the server closed while it
+sat idle (``idle_session_timeout``, ``pg_terminate_backend``, a shutdown) is noticed when it
+is handed out and replaced, so no call fails for it.
+
+psycopg's errors never escape this package: :func:`translate` maps them to the project's
+error tree. No message holds the password of a URL: a URL libpq would misread (a ``%``,
+``@`` or ``/`` left unencoded in its password shifts where libpq sees the host, port and
+database, and its parse errors quote the text around the fault) is refused before any
+connection, named by its host alone when that is unambiguous (:func:`url_problem`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
+import select
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 
 from game_memory.errors import (
+    CapacityExceededError,
+    DerivedIndexError,
     GameMemoryError,
     InvalidArgumentError,
     PersistenceError,
@@ -38,13 +48,31 @@ from game_memory.errors import (
 
 __all__ = [
     "ConnectionPool",
+    "DatabaseUnreachableError",
+    "IndexDatabaseUnreachableError",
     "describe_database",
     "is_database_url",
     "translate",
+    "url_problem",
 ]
 
 _SCHEMES = ("postgresql://", "postgres://")
 _APPLICATION = "game-memory"
+
+#: What to do about a URL libpq would misread.
+_ENCODE_ADVICE = (
+    "Percent-encode the special characters of the user name, password and database name "
+    "('%' as %25, '@' as %40, '/' as %2F, ':' as %3A; in Python "
+    "urllib.parse.quote(password, safe='')). The URL itself is not shown, so that its "
+    "password never reaches a message"
+)
+#: One host with an optional numeric port, as a URL writes it: what a message may show of a
+#: URL libpq would misread (it cannot hold any of the password, which ends at an ``@``).
+_PLAIN_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::[0-9]{1,5})?")
+#: A port (or a list of them, one per host) as libpq takes it.
+_PORTS = re.compile(r"[0-9]+(?:,[0-9]*)*")
+#: The quoted parts of a libpq parse error, which repeat the URL's text around the fault.
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
 
 
 #: Lost connections seen by this process's pools, per database (``describe_database``):
@@ -53,21 +81,97 @@ _LOSSES: dict[str, int] = {}
 _LOSSES_LOCK = threading.Lock()
 
 
+class DatabaseUnreachableError(PersistenceError):
+    """The save's database could not be reached: refused, down, restarting, or the
+    connection was lost or shut down. Nothing is damaged; check the server and retry.
+
+    ``reason`` (``"unreachable"``) is what the bridge sends as ``data.reason``.
+    """
+
+    reason: Final = "unreachable"
+
+
+class IndexDatabaseUnreachableError(DerivedIndexError):
+    """The vector index's database could not be reached (as
+    :class:`DatabaseUnreachableError`); the index is not damaged, no rebuild is needed."""
+
+    reason: Final = "unreachable"
+
+
 def is_database_url(value: object) -> bool:
     """Whether ``value`` is a ``postgresql://`` (or ``postgres://``) connection URL."""
     return isinstance(value, str) and value.lower().startswith(_SCHEMES)
 
 
-def describe_database(url: str) -> str:
-    """``host:port/dbname`` of a connection URL: what a message may show (no password)."""
+def url_problem(url: str) -> str | None:
+    """Why libpq would not read ``url`` as it was meant, or ``None`` when it would.
+
+    libpq takes a URL's user information up to its first ``@``, unless a ``/`` comes
+    first: an unencoded ``/`` or ``@`` in a password moves part of the password into the
+    host, the port or the database name (which messages show), and an unencoded ``%``
+    makes the URL unparsable, with the text around it quoted in libpq's error. Such a URL
+    cannot connect as meant anyway. The answer never quotes the URL.
+    """
     try:
         parts = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "the PostgreSQL database (an unreadable URL)"
+    except psycopg.ProgrammingError as exc:
+        return f"libpq cannot parse it ({_redacted(exc)})"
+    host = str(parts.get("host") or "")
+    port = str(parts.get("port") or "")
+    if "@" in host or (port and not _PORTS.fullmatch(port)) or "@" in _raw_database(url):
+        return (
+            "libpq would read part of it as the wrong field: an unencoded '@', '/' or ':' in "
+            "the user name or password moves where it sees the host, port and database"
+        )
+    return None
+
+
+def _redacted(exc: Exception) -> str:
+    """libpq's parse error without the URL text it quotes (which may be the password)."""
+    text = _first_line(exc)
+    text = _QUOTED.sub("…", text).rstrip(": …").strip()
+    return text or "not a valid URL"
+
+
+def _raw_database(url: str) -> str:
+    """The database part of ``url`` as written (after the authority, before the query),
+    following libpq: the user information ends at the first ``@`` before any ``/``."""
+    rest = url.partition("://")[2]
+    slash, at = rest.find("/"), rest.find("@")
+    if at != -1 and (slash == -1 or at < slash):
+        rest = rest[at + 1 :]
+    path = rest.partition("/")[2] if "/" in rest.split("?", 1)[0] else ""
+    return path.split("?", 1)[0]
+
+
+def describe_database(url: str) -> str:
+    """``host:port/dbname`` of a connection URL: what a message may show (no password).
+
+    A URL libpq would misread (:func:`url_problem`) is named by its host alone, and only
+    when that is unambiguous (:func:`_plain_host`); else it is "an unreadable URL".
+    """
+    if url_problem(url) is not None:
+        plain = _plain_host(url)
+        if plain is None:
+            return "the PostgreSQL database at an unreadable URL"
+        return f"the PostgreSQL database on {plain} (its URL is unreadable)"
+    parts = conninfo_to_dict(url)
     host = parts.get("host") or "localhost"
     port = parts.get("port") or "5432"
     name = parts.get("dbname") or parts.get("user") or "postgres"
     return f"PostgreSQL database {name} on {host}:{port}"
+
+
+def _plain_host(url: str) -> str | None:
+    """The ``host[:port]`` of a URL libpq would misread, when that is unambiguous: after
+    its one ``@`` when no ``/`` comes before it (else the ``@`` may be a password's, or a
+    database name's), or at the start when there is no ``@`` (then there is no password)."""
+    rest = url.partition("://")[2]
+    at = rest.find("@")
+    if rest.count("@") > 1 or "/" in rest[: max(at, 0)]:
+        return None
+    host = re.split(r"[/?]", rest[at + 1 :], maxsplit=1)[0]
+    return host if _PLAIN_HOST.fullmatch(host) else None
 
 
 def translate(
@@ -79,22 +183,25 @@ def translate(
 ) -> GameMemoryError:
     """The project's error for a psycopg error raised while doing ``what`` at ``where``.
 
-    Lock and statement timeouts, serialization failures and deadlocks are
-    :class:`StoreBusyError` (retry later); data PostgreSQL refuses, or that is past one of
-    its limits (ids too long for a key index entry), is :class:`InvalidArgumentError`;
-    anything else (a lost connection, missing privileges, a full disk, a damaged table) is
-    ``error`` (``PersistenceError`` for the save, ``DerivedIndexError`` for the vector
-    index). Only a lost or refused connection is worded as one.
+    Lock timeouts, serialization failures, deadlocks and a statement an administrator
+    canceled are :class:`StoreBusyError` (retry later). A statement that ran past the
+    server's ``statement_timeout`` is :class:`CapacityExceededError` (``bound``
+    ``"statement_timeout"``): a retry would run as long, so the message says to raise it
+    or to ask for less. Data PostgreSQL refuses, or that is past one of its
+    limits (ids too long for a key index entry), is :class:`InvalidArgumentError`. A lost,
+    refused or shut-down connection is :class:`DatabaseUnreachableError` (or
+    :class:`IndexDatabaseUnreachableError` when ``error`` is ``DerivedIndexError``), worded
+    as one; anything else (missing privileges, a full disk, a damaged table) is ``error``
+    (``PersistenceError`` for the save, ``DerivedIndexError`` for the vector index).
     """
     if isinstance(exc, GameMemoryError):
         return exc
     detail = _first_line(exc)
+    if isinstance(exc, pg_errors.QueryCanceled):
+        return _canceled(detail, what, where)
     if isinstance(
         exc,
-        pg_errors.LockNotAvailable
-        | pg_errors.QueryCanceled
-        | pg_errors.SerializationFailure
-        | pg_errors.DeadlockDetected,
+        pg_errors.LockNotAvailable | pg_errors.SerializationFailure | pg_errors.DeadlockDetected,
     ):
         return StoreBusyError(f"{where} was busy while {what} ({detail}); retry later")
     if isinstance(exc, pg_errors.DataError | pg_errors.CharacterNotInRepertoire):
@@ -106,7 +213,7 @@ def translate(
             "key entry (about 2,700 bytes of UTF-8, see docs/postgres.md): use shorter ids"
         )
     if isinstance(exc, psycopg.OperationalError) and _lost_connection(exc):
-        return error(
+        return _unreachable(error)(
             f"could not reach {where} while {what} ({detail}); check that the server is "
             "running and the URL is right, then retry"
         )
@@ -118,10 +225,39 @@ def translate(
     return error(f"{where} failed while {what}: {detail}")
 
 
+def _canceled(detail: str, what: str, where: str) -> GameMemoryError:
+    """A canceled statement (SQLSTATE 57014): PostgreSQL's ``statement_timeout``, unless
+    the server says someone canceled it (``pg_cancel_backend``), which a retry may outlive.
+    The library never cancels its own statements."""
+    if "user request" in detail:
+        return StoreBusyError(
+            f"{where} canceled the statement while {what} ({detail}: an administrator or "
+            "another session canceled it); retry later"
+        )
+    return CapacityExceededError(
+        f"{where} stopped the statement while {what} ({detail}): it ran past the server's "
+        "statement_timeout, and a retry runs as long (unless it was waiting for another "
+        "writer's lock). Raise statement_timeout for the role or the database (or in the "
+        "URL: ?options=-c%20statement_timeout%3D60s), or ask for less: recall one NPC (an "
+        "owner_id) rather than a whole session",
+        bound="statement_timeout",
+    )
+
+
+def _unreachable(error: type[GameMemoryError]) -> type[GameMemoryError]:
+    """The "could not reach the database" class of the error kind ``error``."""
+    if issubclass(error, DerivedIndexError):
+        return IndexDatabaseUnreachableError
+    if issubclass(error, PersistenceError):
+        return DatabaseUnreachableError
+    return error
+
+
 #: SQLSTATEs of a connection that failed or was shut down (class 08; admin or crash
-#: shutdown, the server starting): psycopg raises them as ``OperationalError``, like a
-#: full disk or a statement past a limit, which are no reason to check the server or URL.
-_DISCONNECTED = ("57P01", "57P02", "57P03")
+#: shutdown, the server starting, the session closed for being idle too long): psycopg
+#: raises them as ``OperationalError``, like a full disk or a statement past a limit,
+#: which are no reason to check the server or URL.
+_DISCONNECTED = ("57P01", "57P02", "57P03", "57P05")
 
 
 def _lost_connection(exc: psycopg.Error) -> bool:
@@ -132,6 +268,39 @@ def _lost_connection(exc: psycopg.Error) -> bool:
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+def _closed_while_idle(connection: psycopg.Connection[Any]) -> bool:
+    """Whether the server closed (or is closing) an idle pooled connection.
+
+    An idle connection in autocommit mode is owed nothing by the server, so anything to
+    read on its socket is the server's goodbye (an error such as 57P05 idle-session
+    timeout or 57P01 terminated by an administrator, then the end of the stream). One
+    poll with no wait, no round trip. A connection it misses (the server closes it in the
+    instant after) fails the one call that meets it, as a lost connection: that call is
+    not retried, since its statement may have run.
+    """
+    if connection.closed or connection.broken:
+        return True
+    try:
+        return _readable(connection.fileno())
+    except (OSError, ValueError, psycopg.Error):
+        return True
+
+
+def _readable(fd: int) -> bool:
+    """Whether socket ``fd`` has something to read (or was closed), without waiting.
+
+    ``poll`` where there is one: ``select`` refuses descriptors past ``FD_SETSIZE``
+    (1,024), which a busy game server's sockets can be. Windows has no ``poll``, and its
+    ``select`` takes any socket.
+    """
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)  # a hang-up or an error is reported too
+        return bool(poller.poll(0))
+    readable, _, _ = select.select([fd], [], [], 0)
+    return bool(readable)
 
 
 class ConnectionPool:
@@ -159,6 +328,11 @@ class ConnectionPool:
     ) -> None:
         if not is_database_url(url):
             raise InvalidArgumentError("a PostgreSQL store needs a postgresql:// URL")
+        problem = url_problem(url)
+        if problem is not None:
+            raise InvalidArgumentError(
+                f"cannot use the URL of {describe_database(url)}: {problem}. {_ENCODE_ADVICE}"
+            )
         self.url = url
         self.where = describe_database(url)
         self._size = size
@@ -179,6 +353,11 @@ class ConnectionPool:
                 connect_timeout=max(1, round(self._timeout)),
                 application_name=_APPLICATION,
             )
+        except psycopg.ProgrammingError as exc:  # the URL; __init__ refuses what it knows
+            raise self._error(
+                f"could not connect to {self.where}: libpq cannot read its URL "
+                f"({_redacted(exc)}). {_ENCODE_ADVICE}"
+            ) from None  # the cause's text quotes the URL
         except psycopg.Error as exc:
             raise translate(exc, "connecting", self.where, error=self._error) from exc
         try:
@@ -204,8 +383,13 @@ class ConnectionPool:
                     for lost in stale:
                         with contextlib.suppress(psycopg.Error):
                             lost.close()
-                if self._idle:
-                    return self._idle.pop()
+                while self._idle:
+                    connection = self._idle.pop()
+                    if not _closed_while_idle(connection):
+                        return connection
+                    self._open -= 1  # the server closed it while idle: open another
+                    with contextlib.suppress(psycopg.Error):
+                        connection.close()
                 if self._open < self._size:
                     self._open += 1
                     break

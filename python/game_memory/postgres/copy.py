@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory, GameMoment
 from game_memory.postgres.store import PostgresGameMemoryStore
 from game_memory.store.engine import StoreEngine
@@ -47,6 +48,18 @@ class CopyReport:
 
 
 def _open(folder: Path) -> StoreEngine:
+    """The engine of the save in ``folder``, which must hold one (a current or a legacy
+    save): a mistyped path is refused, never created as an empty save to copy.
+
+    Raises:
+        PersistenceError: no save there ("there is no save at ..."), or it is unsafe or
+            damaged.
+    """
+    if not os.path.lexists(folder):  # a link is refused by open_layout, naming it
+        raise PersistenceError(
+            f"there is no save at {folder}: the folder does not exist. Check the path of the "
+            "save to copy (--save-dir); the copy reads a save, it never creates one"
+        )
     engine = StoreEngine(
         folder,
         maximum_entries=1_000_000,
@@ -54,7 +67,7 @@ def _open(folder: Path) -> StoreEngine:
         lock_timeout=30.0,
         cache_entries=_BATCH * 4,
     )
-    engine.open_layout()
+    engine.open_layout(create=False)
     if has_legacy_layout(folder):
         migrate_legacy_layout(engine)
     with engine.locked():
@@ -91,10 +104,12 @@ async def copy_save(
     """Copy every memory of the save ``folder`` into ``store``; see the module docstring.
 
     ``progress(done, total)`` is called before the first batch and after each (it may be
-    async). The folder is not changed, except that a legacy layout is migrated first.
+    async). The folder is not changed, except that a legacy layout is migrated first; a
+    folder without a save is refused before ``store`` is used, and nothing is created.
 
     Raises:
-        PersistenceError: the folder is damaged or unsafe, or the database unreachable.
+        PersistenceError: there is no save in ``folder`` (or no folder), the folder is
+            damaged or unsafe, or the database unreachable.
         MemoryConflictError: the database holds one of the ids with other content (the
             batches before it stay copied; rerun after resolving it).
     """

@@ -216,9 +216,10 @@ class PostgresGameMemoryStore(PostgresLifecycle):
         Raises:
             MemoryConflictError: the id already holds different content (nothing changes).
             CapacityExceededError: the owner partition holds ``maximum_partition_entries``,
-                or the store ``maximum_entries`` (its ``bound`` names which).
+                or the store ``maximum_entries``, or the statement ran past the server's
+                ``statement_timeout`` (its ``bound`` names which).
             PersistenceError: the database is unreachable or refuses the write.
-            StoreBusyError: the database was too busy (a lock or statement timeout).
+            StoreBusyError: the database was too busy (a lock timeout, a deadlock).
             StoreClosedError: the store was closed.
         """
         if not isinstance(memory, GameMemory):

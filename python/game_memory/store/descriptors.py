@@ -44,7 +44,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -59,6 +59,7 @@ __all__ = [
     "HeldFile",
     "OpenRecordFiles",
     "RecordFile",
+    "TooManyOpenFilesError",
     "descriptors_exhausted",
     "map_untracked",
     "naming_exhaustion",
@@ -109,6 +110,13 @@ def naming_exhaustion() -> Iterator[None]:
         raise descriptors_exhausted(cause.filename or "a file of the save", cause) from exc
 
 
+class TooManyOpenFilesError(PersistenceError):
+    """A file of the save could not be opened for want of descriptors: nothing is
+    damaged. ``reason`` is what the bridge sends as ``data.reason``."""
+
+    reason: Final = "too_many_open_files"
+
+
 def descriptors_exhausted(path: object, exc: OSError) -> PersistenceError:
     """The error for a file of the store that could not be opened for want of descriptors
     (``exc``: ``EMFILE`` or ``ENFILE``); the caller raises it ``from exc``."""
@@ -121,7 +129,7 @@ def descriptors_exhausted(path: object, exc: OSError) -> PersistenceError:
             "raise the limit (ulimit -n, or LimitNOFILE for a service) before starting the "
             "game or the sidecar, or open fewer stores at once"
         )
-    return PersistenceError(
+    return TooManyOpenFilesError(
         f"could not open {path}: too many open files ({why}). The save is not damaged and "
         f"was not changed; {what}, then try again"
     )
