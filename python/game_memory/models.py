@@ -7,7 +7,15 @@
   one is not prepared or cannot load, no provider and a :class:`MemoryVectorDiagnostic`
   notice saying why and what to do: a game keeps working lexically.
 * any other value: a model folder (``game_memory.onnx.load_provider_from_directory``);
-  failing to load it is an error, because the user asked for that folder explicitly.
+  failing to load it is an error, because the user asked for that folder explicitly (an
+  embedding runtime that cannot be imported included: an ``EmbeddingUnavailableError``
+  saying so, not an ``ImportError``).
+
+The notice is always a ``warning``, whatever the cause (a model not prepared, a damaged
+file, a runtime that cannot be imported): it reports a fallback the game keeps working
+through, with recall lexical, and one code keeps one severity, so a game that shows
+warnings and errors differently needs no table of causes. ``error`` is for an operation
+that failed (a rebuild, for example), which this is not.
 
 The advice in a notice is chosen by the failure's *kind* (``OnnxFailureKind``), never by
 reading its message. ``game_memory.onnx`` is imported only when a model needs it, so a
@@ -45,8 +53,8 @@ _ADVICE = {
 }
 _OTHER_ADVICE = "run 'game-memory models prepare', then restart"
 #: Reasons that already say what to do (the provider names the command, or the repair is
-#: not a command: a permission), where the advice above would contradict them.
-_REASONS_THAT_ADVISE = ("'game-memory models prepare", "read access")
+#: not a command: a permission, a reinstall), where the advice above would contradict them.
+_REASONS_THAT_ADVISE = ("'game-memory models prepare", "read access", "reinstall game-memory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +81,17 @@ async def load_model(model: str, home: str | os.PathLike[str] | None = None) -> 
     if model == "hashing":
         return ModelChoice(HashingEmbeddingProvider())
     if model not in _PREPARED_MODELS:
-        from game_memory import onnx
-
+        try:
+            from game_memory import onnx
+        except ImportError as exc:  # the folder asked for cannot load: an error, in one line
+            raise EmbeddingUnavailableError(
+                f"cannot load the model folder {model}: {_runtime_missing(exc)}"
+            ) from exc
         return ModelChoice(await _ready(await onnx.load_provider_from_directory(model)))
     try:
         from game_memory import onnx
     except ImportError as exc:  # a broken install: keep the game working, say why
-        reason = f"the embedding runtime cannot be imported ({exc})"
-        return ModelChoice(None, _notice(model, reason, None))
+        return ModelChoice(None, _notice(model, _runtime_missing(exc), None))
     try:
         provider = await onnx.load_named_provider(model, None if home is None else Path(home))
     except EmbeddingUnavailableError as exc:
@@ -114,7 +125,21 @@ async def _ready(provider: EmbeddingProvider) -> EmbeddingProvider:
     return provider
 
 
+def _runtime_missing(exc: ImportError) -> str:
+    """Why nothing can embed when ``game_memory.onnx`` (onnxruntime) cannot be imported, and
+    the repair: preparing a model again would not bring the runtime back."""
+    return (
+        f"the embedding runtime cannot be imported ({exc}); reinstall game-memory (a game "
+        "that bundles it: repair or reinstall the game)"
+    )
+
+
 def _notice(model: str, reason: str, kind: str | None) -> MemoryVectorDiagnostic:
+    """The ``embedding_model_unavailable`` notice: why ``model`` is not used, what to do.
+
+    Its severity is ``warning`` for every ``kind``: the notice reports a fallback (recall
+    goes on, lexically), as docs/protocol.md promises; see the module docstring.
+    """
     advice = _ADVICE.get(kind or "", _OTHER_ADVICE)
     if model != "default":
         advice = advice.replace("models prepare", f"models prepare {model}")
@@ -127,9 +152,7 @@ def _notice(model: str, reason: str, kind: str | None) -> MemoryVectorDiagnostic
     )
     return MemoryVectorDiagnostic(
         code=DEFAULT_MODEL_UNAVAILABLE,
-        severity=DiagnosticSeverity.WARNING
-        if kind == "missing_model_file"
-        else DiagnosticSeverity.ERROR,
+        severity=DiagnosticSeverity.WARNING,
         message=message[:4_096],
         details=None if kind is None else {"kind": kind},
     )

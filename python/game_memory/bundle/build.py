@@ -1,19 +1,31 @@
 """Build a sidecar bundle: freeze, add the model, write the manifest, check, move into place.
 
 Everything is built in a scratch folder beside the target (``DIR/.game-memory-bundle-*``)
-and moved into place only after the check passed, so an interrupted or failed build leaves
-the previous bundle as it was. A folder ``DIR/game-memory`` that is not a bundle (it has no
-``game-memory-bundle.json``) is never replaced.
+and moved into place only after the check passed, so a failed build, or one interrupted
+before that, leaves the previous bundle as it was. A folder ``DIR/game-memory`` that is not
+a bundle (it has no ``game-memory-bundle.json``) is never replaced.
+
+Moving into place is two renames: the previous bundle into the scratch folder (as
+``previous``), then the new one to ``DIR/game-memory``. A failure or a Ctrl-C between them
+puts the previous one back at once. A build killed between them (``kill -9``, a power cut)
+leaves no ``DIR/game-memory`` for that instant: the next build into ``DIR`` puts
+``previous`` back first, before anything else, so that even a next build that fails leaves
+the previous bundle in place. That next build also deletes the scratch folders killed builds
+left (about 200 MB each). A build holds ``DIR/.game-memory-bundle.lock`` (an empty file,
+left in place) from start to end; while one does, a second build into the same ``DIR`` is
+refused, so every scratch folder a build finds while it holds the lock is abandoned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import os
 import platform
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +41,8 @@ from game_memory.bundle.layout import (
     executable_name,
 )
 from game_memory.bundle.model_copy import copy_model, resolve_model_choice
+from game_memory.durable.lock import ProcessLock
+from game_memory.errors import PersistenceError, StoreBusyError
 
 __all__ = ["BuiltBundle", "build_bundle", "folder_size"]
 
@@ -37,6 +51,12 @@ StageCallback = Callable[[str], None]
 
 # Godot skips a folder holding this file: no import, not packed into the game's .pck.
 _GDIGNORE = ".gdignore"
+#: A build's scratch folders in ``DIR`` (hidden: Godot skips names that start with a dot).
+_SCRATCH_PREFIX = ".game-memory-bundle-"
+#: Held by the build writing into ``DIR``; not a scratch folder's name (no ``-`` after it).
+_LOCK_NAME = ".game-memory-bundle.lock"
+#: The previous bundle's name inside the scratch folder while the new one moves in.
+_PREVIOUS = "previous"
 
 
 @dataclass(frozen=True)
@@ -94,9 +114,10 @@ def build_bundle(
         The bundle, checked by starting it once.
 
     Raises:
-        BundleError: Any stage failed, ``output`` is itself a bundle, or
-            ``output/game-memory`` is a folder that is not a bundle; the previous bundle,
-            if any, is left untouched.
+        BundleError: Any stage failed, ``output`` is itself a bundle,
+            ``output/game-memory`` is a folder that is not a bundle, or another build into
+            ``output`` is running; the previous bundle, if any, is left in place (put back
+            first, if a killed build had left it aside: see the module docstring).
     """
     report = stage or (lambda _line: None)
     started = time.monotonic()
@@ -112,11 +133,28 @@ def build_bundle(
             f"{target} exists and is not a game-memory bundle; move it away or choose another "
             "--output"
         )
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BundleError(f"cannot write into {output}: {exc.strerror or exc}") from exc
+    with _building(output):
+        _recover(output, target)
+        return _build_locked(output, target, model, home, report, started)
+
+
+def _build_locked(
+    output: Path,
+    target: Path,
+    model: str,
+    home: Path | None,
+    report: StageCallback,
+    started: float,
+) -> BuiltBundle:
+    """:func:`build_bundle` once it holds the lock and put back what a killed build left."""
     report(f"preparing the model ({model})")
     choice = resolve_model_choice(model, home)
     try:
-        output.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=".game-memory-bundle-", dir=output))
+        scratch = Path(tempfile.mkdtemp(prefix=_SCRATCH_PREFIX, dir=output))
     except OSError as exc:
         raise BundleError(f"cannot write into {output}: {exc.strerror or exc}") from exc
     try:
@@ -158,9 +196,90 @@ def build_bundle(
     )
 
 
+@contextlib.contextmanager
+def _building(output: Path) -> Iterator[None]:
+    """Hold ``output``'s build lock for the block, or refuse at once if a build holds it.
+
+    The lock is the operating system's (see :class:`~game_memory.durable.lock.ProcessLock`),
+    so a killed build holds it no longer, and what it left is known to be abandoned.
+
+    Raises:
+        BundleError: another build into ``output`` is running, or the lock cannot be taken
+            (the message names the lock file).
+    """
+    lock = ProcessLock(output / _LOCK_NAME, timeout=0)
+    try:
+        lock.acquire()
+    except StoreBusyError:
+        raise BundleError(
+            f"another game-memory bundle build is writing into {output} (it holds "
+            f"{output / _LOCK_NAME}); wait for it to finish, or choose another --output"
+        ) from None
+    except PersistenceError as exc:  # a link, no permission, a file system without locks
+        cause = exc.__cause__
+        reason = cause.strerror if isinstance(cause, OSError) and cause.strerror else exc
+        raise BundleError(
+            f"cannot take the build lock {output / _LOCK_NAME} ({reason}); build into a "
+            "folder on a local disk that you can write"
+        ) from exc
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _abandoned_scratch(output: Path) -> list[Path]:
+    """The scratch folders in ``output`` (while its lock is held: left by killed builds),
+    the last changed first: moving the bundle aside is the last change a build makes to
+    its scratch folder, so of two ``previous`` (two killed swaps, the bundle put back by
+    hand between them) the first is the latest bundle."""
+    found = [
+        path
+        for path in output.glob(f"{_SCRATCH_PREFIX}*")
+        if path.is_dir() and not path.is_symlink()
+    ]
+    return sorted(found, key=lambda path: path.lstat().st_mtime_ns, reverse=True)
+
+
+def _recover(output: Path, target: Path) -> None:
+    """Put back the bundle a build killed between its two renames left aside, then delete
+    the scratch folders killed builds left. Call with the lock held.
+
+    ``previous`` moves back only where ``target`` is missing: a ``previous`` beside a
+    bundle in place was replaced by it (the build was killed after its swap, before its
+    clean-up) and goes with its scratch folder.
+
+    Raises:
+        BundleError: the previous bundle cannot be moved back (the message says where it is).
+    """
+    for scratch in _abandoned_scratch(output):
+        previous = scratch / _PREVIOUS
+        if (previous / MANIFEST_NAME).is_file() and not os.path.lexists(target):
+            try:
+                previous.rename(target)
+            except OSError as exc:
+                raise BundleError(
+                    f"cannot move the previous bundle back from {previous} to {target} (an "
+                    f"earlier build was stopped while replacing it): {exc.strerror or exc}; "
+                    "move it there by hand"
+                ) from exc
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def _replace(target: Path, built: Path, scratch: Path) -> None:
     """Move ``built`` to ``target``; an older bundle there is moved aside first, then deleted
-    with the scratch folder (both renames stay on one file system, inside ``output``)."""
+    with the scratch folder (both renames stay on one file system, inside ``output``).
+
+    A failure or an interrupt between the two renames moves the older bundle back before
+    it propagates; a kill there leaves it as ``scratch/previous``, which the next build
+    puts back (:func:`_recover`).
+    """
+    previous = scratch / _PREVIOUS
     if target.exists():
-        target.rename(scratch / "previous")
-    built.rename(target)
+        target.rename(previous)
+    try:
+        built.rename(target)
+    except BaseException:
+        if previous.exists() and not target.exists():
+            previous.rename(target)
+        raise
