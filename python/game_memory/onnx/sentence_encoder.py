@@ -45,6 +45,7 @@ from game_memory.onnx.tokens import BatchInference, TextTokenizer
 __all__ = [
     "MiniLmOnnxEmbeddingProvider",
     "SentenceEncoderOnnxEmbeddingProvider",
+    "load_sentence_encoder",
     "resolved_maximum_tokens",
     "sentence_encoder_identity",
 ]
@@ -98,7 +99,13 @@ class _Loaded:
     inference: OnnxSessionInference
 
 
-def _load(options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], bool]) -> _Loaded:
+def load_sentence_encoder(
+    options: SentenceEncoderOnnxEmbeddingOptions, cancelled: Callable[[], bool]
+) -> _Loaded:
+    """Check and open a prepared folder as the provider does (files against the manifest,
+    the config, the tokenizer, onnxruntime's session); the caller owns the session
+    (``inference.close()``). ``models info``'s intact check calls it too, so that "intact"
+    means what this accepts, not a copy of its checks."""
     directory = options.model_directory
     host_bytes = options.expected_file_bytes or {}
     host_sha256 = options.expected_sha256 or {}
@@ -248,7 +255,7 @@ class SentenceEncoderOnnxEmbeddingProvider(OnnxEmbeddingProviderBase):
                 "create() needs a SentenceEncoderOnnxEmbeddingOptions",
             )
         loaded = await load_off_loop(
-            lambda cancelled: _load(options, cancelled),
+            lambda cancelled: load_sentence_encoder(options, cancelled),
             timeout=options.load_timeout,
             dispose=lambda late: late.inference.close(),
             metrics=options.metrics,

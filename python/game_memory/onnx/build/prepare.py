@@ -51,8 +51,7 @@ from game_memory.onnx.prepared_manifest import PreparedModelManifest
 
 # The loader's own code, so that "intact" means "the loader accepts it" (not a copy of its
 # checks that could drift from them).
-from game_memory.onnx.sentence_encoder import MODEL_FILES
-from game_memory.onnx.sentence_encoder import _load as load_sentence_encoder
+from game_memory.onnx.sentence_encoder import MODEL_FILES, load_sentence_encoder
 
 fcntl: ModuleType | None
 msvcrt: ModuleType | None
