@@ -34,49 +34,24 @@ the caller grows by copying, as before.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import mmap
-import sys
-from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
+
+from game_memory.durable.fixed_maps import LIBC_MMAP as _MMAP
+from game_memory.durable.fixed_maps import MAP_FIXED as _MAP_FIXED
+from game_memory.durable.fixed_maps import NO_ACCESS as _NO_ACCESS
+from game_memory.durable.fixed_maps import RESERVE_FLAGS as _RESERVE_FLAGS
 
 __all__ = ["RowMap"]
 
 FloatMatrix = npt.NDArray[np.float32]
 
 _PAGE = mmap.PAGESIZE
-#: ``MAP_FIXED`` is 0x10 on Linux and on macOS; Python's ``mmap`` module does not name it.
-_MAP_FIXED = 0x10
 #: Reserved beyond the file at least this much, so that a small file is not mapped again
 #: for every few rows it gains.
 _MINIMUM_SLACK = 4 << 20
-
-
-def _libc_mmap() -> Callable[..., int | None] | None:
-    """The C library's ``mmap``, where a file may be mapped at a fixed address."""
-    if sys.platform not in ("linux", "darwin") or ctypes.sizeof(ctypes.c_void_p) < 8:
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).mmap
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_void_p
-    function.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-        ctypes.c_int64,
-    ]  # fmt: skip
-    return function
-
-
-_MMAP = _libc_mmap()
-_NO_ACCESS = getattr(mmap, "PROT_NONE", 0)
-_RESERVE_FLAGS = (
-    getattr(mmap, "MAP_PRIVATE", 0)
-    | getattr(mmap, "MAP_ANONYMOUS", 0)
-    | getattr(mmap, "MAP_NORESERVE", 0)
-)
 
 
 class RowMap:

@@ -39,7 +39,6 @@ import errno
 import itertools
 import mmap
 import os
-import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -50,6 +49,10 @@ import numpy as np
 
 from game_memory.durable import portable
 from game_memory.durable.checksum import crc32
+from game_memory.durable.fixed_maps import LIBC_MMAP as _MMAP
+from game_memory.durable.fixed_maps import MAP_FIXED as _MAP_FIXED
+from game_memory.durable.fixed_maps import NO_ACCESS as _NO_ACCESS
+from game_memory.durable.fixed_maps import RESERVE_FLAGS as _RESERVE_FLAGS
 from game_memory.errors import PersistenceError
 from game_memory.store.records import HEADER_BYTES, MAGIC
 
@@ -75,10 +78,6 @@ MAXIMUM_OPEN_RECORD_FILES = 256
 #: What ``open`` answers when the process (``EMFILE``) or the system (``ENFILE``) has no
 #: descriptor left.
 _EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE})
-#: ``MAP_FIXED`` is 0x10 on Linux and on macOS; Python's ``mmap`` module does not name it.
-_MAP_FIXED = 0x10
-_RESERVE_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-_NO_ACCESS = getattr(mmap, "PROT_NONE", 0)
 
 
 def out_of_descriptors(exc: BaseException) -> bool:
@@ -146,27 +145,6 @@ def _limit() -> str:
 
 
 # -- maps that hold no descriptor ------------------------------------------------------
-
-
-def _libc_mmap() -> Callable[..., int | None] | None:
-    """The C library's ``mmap``, where a file may be mapped at a fixed address."""
-    if sys.platform not in ("linux", "darwin") or ctypes.sizeof(ctypes.c_void_p) < 8:
-        return None
-    if not _RESERVE_FLAGS & getattr(mmap, "MAP_ANONYMOUS", 0):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).mmap
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_void_p
-    function.argtypes = [
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-        ctypes.c_int64,
-    ]  # fmt: skip
-    return function
-
-
-_MMAP = _libc_mmap()
 
 
 def map_untracked(fd: int, size: int) -> memoryview:
