@@ -9,6 +9,8 @@ objects and the joins of snapshot views to index partitions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import os
 import threading
@@ -612,6 +614,30 @@ class FileVectorMemoryIndex:
                 engine.compact(
                     session_hash, owner_hash, set(range(len(engine.identities()))), names
                 )
+            if owner_id is None and memory_ids is None:
+                self._drop_session_folder(session_hash)
+
+    def _drop_session_folder(self, session_hash: str) -> None:
+        """After an erase of a whole session: delete its folder's record of identity codes
+        and the folder, if nothing else is left in it (under the lock). A game that makes
+        and deletes save slots for weeks kept one folder per slot it ever had, named by
+        the hash of its id, which nothing reclaimed."""
+        engine = self.engine
+        folder = engine.session_directory(session_hash)
+        try:
+            engine.codes.drop(session_hash)
+            os.rmdir(folder)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return  # stamps or files of another kind: the folder stays, harmless
+            raise DerivedIndexError(
+                f"could not remove the erased session's folder {folder} "
+                f"({exc.strerror or exc}); it holds no vectors: delete it"
+            ) from exc
+        with contextlib.suppress(OSError):
+            fs.fsync_directory(engine.data)
 
     def _writable(self) -> IndexEngine:
         """The engine, for a write: an index opened without ``create`` whose folder does

@@ -21,6 +21,7 @@ the record at its next write; a damaged record vouches for no code.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -179,6 +180,17 @@ class SessionCodes:
     def forget(self) -> None:
         """Drop every verdict (the index folder was emptied)."""
         self._verdicts.clear()
+
+    def drop(self, session_hash: str) -> None:
+        """Delete the session's record (its folder emptied by an erase of the session) and
+        forget its verdict; the next write of vectors there records the table again.
+
+        Raises:
+            OSError: the record could not be deleted (it is still there).
+        """
+        self._verdicts.pop(session_hash, None)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(session_hash))
 
     def judge(self, session_hash: str) -> CodesVerdict:
         """Read the session's record again and hold its verdict (a disagreement is logged
