@@ -147,16 +147,47 @@ def out_of_range_number(text: str) -> str | None:
     return None
 
 
+#: A JSON escape: a surrogate pair written as two ``\\u`` escapes (one character), another
+#: ``\\u`` escape, or a backslash and one character (``\\n``, ``\\"``, ``\\\\``, ...).
+_ESCAPE = re.compile(
+    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|(.))",
+    re.DOTALL,
+)
+#: What JSON's one-letter escapes stand for.
+_SHORT_ESCAPES = {
+    '"': '"',
+    "\\": "\\",
+    "/": "/",
+    "b": "\b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+}
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    high, low, code, short = match.groups()
+    if high is not None:
+        return chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + int(low, 16) - 0xDC00)
+    if code is not None:
+        return chr(int(code, 16))  # a lone surrogate too, as ``json.loads`` reads it
+    return _SHORT_ESCAPES.get(short, match.group())
+
+
 def readable_json(text: str) -> str:
-    """``text`` (valid JSON) with its ``\\u`` escapes (``\\u00e9``) written as the characters they
-    stand for, for search and embedding: Python's ``json.dumps`` escapes every non-ASCII
-    character by default, and a payload written so (``{"item": "\\u00e9p\\u00e9e"}``)
-    would otherwise be searched and embedded as ``u00e9p``, not ``épée``. Text without an
-    escape is returned as it is (the usual case: one ``in`` test); otherwise it is parsed and
-    written again compactly, keeping its keys' order."""
-    if "\\u" not in text:
+    """``text`` (JSON) with every escape written as the character it stands for, for search
+    and embedding, and nothing else changed (numbers stay as written: ``2.50``, ``1E3``).
+
+    Python's ``json.dumps`` escapes every non-ASCII character by default, and every JSON
+    writer escapes a line break, a tab or a quote in a string: a payload written so
+    (``{"item": "\\u00e9p\\u00e9e"}``, ``"Dear Mira,\\nBertram"``) would otherwise be
+    searched and embedded as ``u00e9p`` and ``nbertram``, not ``épée`` and ``Bertram``. In
+    JSON a backslash appears only in a string, so the escapes are replaced where they are
+    (one regular expression, no parse: the text is read the same whatever else it holds);
+    a string's content alone, or text that is not JSON, is read by the same rule. Text
+    without a backslash is returned as it is (the usual case: one ``in`` test).
+    """
+    if "\\" not in text:
         return text
-    try:
-        return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
-    except (ValueError, RecursionError):  # not JSON after all: as it is
-        return text
+    return _ESCAPE.sub(_unescaped, text)

@@ -15,17 +15,37 @@ import pytest
 
 from game_memory import GameMemory, GameMemoryQuery, GameMemoryStore, GameMoment
 from game_memory.model import memory_matches_query, ordinal_key
-from game_memory.store.tokenizer import tokenize
+from game_memory.store.tokenizer import folded, tokenize
 from support.vectors import MemoryFactory
 
 WORDS = ["sword", "dragon", "forge", "ale", "tom", "rusty", "猫", "一只", "屋顶"]
+#: Written escaped by ``json.dumps`` (``\\ud83d\\udc09``, ``\\n``, ``\\"``): searched as characters.
+MOODS = ["calm", "🐉", "wary\nangry", 'said "no"', "ready！"]
+
+
+def payload_text(memory: GameMemory) -> str:
+    """The payload's keys and values, one a line: strings as the characters they stand for
+    (every escape decoded), numbers and literals as written; JSON's syntax is no text."""
+    found: list[str] = []
+    literals = {True: "true", False: "false", None: "null"}
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                found.append(key)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        else:
+            found.append(value if isinstance(value, str) else literals[value])  # type: ignore[index]
+
+    walk(json.loads(memory.payload_json, parse_int=str, parse_float=str))
+    return "\n".join(found)
 
 
 def searched(memory: GameMemory) -> str:
-    payload = memory.payload_json
-    if "\\u" in payload:
-        payload = json.dumps(json.loads(payload), ensure_ascii=False, separators=(",", ":"))
-    return (memory.searchable_text or "") + "\n" + payload
+    return (memory.searchable_text or "") + "\n" + payload_text(memory)
 
 
 def oracle(memories: Sequence[GameMemory], query: GameMemoryQuery) -> list[tuple[str, float]]:
@@ -36,9 +56,10 @@ def oracle(memories: Sequence[GameMemory], query: GameMemoryQuery) -> list[tuple
     bonus = 0.1 * len(query.tags)
     scored: list[tuple[GameMemory, float]] = []
     if not terms:
-        needle = text.lower() if text and not text.isspace() else None
+        # Both sides folded as the tokenizer folds text (NFKC); JSON's syntax is no text.
+        needle = folded(text).lower() if text and not text.isspace() else None
         for m in visible:
-            haystacks = ((m.searchable_text or "").lower(), m.payload_json.lower())
+            haystacks = (folded(m.searchable_text or "").lower(), folded(payload_text(m)).lower())
             if needle is None or any(needle in h for h in haystacks):
                 scored.append((m, m.importance + bonus))
     elif visible:
@@ -94,7 +115,9 @@ def corpus(size: int) -> list[GameMemory]:
             owner_id=f"npc-{index % 3}",
             scope="x" if index % 4 else "y",
             kind="event",
-            payload_json=json.dumps({"n": index, "note": WORDS[index % len(WORDS)]}),
+            payload_json=json.dumps(
+                {"n": index, "note": WORDS[index % len(WORDS)], "mood": MOODS[index % len(MOODS)]}
+            ),
             moment=GameMoment(timeline_id="world", tick=index % 17),
             importance=(index % 5) / 4,
             searchable_text=" ".join(
@@ -116,7 +139,11 @@ QUERIES = [
     {"text": None},
     {"text": ""},
     {"text": '"note": "ale'},  # tokens of the payload count too
-    {"text": '": "', "limit": 7},  # punctuation only: a substring filter
+    {"text": '": "', "limit": 7},  # JSON's syntax is no text: found nowhere
+    {"text": "🐉", "limit": 7},  # no tokens: a substring filter, the escaped emoji found
+    {"text": '"', "limit": 7},  # a quote inside a value is text
+    {"text": "!"},  # NFKC: found in "ready！"
+    {"text": "angry"},  # a word after an escaped line break is a word
     {"text": "?!"},  # punctuation found nowhere
     {"text": "ale tom", "tags": ["t1"]},
     {"text": "rusty", "scopes": ["y"], "minimum_importance": 0.5},

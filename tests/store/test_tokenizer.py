@@ -2,8 +2,9 @@
 
 The deliberate changes are spelled out here too, independently of the implementation:
 Japanese kana split by script with hiragana as uni- and bigrams (``split_kana``), and for
-text that is not ASCII NFKC with what joins words removed (``fold``), combining marks as
-word characters, ``ß``/``ς`` folded, and Hangul syllables as uni- and bigrams.
+text that is not ASCII NFKC with what joins words removed (``fold``, NFKC again after a
+removal), combining marks continuing a word (never starting one), ``ß``/``ς`` folded, and
+Hangul syllables as uni- and bigrams.
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ def fold(text: str) -> str:
     if text.isascii():
         return text
     removed = _JOINERS | _VOWEL_MARKS
-    return "".join(c for c in unicodedata.normalize("NFKC", text) if ord(c) not in removed)
+    normal = unicodedata.normalize("NFKC", text)
+    while True:  # a removal lets what the removed character stood between compose
+        kept = "".join(c for c in normal if ord(c) not in removed)
+        if kept == normal:
+            return normal
+        normal = unicodedata.normalize("NFKC", kept)
 
 
 def _utf16_units(text: str) -> list[int]:
@@ -97,9 +103,10 @@ def reference_tokenize(text: str | None) -> list[str]:
             previous_cjk = character
             continue
         previous_cjk = None
-        is_word = unit == ord("_") or (
-            not 0xD800 <= unit <= 0xDFFF
-            and unicodedata.category(chr(unit)) in _LETTER_OR_DIGIT | _MARKS
+        category = "Cs" if 0xD800 <= unit <= 0xDFFF else unicodedata.category(chr(unit))
+        # A mark continues a word, never starts one (the change).
+        is_word = (
+            unit == ord("_") or category in _LETTER_OR_DIGIT or (category in _MARKS and bool(word))
         )
         if is_word:
             word.append(_lower_invariant(unit))
@@ -125,8 +132,14 @@ def split_kana(word: str) -> list[str]:
         return [word]
     segments: list[tuple[str, str]] = []
     for character in word:
+        if unicodedata.category(character) in _MARKS:  # continues its segment (the change)
+            if segments[-1][0] == "hiragana":
+                segments.append(("separated", ""))  # ...but separates hiragana, as ideographs
+            else:
+                segments[-1] = (segments[-1][0], segments[-1][1] + character)
+            continue
         kind = _kind(character)
-        if character == "ー" and segments and segments[-1][0] != "other":
+        if character == "ー" and segments and segments[-1][0] in ("hiragana", "katakana"):
             kind = segments[-1][0]
         if segments and segments[-1][0] == kind:
             segments[-1] = (kind, segments[-1][1] + character)
@@ -134,6 +147,8 @@ def split_kana(word: str) -> list[str]:
             segments.append((kind, character))
     tokens: list[str] = []
     for kind, text in segments:
+        if kind == "separated":
+            continue
         if kind != "hiragana":
             tokens.append(text)
             continue

@@ -11,9 +11,12 @@ For the visible memories of a snapshot (the visibility predicate applied), with
   ``idf(t) = ln(1 + (N − df + 0.5)/(df + 0.5))``; ``N``, ``df`` and ``avgdl`` (mean of
   ``max(1, len)``) are taken over all visible memories of the snapshot;
 * only memories containing at least one term are candidates;
-* text that yields no tokens (punctuation only) keeps memories containing it as a
-  case-insensitive substring; no text, or only white space, keeps every visible memory
-  (score = base);
+* text that yields no tokens (punctuation, an emoji) keeps memories containing it as a
+  case-insensitive substring of the text the tokens come from: the searchable text and the
+  payload's keys and values (escapes decoded, JSON's syntax no text: ``"`` or ``{`` does
+  not match every payload), both sides folded as the tokenizer folds text (NFKC: ``!``
+  finds ``！``); no text, or only white space (or only what folding removes), keeps every
+  visible memory (score = base);
 * order: score, then tick (newest first), then ``memory_id`` (ordinal), then owner.
 
 Statistics are summed across owner partitions, so a session-wide search ranks exactly as
@@ -30,6 +33,7 @@ import functools
 import itertools
 import math
 import operator
+import re
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
@@ -37,8 +41,9 @@ import numpy as np
 import numpy.typing as npt
 
 from game_memory.model import GameMemory, GameMemoryQuery, memory_matches_query
-from game_memory.store.tokenizer import tokenize
+from game_memory.store.tokenizer import folded, tokenize
 from game_memory.store.view import PartitionView
+from game_memory.strict_json import readable_json
 
 __all__ = ["BM25_B", "BM25_K1", "LexicalHit", "lexical_search", "sorted_unique"]
 
@@ -89,8 +94,10 @@ def _needle(text: str | None) -> str | None:
     """What a query without tokens keeps memories by (a substring), or ``None``: keep all.
 
     White space alone is no text (until 7 December 2026 it was a needle: one space kept
-    nearly every memory, two spaces nearly none)."""
-    return None if text is None or text.isspace() else text.lower()
+    nearly every memory, two spaces nearly none). The needle is folded as the tokenizer
+    folds text (``tokenizer.folded``: NFKC) and lower-cased, as :func:`_contains` reads
+    the memories; one that folding empties (a lone joiner) is no text either."""
+    return None if text is None or text.isspace() else folded(text).lower()
 
 
 def lexical_search(
@@ -253,8 +260,38 @@ def _joined(arrays: list[npt.NDArray[_Item]]) -> npt.NDArray[_Item]:
     return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
 
 
+#: A JSON string (group 1: its content, escapes as written) or a run of anything but JSON's
+#: syntax and white space (group 2: a number, ``true``, ``false``, ``null``).
+_JSON_VALUE = re.compile(r'"([^"\\]*(?:\\.[^"\\]*)*)"|([^\s{}\[\],:"]+)', re.DOTALL)
+#: What a needle must not hold to be looked for in the payload's JSON as it is written:
+#: JSON's syntax, a backslash and white space (none of which a key or value ends at).
+_NOT_PLAIN = re.compile(r'[\s{}\[\],:"\\]')
+
+
 def _contains(memory: GameMemory, needle: str) -> bool:
-    return needle in (memory.searchable_text or "").lower() or needle in memory.payload_json.lower()
+    """Whether ``needle`` (:func:`_needle`'s) is in the text ``memory``'s tokens come from:
+    its searchable text, or its payload's keys and values (:func:`_payload_text`), each
+    folded as the tokenizer folds it and lower-cased."""
+    if needle in folded(memory.searchable_text or "").lower():
+        return True
+    payload = memory.payload_json
+    if payload.isascii() and "\\" not in payload and _NOT_PLAIN.search(needle) is None:
+        # The usual payload and needle (punctuation, an emoji): a needle with none of JSON's
+        # syntax or white space is in the JSON where it is in one key or value, and ASCII
+        # without an escape is its own folded form.
+        return needle in payload.lower()
+    return needle in folded(_payload_text(payload)).lower()
+
+
+def _payload_text(payload_json: str) -> str:
+    """The payload's keys and values, one a line, as lexical search reads them: strings with
+    their escapes decoded (``strict_json.readable_json``, as the tokens are), numbers and
+    literals as written, and none of JSON's syntax (a query ``"`` or ``:`` matched every
+    memory with a payload, and one with an escaped character never matched it)."""
+    return "\n".join(
+        readable_json(string) if string else literal
+        for string, literal in _JSON_VALUE.findall(payload_json)
+    )
 
 
 def _top(

@@ -50,8 +50,10 @@ PostingArrays = tuple[
 
 
 def document_text(memory: GameMemory) -> str:
-    """The text lexical search reads: searchable text, a newline, then the payload JSON
-    (its ``\\u`` escapes as the characters they stand for: ``strict_json.readable_json``)."""
+    """The text lexical search reads: searchable text, a newline, then the payload JSON with
+    every escape as the character it stands for (``\\n`` a line break, ``\\u00e9`` ``é``) and
+    its numbers as written (``strict_json.readable_json``): a word after an escaped line
+    break is a word of its own. What this gives is part of ``tokenizer.TOKENIZER_ID``."""
     return (memory.searchable_text or "") + "\n" + readable_json(memory.payload_json)
 
 

@@ -33,9 +33,14 @@ words):
   (U+00AD, in localized German), the zero-width joiner, the word joiner and U+FEFF, the
   Arabic tatweel, and the optional vowel marks of Arabic (harakat) and Hebrew (niqqud); the
   zero-width space and non-joiner still separate (they mark word breaks in Thai and Khmer,
-  and in Persian);
+  and in Persian); the text is brought to NFKC again where one was removed, so what it
+  stood between composes (``cafe`` + U+00AD + U+0301 is ``café``, as typed without it);
 * combining marks continue a word (categories Mn, Mc, Me: a Devanagari vowel sign, a Thai
-  tone mark), where the reference split words at them (``राजा`` gave ``र, ज``);
+  tone mark), where the reference split words at them (``राजा`` gave ``र, ज``); they only
+  continue one: a mark after anything but a letter, a digit or ``_`` (a space, an emoji's
+  variation selector U+FE0F, an ideograph, a Hangul syllable, hiragana) separates, as in
+  the reference, so no token is made of marks alone (``I ❤️ you`` gives ``i, you``: a
+  variation selector as a token matched every emoji memory to every emoji query);
 * ``ß`` and ``ẞ`` lower to ``ss``, and the final sigma ``ς`` to ``σ``, so a word written in
   capitals matches it written in lower case (``STRASSE``, ``ΟΔΥΣΣΕΥΣ``);
 * **Hangul** syllables (U+AC00–U+D7A3) are emitted like ideographs, as unigrams and
@@ -59,6 +64,7 @@ __all__ = [
     "MAXIMUM_TOKENS",
     "MAXIMUM_UTF16_UNITS",
     "TOKENIZER_ID",
+    "folded",
     "joined_ascii",
     "tokenize",
     "tokenize_joined",
@@ -68,8 +74,11 @@ MAXIMUM_UTF16_UNITS = 100_000
 MAXIMUM_TOKENS = 4_096
 #: The rule's version and the Unicode database its categories, case mappings and NFKC come
 #: from: tokens of text that is not ASCII may differ under another (a read file written
-#: under another is not used).
-TOKENIZER_ID = f"2/unicode-{unicodedata.unidata_version}"
+#: under another is not used). The rule is this module's and the text it is given
+#: (``postings.document_text``); version 3 (the sixteenth session, 7 December 2026): marks
+#: no longer make a token alone, NFKC again after a removal, and every JSON escape of a
+#: payload decoded (``strict_json.readable_json``), so the read files of 2 are rebuilt.
+TOKENIZER_ID = f"3/unicode-{unicodedata.unidata_version}"
 
 # Ideographs, and Hangul syllables, emitted as unigrams and bigrams.
 _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7a3"
@@ -111,9 +120,19 @@ class _SimpleLower(dict[int, str]):
 _LOWER = _SimpleLower()
 
 
+_SEPARATOR, _LETTER, _MARK_CHAR = 0, 1, 2  # what a character is to a word
+
+
 @cache
-def _is_word_char(char: str) -> bool:
-    return char == "_" or unicodedata.category(char) in _WORD_CATEGORIES
+def _char_class(char: str) -> int:
+    """A letter, a decimal digit or ``_`` (a word); a combining mark (continues a word only);
+    anything else (separates)."""
+    if char == "_":
+        return _LETTER
+    category = unicodedata.category(char)
+    if category not in _WORD_CATEGORIES:
+        return _SEPARATOR
+    return _MARK_CHAR if category[0] == "M" else _LETTER
 
 
 #: Where the optional vowel marks of Hebrew (niqqud) and Arabic (harakat) are.
@@ -136,9 +155,10 @@ _IGNORED = _ignored()
 
 @cache
 def _marked() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """Any combining mark, and :data:`_PATTERN` with marks continuing word runs (a word is
-    re-checked per character in :func:`_words`). Built at the first text that is not ASCII:
-    the marks are found in the Unicode database (a few ms), which the reference never read."""
+    """Any combining mark, and :data:`_PATTERN` with marks continuing word runs, never
+    starting one (a word is re-checked per character in :func:`_words`). Built at the first
+    text that is not ASCII: the marks are found in the Unicode database (a few ms), which
+    the reference never read."""
     ranges: list[tuple[int, int]] = []
     category = unicodedata.category
     for first, last in _MARK_BLOCKS:
@@ -156,12 +176,28 @@ def _marked() -> tuple[re.Pattern[str], re.Pattern[str]]:
         )
         + "]"
     )
-    return re.compile(marks), re.compile(f"((?:{_WORD}|{marks})+)|([{_CJK}]+)")
+    return re.compile(marks), re.compile(f"({_WORD}(?:{_WORD}|{marks})*)|([{_CJK}]+)")
 
 
-def _folded(text: str) -> str:
-    """Text that is not ASCII as it is tokenized: NFKC, without what joins words."""
-    return _IGNORED.sub("", unicodedata.normalize("NFKC", text))
+#: NFKC and removal rounds :func:`folded` makes at most (two but for contrived text: a
+#: removal only lets what the removed character stood between compose).
+_FOLD_ROUNDS = 4
+
+
+def folded(text: str) -> str:
+    """``text`` as :func:`tokenize` reads it before splitting it into words: ASCII as it is;
+    other text in NFKC without what joins words (the module docstring), in NFKC again after
+    a removal, so a removed joiner leaves no uncomposed letter and accent that the word
+    typed without it does not give. Lexical search reads a query without tokens so too."""
+    if text.isascii():
+        return text
+    normal = unicodedata.normalize("NFKC", text)
+    for _ in range(_FOLD_ROUNDS):
+        kept = _IGNORED.sub("", normal)
+        if len(kept) == len(normal):
+            break
+        normal = unicodedata.normalize("NFKC", kept)
+    return normal
 
 
 _OTHER, _KATAKANA, _HIRAGANA = 0, 1, 2
@@ -179,7 +215,11 @@ def _script(char: str) -> int:
 
 
 def _kana_tokens(word: str) -> list[str]:
-    """Split a word where its script changes; hiragana segments become unigrams and bigrams."""
+    """Split a word where its script changes; hiragana segments become unigrams and bigrams.
+
+    A combining mark continues the segment it follows (a word never starts with one), but
+    after hiragana, emitted character by character like ideographs, it separates, as after
+    an ideograph: it is no token of its own."""
     tokens: list[str] = []
     segment: list[str] = []
     kind = _OTHER
@@ -198,6 +238,12 @@ def _kana_tokens(word: str) -> list[str]:
         segment.clear()
 
     for char in word:
+        if _char_class(char) == _MARK_CHAR:
+            if kind == _HIRAGANA:
+                flush()
+            else:
+                segment.append(char)
+            continue
         script = kind if char == _PROLONGED and segment and kind != _OTHER else _script(char)
         if script != kind and segment:
             flush()
@@ -213,9 +259,10 @@ def _words(run: str) -> list[str]:
     words: list[str] = []
     current: list[str] = []
     for char in run:
-        if _is_word_char(char):
+        found = _char_class(char)
+        if found == _LETTER or (found == _MARK_CHAR and current):
             current.append(char)
-        elif current:
+        elif current:  # a mark with no letter before it separates, as anything else
             words.append("".join(current).translate(_LOWER))
             current = []
     if current:
@@ -278,11 +325,11 @@ def tokenize(text: str | None) -> list[str]:
     if text.isascii():  # one UTF-16 unit per character: the cut is a plain slice
         return _ASCII_WORD.findall(text[:MAXIMUM_UTF16_UNITS].lower())[:MAXIMUM_TOKENS]
     tokens: list[str] = []
-    folded = _folded(_truncate_utf16(text))
+    read = folded(_truncate_utf16(text))
     any_mark, marked = _marked()
     # The plain pattern where no mark is (Latin text is composed by NFKC): about twice as fast.
-    pattern = marked if any_mark.search(folded) is not None else _PATTERN
-    for match in pattern.finditer(folded):
+    pattern = marked if any_mark.search(read) is not None else _PATTERN
+    for match in pattern.finditer(read):
         word = match.group(1)
         if word is not None:
             tokens.extend(_words(word))
