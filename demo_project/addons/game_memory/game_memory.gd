@@ -4,7 +4,9 @@ class_name GameMemory
 extends Node
 ## Long-term memory for NPCs: remember and recall on game time through the game-memory sidecar.
 ##
-## Add one GameMemory node (an autoload works well) and await its methods. Each resolves
+## Add a single GameMemory node that serves all NPCs (an autoload works well: each call names
+## its owner, and each connected node reserves about 48 MiB for its connection, see
+## [constant GameMemoryConnection.INBOUND_BUFFER_BYTES]) and await its methods. Each resolves
 ## exactly once with a [Dictionary]: [code]{"ok": true, ...}[/code] with the answer, or
 ## [code]{"ok": false, "error": {"code": int, "message": String}}[/code]; see [GameMemoryError]
 ## for the codes. Nothing blocks the main thread: the WebSocket is polled in
@@ -59,7 +61,9 @@ signal memory_recalled(owner_id: String, memories: Array)
 ## Emitted while [method rebuild] runs: [param done] of [param total] entries are embedded.
 signal rebuild_progressed(done: int, total: int)
 ## Emitted when [method rebuild] resolved, with the same dictionary it returns (the index
-## status on success, or [code]"ok": false[/code] and the error).
+## status on success, or [code]"ok": false[/code] and the error); not when it resolved with
+## [constant GameMemoryError.STOPPED] (the node was stopped, left the tree or was freed first,
+## or was outside the tree): a node being stopped emits nothing.
 signal rebuild_completed(status: Dictionary)
 ## Emitted after [method forget] succeeded: [param memory_id] of [param owner_id] is forgotten
 ## as of the game moment [param at] (earlier moments still recall it).
@@ -166,6 +170,8 @@ var _last_error: Dictionary = {}
 var _starting: bool = false
 var _announcing: bool = false
 var _unannounced: Array[GameMemoryRequest] = []
+# True while stop() runs: calls it resolves emit no signal (a node being stopped emits nothing).
+var _stopping: bool = false
 #endregion
 
 
@@ -252,10 +258,15 @@ func start() -> void:
 ## or is freed, and killed after [constant GameMemorySidecar.EXIT_GRACE_MSEC] if it still
 ## runs; when the game quits, its last frame waits up to
 ## [constant GameMemorySidecarReaper.QUIT_WAIT_MSEC] for it. Leaving the tree, being freed
-## and quitting call this. Emits nothing.
+## and quitting call this. Emits nothing: the awaited calls resolve, but no signal announces
+## them (not even [signal rebuild_completed]).
 func stop() -> void:
 	if _state == State.IDLE:
 		return
+	# The calls failed below resume their awaiters inside this call; a flag, not a return
+	# value, tells them not to signal (restored, since an awaiter may call start() and stop()).
+	var was_stopping: bool = _stopping
+	_stopping = true
 	_state = State.IDLE
 	_server_info = {}
 	_finish_unannounced()
@@ -265,6 +276,7 @@ func stop() -> void:
 				+ "the answer came; start() it again to send more requests"))
 	if _sidecar != null:
 		_sidecar.stop()
+	_stopping = was_stopping
 
 
 ## Returns where the backend is in its life.
@@ -404,11 +416,13 @@ func status() -> Dictionary:
 
 ## Rebuilds the session's derived vector index from the save ([param force]: re-embed every
 ## entry, not only stale ones), emitting [signal rebuild_progressed] as it goes and
-## [signal rebuild_completed] at the end. Resolves with the new status.
+## [signal rebuild_completed] at the end (not when the node is stopped first). Resolves with
+## the new status.
 func rebuild(force: bool = false) -> Dictionary:
 	var result: Dictionary = GameMemoryCodec.status_result(
 			await _call("memory.rebuild", {"session_id": session_id, "force": force}))
-	rebuild_completed.emit(result)
+	if _may_announce(result):
+		rebuild_completed.emit(result)
 	return result
 
 
@@ -555,8 +569,20 @@ func _call(method: String, params: Dictionary) -> Dictionary:
 			_fail_unsent(request)
 	else:
 		request = _connection.request(method, params, request_timeout)
-	var result: Dictionary = await request.wait()
-	return result.duplicate(true)
+	# No copy: the result is the caller's own already. The connection builds it from the
+	# answer's own parse (or GameMemoryError makes it) for this request alone, and the request
+	# that also holds it is dropped here. Godot's duplicate(true) would cut a payload short at
+	# about 100 levels, under the 128 the sidecar stores.
+	return await request.wait()
+
+
+# Returns whether a call that resolved with [param result] is announced by its signal: not
+# while stop() runs, and not when it failed with STOPPED (stopped, restarted, or called
+# outside the tree), so a node that is stopped, leaves the tree or is freed emits nothing.
+func _may_announce(result: Dictionary) -> bool:
+	var error: Variant = result.get("error")
+	var code: int = int(error.get("code", 0)) if error is Dictionary else 0
+	return not _stopping and code != GameMemoryError.STOPPED
 
 
 func _discard_backend() -> void:

@@ -44,6 +44,11 @@ const PROTOCOL_VERSION: int = 1
 const MAX_MESSAGE_BYTES: int = 1048576
 ## The largest response the sidecar sends, in bytes (it replaces bigger ones by an error).
 const MAX_RESPONSE_BYTES: int = 16777216
+## The socket's inbound buffer size, in bytes: exactly the largest response, since Godot
+## stores a message without its frame header. Godot reserves a ring of the next power of two
+## above it (32 MiB) plus a read buffer of this size, about 48 MiB per connection, from the
+## moment it connects (on the web, from the page's 2 GiB heap); so a game shares one node.
+const INBOUND_BUFFER_BYTES: int = MAX_RESPONSE_BYTES
 ## The most requests on the wire at once; more wait in the queue.
 const MAX_IN_FLIGHT: int = 64
 ## The size of the socket's outbound buffer, in bytes: a message that does not fit beside
@@ -110,7 +115,7 @@ func open(url: String, token: String, timeout_seconds: float) -> void:
 				+ "sidecar's ready line, e.g. ws://127.0.0.1:8765"))
 		return
 	_socket = WebSocketPeer.new()
-	_socket.inbound_buffer_size = MAX_RESPONSE_BYTES + 65536
+	_socket.inbound_buffer_size = INBOUND_BUFFER_BYTES
 	_socket.outbound_buffer_size = OUTBOUND_BUFFER_BYTES
 	var error: Error = _socket.connect_to_url(url)
 	if error != OK:

@@ -7,11 +7,16 @@ extends RefCounted
 ## control characters U+0001 to U+001F other than [code]\b \f \n \r \t[/code] raw, and U+000B
 ## as the escape [code]\v[/code], which JSON does not have (Godot issue #109482); the sidecar
 ## would refuse the whole message. Here they become [code]\u00XX[/code] escapes, so any text a
-## game holds (pasted, or written by a dialogue model) arrives as it is.
+## game holds (pasted, or written by a dialogue model) arrives as it is. Floats are written
+## with full precision (up to 17 significant digits, enough for a strict parser such as the
+## sidecar's to read exactly the same float), not Godot's default 14 digits, which turned
+## [constant PI] into 3.14159265358979 and 1e-40 into 0.0.
 ## [br][br]
 ## [method parse] is [method JSON.parse], except that the integers under the keys of
 ## [constant EXACT_INT_KEYS] come back exact: Godot's parser reads every JSON number as a
 ## float, which rounds an integer beyond 2^53 (9007199254740993 becomes 9007199254740992.0).
+## Other numbers are Godot's reading, which for about half of all floats is a few floats off
+## the digits (its decimal reader rounds imperfectly), and far off below about 1e-290.
 
 #region Constants
 ## How deep a value may nest before [method unsendable] refuses it (the sidecar allows a
@@ -49,9 +54,11 @@ static var _long_int: RegEx = RegEx.create_from_string(
 
 #region Public methods
 ## Returns [param value] as JSON text that any strict parser reads back unchanged: like
-## [method JSON.stringify], with control characters written as [code]\u00XX[/code].
+## [method JSON.stringify] with full precision (a finite float is written with the digits a
+## strict parser reads back as exactly that float), with control characters written as
+## [code]\u00XX[/code].
 static func stringify(value: Variant) -> String:
-	var text: String = JSON.stringify(value)
+	var text: String = JSON.stringify(value, "", true, true)
 	if _suspect.search(text) == null:
 		return text
 	text = _vertical_tab.sub(text, "$1\\u000b", true)
@@ -64,8 +71,9 @@ static func stringify(value: Variant) -> String:
 
 ## Returns why [param value] (named [param path] in the message, e.g. [code]params[/code])
 ## cannot be written as JSON, or "" when it can: a NaN or infinite number, an engine type
-## such as Vector2, an Object, a key that is not a String, a dictionary or array that
-## contains itself, or nesting deeper than [constant MAX_DEPTH].
+## such as Vector2, a [PackedByteArray] (Godot would write it as the text
+## [code]"[1, 2, 3]"[/code]), an Object, a key that is not a String, a dictionary or array
+## that contains itself, or nesting deeper than [constant MAX_DEPTH].
 static func unsendable(value: Variant, path: String) -> String:
 	return _unsendable(value, path, [])
 
@@ -92,9 +100,13 @@ static func parse(text: String) -> Dictionary:
 # [param parents] are the dictionaries and arrays that contain it.
 static func _unsendable(value: Variant, path: String, parents: Array) -> String:
 	match typeof(value):
-		TYPE_NIL, TYPE_BOOL, TYPE_INT, TYPE_STRING, TYPE_STRING_NAME, TYPE_PACKED_BYTE_ARRAY, \
-				TYPE_PACKED_INT32_ARRAY, TYPE_PACKED_INT64_ARRAY, TYPE_PACKED_STRING_ARRAY:
+		TYPE_NIL, TYPE_BOOL, TYPE_INT, TYPE_STRING, TYPE_STRING_NAME, TYPE_PACKED_INT32_ARRAY, \
+				TYPE_PACKED_INT64_ARRAY, TYPE_PACKED_STRING_ARRAY:
 			return ""
+		TYPE_PACKED_BYTE_ARRAY:
+			# JSON.stringify writes it as the text "[1, 2, 3]", which would be stored as text.
+			return "%s is a PackedByteArray, which JSON cannot carry; give Array(bytes) for " \
+					% path + "a list of numbers, or Marshalls.raw_to_base64(bytes) for text"
 		TYPE_FLOAT:
 			return "" if is_finite(value) else "%s is NaN or infinite, which JSON cannot " % path \
 					+ "carry; give a finite number"
