@@ -25,9 +25,11 @@ consolidation share.)
   its erase would be left behind), and their evictions run one at a time, each counting
   what the one before left (:class:`~game_memory.write_guards.EvictionGuard`).
 
-An erase and this front door's appends are never interleaved
+An erase (an eviction too) and this front door's appends are never interleaved
 (:class:`~game_memory.write_guards.EraseGate`): the appends' vectors would otherwise be left
-behind by the erase, or erased after their memory was saved again.
+behind by the erase, or erased after their memory was saved again. Every write runs to its
+end when its caller is cancelled (:func:`~game_memory.write_guards.finished`), and
+``aclose`` waits for the writes in flight (:class:`~game_memory.write_guards.WritesInFlight`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import DerivedIndexError, EmbeddingUnavailableError, GameMemoryError
+from game_memory.errors import (
+    DerivedIndexError,
+    EmbeddingUnavailableError,
+    GameMemoryError,
+    StoreClosedError,
+)
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
     CompactionReport,
@@ -52,7 +59,7 @@ from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.lifecycle import eviction_order, eviction_target, newest_ticks
 from game_memory.store.protocol import GameMemoryStore
-from game_memory.write_guards import EraseGate, EvictionGuard, finished
+from game_memory.write_guards import EraseGate, EvictionGuard, WritesInFlight
 
 __all__ = [
     "MemoryOverTime",
@@ -76,6 +83,7 @@ class MemoryOverTime(abc.ABC):
     options: VectorMemoryStoreOptions
     _eviction_guard: EvictionGuard
     _erase_gate: EraseGate
+    _writes: WritesInFlight
 
     @abc.abstractmethod
     def _check_open(self) -> None:
@@ -108,7 +116,8 @@ class MemoryOverTime(abc.ABC):
             InvalidArgumentError: an id or ``at`` is invalid.
         """
         self._check_open()
-        return await self.authoritative.forget(session_id, owner_id, memory_id, at)
+        with self._writes.writing():  # ``aclose`` waits for it
+            return await self.authoritative.forget(session_id, owner_id, memory_id, at)
 
     async def erase(
         self,
@@ -124,7 +133,9 @@ class MemoryOverTime(abc.ABC):
         again: it completes, and drops derived vectors a crash left behind). Appends of
         this front door running at the same time are not interleaved with it: it waits
         for those being saved and indexed (a batch's whole embedding included), and those
-        that come while it waits or runs wait for it.
+        that come while it waits or runs wait for it. Cancelled while it waits for them,
+        it erases nothing; cancelled once it began, it runs to its end (from the save and
+        from the index) before the cancellation is raised. ``aclose`` waits for it.
 
         Returns:
             How many memories were erased from the save.
@@ -133,14 +144,21 @@ class MemoryOverTime(abc.ABC):
             InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
             PersistenceError: a partition to erase from is damaged (salvage it first).
             DerivedIndexError: the save's erase is done, but the vector index could not
-                drop the vectors (its folder is not writable): they are never recalled,
-                and the same erase run again, or a rebuild, drops them once it can.
+                drop the vectors (its folder is not writable, or the index was closed
+                meanwhile other than by ``aclose``, which waits for the erase): they are
+                never recalled, and the same erase run again, or a rebuild, drops them
+                once it can.
         """
         self._check_open()
-        async with self._erase_gate.erasing():  # no append between the save and the index
-            return await erase_memories(
-                self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
-            )
+        with self._writes.writing():  # ``aclose`` waits for it
+            async with self._erase_gate.erasing():  # no append between the save and the index
+                # Begun, it runs to its end: cut off after the save's erase, it left the
+                # vectors in the index (orphans) and the session degraded.
+                return await self._writes.finished(
+                    erase_memories(
+                        self.authoritative, self.index, self._run, session_id, owner_id, memory_ids
+                    )
+                )
 
     async def consolidate(
         self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
@@ -162,10 +180,11 @@ class MemoryOverTime(abc.ABC):
         """
         self._check_open()
         # A summary is an append: indexed, then the retention policy, as after any.
-        return await self._saved_then_indexed(
-            self._stored_summary(summary, memory_ids),
-            lambda: self.authoritative.consolidate(session_id, owner_id, memory_ids, summary),
-        )
+        with self._writes.writing():  # ``aclose`` waits for it
+            return await self._saved_then_indexed(
+                self._stored_summary(summary, memory_ids),
+                lambda: self.authoritative.consolidate(session_id, owner_id, memory_ids, summary),
+            )
 
     async def _saved_then_indexed(
         self, memory: GameMemory, save: Callable[[], Awaitable[bool]]
@@ -179,8 +198,9 @@ class MemoryOverTime(abc.ABC):
         that no other append's eviction erases it in between (:class:`EvictionGuard`).
         Cancelled, it still runs to its end before the cancellation is raised
         (:func:`~game_memory.write_guards.finished`): a memory saved is always indexed.
+        Counted in flight until then (:class:`~game_memory.write_guards.WritesInFlight`).
         """
-        return await finished(self._save_and_index(memory, save))
+        return await self._writes.finished(self._save_and_index(memory, save))
 
     async def _save_and_index(
         self, memory: GameMemory, save: Callable[[], Awaitable[bool]]
@@ -197,7 +217,7 @@ class MemoryOverTime(abc.ABC):
                     created = await save()
                     await self._index(memory, created)
             finally:
-                if created:  # out of the gate: the eviction is an erase of its own
+                if created:  # out of the gate: the eviction holds it alone, as an erase
                     await self._evict(memory)
         return created
 
@@ -272,13 +292,18 @@ async def _drop_vectors(
     owner_id: str | None,
     memory_ids: Sequence[str] | None,
 ) -> Exception | None:
-    """Drop the derived entries and rows of erased memories; the error if that failed."""
+    """Drop the derived entries and rows of erased memories; the error if that failed.
+
+    A closed index (or front door: its thread pool shut down) is such a failure too: the
+    save's erase is done by then, so the caller hears that the vectors stayed (a
+    ``DerivedIndexError``), not that the store is closed as if nothing had happened.
+    """
     if index is None:
         return None
     ids = None if memory_ids is None else list(memory_ids)
     try:
         await run(lambda: index.erase(session_id, owner_id, ids))
-    except (DerivedIndexError, OSError) as exc:
+    except (DerivedIndexError, OSError, StoreClosedError) as exc:
         return exc
     return None
 
@@ -363,12 +388,15 @@ async def evict_over_bound(
     """Keep ``memory``'s owner within ``maximum_memories_per_owner``; return how many went.
 
     Never evicts ``memory`` nor a memory ``guard`` has in flight; one eviction at a time
-    per guard (:class:`EvictionGuard`).
+    per guard (:class:`EvictionGuard`). The eviction holds the guard's erase gate alone,
+    from its count to its erase from the index, as an erase does: an append between its
+    erase from the save and from the index (the same memory appended again) lost its new
+    vector. Call it holding no share of that gate (an append evicts after leaving it).
     """
     bound = options.maximum_memories_per_owner
     if bound is None:
         return 0
-    async with guard.lock:
+    async with guard.lock, guard.gate.erasing():
         return await _evict_locked(memory, store, index, bound, run, report, guard)
 
 

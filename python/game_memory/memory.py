@@ -67,7 +67,7 @@ from game_memory.recall.pipeline import REBUILD_REQUIRED, RecallParts, recall
 from game_memory.recall.reranker import GameAwareMemoryReranker
 from game_memory.store.pool import run_in_pool
 from game_memory.store.protocol import GameMemoryStore
-from game_memory.write_guards import EraseGate, EvictionGuard, finished
+from game_memory.write_guards import EraseGate, EvictionGuard, OneLoop, WritesInFlight, finished
 
 __all__ = ["VectorMemoryStore"]
 
@@ -81,6 +81,7 @@ _NO_MODEL = (
 
 class _State(enum.Enum):
     OPEN = "open"
+    CLOSING = "closing"  # new calls are refused; the writes in flight run to their end
     CLOSED = "closed"
 
 
@@ -147,7 +148,9 @@ class VectorMemoryStore(MemoryOverTime):
 
     The store owns what it is given: ``aclose`` closes the index, the authoritative store
     and (with ``dispose_embedding_provider``) the provider. Safe to use from many tasks of
-    one event loop.
+    one event loop at a time: a call from another loop while the one that used it runs (in
+    another thread) raises ``InvalidArgumentError``; once that loop has stopped (one
+    ``asyncio.run`` after another) the next loop takes it over.
 
     Raises:
         InvalidArgumentError: a provider without an index, options that bound the vectors
@@ -240,8 +243,10 @@ class VectorMemoryStore(MemoryOverTime):
         )
         self._rebuilding: set[str] = set()
         self._warned_stale: set[str] = set()
-        self._eviction_guard = EvictionGuard()
         self._erase_gate = EraseGate()
+        self._eviction_guard = EvictionGuard(self._erase_gate)  # an eviction is an erase
+        self._writes = WritesInFlight()
+        self._one_loop = OneLoop()
         self._state = _State.OPEN
 
     def __repr__(self) -> str:
@@ -271,8 +276,16 @@ class VectorMemoryStore(MemoryOverTime):
     # -- plumbing -----------------------------------------------------------------------
 
     def _check_open(self) -> None:
-        if self._state is _State.CLOSED:
+        """At every call's start: refuse a call once ``aclose`` began, or from an event loop
+        other than the one the front door serves (:class:`~game_memory.write_guards.OneLoop`).
+
+        Raises:
+            StoreClosedError: ``aclose`` was called.
+            InvalidArgumentError: another event loop, running, uses the front door.
+        """
+        if self._state is not _State.OPEN:
             raise _closed()
+        self._one_loop.check()
 
     def _start_pool(self) -> None:
         """Start a thread of the pool ahead of its first job (hybrid mode, once): a thread
@@ -307,8 +320,10 @@ class VectorMemoryStore(MemoryOverTime):
 
     async def _run(self, function: Callable[[], _T]) -> _T:
         """Run ``function`` in this object's thread pool and await its result (as the file
-        store does, ``store/pool.py``); a recall makes this hop once, an append twice."""
-        self._check_open()
+        store does, ``store/pool.py``); a recall makes this hop once, an append twice.
+        Still open while ``aclose`` waits for the writes in flight (they hop here)."""
+        if self._state is _State.CLOSED:
+            raise _closed()
         return await run_in_pool(self._executor, function, _closed)
 
     async def _report(self, diagnostic: MemoryVectorDiagnostic) -> None:
@@ -335,7 +350,7 @@ class VectorMemoryStore(MemoryOverTime):
 
         Cancelling the caller does not undo an append: it runs to its end (saved, then
         indexed) and only then is the cancellation raised, so a memory saved always gets
-        its vector (``write_guards.finished``).
+        its vector (``write_guards.finished``); ``aclose`` waits for it too.
 
         Returns:
             ``True`` if the memory was new, ``False`` if an equivalent one was there.
@@ -354,22 +369,25 @@ class VectorMemoryStore(MemoryOverTime):
             return await self.consolidate(
                 memory.session_id, memory.owner_id, memory.consolidates, memory
             )
-        with appending:  # reads of files of codes give way (``index/quantized.py``)
+        # ``appending``: reads of files of codes give way (``index/quantized.py``).
+        with appending, self._writes.writing():
             return await self._saved_then_indexed(memory, lambda: self.authoritative.append(memory))
 
     async def append_many(self, memories: Sequence[GameMemory]) -> list[bool]:
         """Save a batch atomically and durably, then index it in batches (``ingest.py``).
 
         Cancelled, the batch still runs to its end (saved and indexed) before the
-        cancellation is raised, as :meth:`append` does.
+        cancellation is raised, as :meth:`append` does; ``aclose`` waits for it too.
 
         Raises: what the store's ``append_many`` raises (nothing is saved then).
         """
         self._check_open()
         parts = (self.authoritative, self.index, self._embedder, self.options)
         guards = (self._eviction_guard, self._erase_gate)
-        with appending:
-            return await finished(append_many(memories, *parts, self._run, self._report, *guards))
+        with appending, self._writes.writing():
+            return await self._writes.finished(
+                append_many(memories, *parts, self._run, self._report, *guards)
+            )
 
     async def _index(self, memory: GameMemory, created: bool) -> None:
         """Embed and index a memory just saved; report (or raise) when that fails."""
@@ -425,7 +443,9 @@ class VectorMemoryStore(MemoryOverTime):
         Raises:
             InvalidArgumentError: ``query`` is not a ``GameMemoryQuery``, or
                 ``maximum_snapshot_entries`` is not a whole number of 1 or more.
-            CapacityExceededError: the snapshot exceeds the bound.
+            CapacityExceededError: the snapshot exceeds the bound; ``bound`` names the one
+                that applied (``maximum_index_entries``, or ``maximum_snapshot_entries``
+                when the call's is tighter).
             EmbeddingUnavailableError: ``require_semantic`` without a model or when the
                 model failed; any vector failure with ``fail_when_embedding_unavailable``.
             DerivedIndexError: ``require_semantic`` (or ``fail_when_embedding_unavailable``)
@@ -573,18 +593,30 @@ class VectorMemoryStore(MemoryOverTime):
     async def aclose(self) -> None:
         """Close the store, its index, its authoritative store and (optionally) provider.
 
+        Calls made from here on raise ``StoreClosedError``; the writes already begun
+        (``append``, ``append_many``, ``consolidate``, ``forget``, ``erase``) run to their
+        end first, so none is cut off between the save and the index (each is bounded by
+        the store's commit and its embeddings' deadlines). Cancelled meanwhile, the close
+        still waits for them, closes, and then raises the cancellation.
+
         The authoritative store is closed even when the index's close fails (its derived
         files are written and its lock released); that failure is raised after. So is it
         when the provider's close fails or takes longer than ``embedding_timeout``: then
         ``EmbeddingUnavailableError`` (or ``EmbeddingTimeoutError``) is raised after.
+
+        Raises:
+            InvalidArgumentError: another event loop, running, uses the front door.
         """
-        if self._state is _State.CLOSED:
+        if self._state is not _State.OPEN:
             return
-        self._state = _State.CLOSED
+        self._one_loop.check()
+        self._state = _State.CLOSING
         try:
+            await finished(self._writes.drained())
             if self.provider is not None and self.options.dispose_embedding_provider:
                 await _close_provider(self.provider, self.options.embedding_timeout)
         finally:
+            self._state = _State.CLOSED
             await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
             try:
                 if self.index is not None:

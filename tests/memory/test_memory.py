@@ -568,11 +568,14 @@ async def test_the_snapshot_of_a_search_is_bounded(
     store = make_vector_store(options={"maximum_index_entries": 2})
     for index in range(3):
         await store.append(make_memory(f"m{index}"))
-    with pytest.raises(CapacityExceededError, match="maximum_snapshot_entries"):
+    # The bound that applied is the options' maximum_index_entries (named so).
+    with pytest.raises(CapacityExceededError, match="maximum_index_entries") as raised:
         await store.search(query("cat"))
+    assert raised.value.bound == "maximum_index_entries"
     roomy = make_vector_store()
-    with pytest.raises(CapacityExceededError):
+    with pytest.raises(CapacityExceededError, match="maximum_snapshot_entries") as raised:
         await roomy.search_snapshot(query("cat"), maximum_snapshot_entries=2)
+    assert raised.value.bound == "maximum_snapshot_entries"
     assert len((await roomy.search_snapshot(query("cat"), 3)).authoritative_memories) == 3
 
 

@@ -9,12 +9,13 @@ from typing import Any
 import psycopg
 from pydantic import ValidationError
 
-from game_memory.errors import CapacityExceededError, PersistenceError
+from game_memory.errors import PersistenceError
 from game_memory.model import GameMoment, ordinal_key
 from game_memory.model.memory import STORED
 from game_memory.postgres.rows import decode_row, from_sql_key, sql_key
 from game_memory.postgres.statements import OWNER_ROWS, SESSION_ROWS
 from game_memory.postgres.views import CachedPartition, ViewCache, extend_view
+from game_memory.store.memory_partitions import snapshot_too_large
 from game_memory.store.view import PartitionView
 
 __all__ = ["read_views"]
@@ -31,14 +32,6 @@ class _Group:
         self.generation = generation
         self.rows: list[_Row] = []
         self.retractions: list[tuple[str, bytes]] = []
-
-
-def _too_large(session_id: str, bound: int) -> CapacityExceededError:
-    return CapacityExceededError(
-        f"the snapshot of session {session_id!r} holds more than {bound:,} memories "
-        "(maximum_snapshot_entries); query one owner, or raise the bound",
-        bound="maximum_snapshot_entries",
-    )
 
 
 def _group(rows: list[tuple[Any, ...]]) -> dict[str, _Group]:
@@ -113,7 +106,7 @@ def read_views(
         statement = SESSION_ROWS
     rows = connection.execute(statement, parameters).fetchall()
     if sum(1 for row in rows if row[0] == 0) > bound:
-        raise _too_large(session_id, bound)
+        raise snapshot_too_large(session_id, owner_id, bound)
     current = {owner: cached.view for owner, cached in known.items()}
     for owner_key, group in _group(rows).items():
         owner = keys.get(owner_key)
@@ -141,7 +134,7 @@ def read_views(
         current[owner] = view
     views = list(current.values())
     if sum(len(view) for view in views) > bound:
-        raise _too_large(session_id, bound)
+        raise snapshot_too_large(session_id, owner_id, bound)
     if len(views) > 1:
         views.sort(key=lambda view: ordinal_key(view.owner_id))
     return views

@@ -159,7 +159,9 @@ async def recall(
     While it runs, copies of index rows being made give way (``quantized.recalling``).
 
     Raises:
-        CapacityExceededError: the snapshot exceeds the bound.
+        CapacityExceededError: the snapshot exceeds the bound; ``bound`` names the one that
+            applied (the options' ``maximum_index_entries``, or the call's tighter
+            ``maximum_snapshot_entries``).
         EmbeddingUnavailableError, DerivedIndexError: only with
             ``fail_when_embedding_unavailable``; otherwise ``fallback`` is set.
     """
@@ -167,20 +169,78 @@ async def recall(
         return await _recall(query, parts, maximum_snapshot_entries)
 
 
+#: The recall argument that bounds one snapshot (it can only tighten the options' bound).
+_CALL_BOUND = "maximum_snapshot_entries"
+#: The options' bound on one snapshot (and on what a status or a rebuild reads).
+_OPTIONS_BOUND = "maximum_index_entries"
+
+
+def _snapshot_bound(
+    options: VectorMemoryStoreOptions, maximum_snapshot_entries: int | None
+) -> tuple[int, str]:
+    """The most memories the recall's snapshot may hold, and the name of what set it: the
+    options' ``maximum_index_entries``, or the call's tighter ``maximum_snapshot_entries``."""
+    bound = options.maximum_index_entries
+    if maximum_snapshot_entries is not None and maximum_snapshot_entries < bound:
+        return maximum_snapshot_entries, _CALL_BOUND
+    return bound, _OPTIONS_BOUND
+
+
+async def _read_snapshot(
+    parts: RecallParts, expanded: GameMemoryQuery, bound: int, named: str
+) -> StoreSnapshot:
+    """The store's snapshot of ``expanded``, at most ``bound`` memories (set by ``named``).
+
+    Raises:
+        CapacityExceededError: more memories than ``bound``. The store names its snapshot
+            bound ``maximum_snapshot_entries`` whoever set it; the error names ``named``
+            instead, the bound that applied, with what raises it (a store's own tighter
+            bound, named by the store, is left as the store raised it).
+    """
+    try:
+        return await parts.store.snapshot(expanded, maximum_entries=bound)
+    except CapacityExceededError as exc:
+        if exc.bound != _CALL_BOUND:
+            raise  # the store's own bound (its maximum_entries), named so by the store
+        own = getattr(parts.store, "maximum_snapshot_entries", None)
+        if isinstance(own, int) and own < bound:
+            raise  # a database store's own snapshot bound applied: the store named it
+        raise _snapshot_too_large(expanded, bound, named) from exc
+
+
+def _snapshot_too_large(query: GameMemoryQuery, bound: int, named: str) -> CapacityExceededError:
+    """The recall's snapshot exceeds ``bound``, set by ``named``: say what helps."""
+    if query.owner_id is None:
+        where, narrower = f"session {query.session_id!r}", "query one owner, or "
+    else:
+        where, narrower = f"owner {query.owner_id!r} of session {query.session_id!r}", ""
+    if named == _CALL_BOUND:
+        what = "the maximum_snapshot_entries this recall was given"
+        advice = "recall with a larger maximum_snapshot_entries, or without one"
+    else:
+        what = "the most one recall reads (VectorMemoryStoreOptions.maximum_index_entries)"
+        advice = (
+            "open the front door with a larger maximum_index_entries, or erase what the game "
+            "no longer needs"
+        )
+    return CapacityExceededError(
+        f"{where} holds more than {bound:,} memories, {what}; {narrower}{advice}",
+        bound=named,
+    )
+
+
 async def _recall(
     query: GameMemoryQuery, parts: RecallParts, maximum_snapshot_entries: int | None
 ) -> RecallResult:
     options = parts.options
-    bound = options.maximum_index_entries
-    if maximum_snapshot_entries is not None:
-        bound = min(bound, maximum_snapshot_entries)
+    bound, named = _snapshot_bound(options, maximum_snapshot_entries)
     limit = options.candidate_limit(query.limit)
     expanded = query.model_copy(update={"limit": limit})
     # The query is embedded while the save is read (both wait on other threads: the
     # model's and the store's), not after: a recall costs the longer of the two, not both.
     early = _early_embedding(parts, query)
     try:
-        return await _recall_with(query, parts, expanded, bound, limit, early)
+        return await _recall_with(query, parts, expanded, (bound, named), limit, early)
     finally:
         if early is not None and not early.done():
             early.cancel()  # the snapshot failed, or the recall was cancelled
@@ -190,7 +250,7 @@ async def _recall_with(
     query: GameMemoryQuery,
     parts: RecallParts,
     expanded: GameMemoryQuery,
-    bound: int,
+    bound: tuple[int, str],
     limit: int,
     early: asyncio.Task[_Embedded] | None,
 ) -> RecallResult:
@@ -204,7 +264,7 @@ async def _recall_with(
         # overlaps less.
         for _ in range(_TURNS_TO_THE_MODEL):
             await asyncio.sleep(0)
-    snapshot = await parts.store.snapshot(expanded, maximum_entries=bound)
+    snapshot = await _read_snapshot(parts, expanded, *bound)
     lexical = snapshot.lexical  # (memory, score) named tuples
     _validate_snapshot(snapshot, lexical, expanded, limit)
     stages = [

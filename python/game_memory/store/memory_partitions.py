@@ -22,7 +22,7 @@ from game_memory.store.lifecycle import checked_summary, covered
 from game_memory.store.retractions import Retraction
 from game_memory.store.view import PartitionView
 
-__all__ = ["MemoryPartitions", "PartitionRead", "build_view"]
+__all__ = ["MemoryPartitions", "PartitionRead", "build_view", "snapshot_too_large"]
 
 
 @dataclass(slots=True)
@@ -55,6 +55,24 @@ class PartitionRead:
         if self.memories is not None:
             return len(self.memories)
         return len(self.base) if self.base is not None else 0
+
+
+def snapshot_too_large(session_id: str, owner_id: str | None, bound: int) -> CapacityExceededError:
+    """A snapshot read would hold more than ``bound`` memories (every backend's message).
+
+    ``bound`` is the snapshot's (``maximum_snapshot_entries``, as the stores name it; the
+    front door names the option that set it). Querying one owner helps only a read of a
+    whole session, so only then is it advised.
+    """
+    if owner_id is None:
+        where, advice = f"the snapshot of session {session_id!r}", "query one owner, or "
+    else:
+        where, advice = f"owner {owner_id!r} of session {session_id!r}", ""
+    return CapacityExceededError(
+        f"{where} holds more than {bound:,} memories, the most this snapshot may read "
+        f"(maximum_snapshot_entries); {advice}read with a larger bound",
+        bound="maximum_snapshot_entries",
+    )
 
 
 def build_view(read: PartitionRead) -> PartitionView:
@@ -92,7 +110,7 @@ class MemoryPartitions:
         """Under the lock: what to read of a session (or owner), in owner order.
 
         Raises:
-            CapacityExceededError: more than ``bound`` memories.
+            CapacityExceededError: more than ``bound`` memories (:func:`snapshot_too_large`).
         """
         with self._lock:
             partitions = self._sessions.get(session_id, {})
@@ -107,11 +125,7 @@ class MemoryPartitions:
                 count = len(partition.memories)
                 total += count
                 if total > bound:
-                    raise CapacityExceededError(
-                        f"the snapshot of session {session_id!r} holds more than {bound:,} "
-                        "memories (maximum_snapshot_entries); query one owner, or raise the bound",
-                        bound="maximum_snapshot_entries",
-                    )
+                    raise snapshot_too_large(session_id, owner_id, bound)
                 base = partition.view
                 retractions = tuple(partition.retractions)
                 current = (

@@ -20,13 +20,14 @@ from pathlib import Path
 
 from game_memory.durable.lock import ProcessLock
 from game_memory.durable.names import segment_path
-from game_memory.errors import CapacityExceededError, InvalidArgumentError, PersistenceError
+from game_memory.errors import InvalidArgumentError, PersistenceError
 from game_memory.model import check_bounded_id, ordinal_key
 from game_memory.store.group_writes import Held
 from game_memory.store.intents import LedgerIndex, LedgerMark
 from game_memory.store.journal import MigrationJournal
 from game_memory.store.layout import SaveLayout
 from game_memory.store.ledger import KIND_RETRACT, Ledger
+from game_memory.store.memory_partitions import snapshot_too_large
 from game_memory.store.partitions import (
     PartitionCache,
     PartitionState,
@@ -182,7 +183,7 @@ class StoreReader:
         again under the writer lock (see the module docstring).
 
         Raises:
-            CapacityExceededError: more than ``bound`` memories (``maximum_snapshot_entries``).
+            CapacityExceededError: more than ``bound`` memories (:func:`snapshot_too_large`).
             PersistenceError: a partition is corrupt, or lost acknowledged memories.
         """
         session_hash = partition_hash(validated_id(session_id, "session_id"))
@@ -272,11 +273,7 @@ class StoreReader:
                 continue
             total += len(view)
             if total > bound:
-                raise CapacityExceededError(
-                    f"the snapshot of session {session_id!r} holds more than {bound:,} memories "
-                    "(maximum_snapshot_entries); query one owner, or raise the bound",
-                    bound="maximum_snapshot_entries",
-                )
+                raise snapshot_too_large(session_id, owner_id, bound)
             views.append(view)
         if len(views) > 1:
             views.sort(key=lambda view: ordinal_key(view.owner_id))
