@@ -148,3 +148,20 @@ async def test_the_callers_cancellation_propagates_and_cancels_the_provider_call
     assert provider.queries.cancelled == 1
     provider.set_fault(Fault.NONE)
     await gate.call(lambda: provider.embed_query("q"), "the query")
+
+
+def test_the_gate_serves_one_asyncio_run_after_another_even_once_contended() -> None:
+    # asyncio's semaphore belongs to the loop that first waited on it: a front door used
+    # in a second asyncio.run, after its gate was contended in the first, failed every
+    # embedding with RuntimeError (reported quietly, the memories left without vectors).
+    gate = EmbeddingGate(concurrency=1, timeout=5.0)
+
+    async def contended() -> list[int]:
+        async def work(value: int) -> int:
+            await asyncio.sleep(0.01)
+            return value
+
+        return list(await asyncio.gather(*(gate.call(lambda v=v: work(v), "t") for v in range(3))))
+
+    assert asyncio.run(contended()) == [0, 1, 2]
+    assert asyncio.run(contended()) == [0, 1, 2]

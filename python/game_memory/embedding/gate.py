@@ -26,8 +26,27 @@ class EmbeddingGate:
     """
 
     def __init__(self, concurrency: int, timeout: float) -> None:
+        self._concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self._timeout = timeout
+        #: The loop the slots serve, and how many are taken: asyncio's semaphore belongs
+        #: to the loop that first waited on it and raises RuntimeError in any other, so a
+        #: front door used in a second ``asyncio.run`` made new slots only while none is
+        #: taken (a call of the other loop still running is refused, named).
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._taken = 0
+
+    def _slots_here(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            if self._taken:
+                raise EmbeddingUnavailableError(
+                    "the embedding gate serves one event loop at a time, and calls of "
+                    "another loop are running; use the front door from one loop (see "
+                    "docs/api.md)"
+                )
+            self._slots, self._loop = asyncio.Semaphore(self._concurrency), loop
+        return self._slots
 
     async def call(self, operation: Callable[[], Awaitable[_T]], what: str) -> _T:
         """Run ``operation()`` under the gate.
@@ -39,21 +58,23 @@ class EmbeddingGate:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
+        slots = self._slots_here()
         try:
-            if self._slots.locked():
-                await asyncio.wait_for(self._slots.acquire(), self._timeout)
+            if slots.locked():
+                await asyncio.wait_for(slots.acquire(), self._timeout)
             else:
-                await self._slots.acquire()  # a free slot: taken without suspending
+                await slots.acquire()  # a free slot: taken without suspending
         except TimeoutError:
             raise EmbeddingTimeoutError(
                 f"{what}: the embedding queue exceeded its configured deadline of "
                 f"{self._timeout:g} s; the provider is overloaded or stuck"
             ) from None
+        self._taken += 1
         try:
             task: asyncio.Future[_T] = asyncio.ensure_future(operation())
         except BaseException as exc:
             # The provider failed before returning an awaitable: nothing runs, free the slot.
-            self._slots.release()
+            self._release()
             if isinstance(exc, GameMemoryError) or not isinstance(exc, Exception):
                 raise
             raise EmbeddingUnavailableError(
@@ -81,7 +102,11 @@ class EmbeddingGate:
                 f"{what}: the embedding provider failed ({type(exc).__name__}: {exc})"
             ) from exc
 
-    def _settled(self, task: asyncio.Future[Any]) -> None:
+    def _release(self) -> None:
+        self._taken -= 1
         self._slots.release()
+
+    def _settled(self, task: asyncio.Future[Any]) -> None:
+        self._release()
         if not task.cancelled() and task.exception() is not None:
             _log.debug("embedding call settled with %r", task.exception())
