@@ -314,15 +314,15 @@ def test_the_write_guards_serve_one_asyncio_run_after_another() -> None:
     assert not gate.busy
 
 
-def test_a_front_door_serves_one_asyncio_run_after_another(tmp_path: Path) -> None:
+def test_a_front_door_serves_one_asyncio_run_after_another(
+    tmp_path: Path, make_memory: MemoryFactory
+) -> None:
     # Its erase gate contended in the first run (an erase waiting for an append being
     # embedded): the second run's erase raised "... is bound to a different event loop".
     provider: Any = FaultyProvider()
 
     def memory(number: int) -> GameMemory:
-        from conftest import build_memory
-
-        return build_memory(f"m{number}", tick=number, text=f"the well {number}")
+        return make_memory(f"m{number}", tick=number, text=f"the well {number}")
 
     async def opened() -> VectorMemoryStore:
         return VectorMemoryStore(
