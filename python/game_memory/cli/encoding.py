@@ -21,7 +21,7 @@ def unicode_output(stream: object | None = None) -> bool:
     """Whether ``stream`` (default ``sys.stdout``) encodes every character: a UTF encoding.
 
     What a writer of JSON asks before ``ensure_ascii=False``: elsewhere it escapes
-    non-ASCII characters itself (``\\uXXXX``, valid JSON), since the stream's own
+    non-ASCII characters itself (``\\u885b``, valid JSON), since the stream's own
     replacement would not be."""
     shown = sys.stdout if stream is None else stream
     encoding = getattr(shown, "encoding", None) or "utf-8"

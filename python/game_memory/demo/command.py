@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _json_document(report: dict[str, Any]) -> str:
     """The report as one JSON document for stdout: characters as they are where stdout is
-    UTF, else escaped as ``\\uXXXX`` (a Windows redirect in the ANSI code page cannot
+    UTF, else escaped as ``\\u885b`` (a Windows redirect in the ANSI code page cannot
     carry ``✓`` or ``衛兵``, and its stream's own replacement would not be valid JSON)."""
     encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     try:
