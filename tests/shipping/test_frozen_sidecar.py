@@ -83,7 +83,10 @@ def test_the_entry_point_keeps_blas_on_one_thread_unless_the_game_says_otherwise
     from game_memory.bundle.freeze import _ENTRY_SCRIPT
 
     head, call = _ENTRY_SCRIPT.split("from game_memory.cli.frozen_sidecar import main")
-    assert call.strip() == "sys.exit(main())"
+    assert call.strip().splitlines() == [
+        "signal.signal(signal.SIGINT, signal.default_int_handler)",
+        "sys.exit(main())",
+    ]
     probe = head + "print(os.environ['OPENBLAS_NUM_THREADS'], 'numpy' in sys.modules)\n"
     environment = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     if given is not None:
@@ -113,6 +116,29 @@ def test_the_entry_point_turns_onnxruntime_telemetry_off_even_when_the_player_ha
         check=True,
     ).stdout.split()
     assert printed == ["1", "False"]
+
+
+def test_the_runtime_hook_ends_a_ctrl_c_with_interrupted_and_130() -> None:
+    """The hook PyInstaller runs first (before its own hooks' imports): a SIGINT until the
+    entry point restores Python's handler prints "interrupted" and exits 130, no traceback.
+    Run here in a plain interpreter, which then imports as PyInstaller's hooks would."""
+    import subprocess
+    import sys
+
+    from game_memory.bundle.freeze import _RUNTIME_HOOK_SCRIPT
+
+    probe = _RUNTIME_HOOK_SCRIPT + (
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\nimport time\ntime.sleep(5)\n"
+        "print('still running')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", "")
+    hook_imports = {
+        line.split()[1] for line in _RUNTIME_HOOK_SCRIPT.splitlines() if line.startswith("import ")
+    }
+    assert hook_imports == {"_signal"}  # built in: nothing to import that a SIGINT could cut
 
 
 def test_a_bundle_is_never_built_inside_another_bundle(tmp_path: Path) -> None:

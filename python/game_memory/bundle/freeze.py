@@ -107,8 +107,11 @@ EMBEDDING_RUNTIME_MODULES = (
 #: ``~/.cache/Microsoft/DeveloperTools/.onnxruntime`` and upload events, and a game must not
 #: identify or report its players through a library it bundled. The variable is read when
 #: onnxruntime creates its environment, so it is set before anything can import it.
+#: The entry point restores Python's own SIGINT handler (the runtime hook below replaced it)
+#: just before ``main``, whose Ctrl-C handling then takes over.
 _ENTRY_SCRIPT = """\
 import os
+import signal
 import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -116,7 +119,37 @@ os.environ["ORT_DISABLE_TELEMETRY"] = "1"
 
 from game_memory.cli.frozen_sidecar import main
 
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.exit(main())
+"""
+
+#: A runtime hook of ours (``--runtime-hook``), which PyInstaller runs before its own
+#: (``pyi_rth_inspect``, ``pyi_rth_pkgutil``, ``pyi_rth_multiprocessing``: about 0.15 s of
+#: imports on this machine class) and before the entry script's imports. A Ctrl-C in that
+#: time raised ``KeyboardInterrupt`` inside PyInstaller's hooks: a traceback and exit code 1
+#: on the game's console. Until the entry point restores Python's handler, a SIGINT prints
+#: "interrupted" and ends the process with 130, as ``main`` does; nothing is open yet, so
+#: there is nothing to close. Earlier than this hook (the interpreter's own start, about
+#: 0.1 s) no code of a frozen program runs, and a Ctrl-C there still ends it in the
+#: interpreter's start-up.
+#: It imports only built-in modules (``_signal``, ``posix`` or ``nt``), which load at once:
+#: importing ``os`` and ``signal`` (and ``enum`` under it) took long enough to be interrupted
+#: themselves.
+_RUNTIME_HOOK_SCRIPT = """\
+import _signal
+
+try:
+    from posix import _exit, write
+except ImportError:
+    from nt import _exit, write
+
+
+def _game_memory_interrupted(signal_number, frame):
+    write(2, b"interrupted\\n")
+    _exit(130)
+
+
+_signal.signal(_signal.SIGINT, _game_memory_interrupted)
 """
 
 _LOG_TAIL_CHARACTERS = 3_000
@@ -177,6 +210,8 @@ def freeze_sidecar(
     version = freezer_version()
     entry = scratch / "game_memory_sidecar.py"
     entry.write_text(_ENTRY_SCRIPT, encoding="utf-8")
+    hook = scratch / "game_memory_early_interrupt.py"
+    hook.write_text(_RUNTIME_HOOK_SCRIPT, encoding="utf-8")
     log = scratch / "pyinstaller.log"
     command = [
         sys.executable,
@@ -198,6 +233,8 @@ def freeze_sidecar(
         str(_package_root()),
         "--log-level",
         "WARN",
+        "--runtime-hook",
+        str(hook),
     ]
     for module in EXCLUDED_MODULES + (() if embedding else EMBEDDING_RUNTIME_MODULES):
         command += ["--exclude-module", module]
