@@ -103,7 +103,10 @@ def append_files(
     ``current`` is the partition as read just before, under the lock (its entries file
     exists, so its folder does: only a first write makes sure of the folder).
     """
-    tag = current.tag if current is not None and current.records else new_tag(0)
+    fresh = current is None or not current.records
+    tag = new_tag(0) if fresh or current is None else current.tag
+    entries = layout.entries_path(session_hash, owner_hash)
+    written: list[str] = []
     try:
         if current is None:
             fs.ensure_directory(layout.session_directory(session_hash))
@@ -112,6 +115,7 @@ def append_files(
         for code, matrix in (vectors or {}).items():
             sums[code] = row_checksums(matrix).tolist()
             path = layout.vectors_path(session_hash, owner_hash, code, tag)
+            written.append(path)
             first_rows[code], _ = _append_rows(path, matrix, durable)
         placed = [
             EntryRecord(
@@ -128,11 +132,15 @@ def append_files(
             for r in records
         ]
         data = b"".join(encode_entry(r, tag) for r in placed)
-        info = _append_entries(layout.entries_path(session_hash, owner_hash), data, durable)
-    except PersistenceError as exc:
-        raise derived_error(exc) from exc
-    except OSError as exc:
-        raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+        info = _append_entries(entries, data, durable)
+    except BaseException as exc:
+        if fresh:
+            _remove_unreferenced_rows(entries, written)
+        if isinstance(exc, PersistenceError):
+            raise derived_error(exc) from exc
+        if isinstance(exc, OSError):
+            raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+        raise
     return placed, data, info, tag
 
 
@@ -151,35 +159,70 @@ def append_ready(
     ``digests``: each memory's hash and content digest), the records framed in one pass
     (``entries.encode_ready``). The same files, order and bytes as :func:`append_files` of
     those records."""
-    tag = current.tag if current is not None and current.records else new_tag(0)
+    fresh = current is None or not current.records
+    tag = new_tag(0) if fresh or current is None else current.tag
+    entries = layout.entries_path(session_hash, owner_hash)
+    rows_path = layout.vectors_path(session_hash, owner_hash, code, tag)
     try:
         if current is None:
             fs.ensure_directory(layout.session_directory(session_hash))
         sums = row_checksums(matrix)
-        first, rows_info = _append_rows(
-            layout.vectors_path(session_hash, owner_hash, code, tag), matrix, durable
-        )
+        first, rows_info = _append_rows(rows_path, matrix, durable)
         hashes = [hashed for hashed, _ in digests]
         contents = [content for _, content in digests]
         data = encode_ready(code, first, hashes, contents, sums, tag)
-        info = _append_entries(layout.entries_path(session_hash, owner_hash), data, durable)
-    except PersistenceError as exc:
-        raise derived_error(exc) from exc
-    except OSError as exc:
-        raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+        info = _append_entries(entries, data, durable)
+    except BaseException as exc:
+        if fresh:
+            _remove_unreferenced_rows(entries, [rows_path])
+        if isinstance(exc, PersistenceError):
+            raise derived_error(exc) from exc
+        if isinstance(exc, OSError):
+            raise DerivedIndexError(f"could not write the vector index: {exc}") from exc
+        raise
     return ReadyAppend(data, info, first, rows_info, tag)
 
 
 def _append_entries(path: str, data: bytes, durable: bool) -> os.stat_result:
-    """Append entry records (after the rows they point at); the file's ``fstat`` after."""
-    fd, _size = _open_whole(path, ENTRY_BYTES)
+    """Append entry records (after the rows they point at); the file's ``fstat`` after.
+
+    A write or fsync that fails (a full disk, an I/O error) cuts the file back to its size
+    before, best effort: records of a failed append are never left for a reader."""
+    fd, size = _open_whole(path, ENTRY_BYTES)
     try:
-        _write_all(fd, data)
-        if durable:
-            os.fsync(fd)
+        try:
+            _write_all(fd, data)
+            if durable:
+                os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
         return os.fstat(fd)
     finally:
         os.close(fd)
+
+
+def _remove_unreferenced_rows(entries: str, rows: Sequence[str]) -> None:
+    """After a failed first write of a partition (a fresh generation tag, so no record
+    named it before): delete the row files that write created, unless a record reached
+    the entries file after all (one whole record: then they are in use, and stay).
+
+    Left in place, such a file was of another generation than the records the next
+    write gives the partition, which reads as the leftovers of an interrupted rewrite
+    (``IndexEngine.untidy_owners``): the session's status said "damaged" until a rebuild
+    after one full disk during a new NPC's first memory. Best effort: a file that cannot
+    be deleted stays, as a killed writer's would."""
+    try:
+        if os.stat(entries).st_size >= ENTRY_BYTES:
+            return
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    for path in rows:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def compact_files(
