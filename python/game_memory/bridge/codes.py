@@ -232,7 +232,7 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
         The :class:`RpcError`; ``data.kind`` names the failure class, ``data.bound`` the
         bound of a capacity error, ``data.field`` the first invalid parameter and
         ``data.reason`` a failure that is not damage (``"not_permitted"``,
-        ``"unreachable"``).
+        ``"disk_full"``, ``"unreachable"``).
         Unknown exceptions map to ``INTERNAL_ERROR`` with a message that leaks nothing.
     """
     if isinstance(error, RpcError):
@@ -257,6 +257,10 @@ def error_from_exception(error: BaseException, method: str | None = None) -> Rpc
     if refused is not None:
         data["reason"] = "not_permitted"
         return RpcError(code, _not_permitted_message(message, refused), data)
+    full = fs.disk_full(error) if isinstance(error, GameMemoryError) else None
+    if full is not None:
+        data["reason"] = "disk_full"
+        return RpcError(code, _disk_full_message(message, error, full), data)
     reason = _reason(error)
     if reason is not None:
         data["reason"] = reason  # the message already says what to do about it
@@ -297,6 +301,23 @@ def _not_permitted_message(message: str, refused: OSError) -> str:
         "(a save the server can read but not write answers recalls and refuses writes); give "
         "the user that runs the server write access to the save folder and its files, or "
         "serve a writable copy of it, then send the request again"
+    )
+
+
+def _disk_full_message(message: str, error: BaseException, full: OSError) -> str:
+    """Say that the disk is full, not the save damaged, and what to do.
+
+    The storage's own :class:`~game_memory.durable.fs.DiskFullError` says all of it; an
+    error that wraps one (a layer that adds its own words) gets the cause and what to do
+    first added, since no advice its code carries (check, restore, rebuild) can help until
+    there is room.
+    """
+    if isinstance(error, fs.DiskFullError):
+        return message
+    why = "the disk is full" if full.errno == errno.ENOSPC else "the disk quota is used up"
+    return (
+        f"{message.rstrip().rstrip('.')}. The cause: {why} ({full.strerror or full}); free "
+        "space on that disk first, then send the request again"
     )
 
 

@@ -9,6 +9,10 @@ folder path it was given: the links above the folder that the system or the user
 see.
 Durability follows the classic recipe: write, ``fsync`` the file, ``rename`` over the target
 when replacing, then ``fsync`` the directory so the new name itself survives a power loss.
+A write the disk has no room for (``ENOSPC``, or ``EDQUOT``: the user's quota) raises
+:class:`DiskFullError`, whose message says so and to free space: not damage, so the
+corrupt-save advice (check, restore) does not apply; :func:`disk_full` finds that cause
+again below any error that wraps it.
 """
 
 from __future__ import annotations
@@ -22,15 +26,17 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from game_memory.durable import portable
 from game_memory.errors import PersistenceError
 
 __all__ = [
+    "DiskFullError",
     "append_bytes",
     "atomic_write",
     "check_no_symlinks",
+    "disk_full",
     "ensure_directory",
     "fsync_directory",
     "list_directory",
@@ -60,16 +66,44 @@ _OPEN_FLAGS = portable.OPEN_FLAGS
 _REFUSED = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 
 
+#: What a file system says when a write does not fit: no free blocks (or inodes) left on
+#: the disk, or the user's disk quota used up (``EDQUOT``, where the system has it).
+_FULL = frozenset(
+    {errno.ENOSPC, *((errno.EDQUOT,) if hasattr(errno, "EDQUOT") else ())}  # not on Windows
+)
+
+
+class DiskFullError(PersistenceError):
+    """A write did not fit on the disk (or in the user's quota): nothing is damaged, and the
+    write was not stored (a failed write is cut back, now or by the next write). Free space
+    and try again. ``reason`` is what the bridge sends as ``data.reason``."""
+
+    reason: Final = "disk_full"
+
+
+def _cause(exc: BaseException, numbers: frozenset[int]) -> OSError | None:
+    """The first ``OSError`` in ``exc``'s chain of causes (itself first) whose ``errno`` is
+    one of ``numbers``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in numbers:
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def refused_access(exc: BaseException) -> OSError | None:
     """The ``OSError`` behind ``exc`` (itself or a cause, however deep) when the file system
     refused this process access (read-only, or no permission), else ``None``: not damage,
     so neither a repair nor a rebuild helps, and messages say what does."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno in _REFUSED:
-            return seen
-        seen = seen.__cause__
-    return None
+    return _cause(exc, _REFUSED)
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The ``OSError`` behind ``exc`` (itself or a cause, however deep) when a write did not
+    fit on the disk or in the user's quota, else ``None``: not damage, so neither a repair
+    nor a restore helps; freeing space does."""
+    return _cause(exc, _FULL)
 
 
 def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:
@@ -78,7 +112,22 @@ def _translate(exc: OSError, path: StrPath, action: str) -> PersistenceError:
             f"refusing to {action} {path}: it is a symbolic link. A save folder must contain "
             "only real files and folders; replace the link with the real folder."
         )
+    if exc.errno in _FULL:
+        return DiskFullError(_full_message(exc, path, action))
     return PersistenceError(f"could not {action} {path}: {exc.strerror or exc}")
+
+
+def _full_message(exc: OSError, path: StrPath, action: str) -> str:
+    """Say that the disk (or the quota) is full, that nothing is damaged or stored, and what
+    to do: a full disk is not a corrupt save."""
+    if exc.errno == errno.ENOSPC:
+        why, what = "the disk is full", "free space on that disk"
+    else:
+        why, what = "the user's disk quota is used up", "free space or raise the quota"
+    return (
+        f"could not {action} {path}: {why} ({exc.strerror or exc}). Nothing is damaged and "
+        f"this write was not stored; {what}, then try again"
+    )
 
 
 def check_no_symlinks(path: Path) -> None:

