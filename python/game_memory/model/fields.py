@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, Field
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo
 
 __all__ = [
     "INT64_MAX",
@@ -31,10 +31,13 @@ __all__ = [
     "MAXIMUM_TAGS",
     "BoundedId",
     "Importance",
+    "StrictFloat",
+    "StrictInt",
     "assemble_validated",
     "check_bounded_id",
     "check_unicode",
     "ordinal_key",
+    "strict_float",
     "strict_int",
     "string_list",
 ]
@@ -123,14 +126,41 @@ def _bounded_id(value: Any) -> str:
 BoundedId = Annotated[str, BeforeValidator(_bounded_id)]
 
 
-def strict_int(value: Any) -> Any:
+def _field(info: ValidationInfo) -> str:
+    return info.field_name or "the value"
+
+
+def strict_int(value: Any, info: ValidationInfo) -> Any:
+    """Refuse what pydantic's lax ``int`` takes for a number but is none of the field's.
+
+    A bool is refused (``True`` is not the bound 1: a retention bound of ``True`` erased
+    all but one memory of each owner), and so is a float with a fraction (and ``nan``,
+    ``inf``); a whole float becomes its int. Anything else goes on to pydantic's own
+    ``int`` check. The ``ValueError`` names the field (``info.field_name``).
+    """
     if isinstance(value, bool):
-        raise ValueError("a tick must be an integer, not a boolean")
+        raise ValueError(f"{_field(info)} must be an integer, not a boolean")
     if isinstance(value, float):
         if not value.is_integer():
-            raise ValueError("a tick must be a whole number")
+            raise ValueError(f"{_field(info)} must be a whole number, not {value!r}")
         return int(value)
     return value
+
+
+def strict_float(value: Any, info: ValidationInfo) -> Any:
+    """Refuse a bool where a number is expected (pydantic's lax ``float`` takes ``True``
+    for 1.0); anything else goes on to pydantic's own ``float`` check. The ``ValueError``
+    names the field (``info.field_name``)."""
+    if isinstance(value, bool):
+        raise ValueError(f"{_field(info)} must be a number, not a boolean")
+    return value
+
+
+StrictInt = Annotated[int, BeforeValidator(strict_int)]
+"""An ``int`` field that refuses a bool and a float with a fraction (:func:`strict_int`)."""
+
+StrictFloat = Annotated[float, BeforeValidator(strict_float)]
+"""A ``float`` field that refuses a bool (:func:`strict_float`)."""
 
 
 def string_list(value: Any, what: str) -> Iterable[Any]:

@@ -8,8 +8,11 @@ digest of the content).
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections.abc import Iterable, Sequence
+from typing import SupportsIndex, cast
 
+from game_memory.errors import InvalidArgumentError
 from game_memory.model.fields import check_bounded_id
 from game_memory.model.memory import GameMemoryKind, GameMoment
 
@@ -38,21 +41,26 @@ def derive_memory_id(
     length-prefixed (4-byte big-endian) so no two field lists collide. Retrying the same
     logical call yields the same id, so a retry is a no-op and a retry with different
     content fails closed with ``MemoryConflictError``. Compatible with the reference.
+
+    Only an integer is a turn or a call index (an ``int`` or anything that is one through
+    ``__index__``, such as a numpy integer; never a bool): ``1.0`` or ``True`` would spell
+    another id than ``1``, and a retry would no longer be idempotent.
+
+    Raises:
+        InvalidArgumentError: naming the argument, when an id or ``operation`` is not a
+            non-blank string (of at most 1,024 characters), ``moment`` is not a
+            :class:`GameMoment`, ``turn`` is not an integer of 1 or more, or
+            ``call_index`` is not an integer of 0 or more.
     """
-    if turn < 1:
-        raise ValueError("turn starts at 1")
-    if call_index < 0:
-        raise ValueError("call_index starts at 0")
     fields: Iterable[str] = (
         _MEMORY_ID_DOMAIN,
-        check_bounded_id(session_id, "session_id"),
-        check_bounded_id(owner_id, "owner_id"),
-        check_bounded_id(source_input_id, "source_input_id"),
-        moment.timeline_id,
-        str(moment.tick),
-        str(turn),
-        str(call_index),
-        operation,
+        _checked_id(session_id, "session_id"),
+        _checked_id(owner_id, "owner_id"),
+        _checked_id(source_input_id, "source_input_id"),
+        *_moment_fields(moment),
+        str(_counter(turn, "turn", 1)),
+        str(_counter(call_index, "call_index", 0)),
+        _checked_id(operation, "operation"),
     )
     digest = hashlib.sha256()
     for field in fields:
@@ -60,6 +68,45 @@ def derive_memory_id(
         digest.update(len(data).to_bytes(4, "big"))
         digest.update(data)
     return _MEMORY_ID_PREFIX + digest.hexdigest()
+
+
+def _checked_id(value: object, what: str) -> str:
+    """``value`` if it is a valid id (``check_bounded_id``), else ``InvalidArgumentError``."""
+    try:
+        return check_bounded_id(cast("str", value), what)
+    except ValueError as exc:
+        shown = "" if isinstance(value, str) else f", not {_shown(value)}"
+        raise InvalidArgumentError(f"{exc}{shown}") from None
+
+
+def _moment_fields(moment: object) -> tuple[str, str]:
+    """The timeline and the tick (decimal) of ``moment``, which must be a ``GameMoment``."""
+    if not isinstance(moment, GameMoment):
+        raise InvalidArgumentError(
+            f"moment must be a GameMoment (a timeline and a tick), not {_shown(moment)}"
+        )
+    return moment.timeline_id, str(moment.tick)
+
+
+def _counter(value: object, what: str, first: int) -> int:
+    """``value`` as an ``int`` when it is an integer (not a bool) of at least ``first``."""
+    try:
+        if isinstance(value, bool) or not isinstance(value, SupportsIndex):
+            raise TypeError(what)
+        number = operator.index(value)  # numpy's bool has ``__index__``, and raises
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what} must be an integer of {first} or more, not {_shown(value)}"
+        ) from None
+    if number < first:
+        raise InvalidArgumentError(f"{what} starts at {first}, not {number}")
+    return number
+
+
+def _shown(value: object) -> str:
+    """``value`` for a message: its repr, cut short (an id may be a megabyte long)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 def content_memory_id(

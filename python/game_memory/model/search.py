@@ -8,7 +8,9 @@ from enum import IntEnum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -84,18 +86,34 @@ class GameMemorySearchStage(BaseModel):
         return assemble_validated(type(self), {**self.__dict__, "reused": True})
 
 
+def _as_tuple(value: Any) -> Any:
+    """A sequence of memories as a tuple, so a validated snapshot stays hashable: before
+    pydantic's check (which cannot rebuild a lazy sequence's type) and after it (which
+    gives a list for a list, and for JSON). Anything else goes on to pydantic's check."""
+    if isinstance(value, Sequence) and not isinstance(value, str | bytes | tuple):
+        return tuple(value)
+    return value
+
+
 class GameMemorySearchSnapshot(BaseModel):
     """A search result: the ranked memories, the authoritative snapshot they came from, stages.
 
     ``authoritative_memories`` is the exact bounded session (or session and owner)
-    partition the search read; every returned memory is one of them.
+    partition the search read; every returned memory is one of them. It is a read-only
+    sequence, not necessarily a tuple: a store hands out a lazy one (``store/lazy.py``:
+    sorted, and read from the save, only when read), which equals, hashes as, serializes
+    as and pickles to the tuple of its memories; a snapshot built by validation holds a
+    tuple. Call ``tuple()`` on it for tuple operations (``+``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     memories: Annotated[tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)]
     authoritative_memories: Annotated[
-        tuple[GameMemory, ...], Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES)
+        Sequence[GameMemory],
+        BeforeValidator(_as_tuple),
+        AfterValidator(_as_tuple),
+        Field(max_length=MAXIMUM_SNAPSHOT_MEMORIES),
     ]
     stages: Annotated[tuple[GameMemorySearchStage, ...], Field(max_length=MAXIMUM_STAGES)]
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    computed_field,
+    model_validator,
+)
 
 from game_memory.model.identity import MemoryEmbeddingIdentity
 
 __all__ = ["VectorMemoryState", "VectorMemoryStatus"]
+
+#: The computed field a dump holds and validation checks instead of taking.
+_COMPUTED = "requires_rebuild"
 
 
 class VectorMemoryState(StrEnum):
@@ -33,6 +45,11 @@ class VectorMemoryStatus(BaseModel):
 
     In lexical mode (no model) ``active_identity`` is ``None``, the state is ``LEXICAL``
     and every memory of the session counts as ready.
+
+    A status reads back its own dump (``model_dump`` and ``model_dump_json``), which holds
+    the computed ``requires_rebuild``: given as input, that value is checked, never taken:
+    it must be the bool the counts give, or the status is refused (a dump edited by hand
+    that no longer agrees with itself).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -44,6 +61,24 @@ class VectorMemoryStatus(BaseModel):
     pending_entries: int = Field(ge=0)
     stale_entries: int = Field(ge=0)
     orphan_entries: int = Field(ge=0)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _computed_input_agrees(
+        cls, data: Any, handler: ModelWrapValidatorHandler[VectorMemoryStatus]
+    ) -> VectorMemoryStatus:
+        """Validate ``data`` without ``requires_rebuild`` (computed, so not a field), then
+        check that a given value is what the validated counts compute."""
+        if not isinstance(data, Mapping) or _COMPUTED not in data:
+            return handler(data)
+        claimed = data[_COMPUTED]
+        status = handler({key: value for key, value in data.items() if key != _COMPUTED})
+        if type(claimed) is not bool or claimed != status.requires_rebuild:
+            raise ValueError(
+                f"{_COMPUTED} is computed from the counts, which give "
+                f"{status.requires_rebuild}, not {claimed!r}: leave it out or give that value"
+            )
+        return status
 
     @model_validator(mode="after")
     def _counts_add_up(self) -> VectorMemoryStatus:

@@ -95,16 +95,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from game_memory.errors import DerivedIndexError
 from game_memory.model import GameMemory, ordinal_key
+from game_memory.model.fields import StrictFloat, StrictInt
 
 __all__ = ["FusedCandidate", "FusionMode", "FusionNormalization", "FusionOptions", "fuse"]
 
 FusionNormalization = Literal["floor", "best_lexical", "absolute", "confidence"]
 """How ``CONVEX`` puts the two channels on one scale (see the module docstring)."""
 
-_Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
-_LexicalSpread = Annotated[float, Field(ge=0.0, le=1_000_000.0, allow_inf_nan=False)]
-_CosineSpread = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
-_Confidence = Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)]
+_Weight = Annotated[StrictFloat, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
+_LexicalSpread = Annotated[StrictFloat, Field(ge=0.0, le=1_000_000.0, allow_inf_nan=False)]
+_CosineSpread = Annotated[StrictFloat, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+_Confidence = Annotated[StrictFloat, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)]
 
 
 class FusionMode(StrEnum):
@@ -117,6 +118,9 @@ class FusionMode(StrEnum):
 
 class FusionOptions(BaseModel):
     """Fusion settings (defaults measured; see the module docstring).
+
+    A number refuses a bool, and a count (``rrf_k``, ``floor_candidates``) a float with a
+    fraction: pydantic's ``ValidationError`` names the field, as for a value out of range.
 
     Attributes:
         mode: ``CONVEX`` (default), ``WEIGHTED_RRF`` or ``RRF`` (equal weights, ignores the
@@ -156,18 +160,18 @@ class FusionOptions(BaseModel):
     mode: FusionMode = FusionMode.CONVEX
     lexical_weight: _Weight = 0.4
     vector_weight: _Weight = 0.6
-    rrf_k: Annotated[int, Field(ge=0, le=10_000)] = 60
+    rrf_k: Annotated[StrictInt, Field(ge=0, le=10_000)] = 60
     normalization: FusionNormalization = "confidence"
     lexical_minimum_spread: _LexicalSpread = 8.0
     vector_minimum_spread: _CosineSpread = 1.0
-    lexical_scale: Annotated[float, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)] = 8.0
+    lexical_scale: Annotated[StrictFloat, Field(gt=0.0, le=1_000_000.0, allow_inf_nan=False)] = 8.0
     lexical_minimum_gap: _LexicalSpread = 4.0
     vector_minimum_gap: _CosineSpread = 0.2
     lexical_confidence: _Confidence = 24.0
-    lexical_contrast: Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)] = 1.0
+    lexical_contrast: Annotated[StrictFloat, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)] = 1.0
     vector_confidence: _Confidence = 1.0
     vector_confidence_by: Literal["contrast", "standing"] = "contrast"
-    floor_candidates: Annotated[int, Field(ge=1, le=4_096)] = 16
+    floor_candidates: Annotated[StrictInt, Field(ge=1, le=4_096)] = 16
 
 
 @dataclass(frozen=True)

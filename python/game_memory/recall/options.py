@@ -6,6 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from game_memory.model.fields import StrictFloat, StrictInt
 from game_memory.recall.fusion import FusionOptions
 
 __all__ = ["VectorMemoryStoreOptions"]
@@ -13,6 +14,10 @@ __all__ = ["VectorMemoryStoreOptions"]
 
 class VectorMemoryStoreOptions(BaseModel):
     """Options of the hybrid store; every bound is a number with a documented range.
+
+    A bound refuses a bool (``True`` is not the bound 1) and, where it counts something, a
+    float with a fraction: pydantic's ``ValidationError`` names the field, as for a value
+    out of range.
 
     Attributes:
         maximum_index_entries: Largest snapshot (memories of a session or owner) a search
@@ -57,22 +62,22 @@ class VectorMemoryStoreOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    maximum_index_entries: Annotated[int, Field(ge=1, le=1_000_000)] = 100_000
-    maximum_stored_vector_values: Annotated[int, Field(ge=1, le=10_000_000_000)] = 200_000_000
-    maximum_vector_comparisons_per_search: Annotated[int, Field(ge=1, le=10_000_000_000)] = (
+    maximum_index_entries: Annotated[StrictInt, Field(ge=1, le=1_000_000)] = 100_000
+    maximum_stored_vector_values: Annotated[StrictInt, Field(ge=1, le=10_000_000_000)] = 200_000_000
+    maximum_vector_comparisons_per_search: Annotated[StrictInt, Field(ge=1, le=10_000_000_000)] = (
         200_000_000
     )
-    candidate_multiplier: Annotated[int, Field(ge=1, le=100)] = 4
-    maximum_candidates: Annotated[int, Field(ge=1, le=100_000)] = 512
-    rebuild_batch_size: Annotated[int, Field(ge=1, le=1_024)] = 32
-    maximum_concurrent_embedding_calls: Annotated[int, Field(ge=1, le=256)] = 4
-    query_embedding_cache: Annotated[int, Field(ge=0, le=65_536)] = 1_024
-    embedding_timeout: Annotated[float, Field(ge=0.001, le=600.0)] = 30.0
-    diagnostic_timeout: Annotated[float, Field(ge=0.001, le=30.0)] = 0.5
+    candidate_multiplier: Annotated[StrictInt, Field(ge=1, le=100)] = 4
+    maximum_candidates: Annotated[StrictInt, Field(ge=1, le=100_000)] = 512
+    rebuild_batch_size: Annotated[StrictInt, Field(ge=1, le=1_024)] = 32
+    maximum_concurrent_embedding_calls: Annotated[StrictInt, Field(ge=1, le=256)] = 4
+    query_embedding_cache: Annotated[StrictInt, Field(ge=0, le=65_536)] = 1_024
+    embedding_timeout: Annotated[StrictFloat, Field(ge=0.001, le=600.0)] = 30.0
+    diagnostic_timeout: Annotated[StrictFloat, Field(ge=0.001, le=30.0)] = 0.5
     fail_when_embedding_unavailable: bool = False
     dispose_embedding_provider: bool = True
     fusion: FusionOptions = FusionOptions()
-    maximum_memories_per_owner: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    maximum_memories_per_owner: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
     int8_copies: bool = True
 
     def candidate_limit(self, limit: int) -> int:

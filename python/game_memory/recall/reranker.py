@@ -69,6 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from game_memory.errors import InvalidArgumentError
 from game_memory.model import GameMemoryKind, GameMemoryQuery
+from game_memory.model.fields import StrictFloat, StrictInt
 from game_memory.model.memory import Kind
 from game_memory.recall.fusion import FusedCandidate
 from game_memory.recall.versions import implicit_versions
@@ -85,12 +86,15 @@ __all__ = [
 #: "Orla hurt her back"); what the NPC holds to be so can change ("the bridge is open").
 OUTDATABLE_KINDS: frozenset[GameMemoryKind] = frozenset(GameMemoryKind) - {GameMemoryKind.EVENT}
 
-_Weight = Annotated[float, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
-_Unit = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+_Weight = Annotated[StrictFloat, Field(ge=0.0, le=1_000.0, allow_inf_nan=False)]
+_Unit = Annotated[StrictFloat, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 
 
 class GameAwareMemoryRerankerOptions(BaseModel):
     """Weights of the game-aware reranker (see the module docstring).
+
+    A number refuses a bool, and a count a float with a fraction: pydantic's
+    ``ValidationError`` names the field, as for a value out of range.
 
     Attributes:
         relevance_weight, importance_weight, recency_weight: The three terms' weights.
@@ -135,14 +139,18 @@ class GameAwareMemoryRerankerOptions(BaseModel):
     relevance_weight: _Weight = 1.0
     importance_weight: _Weight = 0.1
     recency_weight: _Weight = 0.2
-    recency_half_life_ticks: Annotated[float, Field(gt=0.0, le=1e15, allow_inf_nan=False)] = 1_440.0
+    recency_half_life_ticks: Annotated[StrictFloat, Field(gt=0.0, le=1e15, allow_inf_nan=False)] = (
+        1_440.0
+    )
     diversity_penalty: _Weight = 0.05
-    maximum_greedy_selections: Annotated[int, Field(ge=1, le=4_096)] = 512
+    maximum_greedy_selections: Annotated[StrictInt, Field(ge=1, le=4_096)] = 512
     relevance: Literal["absolute", "relative"] = "relative"
     supersession_penalty: _Weight = 0.1
     supersession_similarity: _Unit = 0.40
-    supersession_candidates: Annotated[int, Field(ge=2, le=512)] = 32
-    supersession_standing: Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)] = 3.0
+    supersession_candidates: Annotated[StrictInt, Field(ge=2, le=512)] = 32
+    supersession_standing: Annotated[StrictFloat, Field(ge=0.0, le=100.0, allow_inf_nan=False)] = (
+        3.0
+    )
     supersession_inherits: bool = True
     supersession_kinds: frozenset[Kind] = OUTDATABLE_KINDS
 

@@ -20,6 +20,13 @@ before an erase fails its reads afterwards, named, instead of blocking the erase
 :class:`LazyMemories` compares equal to any sequence of the same memories (tuples
 included), slices to a tuple, and concatenates without decoding (``+`` with a tuple gives
 another lazy sequence: that is how a grown partition extends its view).
+
+Both lazy sequences here stand in for a tuple in a frozen record (a search snapshot's
+``authoritative_memories``), so they behave as that tuple where a record is used as a
+value: they hash as the tuple of their memories (equal to it, so a snapshot stays
+hashable), and pickle and copy *as* that tuple (``__reduce__``): what is unpickled is a
+plain tuple, with no open file or sorting closure to carry. Each of these reads every
+memory once; nothing else does.
 """
 
 from __future__ import annotations
@@ -400,7 +407,11 @@ class LazyMemories(Sequence[GameMemory]):
     def __ne__(self, other: object) -> bool:
         return not _equal(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        return _tuple_hash(self)
+
+    def __reduce__(self) -> _AsTuple:
+        return _as_tuple(self)
 
     def __repr__(self) -> str:
         return f"LazyMemories({len(self)} memories, {self.decoded_count()} lazily decoded)"
@@ -459,10 +470,28 @@ class Reordered(Sequence[GameMemory]):
     def __ne__(self, other: object) -> bool:
         return not _equal(self, other)
 
-    __hash__ = None  # type: ignore[assignment]
+    def __hash__(self) -> int:
+        return _tuple_hash(self)
+
+    def __reduce__(self) -> _AsTuple:
+        return _as_tuple(self)
 
     def __repr__(self) -> str:
         return f"Reordered({len(self)} memories)"
+
+
+#: What ``__reduce__`` returns for a lazy sequence: "call ``tuple`` on these memories".
+_AsTuple = tuple[type[tuple[GameMemory, ...]], tuple[tuple[GameMemory, ...]]]
+
+
+def _tuple_hash(sequence: Sequence[GameMemory]) -> int:
+    """The hash of the tuple ``sequence`` equals (reads every memory)."""
+    return hash(tuple(sequence))
+
+
+def _as_tuple(sequence: Sequence[GameMemory]) -> _AsTuple:
+    """``sequence`` reduced for pickle and copy to the plain tuple it equals."""
+    return (tuple, (tuple(sequence),))
 
 
 def _equal(sequence: Sequence[GameMemory], other: object) -> bool:
