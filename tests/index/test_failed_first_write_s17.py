@@ -112,3 +112,15 @@ def test_an_entries_write_that_fails_is_cut_back(
     with pytest.raises(OSError):
         writer._append_entries(path, b"\x02" * (3 * ENTRY_BYTES), False)
     assert os.path.getsize(path) == ENTRY_BYTES
+
+
+def test_a_full_index_disk_says_free_space_not_delete_the_index() -> None:
+    """A full disk under the index said "delete the index folder or run a rebuild", which
+    neither frees space nor helps the write."""
+    from game_memory.durable import fs
+    from game_memory.index.partition import derived_error
+
+    full = fs.DiskFullError("could not write o-x.entries: the disk is full")
+    message = str(derived_error(full))
+    assert "free space on the index folder's disk" in message
+    assert "delete the index folder" not in message

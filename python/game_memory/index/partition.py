@@ -62,13 +62,20 @@ class PartitionReplacedError(DerivedIndexError):
 def derived_error(exc: PersistenceError) -> DerivedIndexError:
     """``exc``, met in the derived index's files, as the ``DerivedIndexError`` to raise,
     saying what to do: make the folder writable when the file system refused this process
-    (deleting the folder or a rebuild cannot help then), else delete it or rebuild."""
+    (deleting the folder or a rebuild cannot help then), free space when the disk is full,
+    else delete it or rebuild."""
     if fs.refused_access(exc) is not None:
         return DerivedIndexError(
             f"{exc} (this is the derived vector index, not the save: its folder is not "
             "writable, read-only or without permission for this process; make it readable and "
             "writable, as neither deleting it nor a rebuild can help until then; recall is "
             "lexical meanwhile)"
+        )
+    if fs.disk_full(exc) is not None:
+        return DerivedIndexError(
+            f"{exc} (this is the derived vector index, not the save: free space on the index "
+            "folder's disk; the memories are saved, and one left without a vector gets it when "
+            "it is sent again or at the next rebuild; recall is lexical for it meanwhile)"
         )
     return DerivedIndexError(
         f"{exc} (this is the derived vector index, not the save: delete the index folder or "
