@@ -44,7 +44,7 @@ from game_memory.errors import (
     DerivedIndexError,
     EmbeddingUnavailableError,
     GameMemoryError,
-    StoreClosedError,
+    PersistenceError,
 )
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
@@ -57,7 +57,7 @@ from game_memory.model import (
 )
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
-from game_memory.store.lifecycle import eviction_order, eviction_target, newest_ticks
+from game_memory.store.lifecycle import checked_ids, eviction_order, eviction_target, newest_ticks
 from game_memory.store.protocol import GameMemoryStore
 from game_memory.write_guards import EraseGate, EvictionGuard, WritesInFlight
 
@@ -66,6 +66,7 @@ __all__ = [
     "erase_memories",
     "evict_over_bound",
     "index_memory",
+    "index_side",
     "report_index_failure",
 ]
 
@@ -175,7 +176,8 @@ class MemoryOverTime(abc.ABC):
 
         Raises:
             MemoryNotFoundError: an id names no memory of the owner.
-            InvalidArgumentError: the summary is of another owner or not a reflection.
+            InvalidArgumentError: the summary is not a ``GameMemory``, is of another
+                owner or not a reflection, or ``memory_ids`` is not a list of valid ids.
             MemoryConflictError: the summary's id holds other content.
         """
         self._check_open()
@@ -223,15 +225,18 @@ class MemoryOverTime(abc.ABC):
 
     @staticmethod
     def _stored_summary(summary: GameMemory, memory_ids: Sequence[str]) -> GameMemory:
-        """The summary as the store saves it (its ``consolidates`` filled in); the store's
-        own checks refuse a bad summary or bad ``memory_ids`` before this is used."""
-        if (
-            not isinstance(summary, GameMemory)
-            or isinstance(memory_ids, str)
-            or not isinstance(memory_ids, Sequence)
-        ):
+        """The summary as the store saves it (its ``consolidates`` filled in).
+
+        Built before the store is called, so ``memory_ids`` is checked here first (an
+        unhashable id, ``[["m1"]]``, must not reach ``dict.fromkeys``); a summary that is
+        not a ``GameMemory`` is returned as is, for the store's own check to refuse.
+
+        Raises:
+            InvalidArgumentError: ``memory_ids`` is not a list of valid ids.
+        """
+        if not isinstance(summary, GameMemory):
             return summary
-        return summary.model_copy(update={"consolidates": tuple(dict.fromkeys(memory_ids))})
+        return summary.model_copy(update={"consolidates": checked_ids(memory_ids)})
 
     async def compact(self) -> CompactionReport:
         """Compact the save: rewrite what needs it (see the store's ``compact``).
@@ -269,15 +274,16 @@ async def erase_memories(
 
     Raises:
         DerivedIndexError: the save's erase is done, but the index could not drop the
-            vectors (an unwritable index folder, an unreachable database); the message
-            says so and what to do.
+            vectors (an unwritable index folder or its lock file, an unreachable database,
+            a closed index: whatever the index raised); the message says so and what to do.
     """
     erased = await store.erase(session_id, owner_id, memory_ids)
     failure = await _drop_vectors(index, run, session_id, owner_id, memory_ids)
     if failure is not None:
         raise DerivedIndexError(
-            f"erased {erased:,} memories from the save, but the vector index could not "
-            f"drop their vectors ({failure}). They are never recalled (the save decides), "
+            f"erased {erased:,} memories from the save (the save's erase is done), but the "
+            f"vector index could not drop their vectors ({type(failure).__name__}: "
+            f"{failure}). They are never recalled (the save decides), "
             "but their vector bytes stay in the index until the same erase, run again, or "
             "a rebuild ('game-memory rebuild') succeeds: fix what stopped the index (an "
             "unwritable index folder, an unreachable database), then do either"
@@ -294,18 +300,40 @@ async def _drop_vectors(
 ) -> Exception | None:
     """Drop the derived entries and rows of erased memories; the error if that failed.
 
-    A closed index (or front door: its thread pool shut down) is such a failure too: the
-    save's erase is done by then, so the caller hears that the vectors stayed (a
-    ``DerivedIndexError``), not that the store is closed as if nothing had happened.
+    Every failure of the index counts, whatever its class: the save's erase is done by
+    then, so the caller must hear that the vectors stayed (a ``DerivedIndexError``), not
+    that the store is closed (a closed index, or front door: its thread pool shut down),
+    nor that the *save* is unsafe (``PersistenceError`` from the index's lock file, which
+    ``durable/lock.py`` raises for the save and the index alike), as if nothing had
+    happened. Only a cancellation passes (``BaseException``; the caller runs the erase
+    to its end first).
     """
     if index is None:
         return None
     ids = None if memory_ids is None else list(memory_ids)
     try:
         await run(lambda: index.erase(session_id, owner_id, ids))
-    except (DerivedIndexError, OSError, StoreClosedError) as exc:
+    except Exception as exc:
         return exc
     return None
+
+
+def index_side(exc: Exception) -> Exception:
+    """``exc`` as the index's failure: a ``PersistenceError`` (the lock file of the index,
+    its folder: ``durable/`` raises the save's class for both) or a raw ``OSError`` from
+    the derived index becomes a ``DerivedIndexError`` chained to it; anything else is
+    returned as is. Called once the save's write is done, so no caller is told that the
+    save is corrupt or unsafe (nor that it "was not changed") for derived data."""
+    if isinstance(exc, (PersistenceError, OSError)):
+        error = DerivedIndexError(
+            f"the derived vector index failed ({type(exc).__name__}: {exc}), not the save: "
+            "what the save was given is saved. Fix what stopped the index (its folder or "
+            "lock file not writable, a full disk), then run 'game-memory rebuild' "
+            "(memory.rebuild)"
+        )
+        error.__cause__ = exc  # as ``raise error from exc`` would chain it
+        return error
+    return exc
 
 
 async def index_memory(
@@ -356,10 +384,15 @@ async def report_index_failure(
     """Report that saved memories (the first is ``memory``) got no vectors, as
     ``memory_embedding_append_failed``; the memories stay saved and lexically recallable.
 
+    The index's failure is reported (and raised) as a ``DerivedIndexError``
+    (:func:`index_side`): the memories are saved by then, and a ``PersistenceError`` from
+    the index's lock file named the save's class.
+
     Raises:
         EmbeddingUnavailableError (or the index's own error, re-raised from the caller's
             ``except``): only with ``fail_when_embedding_unavailable``.
     """
+    exc = index_side(exc)
     await report_failure(
         report,
         "memory_embedding_append_failed",
@@ -453,7 +486,7 @@ async def _evict_locked(
             "not drop their vectors; erase them again or rebuild once it is writable.",
             session_id=memory.session_id,
             owner_id=memory.owner_id,
-            error=failure,
+            error=index_side(failure),
         )
     if erased:
         await report(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from game_memory.errors import StoreClosedError
+from game_memory.errors import InvalidArgumentError, StoreClosedError
 from game_memory.memory import VectorMemoryStore
 from game_memory.model.status import VectorMemoryStatus
 
@@ -12,9 +12,19 @@ __all__ = ["RuntimeMemoryLifecycle"]
 
 
 class RuntimeMemoryLifecycle:
-    """Own a :class:`VectorMemoryStore` for a game's lifetime: inspect, rebuild, close."""
+    """Own a :class:`VectorMemoryStore` for a game's lifetime: inspect, rebuild, close.
+
+    Raises:
+        InvalidArgumentError: ``store`` is not a ``VectorMemoryStore`` (checked here, not
+            at the first ``inspect``, where it failed with a raw ``AttributeError``).
+    """
 
     def __init__(self, store: VectorMemoryStore) -> None:
+        if not isinstance(store, VectorMemoryStore):
+            raise InvalidArgumentError(
+                "RuntimeMemoryLifecycle takes a VectorMemoryStore (open_memory returns one), "
+                f"not {type(store).__name__}"
+            )
         self._store = store
         self._closed = False
 

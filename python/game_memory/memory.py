@@ -69,7 +69,7 @@ from game_memory.store.pool import run_in_pool
 from game_memory.store.protocol import GameMemoryStore
 from game_memory.write_guards import EraseGate, EvictionGuard, OneLoop, WritesInFlight, finished
 
-__all__ = ["VectorMemoryStore"]
+__all__ = ["VectorMemoryStore", "check_provider"]
 
 _T = TypeVar("_T")
 
@@ -122,6 +122,72 @@ async def _close_provider(provider: EmbeddingProvider, seconds: float) -> None:
         ) from exc
 
 
+def check_provider(provider: object, name: str = "provider") -> None:
+    """Refuse what is not an embedding provider object, before anything is opened.
+
+    ``isinstance(x, EmbeddingProvider)`` (a runtime protocol) holds for a provider *class*
+    too, whose methods then fail deep inside with a raw ``TypeError``; a class is refused
+    here with a message that says to pass an instance.
+
+    Raises:
+        InvalidArgumentError: ``provider`` is a class, or lacks the protocol's members.
+    """
+    if isinstance(provider, type) and isinstance(provider, EmbeddingProvider):
+        raise InvalidArgumentError(
+            f"{name} must be an EmbeddingProvider object, not the class {provider.__name__}: "
+            f"pass an instance, such as {provider.__name__}()"
+        )
+    if not isinstance(provider, EmbeddingProvider):  # a class here is of something else
+        shown = f"the class {provider.__name__}" if isinstance(provider, type) else None
+        raise InvalidArgumentError(
+            f"{name} must be an EmbeddingProvider (identity, embed_query, embed_documents, "
+            f"aclose), not {shown or type(provider).__name__}"
+        )
+
+
+def _check_part(value: object, kind: type, name: str, what: str) -> None:
+    """Refuse a collaborator of the wrong kind (or a class in place of an object).
+
+    Raises:
+        InvalidArgumentError: ``value`` is a class, or not a ``kind``.
+    """
+    if isinstance(value, type) or not isinstance(value, kind):
+        shown = f"the class {value.__name__}" if isinstance(value, type) else type(value).__name__
+        raise InvalidArgumentError(f"{name} must be {what}, not {shown}")
+
+
+def _check_parts(authoritative: object, index: object, projector: object, notice: object) -> None:
+    """The front door's collaborators, checked before any is used (see ``__init__``).
+
+    Raises:
+        InvalidArgumentError: one is not of its kind.
+    """
+    _check_part(
+        authoritative,
+        GameMemoryStore,
+        "authoritative",
+        "a GameMemoryStore such as FileGameMemoryStore(folder) or InMemoryGameMemoryStore()",
+    )
+    if index is not None:
+        _check_part(
+            index,
+            VectorIndex,
+            "index",
+            "a VectorIndex such as FileVectorMemoryIndex(folder) or InMemoryVectorIndex()",
+        )
+    if projector is not None and not all(
+        callable(getattr(projector, name, None)) for name in ("project_document", "project_query")
+    ):
+        raise InvalidArgumentError(
+            "projector must be a MemoryTextProjector (project_document, project_query), "
+            f"not {type(projector).__name__}"
+        )
+    if notice is not None and not isinstance(notice, MemoryVectorDiagnostic):
+        raise InvalidArgumentError(
+            f"notice must be a MemoryVectorDiagnostic or None, not {type(notice).__name__}"
+        )
+
+
 def _check_session(session_id: str) -> None:
     """Raises: InvalidArgumentError: ``session_id`` is not a valid id."""
     try:
@@ -155,7 +221,9 @@ class VectorMemoryStore(MemoryOverTime):
     Raises:
         InvalidArgumentError: a provider without an index, options that bound the vectors
             below the index size, an index folder inside the save folder, a reranker
-            without ``rank`` or a diagnostics sink that is not callable.
+            without ``rank`` or a diagnostics sink that is not callable; an argument of the
+            wrong kind (a class where an object is wanted, such as
+            ``HashingEmbeddingProvider`` for ``HashingEmbeddingProvider()``), named.
     """
 
     def __init__(
@@ -174,11 +242,9 @@ class VectorMemoryStore(MemoryOverTime):
             raise InvalidArgumentError(
                 f"options must be a VectorMemoryStoreOptions, not {type(options).__name__}"
             )
-        if provider is not None and not isinstance(provider, EmbeddingProvider):
-            raise InvalidArgumentError(
-                "the provider must be an EmbeddingProvider (identity, embed_query, "
-                f"embed_documents, aclose), not {type(provider).__name__}"
-            )
+        _check_parts(authoritative, index, projector, notice)
+        if provider is not None:
+            check_provider(provider)
         if reranker is not None and not callable(getattr(reranker, "rank", None)):
             raise InvalidArgumentError(
                 "reranker must be a reranker object such as GameAwareMemoryReranker(options), "

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Protocol
 
 from game_memory.durable import fs, portable
 from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import DerivedIndexError, InvalidArgumentError, PersistenceError
 from game_memory.index.file_index import FileVectorMemoryIndex
 from game_memory.index.protocol import VectorIndex
-from game_memory.memory import VectorMemoryStore
+from game_memory.memory import VectorMemoryStore, check_provider
 from game_memory.model import DiagnosticSink
 from game_memory.models import ModelChoice, load_model
 from game_memory.recall.options import VectorMemoryStoreOptions
@@ -69,16 +70,62 @@ def _require_postgres() -> None:
         ) from exc
 
 
+def _check_path(name: str, value: object, kinds: str) -> None:
+    """Refuse a path argument that names no folder, before a model is loaded or a file
+    touched: ``os`` would raise a raw ``TypeError`` (``None``, a number, bytes) or
+    ``ValueError`` (a NUL character) deep inside, or, for an index folder, only its
+    appends and status would fail (quietly, then with a raw error).
+
+    Raises:
+        InvalidArgumentError: ``value`` is not a ``str`` or ``os.PathLike`` of ``str``, is
+            blank, or holds a NUL character; the message names ``name``.
+    """
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str):
+        raise InvalidArgumentError(f"{name} must be {kinds}, not {type(value).__name__}")
+    if not path.strip():
+        raise InvalidArgumentError(f"{name} must name a folder, not an empty path")
+    _check_no_nul(name, path)
+
+
+def _check_no_nul(name: str, path: str) -> None:
+    """Raises: InvalidArgumentError: ``path`` holds a NUL character (``os`` raised a raw
+    ``ValueError`` for it, and only once the path was first used)."""
+    if "\0" in path:
+        raise InvalidArgumentError(
+            f"{name} {path!r} holds a NUL character, which no file system allows in a path"
+        )
+
+
 def _check_location(name: str, location: object) -> None:
     """A save or index location is a folder path or a ``postgresql://`` URL: refuse
-    anything else before a model is loaded or a file touched."""
-    if isinstance(location, bytes) or not isinstance(location, (str, os.PathLike)):
-        raise InvalidArgumentError(
-            f"{name} must be a folder path (str or os.PathLike) or a postgresql:// URL, "
-            f"not {type(location).__name__}"
-        )
-    if not os.fspath(location).strip():
-        raise InvalidArgumentError(f"{name} must name a folder, not an empty path")
+    anything else before a model is loaded or a file touched (:func:`_check_path`)."""
+    _check_path(name, location, "a folder path (str or os.PathLike) or a postgresql:// URL")
+
+
+class _Closable(Protocol):
+    """What :func:`_close_quietly` closes: a store, an index or a provider."""
+
+    async def aclose(self) -> None: ...
+
+
+async def _close_quietly(error: BaseException, *parts: _Closable | None) -> None:
+    """Close what an ``open_memory`` that failed had opened, without hiding ``error``.
+
+    A close that fails too (a provider whose model will not close, a store that cannot
+    flush) is added to ``error`` as a note, never raised in its place: the caller must
+    hear the first failure, the one that says what to fix.
+    """
+    for part in parts:
+        if part is None:
+            continue
+        try:
+            await part.aclose()
+        except Exception as exc:
+            error.add_note(
+                f"while closing after that error, {type(part).__name__}.aclose() failed "
+                f"too ({type(exc).__name__}: {exc})"
+            )
 
 
 def check_maximum_entries(value: object) -> int | None:
@@ -274,8 +321,10 @@ async def open_memory(
         PersistenceError: the save folder is unsafe (a symbolic link, or a link above it
             owned by another user).
         DerivedIndexError: a link above the index folder is owned by another user.
-        InvalidArgumentError: ``save`` or ``index`` is not a path or URL, the index folder
-            is inside the save folder, the save is the root of a file system and no
+        InvalidArgumentError: ``save``, ``index`` or ``home`` is not a path or URL (not a
+            ``str`` or ``os.PathLike``, empty, or holding a NUL character), ``model`` is a
+            provider class rather than an instance, the index folder is inside the save
+            folder, the save is the root of a file system and no
             ``index`` is given (unless ``model="lexical"``), an option (``maximum_entries``
             included) is out of range or of the wrong type, or a URL is given without the
             ``postgres`` extra installed.
@@ -284,6 +333,8 @@ async def open_memory(
     _check_location("save", save)
     if index is not None:
         _check_location("index", index)
+    if home is not None:
+        _check_path("home", home, "the model cache folder's path (str or os.PathLike) or None")
     maximum_entries = check_maximum_entries(maximum_entries)
     if reranker is not None and not isinstance(reranker, GameAwareMemoryRerankerOptions):
         raise InvalidArgumentError(
@@ -292,7 +343,11 @@ async def open_memory(
         )
     if isinstance(model, os.PathLike):
         model = os.fspath(model)  # a model folder
-    if not isinstance(model, (str, EmbeddingProvider)):
+    if isinstance(model, str):
+        _check_no_nul("model", model)
+    elif isinstance(model, EmbeddingProvider):
+        check_provider(model, "model")  # a provider class passes the isinstance: refused
+    else:
         raise InvalidArgumentError(
             "model must be 'default', 'lexical', 'hashing', a model folder or an "
             f"EmbeddingProvider, not {model!r}"
@@ -309,9 +364,8 @@ async def open_memory(
     provider = choice.provider
     try:
         authoritative = _save(save, create, maximum_entries)
-    except BaseException:
-        if provider is not None:
-            await provider.aclose()
+    except BaseException as exc:
+        await _close_quietly(exc, provider)
         raise
     try:
         derived = (
@@ -330,8 +384,6 @@ async def open_memory(
             options=_session_bounds(options, maximum_entries),
             notice=choice.notice,
         )
-    except BaseException:
-        await authoritative.aclose()
-        if provider is not None:
-            await provider.aclose()
+    except BaseException as exc:
+        await _close_quietly(exc, authoritative, provider)
         raise

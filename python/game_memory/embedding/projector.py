@@ -18,15 +18,34 @@ class MemoryTextProjector:
     memory may hold one (the save keeps any text), but tokenizers that pass C strings
     cannot, and the ONNX providers refuse such a text, which failed the whole batch it was
     in (a rebuild of a session with one such memory never finished).
+
+    Raises:
+        InvalidArgumentError: ``maximum_characters`` is not an integer from 1 to
+            1,000,000 (a bool or a string included).
     """
 
     def __init__(self, maximum_characters: int = 100_000) -> None:
-        if not 1 <= maximum_characters <= 1_000_000:
-            raise InvalidArgumentError("maximum_characters must be from 1 to 1,000,000")
+        if (
+            isinstance(maximum_characters, bool)
+            or not isinstance(maximum_characters, int)
+            or not 1 <= maximum_characters <= 1_000_000
+        ):
+            raise InvalidArgumentError(
+                f"maximum_characters must be an integer from 1 to 1,000,000, not "
+                f"{maximum_characters!r}"
+            )
         self.maximum_characters = maximum_characters
 
     def project_document(self, memory: GameMemory) -> str:
-        """The text embedded for ``memory``."""
+        """The text embedded for ``memory``.
+
+        Raises:
+            InvalidArgumentError: ``memory`` is not a ``GameMemory``.
+        """
+        if not isinstance(memory, GameMemory):
+            raise InvalidArgumentError(
+                f"project_document takes a GameMemory, not {type(memory).__name__}"
+            )
         parts: list[str] = []
         if memory.searchable_text and memory.searchable_text.strip():
             parts.append(memory.searchable_text)
@@ -36,7 +55,15 @@ class MemoryTextProjector:
         return _without_nul("\n".join(parts)[: self.maximum_characters])
 
     def project_query(self, query: GameMemoryQuery) -> str:
-        """The text embedded for ``query`` (empty without text)."""
+        """The text embedded for ``query`` (empty without text).
+
+        Raises:
+            InvalidArgumentError: ``query`` is not a ``GameMemoryQuery``.
+        """
+        if not isinstance(query, GameMemoryQuery):
+            raise InvalidArgumentError(
+                f"project_query takes a GameMemoryQuery, not {type(query).__name__}"
+            )
         return _without_nul((query.text or "")[: self.maximum_characters])
 
 

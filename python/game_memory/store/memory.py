@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -71,6 +71,23 @@ def _check_range(name: str, value: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgumentError(f"{name} must be an integer from {low:,} to {high:,}")
     return value
+
+
+def _batch(memories: object) -> list[GameMemory]:
+    """``memories`` as a list of memories (the front door's ``append_many`` message).
+
+    Raises:
+        InvalidArgumentError: not an iterable (``None``, a number, a text), or an element
+            is not a ``GameMemory``.
+    """
+    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
+        raise InvalidArgumentError(
+            f"append_many takes a list of GameMemory, not {type(memories).__name__}"
+        )
+    batch = list(memories)
+    if not all(isinstance(memory, GameMemory) for memory in batch):
+        raise InvalidArgumentError("append_many takes GameMemory objects")
+    return batch
 
 
 def _validated_id(value: str, what: str) -> str:
@@ -171,11 +188,10 @@ class InMemoryGameMemoryStore:
             CapacityExceededError: the new memories do not fit ``maximum_entries``
                 (nothing changes).
             StoreClosedError: the store was closed.
-            InvalidArgumentError: an element is not a ``GameMemory``.
+            InvalidArgumentError: ``memories`` is not a list, or an element is not a
+                ``GameMemory``.
         """
-        batch = list(memories)
-        if not all(isinstance(memory, GameMemory) for memory in batch):
-            raise InvalidArgumentError("append_many takes GameMemory objects")
+        batch = _batch(memories)
         self._check_open()
         return self._partitions.add_many(batch)
 
@@ -298,7 +314,8 @@ class InMemoryGameMemoryStore:
 
         Raises:
             MemoryNotFoundError: an id names no memory of the owner.
-            InvalidArgumentError: see ``GameMemoryStore.consolidate``.
+            InvalidArgumentError: see ``GameMemoryStore.consolidate`` (a summary that is
+                not a ``GameMemory`` included).
             MemoryConflictError: the summary's id holds other content.
             CapacityExceededError: the store is full.
         """

@@ -237,7 +237,13 @@ class MemoryPartitions:
                 return partition.memories[partition.positions[memory_id]].moment
 
             stored = None
-            if partition is not None and summary.memory_id in partition.positions:
+            # Not a GameMemory: ``checked_summary`` refuses it (InvalidArgumentError), so
+            # its ``memory_id`` is read only once it is one.
+            if (
+                isinstance(summary, GameMemory)
+                and partition is not None
+                and summary.memory_id in partition.positions
+            ):
                 stored = partition.memories[partition.positions[summary.memory_id]]
             checked = checked_summary(session_id, owner_id, memory_ids, summary, held, stored)
             return self._add(checked)
