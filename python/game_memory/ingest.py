@@ -25,10 +25,10 @@ import asyncio
 from collections.abc import Iterable, Sequence
 
 from game_memory.embedding.embedder import Embedder
-from game_memory.errors import InvalidArgumentError
 from game_memory.forgetting import evict_over_bound, report_index_failure
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import GameMemory, MemoryEmbeddingIdentity
+from game_memory.model.memory import memory_list
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner
 from game_memory.store.lifecycle import checked_summary
@@ -63,7 +63,7 @@ async def append_many(
         ``EmbeddingUnavailableError`` only with ``fail_when_embedding_unavailable`` (the
         batch is saved by then).
     """
-    batch = _listed(memories)
+    batch = memory_list(memories)
     await _check_summaries(batch, store)
     if options.maximum_memories_per_owner is None:
         async with gate.appending():  # no erase between the save and the index writes
@@ -132,20 +132,6 @@ async def _check_summaries(batch: list[GameMemory], store: GameMemoryStore) -> N
                     moments.get,
                     stored.get(summary.memory_id),
                 )
-
-
-def _listed(memories: Sequence[GameMemory]) -> list[GameMemory]:
-    """``memories`` as a list.
-
-    Raises:
-        InvalidArgumentError: ``memories`` is not an iterable (of memories: the store
-            checks each).
-    """
-    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
-        raise InvalidArgumentError(
-            f"append_many takes a list of GameMemory, not {type(memories).__name__}"
-        )
-    return list(memories)
 
 
 async def _index_batch(

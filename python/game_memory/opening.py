@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from game_memory.durable import fs, portable
+from game_memory.durable.folder_paths import folder_text, refuse_nul
 from game_memory.embedding.provider import EmbeddingProvider
 from game_memory.errors import DerivedIndexError, InvalidArgumentError, PersistenceError
 from game_memory.index.file_index import FileVectorMemoryIndex
@@ -70,37 +71,10 @@ def _require_postgres() -> None:
         ) from exc
 
 
-def _check_path(name: str, value: object, kinds: str) -> None:
-    """Refuse a path argument that names no folder, before a model is loaded or a file
-    touched: ``os`` would raise a raw ``TypeError`` (``None``, a number, bytes) or
-    ``ValueError`` (a NUL character) deep inside, or, for an index folder, only its
-    appends and status would fail (quietly, then with a raw error).
-
-    Raises:
-        InvalidArgumentError: ``value`` is not a ``str`` or ``os.PathLike`` of ``str``, is
-            blank, or holds a NUL character; the message names ``name``.
-    """
-    path = os.fspath(value) if isinstance(value, os.PathLike) else value
-    if not isinstance(path, str):
-        raise InvalidArgumentError(f"{name} must be {kinds}, not {type(value).__name__}")
-    if not path.strip():
-        raise InvalidArgumentError(f"{name} must name a folder, not an empty path")
-    _check_no_nul(name, path)
-
-
-def _check_no_nul(name: str, path: str) -> None:
-    """Raises: InvalidArgumentError: ``path`` holds a NUL character (``os`` raised a raw
-    ``ValueError`` for it, and only once the path was first used)."""
-    if "\0" in path:
-        raise InvalidArgumentError(
-            f"{name} {path!r} holds a NUL character, which no file system allows in a path"
-        )
-
-
 def _check_location(name: str, location: object) -> None:
     """A save or index location is a folder path or a ``postgresql://`` URL: refuse
-    anything else before a model is loaded or a file touched (:func:`_check_path`)."""
-    _check_path(name, location, "a folder path (str or os.PathLike) or a postgresql:// URL")
+    anything else before a model is loaded or a file touched (``durable.folder_paths``)."""
+    folder_text(location, name, "a folder path (str or os.PathLike) or a postgresql:// URL")
 
 
 class _Closable(Protocol):
@@ -334,7 +308,7 @@ async def open_memory(
     if index is not None:
         _check_location("index", index)
     if home is not None:
-        _check_path("home", home, "the model cache folder's path (str or os.PathLike) or None")
+        folder_text(home, "home", "the model cache folder's path (str or os.PathLike) or None")
     maximum_entries = check_maximum_entries(maximum_entries)
     if reranker is not None and not isinstance(reranker, GameAwareMemoryRerankerOptions):
         raise InvalidArgumentError(
@@ -344,7 +318,7 @@ async def open_memory(
     if isinstance(model, os.PathLike):
         model = os.fspath(model)  # a model folder
     if isinstance(model, str):
-        _check_no_nul("model", model)
+        refuse_nul(model, "model")
     elif isinstance(model, EmbeddingProvider):
         check_provider(model, "model")  # a provider class passes the isinstance: refused
     else:

@@ -24,7 +24,7 @@ from types import ModuleType, TracebackType
 from typing import Final
 
 from game_memory.durable import portable
-from game_memory.errors import PersistenceError, StoreBusyError
+from game_memory.errors import InvalidArgumentError, PersistenceError, StoreBusyError
 
 fcntl: ModuleType | None
 msvcrt: ModuleType | None
@@ -37,11 +37,31 @@ try:
 except ImportError:  # POSIX
     msvcrt = None
 
-__all__ = ["ProcessLock"]
+__all__ = ["ProcessLock", "check_lock_timeout"]
 
 _POLL_SECONDS = 0.02
 _LOG = logging.getLogger(__name__)
 _WARNED: list[bool] = []
+
+
+def check_lock_timeout(lock_timeout: object) -> float:
+    """``lock_timeout`` (seconds to wait for another writer), checked by type before it is
+    compared: a string compared with a number raised ``TypeError``, and ``nan`` or ``inf``
+    passed a bare comparison and broke every locked write later (only diagnostics said so).
+
+    Raises:
+        InvalidArgumentError: not a number of seconds above 0 and at most 3,600.
+    """
+    if (
+        isinstance(lock_timeout, bool)
+        or not isinstance(lock_timeout, (int, float))
+        or not 0 < lock_timeout <= 3_600
+    ):
+        raise InvalidArgumentError(
+            f"lock_timeout must be a number of seconds above 0 and at most 3,600, not "
+            f"{lock_timeout!r}"
+        )
+    return float(lock_timeout)
 
 
 def _lock_file(fd: int) -> bool:

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from game_memory.durable import fs
+from game_memory.durable.folder_paths import folder_path
+from game_memory.durable.lock import check_lock_timeout
 from game_memory.durable.names import identity_hash, partition_hash
 from game_memory.errors import (
     DerivedIndexError,
@@ -85,6 +87,7 @@ class FileVectorMemoryIndex:
         create: bool = True,
         durable_writes: bool = False,
     ) -> None:
+        check_lock_timeout(lock_timeout)
         if isinstance(capacity, bool) or not 1 <= capacity <= 1_000_000:
             raise InvalidArgumentError("capacity must be an integer from 1 to 1,000,000")
         if isinstance(digest_cache_entries, bool) or not (
@@ -93,7 +96,9 @@ class FileVectorMemoryIndex:
             raise InvalidArgumentError(
                 "digest_cache_entries must be an integer from 1,000 to 10,000,000"
             )
-        self.directory = Path(os.path.abspath(os.fspath(directory)))
+        self.directory = folder_path(
+            directory, "directory", "the index folder's path (str or os.PathLike)"
+        )
         self._capacity = capacity
         self._durable = durable_writes
         self._lock_timeout = lock_timeout

@@ -7,7 +7,7 @@ timeline, and nothing here ever reads the wall clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Annotated, Any
@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from game_memory.errors import InvalidArgumentError
 from game_memory.model.fields import (
     INT64_MAX,
     INT64_MIN,
@@ -45,7 +46,7 @@ from game_memory.model.fields import (
 from game_memory.model.sharing import shared_fields, shared_id
 from game_memory.strict_json import out_of_range_number, parse_strict_json
 
-__all__ = ["MAXIMUM_CONSOLIDATED", "GameMemory", "GameMemoryKind", "GameMoment"]
+__all__ = ["MAXIMUM_CONSOLIDATED", "GameMemory", "GameMemoryKind", "GameMoment", "memory_list"]
 
 _set_attribute = object.__setattr__
 
@@ -348,3 +349,21 @@ class GameMemory(BaseModel):
         values = dict(state["__dict__"])
         values["metadata"] = MappingProxyType(dict(values["metadata"]))
         super().__setstate__({**state, "__dict__": values})
+
+
+def memory_list(memories: object, what: str = "append_many") -> list[GameMemory]:
+    """``memories`` (a batch, as ``append_many`` takes it) as a list.
+
+    Raises:
+        InvalidArgumentError: ``memories`` is not an iterable (``None``, a number, a text
+            or bytes, each of which ``list`` would take apart or refuse with a raw
+            ``TypeError``), or an element is not a ``GameMemory``; ``what`` names the call.
+    """
+    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
+        raise InvalidArgumentError(
+            f"{what} takes a list of GameMemory, not {type(memories).__name__}"
+        )
+    batch = list(memories)
+    if not all(isinstance(memory, GameMemory) for memory in batch):
+        raise InvalidArgumentError(f"{what} takes GameMemory objects")
+    return batch

@@ -28,13 +28,15 @@ import contextlib
 import enum
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
 from game_memory.durable import fs
+from game_memory.durable.folder_paths import folder_path
+from game_memory.durable.lock import check_lock_timeout
 from game_memory.errors import (
     CapacityExceededError,
     GameMemoryError,
@@ -51,6 +53,7 @@ from game_memory.model import (
     MigrationReport,
     StoreCheckReport,
 )
+from game_memory.model.memory import memory_list
 from game_memory.store.batches import write_batch
 from game_memory.store.capacity import RAISE_THE_BOUND
 from game_memory.store.check import check_store
@@ -90,65 +93,6 @@ def _check_range(name: str, value: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgumentError(f"{name} must be an integer from {low:,} to {high:,}")
     return value
-
-
-def _save_folder(directory: object) -> Path:
-    """The save folder as an absolute path, refusing what names none before any is used:
-    ``os.path.abspath("")`` is the current folder, which the store would then take (and
-    fill) as the save; ``None``, a number, bytes or a NUL character failed with a raw
-    ``TypeError`` or ``ValueError`` from ``os``.
-
-    Raises:
-        InvalidArgumentError: ``directory`` is not a ``str`` or ``os.PathLike`` path of a
-            folder (blank, or holding a NUL character).
-    """
-    path = os.fspath(directory) if isinstance(directory, os.PathLike) else directory
-    if not isinstance(path, str):
-        raise InvalidArgumentError(
-            "directory must be the save folder's path (str or os.PathLike), not "
-            f"{type(directory).__name__}"
-        )
-    if not path.strip():
-        raise InvalidArgumentError(
-            "directory must name the save folder, not an empty path (which would be the "
-            "current folder); give the folder's path"
-        )
-    if "\0" in path:
-        raise InvalidArgumentError(
-            f"directory {path!r} holds a NUL character, which no file system allows in a path"
-        )
-    return Path(os.path.abspath(path))
-
-
-def _check_lock_timeout(lock_timeout: object) -> None:
-    """Raises: InvalidArgumentError: not a number of seconds in (0, 3,600] (checked by type
-    first: a string compared with a number raised ``TypeError``)."""
-    if (
-        isinstance(lock_timeout, bool)
-        or not isinstance(lock_timeout, (int, float))
-        or not 0 < lock_timeout <= 3_600
-    ):
-        raise InvalidArgumentError(
-            f"lock_timeout must be a number of seconds above 0 and at most 3,600, not "
-            f"{lock_timeout!r}"
-        )
-
-
-def _batch(memories: object) -> list[GameMemory]:
-    """``memories`` as a list of memories (the front door's ``append_many`` message).
-
-    Raises:
-        InvalidArgumentError: not an iterable (``None``, a number, a text), or an element
-            is not a ``GameMemory``.
-    """
-    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
-        raise InvalidArgumentError(
-            f"append_many takes a list of GameMemory, not {type(memories).__name__}"
-        )
-    batch = list(memories)
-    if not all(isinstance(memory, GameMemory) for memory in batch):
-        raise InvalidArgumentError("append_many takes GameMemory objects")
-    return batch
 
 
 def _nothing(report: MigrationReport | None, ready: float) -> None:
@@ -196,11 +140,13 @@ class FileGameMemoryStore:
         _check_range("maximum_entries", maximum_entries, 1, MAXIMUM_ENTRIES_LIMIT)
         _check_range("maximum_file_bytes", maximum_file_bytes, 1_024, 1_000_000_000)
         _check_range("max_workers", max_workers, 1, 64)
-        _check_lock_timeout(lock_timeout)
+        check_lock_timeout(lock_timeout)
         if cache_entries is None:
             cache_entries = min(maximum_entries, 200_000)
         _check_range("cache_entries", cache_entries, 1, 10_000_000)
-        self.directory = _save_folder(directory)
+        self.directory = folder_path(
+            directory, "directory", "the save folder's path (str or os.PathLike)"
+        )
         self.maximum_entries = maximum_entries
         self._engine = StoreEngine(
             self.directory,
@@ -361,7 +307,7 @@ class FileGameMemoryStore:
             InvalidArgumentError: ``memories`` is not a list, or an element is not a
                 ``GameMemory``; nothing is written.
         """
-        batch = _batch(memories)
+        batch = memory_list(memories)
         await self._ensure_ready()
         if not batch:
             return []

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +48,7 @@ from game_memory.model import (
     StoreCheckReport,
     check_bounded_id,
 )
+from game_memory.model.memory import memory_list
 from game_memory.store.lexical import SMALL_SNAPSHOT, lexical_search
 from game_memory.store.lifecycle import checked_ids
 from game_memory.store.memory_partitions import MemoryPartitions, build_view
@@ -71,23 +72,6 @@ def _check_range(name: str, value: int, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgumentError(f"{name} must be an integer from {low:,} to {high:,}")
     return value
-
-
-def _batch(memories: object) -> list[GameMemory]:
-    """``memories`` as a list of memories (the front door's ``append_many`` message).
-
-    Raises:
-        InvalidArgumentError: not an iterable (``None``, a number, a text), or an element
-            is not a ``GameMemory``.
-    """
-    if isinstance(memories, (str, bytes)) or not isinstance(memories, Iterable):
-        raise InvalidArgumentError(
-            f"append_many takes a list of GameMemory, not {type(memories).__name__}"
-        )
-    batch = list(memories)
-    if not all(isinstance(memory, GameMemory) for memory in batch):
-        raise InvalidArgumentError("append_many takes GameMemory objects")
-    return batch
 
 
 def _validated_id(value: str, what: str) -> str:
@@ -191,7 +175,7 @@ class InMemoryGameMemoryStore:
             InvalidArgumentError: ``memories`` is not a list, or an element is not a
                 ``GameMemory``.
         """
-        batch = _batch(memories)
+        batch = memory_list(memories)
         self._check_open()
         return self._partitions.add_many(batch)
 
