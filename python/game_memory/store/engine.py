@@ -373,7 +373,7 @@ class StoreEngine(StoreReader):
                 continue
             count = info.st_size // RECORD_BYTES
             if count:
-                newest = ledger.read(count - 1, count)[0]
+                newest = ledger.newest(count)  # damaged: its message names the repair
                 try:
                     present = self.is_present(newest, ledger, newest=True)
                 except PersistenceError:

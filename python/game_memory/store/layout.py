@@ -12,13 +12,21 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import stat
 from pathlib import Path
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 
-__all__ = ["DATA_FOLDER", "STORE_FORMAT_VERSION", "SaveLayout"]
+__all__ = [
+    "DATA_FOLDER",
+    "STORE_FORMAT_VERSION",
+    "SaveLayout",
+    "damage_advice",
+    "salvage_advice",
+    "save_root",
+]
 
 DATA_FOLDER = ".game-memory"
 #: The format new saves get. Older formats are read and written as they are, and upgraded
@@ -31,6 +39,35 @@ _READABLE_FORMATS = (1, 2, 3)
 _FORMAT_NAME = "game-memory-store"
 _LEGACY_SUFFIX = ".memory.json"
 _CSHARP_FOLDER = ".memory-v2"
+
+
+def save_root(path: str | os.PathLike[str]) -> Path | None:
+    """The save folder a file of a data folder lies in (the parent of its ``.game-memory``
+    folder); ``None`` for a file outside any data folder."""
+    for parent in Path(path).parents:
+        if parent.name == DATA_FOLDER:
+            return parent.parent
+    return None
+
+
+def damage_advice(root: Path | None) -> str:
+    """What a user can do about damage to the save at ``root`` (``None``: not known), as
+    commands to run as written: each names the save folder.
+
+    For damage ``check --fix --accept-loss`` salvages (a damaged log, pack or ledger): it
+    keeps every intact record, so it is the repair to name, with a backup as the other.
+    """
+    save = "DIR" if root is None else shlex.quote(str(root))
+    return (
+        f"Run 'game-memory check --save-dir {save}' to see the damage, then "
+        f"'game-memory check --fix --accept-loss --save-dir {save}' to keep every intact "
+        "memory and give up the lost ones, or restore the save from a backup"
+    )
+
+
+def salvage_advice(path: str | os.PathLike[str]) -> str:
+    """:func:`damage_advice` for the save that holds the damaged file ``path``."""
+    return damage_advice(save_root(path))
 
 
 class SaveLayout:
@@ -143,19 +180,16 @@ class SaveLayout:
         """The format version in ``format.json``; ``None`` when the file does not exist.
 
         Raises:
-            PersistenceError: the file is not a store format file, or of another version.
+            PersistenceError: the file is damaged (the message says what is wrong with it and
+                the content that restores it), or names a format this release cannot read.
         """
         path = self.data / "format.json"
         read = fs.read_file(path, 65_536)
         if read is None:
             return None
-        try:
-            document = json.loads(read[0])
-            version = document["format_version"]
-            if document["format"] != _FORMAT_NAME or not isinstance(version, int):
-                raise ValueError("not a game-memory store")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise PersistenceError(f"{path} is not a valid store format file: {exc}") from exc
+        version, problem = _parse_format(read[0])
+        if version is None:
+            raise PersistenceError(_damaged_format_message(path, problem))
         if version not in _READABLE_FORMATS:
             raise PersistenceError(
                 f"{self.root} was written in store format {version}; this game-memory reads "
@@ -169,6 +203,43 @@ class SaveLayout:
         if current is not None and current < version:
             document = {"format": _FORMAT_NAME, "format_version": version}
             fs.atomic_write(self.data / "format.json", json.dumps(document).encode())
+
+
+def _parse_format(data: bytes) -> tuple[int | None, str]:
+    """The version a ``format.json`` names, or ``None`` and what is wrong with the file (in
+    words a person can check against it, never a parser's internals)."""
+    try:
+        document = json.loads(data)
+    except ValueError:  # UnicodeDecodeError included
+        return None, "it is not valid JSON"
+    if not isinstance(document, dict):
+        return None, "it is not a JSON object"
+    if document.get("format") != _FORMAT_NAME:
+        return None, f'its "format" field is not "{_FORMAT_NAME}"'
+    version = document.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return None, 'its "format_version" field is not a whole number'
+    return version, ""
+
+
+def _damaged_format_message(path: Path, problem: str) -> str:
+    """What to say of a damaged ``format.json``: what is wrong and the content that repairs it.
+
+    The format cannot be told from the rest of the folder without reading every record, so
+    nothing rewrites the file on its own. The content of the newest format this release
+    writes is always safe to put back for this release, which reads every older format the
+    same way; the version only tells older releases to refuse the save, so writing it can
+    lock an older release out but never makes one misread the save.
+    """
+    content = json.dumps({"format": _FORMAT_NAME, "format_version": STORE_FORMAT_VERSION})
+    return (
+        f"{path} is damaged ({problem}), so the store cannot tell which format the save "
+        "holds and reads none of it. Restore that file (or the whole save) from a backup. "
+        "Without a backup, and unless a game-memory release newer than this one wrote the "
+        "save, replace the file's whole content with the JSON at the end of this message (this "
+        "release then reads the save as before; releases that predate store format "
+        f"{STORE_FORMAT_VERSION} will refuse it rather than misread it): {content}"
+    )
 
 
 def _kind(path: Path) -> str | None:

@@ -42,6 +42,7 @@ import numpy.typing as npt
 from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
+from game_memory.store.layout import salvage_advice
 
 __all__ = [
     "KIND_ADD",
@@ -187,6 +188,18 @@ class Ledger:
             offset = (index - start) * RECORD_BYTES
             entries.append(self._decode(data[offset : offset + RECORD_BYTES], index))
         return entries
+
+    def newest(self, count: int) -> LedgerEntry:
+        """Decode and verify the newest of the ledger's ``count`` intents (for recovery).
+
+        Raises:
+            PersistenceError: as :meth:`read`; a damaged newest intent is named as such,
+                since it stops every write until it is repaired.
+        """
+        read = self._read_file((count - 1) * RECORD_BYTES)
+        if read is None or len(read[0]) < RECORD_BYTES:
+            raise PersistenceError(f"{self.path} changed while it was being recovered; try again")
+        return self._decode(read[0][:RECORD_BYTES], count - 1, newest=True)
 
     def read_tolerant(self) -> tuple[list[LedgerEntry | None], int]:
         """Every intent, ``None`` for each damaged one, and the bytes of the unwritten tail.
@@ -402,17 +415,51 @@ class Ledger:
             end -= 1
         return info.st_size - end * RECORD_BYTES
 
-    def _decode(self, record: bytes, index: int) -> LedgerEntry:
+    def _decode(self, record: bytes, index: int, *, newest: bool = False) -> LedgerEntry:
+        """The intent ``record`` at ``index``, verified.
+
+        Raises:
+            PersistenceError: the record is damaged, or carries another position; the message
+                names the repair (:meth:`_damage`).
+        """
         body = record[: _BODY.size]
         magic, kind, sequence, session, owner, memory = _BODY.unpack(body)
         (checksum,) = struct.unpack_from("<I", record, _BODY.size)
-        if magic != _MAGIC or kind != self.kind or crc32(body) != checksum:
-            raise PersistenceError(
-                f"{self.path} is corrupt at record {index}; restore the save from a backup"
-            )
+        if magic != _MAGIC or kind != self.kind:
+            raise PersistenceError(self._damage(index, "its header is damaged", newest=newest))
+        if crc32(body) != checksum:
+            raise PersistenceError(self._damage(index, "its checksum is wrong", newest=newest))
         if sequence != index:
             raise PersistenceError(
-                f"{self.path} record {index} carries sequence {sequence}: records were lost "
-                "or reordered; restore the save from a backup"
+                self._damage(
+                    index,
+                    f"it carries sequence {sequence}: records were lost or reordered",
+                    newest=newest,
+                )
             )
         return LedgerEntry(session.hex(), owner.hex(), memory.hex())
+
+    def _damage(self, index: int, what: str, *, newest: bool) -> str:
+        """What to say of a damaged intent: where, what is wrong, and the repair that works.
+
+        An intent only counts a record its partition holds (it names the memory, or the
+        partition of a retraction), so ``check --fix --accept-loss`` rebuilds the ledger
+        from the partitions and gives up nothing they still hold: the repair to name rather
+        than a backup alone. ``check`` names what a damaged partition would lose as well.
+        """
+        if self.kind == KIND_RETRACT:
+            thing, source = "retraction (forget)", "retraction logs"
+        else:
+            thing, source = "memory", "partitions"
+        where = f"record {index}, its newest intent" if newest else f"record {index}"
+        stops = (
+            "; every write (append, forget) stops until it is repaired, since each first "
+            "checks the newest intent"
+            if newest
+            else ""
+        )
+        return (
+            f"{self.path} is corrupt at {where} ({what}){stops}. The ledger only counts what "
+            f"the {source} hold, so the salvage below rebuilds it from them and gives up no "
+            f"{thing} they still hold. {salvage_advice(self.path)}."
+        )

@@ -30,6 +30,7 @@ from pathlib import Path
 from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
 from game_memory.errors import PersistenceError
+from game_memory.store.layout import salvage_advice
 from game_memory.store.records import RecordCorruption, scan_records
 
 __all__ = [
@@ -149,14 +150,32 @@ class PackIndex:
     changed: int = 0  # st_ctime_ns: with inode and size, tells a re-created pack apart
 
 
+def _corrupt(path: str, what: str) -> PersistenceError:
+    """The error for a damaged pack: what is wrong, and the salvage that repairs it.
+
+    ``check --fix --accept-loss`` salvages every kind of pack damage (it reads the records
+    without the index, keeps the intact ones and rewrites the pack), so that is the advice,
+    as for a damaged log.
+    """
+    return PersistenceError(f"{path} is corrupt: {what}. {salvage_advice(path)}.")
+
+
 def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> PackIndex:
     """Read and verify a pack's index (not its records).
 
     Raises:
-        PersistenceError: the pack is truncated, corrupt, or larger than ``maximum_bytes``.
+        PersistenceError: the pack is truncated, corrupt, or larger than ``maximum_bytes``;
+            the message says what is wrong and what repairs it.
     """
-    if info.st_size > maximum_bytes or info.st_size < len(_MAGIC) + _FOOTER.size:
-        raise PersistenceError(f"{path} is not a valid pack ({info.st_size:,} bytes)")
+    if info.st_size > maximum_bytes:
+        raise PersistenceError(
+            f"{path} is not a valid pack for this store: it is {info.st_size:,} bytes, more "
+            f"than maximum_file_bytes ({maximum_bytes:,}) allows. If the save was written with "
+            "a larger maximum_file_bytes, open it with that one; otherwise the pack is "
+            f"damaged. {salvage_advice(path)}."
+        )
+    if info.st_size < len(_MAGIC) + _FOOTER.size:
+        raise _corrupt(path, f"it is cut short ({info.st_size:,} bytes: not a valid pack)")
     try:
         fd = os.open(path, os.O_RDONLY | portable.OPEN_FLAGS)
     except OSError as exc:
@@ -166,26 +185,32 @@ def read_pack_index(path: str, info: os.stat_result, maximum_bytes: int) -> Pack
         index_offset, owners, checksum, end = _FOOTER.unpack(footer)
         index_length = owners * _ENTRY.size
         if end != _END or index_offset + index_length + _FOOTER.size != info.st_size:
-            raise PersistenceError(f"{path} is corrupt: its footer is damaged")
+            raise _corrupt(path, "its footer is damaged")
         index = portable.pread(fd, index_length, index_offset)
         header = portable.pread(fd, len(_MAGIC), 0)
     except OSError as exc:
         raise PersistenceError(f"could not read {path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
-    if header != _MAGIC or crc32(index) != checksum:
-        raise PersistenceError(f"{path} is corrupt: its header or index checksum is wrong")
+    if header != _MAGIC:
+        raise _corrupt(path, "its header is damaged")
+    if crc32(index) != checksum:
+        raise _corrupt(path, "its index checksum is wrong")
     ranges: dict[str, tuple[int, int, int]] = {}
     for position in range(0, index_length, _ENTRY.size):
         owner, offset, length, count = _ENTRY.unpack_from(index, position)
         if offset < len(_MAGIC) or offset + length > index_offset:
-            raise PersistenceError(f"{path} is corrupt: an owner range is out of bounds")
+            raise _corrupt(path, "an owner range is out of bounds")
         ranges[owner.hex()] = (offset, length, count)
     return PackIndex(path, info.st_dev, info.st_ino, info.st_size, ranges, info.st_ctime_ns)
 
 
 def read_pack_range(index: PackIndex, owner_hash: str, maximum_payload: int) -> list[bytes]:
-    """Read one owner's record payloads from a pack (empty if the owner is not in it)."""
+    """Read one owner's record payloads from a pack (empty if the owner is not in it).
+
+    Raises:
+        PersistenceError: the owner's range is damaged; the message names the repair.
+    """
     entry = index.owners.get(owner_hash)
     if entry is None:
         return []
@@ -194,9 +219,9 @@ def read_pack_range(index: PackIndex, owner_hash: str, maximum_payload: int) -> 
     try:
         scan = scan_records(data, base_offset=offset, maximum_payload=maximum_payload)
     except RecordCorruption as exc:
-        raise PersistenceError(f"{index.path} is corrupt ({exc}); restore a backup") from exc
+        raise _corrupt(index.path, f"{exc.reason} at byte {exc.offset}") from exc
     if scan.torn_bytes or len(scan.payloads) != count:
-        raise PersistenceError(f"{index.path} is corrupt: an owner range is incomplete")
+        raise _corrupt(index.path, "an owner range is incomplete")
     return scan.payloads
 
 
