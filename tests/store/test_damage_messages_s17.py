@@ -223,3 +223,27 @@ def test_a_pack_over_the_file_bound_names_the_bound_and_the_salvage(tmp_path: Pa
     message = str(raised.value)
     assert "not a valid pack" in message and "maximum_file_bytes (100)" in message
     assert salvage_command(tmp_path / "save") in message
+
+
+async def test_a_cut_segment_that_is_not_the_last_names_the_salvage_which_repairs_it(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """It said only "the save is corrupt"; the salvage repairs it, losing the cut record."""
+    save = tmp_path / "save"
+    store = make_store(save, maximum_file_bytes=1024)
+    for number in range(6):
+        await store.append(make_memory(f"b{number}", owner_id="bard", tick=number))
+    await store.aclose()
+    first = next(session_folder(save, "session").glob("o-*[0-9a-f].log"))
+    assert first.with_name(first.name.replace(".log", ".1.log")).exists()
+    os.truncate(first, first.stat().st_size - 10)
+
+    store = make_store(save, maximum_file_bytes=1024)
+    with pytest.raises(PersistenceError) as raised:
+        await store.enumerate("session", "bard")
+    assert "it is not the last segment" in str(raised.value)
+    assert salvage_command(save) in str(raised.value)
+    await store.check(accept_loss=True)
+    salvaged = make_store(save, maximum_file_bytes=1024)
+    assert (await salvaged.check()).ok
+    assert 0 < len(await salvaged.enumerate("session", "bard")) < 6

@@ -22,7 +22,6 @@ import dataclasses
 import logging
 import os
 import re
-import shlex
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -40,7 +39,7 @@ from game_memory.store.descriptors import naming_exhaustion
 from game_memory.store.documents import DocumentError, decode_document
 from game_memory.store.growing import Growing
 from game_memory.store.grown import Part, build_view, grown_state
-from game_memory.store.layout import DATA_FOLDER
+from game_memory.store.layout import salvage_advice
 from game_memory.store.lazy import LazyPositions, concatenated, same_prefix
 from game_memory.store.packs import (
     PACK_NAME,
@@ -69,7 +68,6 @@ from game_memory.store.upkeep import Upkeep
 __all__ = [
     "PartitionCache",
     "PartitionState",
-    "damage_advice",
     "identity_hash",
     "partition_hash",
     "segment_path",
@@ -81,25 +79,6 @@ _LOG = logging.getLogger("game_memory.store")
 _SEGMENT = re.compile(r"^[or]-([0-9a-f]{64})(?:\.([1-9][0-9]{0,8}))?\.log$")
 _PACK_CACHE = 4_096
 _Item = TypeVar("_Item")
-
-
-def damage_advice(root: Path | None) -> str:
-    """What a user can do about damage to the save at ``root`` (``None``: not known), as
-    commands to run as written: each names the save folder."""
-    save = "DIR" if root is None else shlex.quote(str(root))
-    return (
-        f"Run 'game-memory check --save-dir {save}' to see the damage, then "
-        f"'game-memory check --fix --accept-loss --save-dir {save}' to keep every intact "
-        "memory and give up the lost ones, or restore the save from a backup"
-    )
-
-
-def _save_root(path: Path) -> Path | None:
-    """The save folder a data file lies in (the parent of its ``.game-memory`` folder)."""
-    for parent in path.parents:
-        if parent.name == DATA_FOLDER:
-            return parent.parent
-    return None
 
 
 class PartitionCache:
@@ -283,7 +262,8 @@ class PartitionCache:
                 if segment.torn_bytes:
                     raise PersistenceError(
                         f"{segment.path} ends with {segment.torn_bytes} bytes of an incomplete "
-                        "record, but it is not the last segment: the save is corrupt"
+                        "record, but it is not the last segment: a record the save "
+                        f"acknowledged was cut short. {salvage_advice(segment.path)}."
                     )
         retracted_items = tuple(item for segment in retractions for item in segment.items)
         if extends and cached is not None:
@@ -578,7 +558,7 @@ class PartitionCache:
         except RecordCorruption as exc:
             raise PersistenceError(
                 f"{path} is corrupt ({exc.reason} at byte {exc.offset}); game-memory never "
-                f"guesses at damaged data. {damage_advice(_save_root(Path(path)))}."
+                f"guesses at damaged data. {salvage_advice(path)}."
             ) from exc
         new = [decode(payload, path) for payload in scan.payloads]
         starts = np.empty(len(new), np.int64)

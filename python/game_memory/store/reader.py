@@ -25,15 +25,10 @@ from game_memory.model import check_bounded_id, ordinal_key
 from game_memory.store.group_writes import Held
 from game_memory.store.intents import LedgerIndex, LedgerMark
 from game_memory.store.journal import MigrationJournal
-from game_memory.store.layout import SaveLayout
+from game_memory.store.layout import SaveLayout, damage_advice
 from game_memory.store.ledger import KIND_RETRACT, Ledger
 from game_memory.store.memory_partitions import snapshot_too_large
-from game_memory.store.partitions import (
-    PartitionCache,
-    PartitionState,
-    damage_advice,
-    partition_hash,
-)
+from game_memory.store.partitions import PartitionCache, PartitionState, partition_hash
 from game_memory.store.rewrite_counts import RewriteCounts
 from game_memory.store.rewrite_journal import RewriteJournal
 from game_memory.store.rewriting import RewriteContext, finish_rewrite
