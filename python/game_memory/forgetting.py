@@ -409,6 +409,25 @@ async def report_index_failure(
         raise EmbeddingUnavailableError(f"embedding failed: {exc}") from exc
 
 
+def _with_their_beliefs(
+    spared: set[str], memories: Sequence[GameMemory], worthless: set[str]
+) -> set[str]:
+    """``spared``, and the versions that hide a spared memory: the memories not
+    ``worthless`` of each ``belief_key`` a spared memory holds.
+
+    The memory just appended is spared, even as an older version of its belief (an older
+    report heard later): were the newer version that hides it then valued as any other and
+    evicted, the outdated version would be what the NPC believed, decided by the order of
+    a batch rather than by game time.
+    """
+    keys = {m.belief_key for m in memories if m.memory_id in spared and m.belief_key}
+    if not keys:
+        return spared
+    return spared | {
+        m.memory_id for m in memories if m.belief_key in keys and m.memory_id not in worthless
+    }
+
+
 async def evict_over_bound(
     memory: GameMemory,
     store: GameMemoryStore,
@@ -469,7 +488,11 @@ async def _evict_locked(
             held = view.memories[position]
             if held.moment.timeline_id == timeline:
                 retracted.add(held.memory_id)
-    spared = guard.spared(memory.session_id, memory.owner_id) | {memory.memory_id}
+    spared = _with_their_beliefs(
+        guard.spared(memory.session_id, memory.owner_id) | {memory.memory_id},
+        view.memories,
+        retracted,
+    )
     victims = [
         m.memory_id for m in eviction_order(view.memories, retracted) if m.memory_id not in spared
     ][:excess]

@@ -420,6 +420,27 @@ async def test_an_older_version_of_a_belief_is_evicted_before_its_newer_version(
     assert await front_recalled(memory, 15) == []  # the old version went for good
 
 
+@pytest.mark.parametrize("order", ["newer first", "older first", "one at a time"])
+async def test_an_older_report_heard_last_never_costs_the_newer_version(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory, order: str
+) -> None:
+    # The memory just appended is never evicted, even when it is an older version (a report
+    # heard later). Sparing it while valuing the newer version that hides it as any other
+    # evicted the newer one: the order of a batch, not game time, chose the NPC's belief.
+    memory = open_hybrid(None, options={"maximum_memories_per_owner": 10})
+    await memory.append_many([make_memory(f"f{n}", tick=11 + n, importance=0.9) for n in range(9)])
+    new = make_memory("shut", text="the bridge collapsed", tick=20, importance=0.0, belief_key="b")
+    old = make_memory("open", text="the bridge is open", tick=10, importance=0.0, belief_key="b")
+    if order == "one at a time":
+        await memory.append(new)
+        await memory.append(old)
+    else:
+        await memory.append_many([new, old] if order == "newer first" else [old, new])
+    assert "shut" in ids(await memory.enumerate("session", "owner"))
+    assert "shut" in await front_recalled(memory, 30)
+    assert "open" not in await front_recalled(memory, 30)
+
+
 async def front_recalled(memory: Any, tick: int) -> list[str]:
     """The ids a front door recalls as of ``tick`` (no text: every visible memory)."""
     return ids(await memory.search(query(limit=50, at_or_before=at(tick))))
