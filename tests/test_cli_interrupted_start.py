@@ -77,3 +77,71 @@ def test_python_dash_m_interrupted_while_importing_says_so_too(tmp_path: Path) -
     )
     assert done.returncode == 130, done.stderr
     assert done.stderr == "interrupted\n"
+
+
+# A real SIGINT, sent while the CLI's own modules import (after the library's): it raised
+# KeyboardInterrupt there, outside any handler, and the command ended in a traceback (or,
+# inside numpy's C extension, in an ImportError calling numpy's installation broken).
+_SIGNALLED = """
+import os, signal, sys
+
+class Signalling:
+    def find_spec(self, name, path=None, target=None):
+        if name == "game_memory.cli.parser":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Signalling())
+sys.argv[0] = sys.argv[1]
+from game_memory.cli import main
+print("imported after the SIGINT", file=sys.stderr)
+sys.exit(main(["--help"]))
+"""
+
+
+@pytest.mark.parametrize("argv0", ["game-memory", "game.py"])
+def test_a_real_ctrl_c_while_the_cli_imports_ends_the_command_quietly(
+    tmp_path: Path, argv0: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_SIGNALLED), str(tmp_path / argv0)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    if argv0 == "game-memory":
+        assert (done.returncode, done.stderr) == (130, "interrupted\n")
+    else:  # a program importing the library: Python's own KeyboardInterrupt
+        assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr
+
+
+def test_the_commands_main_gives_sigint_back_to_python() -> None:
+    """Once ``main`` runs, a Ctrl-C is the command's (a KeyboardInterrupt it handles)."""
+    probe = textwrap.dedent(
+        """
+        import signal, sys
+        sys.argv[0] = "game-memory"
+        import game_memory
+        from game_memory import _startup
+        assert signal.getsignal(signal.SIGINT) is _startup.interrupted
+        from game_memory.cli import main
+        try:
+            main(["--version"])
+        except SystemExit:
+            pass
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        print("given back")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("given back\n")

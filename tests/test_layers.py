@@ -35,6 +35,7 @@ LOW = BASE | {"durable"}
 SEAMS = LOW | {"store", "embedding"}
 ALLOWED: dict[str, set[str]] = {
     "_version": {"_version"},
+    "_startup": {"_startup"},  # the command's start (game_memory/__init__.py and cli only)
     "strict_json": {"strict_json"},
     "errors": {"errors"},
     "model": {"model", "strict_json", "errors"},
@@ -66,7 +67,7 @@ _FRONT = SEAMS | {
 ALLOWED["bridge"] = _FRONT | {"bridge"}
 ALLOWED["demo"] = _FRONT | {"demo"}
 ALLOWED["bundle"] = _FRONT | {"bundle"}
-ALLOWED["cli"] = _FRONT | {"bridge", "demo", "bundle", "cli", "postgres"}
+ALLOWED["cli"] = _FRONT | {"bridge", "demo", "bundle", "cli", "postgres", "_startup"}
 
 
 def _module_name(path: Path) -> str:

@@ -9,28 +9,10 @@ modules below are the implementation.
 """
 
 import contextlib as _contextlib
-import itertools as _itertools
-import os as _os
-import sys as _sys
 
+from game_memory import _startup
 
-def _interrupted_while_starting() -> None:
-    """A Ctrl-C while the ``game-memory`` command imports the library (about 0.4 s of
-    numpy, pydantic and the modules below, before its ``main`` can catch anything) ends
-    that command as its ``main`` would, "interrupted" and exit 130, not in a traceback.
-    Only that command: a program importing the library gets its ``KeyboardInterrupt``."""
-    command = _os.path.basename(_sys.argv[0] if _sys.argv else "")
-    started = list(getattr(_sys, "orig_argv", []))
-    as_module = any(
-        flag == "-m" and name.startswith("game_memory.cli")
-        for flag, name in _itertools.pairwise(started)
-    )
-    if command in ("game-memory", "game-memory.exe") or as_module:
-        with _contextlib.suppress(OSError, ValueError):
-            _sys.stderr.write("interrupted\n")
-            _sys.stderr.flush()
-        _os._exit(130)
-
+_startup.starting()  # the game-memory command: a Ctrl-C while it imports ends it quietly
 
 try:
     from game_memory._version import __version__
@@ -82,8 +64,9 @@ try:
     from game_memory.store.file_store import FileGameMemoryStore
     from game_memory.store.memory import InMemoryGameMemoryStore
     from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
-except KeyboardInterrupt:
-    _interrupted_while_starting()
+except KeyboardInterrupt:  # an import on another thread than the main one
+    if _startup.is_the_command():
+        _startup.interrupted()
     raise
 
 __all__ = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from game_memory import _startup
 from game_memory.cli import parser
 from game_memory.cli.encoding import prepare_output
 from game_memory.cli.parser import build_parser
@@ -23,5 +24,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     an internal error; then :func:`game_memory.cli.parser.main` runs it and returns its
     exit code.
     """
+    _startup.started()  # a Ctrl-C from here on is the command's to handle
     prepare_output()
     return parser.main(argv)
