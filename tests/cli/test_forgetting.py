@@ -205,3 +205,57 @@ def test_serve_can_keep_no_int8_copies() -> None:
     assert alone.options is not None and alone.options.int8_copies is False
     default = recall_settings(build_parser().parse_args(arguments[:4]))
     assert default.options is None or default.options.int8_copies
+
+
+def _ctrl_c_during(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make the front door's ``name`` receive a real SIGINT while it works (a player's
+    Ctrl-C in the terminal), then carry on as the library does: a write is never cut."""
+    import os
+    import signal
+
+    from game_memory.memory import VectorMemoryStore
+
+    real = getattr(VectorMemoryStore, name)
+
+    async def interrupted(self: VectorMemoryStore, *args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.05)  # the signal lands while the write runs
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(VectorMemoryStore, name, interrupted)
+
+
+@pytest.mark.parametrize(
+    ("command", "method", "report"),
+    [
+        (["erase", "--session", "slot", "--owner", "mira"], "erase", "erased 3 memories"),
+        (["compact"], "compact", "compacted: "),
+        (["migrate"], "migrate", "migrated 0 legacy memories"),
+        (
+            ["forget", "--session", "slot", "--owner", "mira", "--memory", "m1"]
+            + ["--timeline", "main", "--tick", "5"],
+            "forget",
+            "forgot 'm1'",
+        ),
+    ],
+)
+def test_a_ctrl_c_during_a_write_reports_what_it_did_then_exits_130(
+    save: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    command: list[str],
+    method: str,
+    report: str,
+) -> None:
+    """An erase of 99,000 memories ran 3 to 6 s after a Ctrl-C (a write is never stopped
+    halfway), then printed only "interrupted": the user thought it cut short, and a rerun
+    reported "erased 0". The Ctrl-C is noted at once, the report follows, then 130."""
+    _ctrl_c_during(monkeypatch, method)
+    code = main([*command[:1], "--save-dir", str(save), *command[1:]])
+    out, err = capfd.readouterr()  # the note is written to fd 2
+    assert code == 130
+    assert report in out
+    assert "goes on to the end" in err.splitlines()[0]
+    assert "ran to its end first: the report is complete" in err
+    if method == "erase":
+        assert _recalled(save) == ["m3"]

@@ -34,7 +34,8 @@ from pydantic import ValidationError
 from game_memory.cli.capacity import given_bound, store_bound
 from game_memory.cli.database_urls import shown_url
 from game_memory.cli.folders import folder_problem, index_folder
-from game_memory.cli.terminal import POSTGRES_HINT, console, fail, os_error, verbatim
+from game_memory.cli.interrupts import finish_on_interrupt, finishing_note, interrupted_note
+from game_memory.cli.terminal import POSTGRES_HINT, console, fail, os_error, say, verbatim
 from game_memory.cli.usage import UsageError, usage_error
 from game_memory.cli.write_access import write_access_message
 from game_memory.errors import GameMemoryError, MemoryNotFoundError
@@ -90,7 +91,14 @@ def _run(
     action: Callable[[VectorMemoryStore], Awaitable[int]],
     *,
     with_index: bool = False,
+    work: str | None = None,
 ) -> int:
+    """Open the save (and its index), run ``action``, close; the exit code.
+
+    ``work`` names a write the library never stops halfway (an erase, a compaction): a
+    Ctrl-C during it is noted at once, the work and its report finish, and the exit code
+    is 130 (``cli/interrupts.py``).
+    """
     for path, option in (
         (getattr(args, "save_dir", None), "--save-dir"),
         (getattr(args, "index_dir", None), "--index-dir"),
@@ -110,13 +118,18 @@ def _run(
             return await action(memory)
 
     try:
-        return asyncio.run(main())
+        with finish_on_interrupt(finishing_note(work) if work else None) as interrupted:
+            code = asyncio.run(main())
     except ImportError as exc:
         return fail(f"{POSTGRES_HINT} ({exc})")
     except GameMemoryError as exc:
         return fail(write_access_message(exc, args.command))
     except OSError as exc:
         return fail(os_error(exc))
+    if work and interrupted:
+        say("notice", interrupted_note(work))
+        return 130
+    return code
 
 
 def run_forget(args: argparse.Namespace) -> int:
@@ -140,7 +153,7 @@ def run_forget(args: argparse.Namespace) -> int:
         _print(args, text, {"memory_id": args.memory, "forgotten": forgotten})
         return 0
 
-    return _run(args, action)
+    return _run(args, action, work="forget")
 
 
 def _unknown_memory(args: argparse.Namespace) -> str:
@@ -196,7 +209,7 @@ def run_erase(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _run(args, action, with_index=True)
+    return _run(args, action, with_index=True, work=None if args.dry_run else "erase")
 
 
 def run_compact(args: argparse.Namespace) -> int:
@@ -213,4 +226,4 @@ def run_compact(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _run(args, action)
+    return _run(args, action, work="compaction")

@@ -33,7 +33,7 @@ from rich.table import Table
 from game_memory.cli.capacity import given_bound, store_bound
 from game_memory.cli.folders import folder_problem, index_folder, is_new_save
 from game_memory.cli.hints import empty_result_hint, fallback_hint
-from game_memory.cli.interrupts import finish_on_interrupt
+from game_memory.cli.interrupts import finish_on_interrupt, finishing_note, interrupted_note
 from game_memory.cli.options import recall_settings
 from game_memory.cli.terminal import POSTGRES_HINT, console, fail, os_error, say, verbatim
 from game_memory.cli.usage import UsageError, usage_error
@@ -78,7 +78,11 @@ def _with_memory(
     create: bool,
     create_index: bool | None = None,
     diagnostics: DiagnosticSink | None = None,
+    work: str | None = None,
 ) -> int:
+    """Open the memory the arguments name, run ``action``, close; the exit code. ``work``
+    names a write the library never stops halfway (a migration): a Ctrl-C is noted, the
+    work and its report finish, and the exit code is 130 (``cli/interrupts.py``)."""
     settings = recall_settings(args)  # a UsageError before anything is opened
     given_index = getattr(args, "index_dir", None)
     database = getattr(args, "database", None)
@@ -125,7 +129,8 @@ def _with_memory(
             await memory.aclose()
 
     try:
-        code = asyncio.run(main())
+        with finish_on_interrupt(finishing_note(work) if work else None) as interrupted:
+            code = asyncio.run(main())
     except GameMemoryError as exc:
         return fail(write_access_message(exc, args.command))
     except BrokenPipeError:
@@ -134,6 +139,9 @@ def _with_memory(
         return fail(os_error(exc))
     if new_save and not is_new_save(args.save_dir):
         say("notice", f"created a new save at {os.path.abspath(args.save_dir)}")
+    if work and interrupted:
+        say("notice", interrupted_note(work))
+        return 130
     return code
 
 
@@ -254,7 +262,7 @@ def run_migrate(args: argparse.Namespace) -> int:
         )
         return 0
 
-    return _with_memory(args, action, create=True)
+    return _with_memory(args, action, create=True, work="migration")
 
 
 def _copy_to_database(args: argparse.Namespace) -> int:
