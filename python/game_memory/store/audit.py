@@ -51,7 +51,8 @@ class OwnerAudit:
     """One owner partition as the audit found it.
 
     ``memories`` are its intact memories in partition order (packs, then segments), each
-    id once; ``sources`` the ``(path, offset)`` each was read from.
+    id once; ``sources`` the ``(path, offset)`` each was read from. ``retractions`` are its
+    intact retractions in log order, ``retraction_sources`` where each was read from.
     """
 
     session_hash: str
@@ -62,11 +63,13 @@ class OwnerAudit:
     torn: tuple[str, int, int] | None = None  # (last segment, end of records, torn bytes)
     readable_ids: dict[str, str] = field(default_factory=dict)  # memory hash -> id
     retractions: list[Retraction] = field(default_factory=list)
+    retraction_sources: list[tuple[str, int]] = field(default_factory=list)
     retractions_damaged: bool = False
     retraction_torn: tuple[str, int, int] | None = None
 
-    #: ``memory_hashes`` as last computed, for the list and length it was computed from.
-    _hashes: tuple[list[GameMemory], int, frozenset[str]] | None = field(
+    #: The id hashes as last computed (in order, and as a set), for the list and length
+    #: they were computed from.
+    _hashes: tuple[list[GameMemory], int, list[str], frozenset[str]] | None = field(
         default=None, repr=False, compare=False
     )
 
@@ -76,13 +79,29 @@ class OwnerAudit:
         audit only appends to it or replaces it): ``check`` asks once per ledger intent,
         and hashing every id of the partition each time made it quadratic in the
         partition's size (11 s at 4,000 memories in one NPC, hours at 100,000)."""
+        return self._hashed()[1]
+
+    @property
+    def ordered_hashes(self) -> list[str]:
+        """The hashes of the memories' ids in partition order (one per memory, cached as
+        :attr:`memory_hashes` is)."""
+        return self._hashed()[0]
+
+    @property
+    def retraction_hashes(self) -> list[str]:
+        """The hashes of the retracted memory ids, in log order (what the retraction
+        ledger's intents name)."""
+        return [identity_hash(memory_id) for memory_id, _at in self.retractions]
+
+    def _hashed(self) -> tuple[list[str], frozenset[str]]:
         memories = self.memories
         cached = self._hashes
         if cached is not None and cached[0] is memories and cached[1] == len(memories):
-            return cached[2]
-        hashes = frozenset(identity_hash(memory.memory_id) for memory in memories)
-        self._hashes = (memories, len(memories), hashes)
-        return hashes
+            return cached[2], cached[3]
+        ordered = [identity_hash(memory.memory_id) for memory in memories]
+        hashes = frozenset(ordered)
+        self._hashes = (memories, len(memories), ordered, hashes)
+        return ordered, hashes
 
     def name(self, session_id: str | None) -> str:
         """``session 'x', owner 'y'`` with hashes where the ids cannot be read."""
@@ -342,6 +361,7 @@ def _audit_retractions(
             scanned.ranges.append((offset, length, f"unreadable retraction ({str(exc)[:120]})"))
             continue
         owner.retractions.append(retraction)
+        owner.retraction_sources.append((path, offset))
         scanned.kept.append((owner.owner_hash, offset, data[offset : offset + length]))
     if scan.torn_bytes:
         if last and not scanned.ranges:

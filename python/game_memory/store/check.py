@@ -16,9 +16,14 @@ memory's text. It tells apart:
 * memories without an intent (the count is too low; ``fix=True`` adds the intents), and
   damaged ledger records (``accept_loss=True`` rebuilds the ledger from the partitions).
 
-Retractions (``forget``) are checked the same way against the retraction ledger, by count
-per partition. An erase or a compaction left unfinished (``rewrite.json``) is reported
-alone: ``fix=True`` finishes it first (as any writer would), then checks the rest.
+Retractions (``forget``) are checked the same way against the retraction ledger, per
+partition and by identity (the memory each retracts), not only by count: a retraction log
+segment that is another partition's (copied, swapped or renamed) is damage, which
+``fix=True`` never confirms by adding intents and ``accept_loss=True`` moves aside
+(``survey.py``). A damaged pack that holds no intact record of its session (one copied
+from another session's folder) is named on its own. An erase or a compaction left
+unfinished (``rewrite.json``) is reported alone: ``fix=True`` finishes it first (as any
+writer would), then checks the rest.
 """
 
 from __future__ import annotations
@@ -28,10 +33,9 @@ from collections import Counter
 
 from game_memory.errors import PersistenceError
 from game_memory.model import StoreCheckReport
-from game_memory.store.audit import OwnerAudit, SessionAudit
+from game_memory.store.audit import DamagedFile, OwnerAudit, SessionAudit
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
-from game_memory.store.partitions import identity_hash
 from game_memory.store.rewrite_journal import Rewrite
 from game_memory.store.salvage import salvage
 from game_memory.store.survey import Survey, survey_store
@@ -56,6 +60,7 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
             if not lost and not owner.damaged:
                 continue
             problems.append(_partition_problem(survey, engine, session, owner, lost, list_ids))
+        problems.extend(_unattributed_problems(engine, session))
     if survey.pending is not None:
         entry = survey.intents[survey.pending]
         assert entry is not None
@@ -122,6 +127,21 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
     return problems
 
 
+def _unattributed_problems(engine: StoreEngine, session: SessionAudit) -> list[str]:
+    """The damaged packs no partition's sentence names: those without one intact record of
+    the session (a pack copied from another session's folder, or unreadable throughout).
+    A read of the session fails closed on such a pack, so check must say so too."""
+    problems = []
+    for path, scanned in sorted(session.files.items()):
+        if scanned.pack and not scanned.kept:
+            problems.append(
+                f"{_short(engine, path)} holds no intact record of its session, only damage "
+                f"at {'; '.join(_spans(scanned))}: a read of the session fails closed on it. "
+                f"Nothing was dropped: {_SALVAGE_ADVICE}"
+            )
+    return problems
+
+
 def _unknown_problems(survey: Survey) -> list[str]:
     """What was not checked because it could not be read (named above): never loss."""
     after = (
@@ -180,14 +200,30 @@ def _retraction_problems(survey: Survey, engine: StoreEngine) -> list[str]:
                     f"{_short(engine, path)} ends with {torn} bytes of a retraction that was "
                     f"never acknowledged (after byte {end:,}): a torn record; check --fix cuts them"
                 )
-            elif owner.retractions_damaged and not survey.lost_retractions.get(
-                (owner.session_hash, owner.owner_hash)
+            elif (
+                owner.retractions_damaged
+                and not survey.lost_retractions.get((owner.session_hash, owner.owner_hash))
+                and (owner.session_hash, owner.owner_hash) not in survey.foreign_retractions
             ):
                 problems.append(
                     f"{owner.name(session.session_id)}: its retraction log is damaged, though no "
                     f"acknowledged retraction is lost. Nothing was dropped: {_SALVAGE_ADVICE}"
                 )
-    for (session_hash, owner_hash), count in sorted(survey.unlisted_retractions.items()):
+    for (session_hash, owner_hash), paths in sorted(survey.foreign_retractions.items()):
+        owner = survey.sessions[session_hash].owner(owner_hash)
+        shown = ", ".join(_short(engine, path) for path in paths)
+        plural = len(paths) > 1
+        problems.append(
+            f"{owner.name(survey.session_id(owner))}: {shown} hold{'' if plural else 's'} "
+            "retractions that no retraction intent of this owner names: another owner's "
+            "retraction log, copied, swapped or renamed (a retraction names no owner, so "
+            f"none of {'their' if plural else 'its'} retractions can be trusted). A recall "
+            "applies them to this owner; check --fix does not confirm them. Nothing was "
+            f"dropped: {_SALVAGE_ADVICE} (the memories they retract are recalled again, and "
+            "the owner's own retractions found nowhere else are given up)"
+        )
+    for (session_hash, owner_hash), hashes in sorted(survey.unlisted_retractions.items()):
+        count = len(hashes)
         owner = survey.sessions[session_hash].owner(owner_hash)
         problems.append(
             f"{owner.name(survey.session_id(owner))}: {count} retraction"
@@ -225,12 +261,7 @@ def _partition_problem(
             path.rsplit("/", 1)[-1].startswith(f"o-{owner.owner_hash}")
         ):
             continue
-        for offset, length, reason in scanned.ranges[:3]:
-            span = f"bytes {offset:,}–{offset + length:,}" if length else "its end"
-            causes.append(f"{_short(engine, path)} is corrupt at {span} ({reason})")
-        if len(scanned.ranges) > 3:
-            more = len(scanned.ranges) - 3
-            causes.append(f"{_short(engine, path)} has {more} more corrupt stretches")
+        causes.extend(_file_causes(engine, path, scanned))
     for path in session.gaps:
         name = path.rsplit("/", 1)[-1]
         if name.startswith(f"o-{owner.owner_hash}") or name.startswith("p-"):
@@ -249,6 +280,29 @@ def _partition_problem(
     if list_ids and count:
         sentence += "; " + _lost_ids(survey, owner, lost)
     return sentence + f". Nothing was dropped: {_SALVAGE_ADVICE}"
+
+
+def _file_causes(engine: StoreEngine, path: str, scanned: DamagedFile) -> list[str]:
+    """A damaged file's first three damaged stretches (and how many more) as clauses."""
+    causes = [
+        f"{_short(engine, path)} is corrupt at {span}" for span in _spans(scanned, more=False)
+    ]
+    if len(scanned.ranges) > 3:
+        more = len(scanned.ranges) - 3
+        causes.append(f"{_short(engine, path)} has {more} more corrupt stretches")
+    return causes
+
+
+def _spans(scanned: DamagedFile, *, more: bool = True) -> list[str]:
+    """``bytes A–B (reason)`` for a file's first three damaged stretches (then how many
+    more, if ``more``)."""
+    spans = [
+        f"{f'bytes {offset:,}–{offset + length:,}' if length else 'its end'} ({reason})"
+        for offset, length, reason in scanned.ranges[:3]
+    ]
+    if more and len(scanned.ranges) > 3:
+        spans.append(f"{len(scanned.ranges) - 3} more stretches")
+    return spans
 
 
 def _short(engine: StoreEngine, path: str) -> str:
@@ -308,12 +362,13 @@ def _repair(engine: StoreEngine, survey: Survey) -> list[str]:
         count = len(entries)
         repairs.append(f"added {count} missing ledger intent{'s' if count > 1 else ''}")
     if survey.unlisted_retractions and not survey.damaged_retraction_intents:
-        entries = []
-        for (session_hash, owner_hash), count in sorted(survey.unlisted_retractions.items()):
-            owner = survey.sessions[session_hash].owner(owner_hash)
-            # The intents name the memories of the retractions without one: the last ones.
-            for memory_id, _at in owner.retractions[-count:]:
-                entries.append(LedgerEntry(session_hash, owner_hash, identity_hash(memory_id)))
+        # Only retractions the survey found to be the partition's own (see survey.py):
+        # never one of another partition's log, which a salvage moves aside instead.
+        entries = [
+            LedgerEntry(session_hash, owner_hash, memory_hash)
+            for (session_hash, owner_hash), hashes in sorted(survey.unlisted_retractions.items())
+            for memory_hash in hashes
+        ]
         engine.retraction_ledger.append(entries, first_index=engine.retraction_ledger.count())
         count = len(entries)
         repairs.append(f"added {count} missing retraction intent{'s' if count > 1 else ''}")

@@ -16,8 +16,10 @@ memories that can no longer be read. Under the writer lock, after the recovery:
    after it are read again;
 4. rewrite the ledger atomically: the intents of the intact memories, in order, plus
    intents for intact memories that had none. Damaged intents and those of lost memories
-   are dropped. The retraction ledger likewise: per partition as many intents as it has
-   intact retractions (a retraction log is salvaged like a memory log).
+   are dropped. The retraction ledger likewise, by identity: an intent is kept for each
+   intact retraction of its partition that names the same memory, and one is added for
+   each intact retraction that had none (a retraction log is salvaged like a memory log;
+   one of another partition was moved aside as damage in step 2, so it gets none).
 
 Every step is atomic on its own and keeps every intact record, so a crash part-way leaves
 a store that still fails closed where it is damaged, and running the salvage again
@@ -29,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 from game_memory.durable import fs
@@ -37,7 +40,6 @@ from game_memory.store.audit import DamagedFile, SessionAudit
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
 from game_memory.store.packs import encode_pack
-from game_memory.store.partitions import identity_hash
 from game_memory.store.survey import Survey
 
 __all__ = ["DAMAGED_FOLDER", "salvage"]
@@ -184,25 +186,29 @@ def _replace(path: Path, data: bytes) -> None:
 
 
 def _rewrite_retraction_ledger(engine: StoreEngine, survey: Survey) -> list[str]:
-    """Keep, per partition, as many retraction intents as it has intact retractions."""
+    """Keep an intent for each intact retraction that names its memory; add the missing."""
     held: dict[tuple[str, str], list[str]] = {}
     for session in survey.sessions.values():
         for owner in session.owners.values():
-            held[(owner.session_hash, owner.owner_hash)] = [
-                identity_hash(memory_id) for memory_id, _at in owner.retractions
-            ]
-    remaining = {key: len(hashes) for key, hashes in held.items()}
+            held[(owner.session_hash, owner.owner_hash)] = owner.retraction_hashes
+    remaining = {key: Counter(hashes) for key, hashes in held.items()}
     kept: list[LedgerEntry] = []
     for entry in survey.retraction_intents:
         if entry is None:
             continue
-        key = (entry.session_hash, entry.owner_hash)
-        if remaining.get(key, 0) > 0:
-            remaining[key] -= 1
+        found = remaining.get((entry.session_hash, entry.owner_hash))
+        if found is not None and found[entry.memory_hash] > 0:
+            found[entry.memory_hash] -= 1
             kept.append(entry)
-    for key, extra in sorted(remaining.items()):
-        if extra > 0:
-            kept.extend(LedgerEntry(*key, memory_hash) for memory_hash in held[key][-extra:])
+    for key, hashes in sorted(held.items()):
+        extra = remaining[key]
+        # Of the retractions of one memory, the newest are the ones without an intent.
+        added: list[str] = []
+        for memory_hash in reversed(hashes):
+            if extra[memory_hash] > 0:
+                extra[memory_hash] -= 1
+                added.append(memory_hash)
+        kept.extend(LedgerEntry(*key, memory_hash) for memory_hash in reversed(added))
     if kept == survey.retraction_intents:
         return []
     engine.retraction_ledger.rewrite(kept)

@@ -4,9 +4,15 @@
 stretches, missing files), reads the ledger tolerantly and the migration journal, and
 sorts every intent without an intact record into the one pending append (only the newest
 intent can be one), the intents of an uncommitted batch, and acknowledged memories that
-are lost; and every record without an intent. Retractions are counted per partition
-against the retraction ledger the same way (the newest retraction intent may be pending; a
-shortfall beyond it is loss). Nothing here writes.
+are lost; and every record without an intent. Retractions are compared per partition
+with the retraction ledger the same way, by identity (the memory each names), not only by
+count: the newest retraction intent may be pending; any other intent without its
+retraction is loss. Records name no owner, so a retraction log segment that holds a
+retraction its partition has no intent for, where the partition also lacks retractions it
+has intents for, or of a memory the partition does not hold, or the very retraction
+another partition of the session holds, is another partition's (a log copied, swapped or
+renamed): the whole segment is damage, never a retraction whose intent ``--fix`` adds.
+Nothing here writes.
 
 What could not be read is *unknown*, never loss: the owners whose log segment is a link or
 cannot be read, every owner of a session whose folder cannot be listed or whose pack cannot
@@ -27,6 +33,7 @@ from pathlib import Path
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
+from game_memory.model import GameMoment
 from game_memory.store.audit import OwnerAudit, SessionAudit, audit_session
 from game_memory.store.engine import StoreEngine
 from game_memory.store.ledger import LedgerEntry
@@ -34,6 +41,9 @@ from game_memory.store.ledger import LedgerEntry
 __all__ = ["Survey", "survey_store"]
 
 _SESSION = re.compile(r"^s-([0-9a-f]{64})$")
+
+#: Why a retraction log segment is set aside as another partition's (``audit.DamagedFile``).
+FOREIGN_RETRACTION = "a retraction log segment of another owner (no intent of this one names it)"
 
 
 @dataclass
@@ -50,13 +60,17 @@ class Survey:
     lost: dict[int, OwnerAudit] = field(default_factory=dict)
     pending: int | None = None
     uncommitted: list[int] = field(default_factory=list)
-    unlisted: list[tuple[OwnerAudit, str]] = field(default_factory=list)  # records, no intent
+    # records without an intent, in partition order
+    unlisted: list[tuple[OwnerAudit, str]] = field(default_factory=list)
     repeated: list[LedgerEntry] = field(default_factory=list)
     retraction_intents: list[LedgerEntry | None] = field(default_factory=list)
     retraction_unwritten: int = 0
     # per partition (session hash, owner hash): retractions lost, and records without intents
     lost_retractions: dict[tuple[str, str], int] = field(default_factory=dict)
-    unlisted_retractions: dict[tuple[str, str], int] = field(default_factory=dict)
+    # ... the memory hashes of retractions without an intent (in log order), and the
+    # retraction log segments that are another partition's (set aside as damage)
+    unlisted_retractions: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    foreign_retractions: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     pending_retraction: int | None = None
     rewrite: str | None = None  # an unfinished erase or compaction, described
     # What could not be read: sessions not audited (all when the data folder could not be
@@ -170,27 +184,39 @@ def survey_store(engine: StoreEngine) -> Survey:
 
 
 def _classify_retractions(survey: Survey) -> None:
-    """Count each partition's retractions against its retraction intents."""
-    expected: Counter[tuple[str, str]] = Counter()
-    newest: tuple[str, str] | None = None
+    """Compare each partition's retractions with its retraction intents, by identity."""
+    expected: dict[tuple[str, str], Counter[str]] = {}
+    newest: LedgerEntry | None = None
     for entry in survey.retraction_intents:
         if entry is not None:
-            newest = (entry.session_hash, entry.owner_hash)
-            if survey.known(*newest):
-                expected[newest] += 1
+            newest = entry
+            key = (entry.session_hash, entry.owner_hash)
+            if survey.known(*key):
+                expected.setdefault(key, Counter())[entry.memory_hash] += 1
     last_valid = bool(survey.retraction_intents) and survey.retraction_intents[-1] is not None
     held: dict[tuple[str, str], OwnerAudit] = {}
     for session in survey.sessions.values():
         for owner in session.owners.values():
             held[(owner.session_hash, owner.owner_hash)] = owner
+    if survey.retraction_ledger_read:
+        _set_aside_foreign(survey, expected, held)
     for key in sorted(set(expected) | set(held)):
-        partition = held.get(key)
-        found = 0 if partition is None else len(partition.retractions)
-        shortfall = expected[key] - found
-        damaged = partition is not None and partition.retractions_damaged
         if not survey.known(*key):
             continue
-        if shortfall == 1 and key == newest and last_valid and not damaged:
+        partition = held.get(key)
+        found = Counter(partition.retraction_hashes if partition is not None else ())
+        wanted = expected.get(key, Counter())
+        missing = wanted - found
+        shortfall = sum(missing.values())
+        damaged = partition is not None and partition.retractions_damaged
+        if (
+            shortfall == 1
+            and newest is not None
+            and key == (newest.session_hash, newest.owner_hash)
+            and missing[newest.memory_hash] == 1
+            and last_valid
+            and not damaged
+        ):
             # Only the newest retraction intent can be a forget still in flight.
             survey.pending_retraction = len(survey.retraction_intents) - 1
         elif shortfall > 0:
@@ -202,8 +228,78 @@ def _classify_retractions(survey: Survey) -> None:
                 scanned = survey.sessions[partition.session_hash].scanned[path]
                 scanned.ranges.append((end, torn, "the file ends in the middle of a record"))
                 partition.retraction_torn, partition.retractions_damaged = None, True
-        elif shortfall < 0 and survey.retraction_ledger_read:
-            survey.unlisted_retractions[key] = -shortfall
+        extra = found - wanted
+        if extra and survey.retraction_ledger_read and partition is not None:
+            # Of the retractions of one memory, the newest are the ones without an intent.
+            unlisted: list[str] = []
+            for memory_hash in reversed(partition.retraction_hashes):
+                if extra[memory_hash] > 0:
+                    extra[memory_hash] -= 1
+                    unlisted.append(memory_hash)
+            unlisted.reverse()
+            survey.unlisted_retractions[key] = unlisted
+
+
+def _set_aside_foreign(
+    survey: Survey,
+    expected: dict[tuple[str, str], Counter[str]],
+    held: dict[tuple[str, str], OwnerAudit],
+) -> None:
+    """Find the retraction log segments that are another partition's and mark them damaged.
+
+    A forget appends its intent (fsynced) before its record, so a retraction without an
+    intent is never what a crash leaves: either the ledger lost the intent, or the record
+    is not this partition's. It is taken for another partition's (retraction records
+    name no owner, so the whole segment is suspect, as a memory log holding another
+    owner's memory is) when the partition also lacks retractions its intents name (a log
+    swapped or renamed), when the memory it names is not the partition's, or when another
+    partition of the session holds the very same retraction (a log copied).
+    """
+    mirrors: dict[tuple[str, tuple[str, GameMoment]], set[str]] = {}
+    for (session_hash, owner_hash), owner in held.items():
+        for retraction in owner.retractions:
+            mirrors.setdefault((session_hash, retraction), set()).add(owner_hash)
+    for key, owner in sorted(held.items()):
+        if not owner.retractions or not survey.known(*key):
+            continue
+        wanted = expected.get(key, Counter())
+        hashes = owner.retraction_hashes
+        found = Counter(hashes)
+        extra = found - wanted
+        if not extra:
+            continue
+        missing = bool(wanted - found)
+        foreign: set[str] = set()
+        for retraction, memory_hash, (path, _offset) in zip(
+            owner.retractions, hashes, owner.retraction_sources, strict=True
+        ):
+            if extra[memory_hash] <= 0:
+                continue
+            copied = mirrors[(owner.session_hash, retraction)] - {owner.owner_hash}
+            if missing or memory_hash not in owner.memory_hashes or copied:
+                foreign.add(path)
+        if foreign:
+            _drop_segments(survey.sessions[owner.session_hash], owner, foreign)
+            survey.foreign_retractions[key] = sorted(foreign)
+
+
+def _drop_segments(session: SessionAudit, owner: OwnerAudit, paths: set[str]) -> None:
+    """Mark every record of the retraction log segments ``paths`` as damage (the salvage
+    moves them aside) and leave their retractions out of the partition's."""
+    for path in paths:
+        scanned = session.scanned[path]
+        for _owner, offset, record in scanned.kept:
+            scanned.ranges.append((offset, len(record), FOREIGN_RETRACTION))
+        scanned.kept.clear()
+        if owner.retraction_torn is not None and owner.retraction_torn[0] == path:
+            _path, end, torn = owner.retraction_torn
+            scanned.ranges.append((end, torn, "a record is cut short"))
+            owner.retraction_torn = None
+        scanned.ranges.sort()
+    kept = [i for i, (path, _o) in enumerate(owner.retraction_sources) if path not in paths]
+    owner.retractions = [owner.retractions[i] for i in kept]
+    owner.retraction_sources = [owner.retraction_sources[i] for i in kept]
+    owner.retractions_damaged = True
 
 
 def _classify(survey: Survey) -> None:
@@ -250,6 +346,7 @@ def _classify(survey: Survey) -> None:
         for owner in session.owners.values():
             if owner.owner_hash in session.unknown_owners:
                 continue
-            for memory_hash in sorted(owner.memory_hashes):
+            # In partition order (the order --fix appends their intents in).
+            for memory_hash in owner.ordered_hashes:
                 if (owner.session_hash, owner.owner_hash, memory_hash) not in named:
                     survey.unlisted.append((owner, memory_hash))
