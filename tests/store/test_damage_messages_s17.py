@@ -71,6 +71,13 @@ async def test_a_damaged_newest_intent_names_the_salvage_which_repairs_it_losing
     assert "its checksum is wrong" in message
     assert salvage_command(save) in message and "gives up no" in message
 
+    # check --fix ended in the recovery's one line (exit 1, no report); it reports now,
+    # repairs nothing, and names the salvage for the memory whose intent is damaged.
+    fixed = await store.check(fix=True)
+    assert not fixed.ok and not fixed.repairs
+    assert any("could not recover the save, so it repaired nothing" in p for p in fixed.problems)
+    assert not any("check --fix adds the intents" in p for p in fixed.problems)
+
     report = await store.check(accept_loss=True)
     assert report.repairs and (await store.check()).ok
     reopened = make_store(save)

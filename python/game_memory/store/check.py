@@ -106,12 +106,19 @@ def problems_of(survey: Survey, engine: StoreEngine, *, list_ids: bool) -> list[
         key = (owner.session_hash, owner.owner_hash)
         unlisted[key] += 1
         owners[key] = owner
+    # With damaged intents in the ledger, a memory "without an intent" may be one whose
+    # intent is damaged: --fix cannot tell, the salvage's rebuilt ledger gives it one.
+    adds = (
+        "check --fix --accept-loss rebuilds the ledger, which gives them one"
+        if survey.damaged_intents
+        else "check --fix adds the intents"
+    )
     for key, count in sorted(unlisted.items()):
         owner = owners[key]
         problems.append(
             f"{owner.name(survey.session_id(owner))}: {count} memor"
             f"{'y has' if count == 1 else 'ies have'} no ledger intent (the store's count is "
-            "too low); check --fix adds the intents"
+            f"too low); {adds}"
         )
     for entry in survey.repeated:
         problems.append(f"memory {entry.memory_hash[:12]}… has more than one ledger intent")
@@ -225,10 +232,14 @@ def _retraction_problems(survey: Survey, engine: StoreEngine) -> list[str]:
     for (session_hash, owner_hash), hashes in sorted(survey.unlisted_retractions.items()):
         count = len(hashes)
         owner = survey.sessions[session_hash].owner(owner_hash)
+        adds = (
+            "check --fix --accept-loss rebuilds the retraction ledger, which gives them one"
+            if survey.damaged_retraction_intents
+            else "check --fix adds the intents"
+        )
         problems.append(
             f"{owner.name(survey.session_id(owner))}: {count} retraction"
-            f"{' has' if count == 1 else 's have'} no intent in the retraction ledger; check "
-            "--fix adds the intents"
+            f"{' has' if count == 1 else 's have'} no intent in the retraction ledger; {adds}"
         )
     if survey.retraction_unwritten:
         problems.append(
@@ -455,21 +466,29 @@ def check_store(
                 ),
                 repairs=(),
             )
+        unrecovered: PersistenceError | None = None
         if fix or accept_loss:
             try:
                 repairs.extend(_recover(engine))
-            except PersistenceError:
+            except PersistenceError as exc:
+                # The salvage repairs what recovery cannot read past (a damaged newest
+                # intent); --fix alone reports what the survey finds and repairs nothing,
+                # rather than end in the recovery's one line with no report.
                 if not accept_loss:
-                    raise
+                    unrecovered = exc
         survey = survey_store(engine)
-        if fix or accept_loss:
+        if unrecovered is None and (fix or accept_loss):
             repairs.extend(_repair(engine, survey))
             if accept_loss and survey.needs_salvage and not survey.unreadable:
                 repairs.extend(salvage(engine, survey))
             if repairs:
                 survey = survey_store(engine)
         problems = problems_of(survey, engine, list_ids=list_ids)
-        if fix and not accept_loss and survey.needs_salvage:
+        if unrecovered is not None:
+            problems.append(
+                f"check --fix could not recover the save, so it repaired nothing: {unrecovered}"
+            )
+        elif fix and not accept_loss and survey.needs_salvage:
             problems.append(
                 "check --fix repaired none of the damage above: it never drops an "
                 "acknowledged memory. Run check --fix --accept-loss to salvage the save"
