@@ -5,7 +5,8 @@ against the ledgers; decide each memory (new, already stored, conflict), within 
 too; check the capacity for what is new; then, for two or more new memories:
 
 1. the **batch journal** (``migration.json``, version 2: the ledger count before the batch
-   and every log segment it appends to with its size before it) is written durably;
+   and after it, and every log segment it appends to with its sizes before and after it)
+   is written durably;
 2. all intents in one write, then each partition's records in one write per segment, none
    fsynced;
 3. **one barrier** fsyncs the ledger, every segment and every folder that got a new entry
@@ -280,7 +281,10 @@ def _commit(
     folders: set[Path] = set()
     if engine.ledger.stat() is None:
         folders.add(engine.data)  # the ledger file is new: its name must last too
-    engine.journal.write(count, [], journaled)
+    ends = [
+        max(before, 0) + sum(map(len, written)) for _, plan in plans for _, before, written in plan
+    ]
+    engine.journal.write(count, [], journaled, ledger_after=count + len(digests), ends=ends)
     engine.ledger.append_encoded(intents, durable=False)
     for state, plan in plans:
         directory = engine.session_directory(state.session_hash)

@@ -27,6 +27,11 @@ A crash in phase 2 leaves the partition's own files untouched (staging is redone
 them); a crash in phase 3 leaves complete, durable staged files, and the switch is
 finished. Readers never see a partition between two of these steps: while a journal
 exists they wait for the writer lock (``engine.py``).
+
+A journal left by a dead writer is finished only if the save is in a state its rewrite
+leaves at the phase it names (``rewrite_journal.mismatch``): an old copy of a journal put
+back after its rewrite was done would erase what was learned since, or delete segments
+written since.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.copies import remove_copies, remove_tree
 from game_memory.store.documents import DocumentError, decode_document
+from game_memory.store.journal import stale_message
 from game_memory.store.ledger import Ledger
 from game_memory.store.packs import encode_pack, pack_path, read_pack_index, read_pack_range
 from game_memory.store.partitions import PartitionCache
@@ -54,9 +60,9 @@ from game_memory.store.read_files import remove_read_files
 from game_memory.store.records import HEADER_BYTES, RecordCorruption, encode_record, scan_records
 from game_memory.store.retractions import Retraction, decode_retraction
 from game_memory.store.rewrite_counts import RewriteCounts
-from game_memory.store.rewrite_journal import Rewrite, RewriteJournal
+from game_memory.store.rewrite_journal import Rewrite, RewriteJournal, erased_intents, mismatch
 
-__all__ = ["RewriteContext", "finish_rewrite", "split_segments"]
+__all__ = ["RewriteContext", "begin_rewrite", "finish_rewrite", "split_segments"]
 
 STAGED = ".new"
 _STAGED_NAME = re.compile(
@@ -79,12 +85,39 @@ class RewriteContext:
     counts: RewriteCounts
 
 
-def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
-    """Carry ``rewrite`` through to its end from the phase its journal names (see above).
+def begin_rewrite(context: RewriteContext, rewrite: Rewrite) -> Rewrite:
+    """Write the journal of a new rewrite with what a recovery checks the save against
+    (``rewrite_journal.mismatch``): an erase's commit. Under the writer lock, after
+    recovery and a checkpoint.
+
+    Returns:
+        The rewrite as its journal names it, for :func:`finish_rewrite`.
 
     Raises:
-        PersistenceError: a file could not be read (it is corrupt) or written.
+        PersistenceError: the ledger is damaged (nothing was written: an erase could not
+            rewrite it either), or the journal could not be written.
     """
+    ledgers = (context.ledger.count(), context.retraction_ledger.count())
+    erased = erased_intents(context.ledger, rewrite) if rewrite.erases else None
+    begun = dataclasses.replace(rewrite, ledgers=ledgers, erased_intents=erased)
+    return context.journal.begin(begun)
+
+
+def finish_rewrite(context: RewriteContext, rewrite: Rewrite, *, verify: bool = True) -> None:
+    """Carry ``rewrite`` through to its end from the phase its journal names (see above).
+
+    ``verify``: check the save against the journal first (a journal found on disk); false
+    only for the rewrite :func:`begin_rewrite` just began.
+
+    Raises:
+        PersistenceError: the save disagrees with the journal (nothing was done: the
+            message names the repair), or a file could not be read (it is corrupt) or
+            written.
+    """
+    if verify:
+        problem = mismatch(rewrite, context.ledger, context.retraction_ledger)
+        if problem is not None:
+            raise PersistenceError(stale_message(context.journal.path, problem))
     # Before any file is deleted or replaced: other processes' caches of the partition
     # (or the session) are not reused from here on (``rewrite_counts.py``). Counted again
     # when a recovery finishes it: a count too many only costs a re-read.
@@ -100,11 +133,13 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
             _forget_cached(context, rewrite)  # its descriptors and maps before its files
             remove_tree(directory)
             remove_read_files(context.data, rewrite.session_hash)  # derived copies too
-            context.journal.remove()
+            context.journal.remove(rewrite.generation)
             _forget_cached(context, rewrite)  # and whatever a read cached meanwhile
             return
         rewrite, retractions_kept = _stage(context, rewrite, directory)
         _rewrite_ledgers(context, rewrite, retractions_kept)
+        ledgers = (context.ledger.count(), context.retraction_ledger.count())
+        rewrite = dataclasses.replace(rewrite, ledgers=ledgers)  # what a switch must find
         context.journal.write(rewrite)
     # The cached partition first: the descriptors of its files and the maps of its read
     # files go with it (on Windows a file open or mapped cannot be replaced or removed);
@@ -112,7 +147,7 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite) -> None:
     _forget_cached(context, rewrite)
     _switch(rewrite, directory)
     remove_read_files(context.data, rewrite.session_hash, rewrite.owner_hash)  # derived too
-    context.journal.remove()
+    context.journal.remove(rewrite.generation)
     _forget_cached(context, rewrite)
 
 
