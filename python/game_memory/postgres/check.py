@@ -32,10 +32,14 @@ GROUP BY m.session_id, m.owner_id
 HAVING max(p.next_seq) IS NULL OR max(p.next_seq) < max(m.seq) + 1
 """
 
+#: Locks every partition row it meets (``ON CONFLICT DO UPDATE`` locks even the rows its
+#: ``WHERE`` leaves alone), so it meets them in key order, the lock order of
+#: ``statements.py``; in a hash aggregate's order it could deadlock with a batch or an erase.
 _REPAIR = """
 INSERT INTO game_memory_partitions AS p (session_id, owner_id, next_seq)
 SELECT session_id, owner_id, max(seq) + 1 FROM game_memory_memories
 GROUP BY session_id, owner_id
+ORDER BY session_id, owner_id
 ON CONFLICT (session_id, owner_id) DO UPDATE SET next_seq = excluded.next_seq
     WHERE p.next_seq < excluded.next_seq
 """

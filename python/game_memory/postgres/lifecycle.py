@@ -1,7 +1,9 @@
 """Memory over a whole game in PostgreSQL: forget, erase and consolidate, each one transaction.
 
 Every statement filters on ``session_id`` first (one shard on Citus). Each call locks the
-partition rows it changes (in owner order, so two calls never deadlock), makes its change,
+partition rows it changes (in owner order; after the store-wide entries lock when it may add
+a memory under a ``maximum_entries``: the lock order of ``statements.py``, so no two writers
+deadlock), makes its change,
 and moves their ``generation`` on, so every process's cached views of them are read again
 whole (``views.py``); it commits before returning, with ``synchronous_commit = on``: durable
 and atomic, like an append.
@@ -14,6 +16,9 @@ and atomic, like an append.
   (``VACUUM``; ``compact`` runs it on the save's tables).
 * **consolidate**: the summary is appended in the same transaction that checked, under the
   partition's lock, that its sources are there.
+
+Forget and erase add no memory, so they never take the entries lock: they lock partition
+rows only (in owner order), which keeps to the same order.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from game_memory.model import CompactionReport, GameMemory, GameMoment, check_bo
 from game_memory.model.memory import STORED
 from game_memory.postgres.rows import decode_row, sql_key
 from game_memory.postgres.statements import EXISTING
-from game_memory.postgres.writes import append_one
+from game_memory.postgres.writes import append_one, lock_entries
 from game_memory.store.lifecycle import checked_ids, checked_summary, covered
 
 __all__ = [
@@ -126,6 +131,10 @@ class PostgresLifecycle(abc.ABC):
             MemoryNotFoundError: an id names no memory of the owner.
             InvalidArgumentError: the summary is of another owner or not a reflection.
             MemoryConflictError: the summary's id holds other content.
+            CapacityExceededError: the partition holds ``maximum_partition_entries``, or
+                the store ``maximum_entries``, so the summary cannot be added.
+            StoreBusyError: the database was too busy (its ``lock_timeout`` passed while
+                waiting for a concurrent writer's lock); nothing changed, retry later.
         """
         _validated_id(session_id, "session_id")
         _validated_id(owner_id, "owner_id")
@@ -281,12 +290,18 @@ def consolidate_summary(
     """Check a consolidation under the partition's lock and append its summary, in one
     transaction; ``False`` when the same summary is there.
 
+    With ``maximum_entries`` the store-wide entries lock is taken before the partition row
+    (the lock order of ``statements.py``), as every append takes them: the other way round
+    a consolidation and an append to the same owner each waited for the other's lock.
+
     Raises:
         MemoryNotFoundError, InvalidArgumentError: see ``checked_summary``.
         MemoryConflictError, CapacityExceededError: see ``append_one``.
     """
     session, owner = sql_key(session_id), sql_key(owner_id)
     with connection.transaction():
+        if maximum_entries is not None:
+            lock_entries(connection)  # append_one below takes it again: at once
         connection.execute(_LOCK_OWNER, {"session": session, "owner": owner}).fetchone()
         keys = {"session": session, "owner": owner, "memories": [sql_key(m) for m in memory_ids]}
         moments = {

@@ -1,7 +1,21 @@
 """The SQL the save sends: one statement per call, each filtered on one session first.
 
 Every statement names ``session_id`` in its ``WHERE`` clause (or its inserted row), so on
-Citus each is a single-shard ("router") statement and the tables stay colocated by session.
+Citus each is a single-shard ("router") statement and the tables stay colocated by session
+(``COUNT_ENTRIES``, which only a store-wide ``maximum_entries`` sends, is the exception).
+
+**Lock order.** A transaction of the save that takes more than one lock takes them in this
+order, so two writers never wait on each other in a cycle (PostgreSQL would abort one with
+"deadlock detected"):
+
+1. the store-wide entries lock (``LOCK_ENTRIES``), only with a ``maximum_entries`` bound;
+2. partition rows (``game_memory_partitions``), in key order: session, then owner, in the
+   C collation (code point order);
+3. the rows of those partitions' memories and retractions.
+
+Appends (``writes.py``), consolidate, forget and erase (``lifecycle.py``) and the partition
+repair of ``check.py`` follow it; a new writer must too: take ``LOCK_ENTRIES`` first, before
+any partition row, or not at all.
 """
 
 from __future__ import annotations
@@ -9,9 +23,10 @@ from __future__ import annotations
 __all__ = [
     "APPEND",
     "APPEND_MANY",
-    "COUNT_LOCKED",
+    "COUNT_ENTRIES",
     "EXISTING",
     "HELD",
+    "LOCK_ENTRIES",
     "OWNER_ROWS",
     "PARTITION_LOCKED",
     "SESSION_ROWS",
@@ -95,12 +110,16 @@ SELECT
 """
 
 #: With a store-wide ``maximum_entries``: serialize every append of the schema (an advisory
-#: lock held to the end of the caller's transaction), then count. Opt-in: one lock for all
-#: writers of the database is what the per-partition design otherwise avoids.
-COUNT_LOCKED = """
-SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':game-memory entries')),
-    (SELECT count(*) FROM game_memory_memories)
-"""
+#: lock held to the end of the caller's transaction; first in the lock order above). Opt-in:
+#: one lock for all writers of the database is what the per-partition design otherwise
+#: avoids.
+LOCK_ENTRIES = "SELECT pg_advisory_xact_lock(hashtext(current_schema() || ':game-memory entries'))"
+
+#: How many memories the store holds. Sent as its own statement after ``LOCK_ENTRIES``, never
+#: in the same one: under READ COMMITTED a statement reads the snapshot taken when it starts,
+#: before it waits for the lock, so a count in the locking statement would miss the memories
+#: the previous holder committed while it waited (and the store would pass its bound).
+COUNT_ENTRIES = "SELECT count(*) FROM game_memory_memories"
 
 #: The row of one id, read after a concurrent append of it won the race.
 EXISTING = """

@@ -14,13 +14,14 @@ from game_memory.postgres.rows import decode_row, encode_memory, sql_key
 from game_memory.postgres.statements import (
     APPEND,
     APPEND_MANY,
-    COUNT_LOCKED,
+    COUNT_ENTRIES,
     EXISTING,
     HELD,
+    LOCK_ENTRIES,
     PARTITION_LOCKED,
 )
 
-__all__ = ["append_batch", "append_one"]
+__all__ = ["append_batch", "append_one", "lock_entries"]
 
 _RACE_ATTEMPTS = 3
 
@@ -86,6 +87,28 @@ def _store_full(maximum: int) -> CapacityExceededError:
     )
 
 
+def lock_entries(connection: psycopg.Connection[Any]) -> None:
+    """Take the store-wide entries lock to the end of the caller's transaction (run in one).
+
+    It comes first in the lock order (``statements.py``): a transaction that also locks
+    partition rows must call this before it locks any, or two writers deadlock. Taking it
+    again in the same transaction returns at once.
+    """
+    connection.execute(LOCK_ENTRIES)
+
+
+def _count_locked(connection: psycopg.Connection[Any]) -> int:
+    """How many memories the store holds, counted under the entries lock (in a transaction).
+
+    Two statements, one more round trip than one: the count must start after the lock is
+    granted to see what every earlier holder committed (``COUNT_ENTRIES``).
+    """
+    lock_entries(connection)
+    row = connection.execute(COUNT_ENTRIES).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def append_one(
     connection: psycopg.Connection[Any],
     memory: GameMemory,
@@ -96,7 +119,8 @@ def append_one(
     """Add ``memory`` in one autocommit statement; ``False`` for an equivalent duplicate.
 
     With ``maximum_entries`` the append runs in a transaction serialized with every other
-    append of the schema, so the store-wide count is exact.
+    append of the schema (the entries lock, then the partition row: the lock order of
+    ``statements.py``), so the store-wide count is exact.
 
     Raises:
         MemoryConflictError: the id holds different content (nothing changes).
@@ -105,9 +129,7 @@ def append_one(
     """
     if maximum_entries is not None:
         with connection.transaction():
-            row = connection.execute(COUNT_LOCKED).fetchone()
-            assert row is not None
-            if int(row[1]) < maximum_entries:
+            if _count_locked(connection) < maximum_entries:
                 return append_one(connection, memory, capacity, where)
             found = connection.execute(
                 EXISTING,
@@ -174,7 +196,9 @@ def append_batch(
     """One attempt at a batch (distinct ids per partition) in one transaction.
 
     Partitions are written (their rows locked) in key order, whatever the order of
-    ``groups``, so concurrent batches and erases never deadlock on each other.
+    ``groups``, after the entries lock when there is a ``maximum_entries`` (the lock order
+    of ``statements.py``), so concurrent batches, consolidations and erases never deadlock
+    on each other.
 
     ``stored_keys``, when given, receives ``(session, owner, memory id)`` of the memories
     that were already stored (equivalent), so the caller can tell each result.
@@ -194,10 +218,8 @@ def append_batch(
     ordered = sorted(groups.items(), key=lambda item: (sql_key(item[0][0]), sql_key(item[0][1])))
     with connection.transaction() as transaction:
         stored = 0
-        if maximum_entries is not None:
-            row = connection.execute(COUNT_LOCKED).fetchone()
-            assert row is not None
-            stored = int(row[1])
+        if maximum_entries is not None:  # first: the lock order of ``statements.py``
+            stored = _count_locked(connection)
         for (session_id, owner_id), batch in ordered:
             encoded = [encode_memory(memory) for memory in batch.values()]
             parameters = {
