@@ -15,7 +15,6 @@ A journal a kill really left is still rolled back or finished, trace or not.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import shutil
@@ -120,10 +119,11 @@ async def test_an_old_batch_journal_put_back_after_later_appends_is_refused_and_
     assert "game-memory check --save-dir" in str(raised.value)
     report = await make_store(save).check()
     assert not report.ok and any("migration.json was not applied" in p for p in report.problems)
-    with contextlib.suppress(PersistenceError):  # a repair never applies it either
-        await make_store(save).check(fix=True)
-    assert await ids(make_store(save)) == [f"g{n}" for n in range(6)]
-    set_aside(save, "migration.json")
+    assert "check --fix" in str(raised.value)  # which sets it aside: it holds no memory
+    repaired = await make_store(save).check(fix=True)  # never applies it either
+    assert any("moved migration.json" in line for line in repaired.repairs), repaired
+    assert not (save / DATA / "migration.json").exists()
+    assert list((save / DATA / "damaged").glob("*/migration.json"))  # kept for a post-mortem
     fixed = make_store(save)
     assert (await fixed.check()).ok
     assert await fixed.append(make_memory("g6", owner_id="guard", tick=6))
@@ -307,7 +307,10 @@ async def test_an_old_erase_journal_put_back_is_refused_and_the_new_memories_sta
     assert "game-memory check --save-dir" in str(raised.value)
     with pytest.raises(PersistenceError, match=r"rewrite\.json was not applied"):
         await make_store(save).append(make_memory("new3", owner_id="guard", tick=13))
-    set_aside(save, "rewrite.json")
+    report = await make_store(save).check()  # reported, not raised
+    assert not report.ok and any("rewrite.json was not applied" in p for p in report.problems)
+    repaired = await make_store(save).check(fix=True)
+    assert any("moved rewrite.json" in line for line in repaired.repairs), repaired
     fixed = make_store(save)
     assert await ids(fixed, "guard") == ["new0", "new1", "new2"]
     assert await ids(fixed, "elder") == ["e0", "e1", "e2"]

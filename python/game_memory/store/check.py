@@ -31,13 +31,15 @@ from __future__ import annotations
 import os
 from collections import Counter
 
+from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 from game_memory.model import StoreCheckReport
 from game_memory.store.audit import DamagedFile, OwnerAudit, SessionAudit
 from game_memory.store.engine import StoreEngine
+from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
 from game_memory.store.rewrite_journal import Rewrite
-from game_memory.store.salvage import salvage
+from game_memory.store.salvage import new_damaged_folder, salvage
 from game_memory.store.survey import Survey, survey_store
 
 __all__ = ["check_store"]
@@ -386,6 +388,36 @@ def _repair(engine: StoreEngine, survey: Survey) -> list[str]:
     return repairs
 
 
+def _stale_journal(engine: StoreEngine) -> StaleJournalError | None:
+    """The save's first journal that is an old copy of a finished operation's (refused,
+    never applied: ``journal_traces.py``), if any. Every read and write of the save fails
+    on it until it is set aside, so the check reports it first and surveys nothing."""
+    for read in (engine.rewrites.read, engine.journal.read):
+        try:
+            read()
+        except StaleJournalError as exc:
+            return exc
+    return None
+
+
+def _set_aside(engine: StoreEngine, stale: StaleJournalError) -> str:
+    """Move an old journal into a new ``damaged/<UTC time>/`` folder (it holds no memory;
+    kept there for a post-mortem); the repair, as a sentence."""
+    folder = new_damaged_folder(engine.data)
+    try:
+        os.replace(stale.journal, folder / stale.journal.name)
+    except OSError as exc:
+        raise PersistenceError(
+            f"could not move {stale.journal} aside: {exc.strerror or exc}"
+        ) from exc
+    fs.fsync_directory(folder)
+    fs.fsync_directory(stale.journal.parent)
+    return (
+        f"moved {stale.journal.name}, an old copy of a finished operation's journal "
+        f"({stale.reason}), to {folder}: it was never applied, and holds no memory"
+    )
+
+
 def _recover(engine: StoreEngine) -> list[str]:
     """Run the writers' recovery and say what it did."""
     repairs: list[str] = []
@@ -454,6 +486,19 @@ def check_store(
     engine.layout.guard()
     with engine.locked():
         engine.layout.guard()
+        stale = _stale_journal(engine)
+        for _ in range(2):  # two journals at most: the batch's and the rewrite's
+            if stale is None or not (fix or accept_loss):
+                break
+            repairs.append(_set_aside(engine, stale))
+            stale = _stale_journal(engine)
+        if stale is not None:
+            return StoreCheckReport(
+                memories=engine.ledger.count(),
+                ledger_entries=engine.ledger.count(),
+                problems=(str(stale),),
+                repairs=tuple(repairs),
+            )
         rewrite = engine.rewrites.read()
         if rewrite is not None and not (fix or accept_loss):
             return StoreCheckReport(

@@ -27,7 +27,7 @@ from game_memory.errors import InvalidArgumentError, PersistenceError
 from game_memory.model import CompactionReport
 from game_memory.store.copies import remove_temporary
 from game_memory.store.engine import StoreEngine, validated_id
-from game_memory.store.journal import BATCH_JOURNAL, finished_path
+from game_memory.store.journal_traces import BATCH_JOURNAL, finished_path
 from game_memory.store.lifecycle import checked_ids
 from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.rewrite_journal import REWRITE_JOURNAL, Rewrite

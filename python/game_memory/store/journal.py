@@ -22,7 +22,7 @@ back after its batch finished (a cloud sync or a backup tool restoring one file)
 otherwise "undo" a batch that committed long ago: cut the ledger and the logs back and
 destroy every memory acknowledged since, the batch's own included. Two checks stand in
 the way, and a journal that fails either is never applied (:class:`PersistenceError`
-naming it and the repair, :func:`stale_message`):
+naming it and the repair, ``journal_traces.StaleJournalError``):
 
 * **Generations**, shared with the rewrite journal (``rewrite_journal.py``). Each journal,
   of a batch or of a rewrite, carries a ``generation``, one more than the newest its save
@@ -47,111 +47,29 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from game_memory.durable import fs, portable
 from game_memory.errors import PersistenceError
+from game_memory.store.journal_traces import (
+    BATCH_JOURNAL,
+    REWRITE_JOURNAL,
+    StaleJournalError,
+    last_finished,
+    next_generation,
+    older,
+    retire,
+)
 from game_memory.store.ledger import RECORD_BYTES, Ledger
 
-__all__ = [
-    "BATCH_JOURNAL",
-    "REWRITE_JOURNAL",
-    "MigrationJournal",
-    "finished_path",
-    "last_finished",
-    "next_generation",
-    "older",
-    "retire",
-    "stale_message",
-]
+__all__ = ["BATCH_JOURNAL", "REWRITE_JOURNAL", "MigrationJournal"]
 
-BATCH_JOURNAL = "migration.json"
-REWRITE_JOURNAL = "rewrite.json"
 _PACK_RELATIVE = re.compile(r"^s-([0-9a-f]{64})/p-[1-9][0-9]{0,8}\.pack$")
 _SEGMENT_RELATIVE = re.compile(r"^s-([0-9a-f]{64})/o-([0-9a-f]{64})(\.[1-9][0-9]{0,8})?\.log$")
 _MAXIMUM_BYTES = 1 << 24
 _GROUP_FIELD = 116  # where an intent's group field starts (zero: no group commit wrote it)
 _ATTEMPTS = 3  # reads of a journal a live batch keeps replacing (an unlocked reader)
-
-
-def finished_path(journal: Path) -> Path:
-    """Where a journal goes once its operation is finished (``x.json`` -> ``x.done.json``)."""
-    return journal.with_name(journal.name.removesuffix(".json") + ".done.json")
-
-
-def last_finished(data: Path) -> tuple[int, str] | None:
-    """The newest generation the save in ``data`` finished, with the trace recording it,
-    or ``None`` (no trace: no journal of this release was ever finished there).
-
-    A trace that does not parse counts as none: it only ever adds a check, holds no
-    memory, and the next finished journal replaces it.
-
-    Raises:
-        PersistenceError: a trace is a link, not a regular file, or too large.
-    """
-    newest: tuple[int, str] | None = None
-    for journal in (BATCH_JOURNAL, REWRITE_JOURNAL):
-        trace = finished_path(data / journal)
-        read = fs.read_file(trace, _MAXIMUM_BYTES)
-        if read is None:
-            continue
-        try:
-            generation = json.loads(read[0]).get("generation", 0)
-        except (ValueError, AttributeError):
-            continue
-        if _count(generation) and (newest is None or generation > newest[0]):
-            newest = (generation, trace.name)
-    return newest
-
-
-def next_generation(data: Path) -> int:
-    """The generation of a journal begun now: one more than :func:`last_finished`'s."""
-    finished = last_finished(data)
-    return 1 if finished is None else finished[0] + 1
-
-
-def retire(journal: Path) -> None:
-    """Take a journal away durably: rename it to its trace (:func:`finished_path`), then
-    fsync the folder. Nothing if it is gone already."""
-    try:
-        os.replace(journal, finished_path(journal))
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise PersistenceError(f"could not remove {journal}: {exc.strerror}") from exc
-    fs.fsync_directory(journal.parent)
-
-
-def older(generation: int, finished: tuple[int, str] | None) -> str | None:
-    """Why a journal of ``generation`` is an old copy, given :func:`last_finished`; or
-    ``None`` (it is newer than anything finished)."""
-    if finished is None or generation > finished[0]:
-        return None
-    what = (
-        "it carries no generation (as an earlier release's journal)"
-        if generation == 0
-        else f"its generation, {generation}, is not newer"
-    )
-    return (
-        f"it is older than the last operation this save finished: {what}, and "
-        f"{finished[1]} records generation {finished[0]} as finished"
-    )
-
-
-def stale_message(journal: Path, reason: str) -> str:
-    """What to say of a journal that disagrees with the save: it was not applied, why, and
-    the repair (the journal holds no memory: set it aside, then check the save)."""
-    save = shlex.quote(str(journal.parent.parent))
-    return (
-        f"{journal} was not applied: {reason}. It is not the journal of an operation "
-        "interrupted in this save but an old copy put back (by a cloud sync or a backup "
-        "tool restoring one file), or the save changed behind it, and acting on it would "
-        f"destroy memories acknowledged since. Move {journal.name} out of {journal.parent} "
-        f"(it holds no memory; keep it for a post-mortem), then run 'game-memory check "
-        f"--save-dir {save}'"
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,14 +118,14 @@ class MigrationJournal:
             batch = self._parse(read[0])
             stale = older(batch.generation, finished)
             if stale is not None:
-                raise PersistenceError(stale_message(self.path, stale))
+                raise StaleJournalError(self.path, stale)
             problem = self._mismatch(batch)
             if problem is None:
                 self.last_version = batch.version
                 tails = [(self.data / name, size) for name, size in batch.segments]
                 return batch.before, [self.data / name for name in batch.packs], tails
             if _unchanged(self.path, read[1]):
-                raise PersistenceError(stale_message(self.path, problem))
+                raise StaleJournalError(self.path, problem)
             # A live batch committed while this (unlocked) read looked: read again.
         raise PersistenceError(f"{self.path} kept changing while it was read; try again")
 

@@ -53,13 +53,13 @@ from pathlib import Path
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
-from game_memory.store.journal import (
+from game_memory.store.journal_traces import (
     REWRITE_JOURNAL,
+    StaleJournalError,
     finished_path,
     last_finished,
     next_generation,
     older,
-    stale_message,
 )
 from game_memory.store.ledger import Ledger
 
@@ -284,7 +284,7 @@ class RewriteJournal:
             ) from exc
         stale = older(generation, finished)
         if stale is not None:
-            raise PersistenceError(stale_message(self.path, stale))
+            raise StaleJournalError(self.path, stale)
         return Rewrite(
             operation,
             session,

@@ -52,7 +52,7 @@ from game_memory.errors import PersistenceError
 from game_memory.model import GameMemory
 from game_memory.store.copies import remove_copies, remove_tree
 from game_memory.store.documents import DocumentError, decode_document
-from game_memory.store.journal import stale_message
+from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import Ledger
 from game_memory.store.packs import encode_pack, pack_path, read_pack_index, read_pack_range
 from game_memory.store.partitions import PartitionCache
@@ -117,7 +117,7 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite, *, verify: bool = 
     if verify:
         problem = mismatch(rewrite, context.ledger, context.retraction_ledger)
         if problem is not None:
-            raise PersistenceError(stale_message(context.journal.path, problem))
+            raise StaleJournalError(context.journal.path, problem)
     # Before any file is deleted or replaced: other processes' caches of the partition
     # (or the session) are not reused from here on (``rewrite_counts.py``). Counted again
     # when a recovery finishes it: a count too many only costs a re-read.

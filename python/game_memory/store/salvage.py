@@ -42,7 +42,7 @@ from game_memory.store.ledger import LedgerEntry
 from game_memory.store.packs import encode_pack
 from game_memory.store.survey import Survey
 
-__all__ = ["DAMAGED_FOLDER", "salvage"]
+__all__ = ["DAMAGED_FOLDER", "new_damaged_folder", "salvage"]
 
 DAMAGED_FOLDER = "damaged"
 
@@ -86,6 +86,11 @@ def salvage(engine: StoreEngine, survey: Survey) -> list[str]:
     repairs.extend(_rewrite_ledger(engine, survey))
     repairs.extend(_rewrite_retraction_ledger(engine, survey))
     return repairs
+
+
+def new_damaged_folder(data: Path) -> Path:
+    """A new ``damaged/<UTC time>`` folder of the data folder ``data``, for what is set aside."""
+    return _new_folder(data / DAMAGED_FOLDER)
 
 
 def _new_folder(parent: Path) -> Path:
