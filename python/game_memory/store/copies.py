@@ -27,16 +27,24 @@ import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from game_memory.durable import fs
 from game_memory.durable.names import identity_hash
 from game_memory.errors import PersistenceError
-from game_memory.model import GameMemory
 
-__all__ = ["remove_copies", "remove_temporary", "remove_tree"]
+__all__ = ["ErasedId", "remove_copies", "remove_temporary", "remove_tree"]
 
 _LEGACY_SUFFIX = ".memory.json"
 _CSHARP_FOLDER = ".memory-v2"
+
+
+class ErasedId(NamedTuple):
+    """What names an erased memory's copies outside its partition: its three ids."""
+
+    session_id: str
+    owner_id: str
+    memory_id: str
 
 
 def remove_copies(
@@ -44,7 +52,7 @@ def remove_copies(
     data: Path,
     session_hash: str,
     owner_hash: str | None,
-    erased: Iterable[GameMemory],
+    erased: Iterable[ErasedId],
     *,
     whole_partitions: bool,
 ) -> int:
