@@ -58,7 +58,7 @@ from game_memory.model import (
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.lifecycle import checked_ids, eviction_order, eviction_target, newest_ticks
-from game_memory.store.protocol import GameMemoryStore
+from game_memory.store.protocol import GameMemoryStore, SurplusErasing
 from game_memory.write_guards import EraseGate, EvictionGuard, WritesInFlight
 
 __all__ = [
@@ -496,7 +496,15 @@ async def _evict_locked(
     victims = [
         m.memory_id for m in eviction_order(view.memories, retracted) if m.memory_id not in spared
     ][:excess]
-    erased = await store.erase(memory.session_id, memory.owner_id, victims)
+    if isinstance(store, SurplusErasing):
+        # Counted again under the store's lock: another process evicting from this owner
+        # chose from the same snapshot, and both erases whole took it below its target.
+        victims = await store.erase_surplus(
+            memory.session_id, memory.owner_id, victims, eviction_target(bound)
+        )
+        erased = len(victims)
+    else:
+        erased = await store.erase(memory.session_id, memory.owner_id, victims)
     failure = await _drop_vectors(index, run, memory.session_id, memory.owner_id, victims)
     if failure is not None:
         # The save kept its bound and the append that led here succeeded: it does not fail

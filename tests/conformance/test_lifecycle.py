@@ -28,6 +28,7 @@ from game_memory import (
     MemoryNotFoundError,
 )
 from game_memory.store.lifecycle import eviction_target
+from game_memory.store.protocol import SurplusErasing
 from support.providers import FaultyProvider
 from support.stores import search
 from support.vectors import Diagnostics, MemoryFactory, query
@@ -641,3 +642,60 @@ async def test_an_erase_waits_for_appends_and_appends_wait_for_a_waiting_erase(
     held, status = await _settled(memory)
     assert held == ["a1"]
     assert status.total_entries == status.ready_entries == 1 and status.orphan_entries == 0
+
+
+async def test_an_erase_of_surplus_stops_at_the_count_it_must_keep(
+    open_store: StoreOpener, make_memory: MemoryFactory
+) -> None:
+    # The retention policy's erase, counted under the store's lock: two processes evicting
+    # from one owner at once chose from one snapshot, and their two erases whole took it
+    # below its target (the new memories of both gone).
+    store = open_store()
+    assert isinstance(store, SurplusErasing)  # every backend of the suite has it
+    for number in range(6):
+        await store.append(make_memory(f"m{number}", tick=number))
+    taken = await store.erase_surplus("session", "owner", ["unknown", "m4", "m1", "m2"], keep=4)
+    assert taken == ["m4", "m1"]  # in the order given, ids it does not hold skipped
+    assert ids(await store.enumerate("session", "owner")) == ["m0", "m2", "m3", "m5"]
+    assert await store.erase_surplus("session", "owner", ["m0", "m2"], keep=4) == []
+    assert await store.count() == 4
+    assert await store.erase_surplus("session", "nobody", ["m0"], keep=0) == []
+    with pytest.raises(InvalidArgumentError):
+        await store.erase_surplus("session", "owner", ["m0"], keep=-1)
+
+
+async def test_two_front_doors_evicting_from_one_owner_keep_it_at_its_target(
+    open_hybrid: HybridFactory, make_memory: MemoryFactory
+) -> None:
+    # Two front doors over one save (as two processes), each appending to an owner at its
+    # bound: each eviction chose from a snapshot without the other's new memory, so the
+    # owner could end below its target (90% of the bound) with both new memories gone.
+    first = open_hybrid(None, options={"maximum_memories_per_owner": 10})
+    second = open_hybrid(None, options={"maximum_memories_per_owner": 10})  # (in memory: one store)
+    await first.append_many([make_memory(f"f{n}", tick=n, importance=0.9) for n in range(10)])
+    snapshot = first.authoritative.snapshot
+    both_appended, both_chose = asyncio.Event(), asyncio.Event()
+    arrived: list[str] = []
+
+    async def barrier(event: asyncio.Event, name: str) -> None:
+        arrived.append(name)
+        if arrived.count(name) == 2:
+            event.set()
+        await asyncio.wait_for(event.wait(), 10)
+
+    async def after_both_took_their_snapshot(query: Any) -> Any:
+        if query.limit != 0:  # not an eviction's snapshot
+            return await snapshot(query)
+        await barrier(both_appended, "appended")  # both new memories are saved by now
+        taken = await snapshot(query)
+        await barrier(both_chose, "chose")  # neither erases before both have chosen
+        return taken
+
+    for door in (first, second):
+        door.authoritative.snapshot = after_both_took_their_snapshot  # type: ignore[method-assign]
+    await asyncio.gather(
+        first.append(make_memory("a", tick=20, importance=0.0)),
+        second.append(make_memory("b", tick=21, importance=0.0)),
+    )
+    held = ids(await first.enumerate("session", "owner"))
+    assert len(held) >= eviction_target(10), held

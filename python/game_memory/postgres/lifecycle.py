@@ -41,6 +41,7 @@ __all__ = [
     "PostgresLifecycle",
     "consolidate_summary",
     "erase_rows",
+    "erase_surplus_rows",
     "forget_memory",
     "save_bytes",
     "vacuum_save",
@@ -119,6 +120,27 @@ class PostgresLifecycle(abc.ABC):
             raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
         return await self._database(
             "erasing memories", lambda c: erase_rows(c, session_id, owner_id, wanted)
+        )
+
+    async def erase_surplus(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], keep: int
+    ) -> list[str]:
+        """Erase the first of ``memory_ids`` the owner holds, only as many as take it down
+        to ``keep`` memories, counted under the partition's lock (the retention policy's
+        erase, safe beside another server's: ``store.protocol.SurplusErasing``); the ids
+        erased. As :meth:`erase` otherwise.
+
+        Raises:
+            InvalidArgumentError: a bad id, or ``keep`` below 0.
+        """
+        _validated_id(session_id, "session_id")
+        _validated_id(owner_id, "owner_id")
+        wanted = list(checked_ids(memory_ids))
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+        return await self._database(
+            "erasing memories",
+            lambda c: erase_surplus_rows(c, session_id, owner_id, wanted, keep),
         )
 
     async def consolidate(
@@ -204,6 +226,11 @@ WHERE session_id = %(session)s AND owner_id = ANY(%(owners)s::text[])
 
 _OWNERS_CLAUSE = "session_id = %(session)s AND owner_id = ANY(%(owners)s::text[])"
 
+_COUNT_OWNER = """
+SELECT count(*) FROM game_memory_memories
+WHERE session_id = %(session)s AND owner_id = %(owner)s
+"""
+
 
 def forget_memory(
     connection: psycopg.Connection[Any],
@@ -275,6 +302,41 @@ def erase_rows(
         if erased:
             connection.execute(_BUMP, keys)
         return int(erased)
+
+
+def erase_surplus_rows(
+    connection: psycopg.Connection[Any],
+    session_id: str,
+    owner_id: str,
+    memory_ids: Sequence[str],
+    keep: int,
+) -> list[str]:
+    """Under the owner's partition lock, erase the first of ``memory_ids`` it holds (in
+    their order), only as many as take it down to ``keep`` memories; the ids erased.
+
+    The retention policy chooses its victims from a snapshot: two servers evicting from
+    one owner at once each erased their whole choice, and the owner fell below its target
+    (both new memories gone). Counted under the lock, it never does.
+    """
+    session, owner = sql_key(session_id), sql_key(owner_id)
+    keys = {sql_key(memory_id): memory_id for memory_id in memory_ids}
+    with connection.transaction():
+        if connection.execute(_LOCK_OWNER, {"session": session, "owner": owner}).fetchone() is None:
+            return []
+        row = connection.execute(_COUNT_OWNER, {"session": session, "owner": owner}).fetchone()
+        surplus = max(0, int(row[0]) - keep) if row is not None else 0
+        if not surplus:
+            return []
+        held = {
+            found[0]
+            for found in connection.execute(
+                _HELD, {"session": session, "owner": owner, "memories": list(keys)}
+            )
+        }
+        taken = [memory_id for key, memory_id in keys.items() if key in held][:surplus]
+        if taken:
+            erase_rows(connection, session_id, owner_id, taken)
+        return taken
 
 
 def consolidate_summary(

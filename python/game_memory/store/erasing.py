@@ -34,7 +34,7 @@ from game_memory.store.rewrite_journal import REWRITE_JOURNAL, Rewrite
 from game_memory.store.rewriting import STAGED, begin_rewrite, finish_rewrite
 from game_memory.store.state import PartitionState, Segment
 
-__all__ = ["compact", "erase", "save_bytes"]
+__all__ = ["compact", "erase", "erase_surplus", "save_bytes"]
 
 _TRACES = frozenset(finished_path(Path(name)).name for name in (BATCH_JOURNAL, REWRITE_JOURNAL))
 
@@ -83,15 +83,61 @@ def erase(
             hashes.update(identity_hash(memory_id) for memory_id in present)
         if not erased:
             return 0
-        engine.layout.require_format(3)
-        rewrite = Rewrite(
-            "erase", session_hash, owner_hash, None if wanted is None else frozenset(hashes)
-        )
-        engine.checkpoint()  # the rewrite renumbers the ledger: every intent durable first
-        # The commit: from here on it is finished, never undone.
-        rewrite = begin_rewrite(engine.rewrite_context, rewrite)
-        finish_rewrite(engine.rewrite_context, rewrite, verify=False)
+        _rewrite_erasing(engine, session_hash, owner_hash, None if wanted is None else hashes)
         return erased
+
+
+def erase_surplus(
+    engine: StoreEngine, session_id: str, owner_id: str, memory_ids: Sequence[str], keep: int
+) -> list[str]:
+    """Erase the first of ``memory_ids`` (in their order) that the owner holds, only as many
+    as take it down to ``keep`` memories, counted under the writer lock; the ids erased.
+
+    The retention policy's erase. It chooses its victims from a snapshot taken before this
+    lock: another process appending to the same owner and evicting meanwhile chose from
+    the same state, and the two erases together took the owner below its target (8 of a
+    target of 9, the new memories of both gone). Counted here, the owner never goes below
+    ``keep`` however the evictions interleave.
+
+    Raises:
+        InvalidArgumentError: a bad id, or ``keep`` below 0.
+        PersistenceError: the partition is damaged (nothing changed).
+    """
+    validated_id(session_id, "session_id")
+    validated_id(owner_id, "owner_id")
+    wanted = checked_ids(memory_ids)
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+    session_hash, owner_hash = partition_hash(session_id), partition_hash(owner_id)
+    engine.layout.guard()
+    with engine.locked():
+        engine.layout.guard()
+        engine.recover(checkpoint=False)
+        marks = engine.refresh()
+        state = engine.read_partition(session_hash, owner_hash)
+        engine.verify_partition(state, marks, locked=True, session_id=session_id)
+        if state.view is None:
+            return []
+        surplus = max(0, len(state.view) - keep)
+        taken = [memory_id for memory_id in wanted if memory_id in state.view.positions]
+        taken = taken[:surplus]
+        if taken:
+            _rewrite_erasing(engine, session_hash, owner_hash, {identity_hash(m) for m in taken})
+        return taken
+
+
+def _rewrite_erasing(
+    engine: StoreEngine, session_hash: str, owner_hash: str | None, hashes: set[str] | None
+) -> None:
+    """Commit and carry out the erase of ``hashes`` (``None``: whole partitions) under the
+    lock, after recovery: the journal is its commit; from there it is finished, never undone."""
+    engine.layout.require_format(3)
+    rewrite = Rewrite(
+        "erase", session_hash, owner_hash, None if hashes is None else frozenset(hashes)
+    )
+    engine.checkpoint()  # the rewrite renumbers the ledger: every intent durable first
+    rewrite = begin_rewrite(engine.rewrite_context, rewrite)
+    finish_rewrite(engine.rewrite_context, rewrite, verify=False)
 
 
 def compact(engine: StoreEngine) -> CompactionReport:

@@ -59,7 +59,7 @@ from game_memory.store.capacity import RAISE_THE_BOUND
 from game_memory.store.check import check_store
 from game_memory.store.digests import encoded_digests
 from game_memory.store.engine import StoreEngine
-from game_memory.store.erasing import compact, erase
+from game_memory.store.erasing import compact, erase, erase_surplus
 from game_memory.store.group_commit import GroupCommitter
 from game_memory.store.lexical import lexical_search
 from game_memory.store.migration import has_legacy_layout, migrate_legacy_layout
@@ -456,6 +456,22 @@ class FileGameMemoryStore:
         """
         await self._ensure_ready()
         return await self._run(lambda: erase(self._engine, session_id, owner_id, memory_ids))
+
+    async def erase_surplus(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], keep: int
+    ) -> list[str]:
+        """Erase the first of ``memory_ids`` the owner holds, only as many as take it down
+        to ``keep`` memories, counted under the writer lock: the retention policy's erase,
+        safe beside another process's (``store.protocol.SurplusErasing``). As :meth:`erase`
+        otherwise.
+
+        Returns:
+            The ids erased, in the order given.
+        """
+        await self._ensure_ready()
+        return await self._run(
+            lambda: erase_surplus(self._engine, session_id, owner_id, memory_ids, keep)
+        )
 
     async def consolidate(
         self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory

@@ -291,6 +291,24 @@ class InMemoryGameMemoryStore:
             raise InvalidArgumentError("erase takes memory_ids only together with owner_id")
         return self._partitions.erase(session_id, owner_id, wanted)
 
+    async def erase_surplus(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], keep: int
+    ) -> list[str]:
+        """Erase the first of ``memory_ids`` the owner holds, only as many as take it down
+        to ``keep`` memories (``store.protocol.SurplusErasing``); the ids erased.
+
+        Raises:
+            InvalidArgumentError: a bad id, or ``keep`` below 0.
+            StoreClosedError: the store was closed.
+        """
+        self._check_open()
+        _validated_id(session_id, "session_id")
+        _validated_id(owner_id, "owner_id")
+        wanted = list(checked_ids(memory_ids))
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+            raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+        return self._partitions.erase_surplus(session_id, owner_id, wanted, keep)
+
     async def consolidate(
         self, session_id: str, owner_id: str, memory_ids: Sequence[str], summary: GameMemory
     ) -> bool:

@@ -267,40 +267,56 @@ class MemoryPartitions:
             partition.retractions.append((memory_id, at))
             return True
 
+    def erase_surplus(
+        self, session_id: str, owner_id: str, wanted: Sequence[str], keep: int
+    ) -> list[str]:
+        """Erase the first of ``wanted`` the owner holds, only as many as take it down to
+        ``keep`` memories, counted under the lock; the ids erased."""
+        with self._lock:
+            partition = self._sessions.get(session_id, {}).get(owner_id)
+            if partition is None:
+                return []
+            surplus = max(0, len(partition.memories) - keep)
+            taken = [m for m in dict.fromkeys(wanted) if m in partition.positions][:surplus]
+            if taken:
+                self._erase_locked(session_id, owner_id, set(taken))
+            return taken
+
     def erase(self, session_id: str, owner_id: str | None, wanted: set[str] | None) -> int:
         """Remove a session's, an owner's or listed memories (and their retractions)."""
         with self._lock:
-            partitions = self._sessions.get(session_id, {})
-            owners = list(partitions) if owner_id is None else [owner_id]
-            erased = 0
-            for owner in owners:
-                partition = partitions.get(owner)
-                if partition is None:
-                    continue
-                kept = [
-                    m
-                    for m in partition.memories
-                    if wanted is not None and m.memory_id not in wanted
-                ]
-                gone = len(partition.memories) - len(kept)
-                if not gone:
-                    continue
-                erased += gone
-                if not kept:
-                    del partitions[owner]
-                    self._owner_order[session_id].remove(owner)
-                    continue
-                ids = {m.memory_id for m in kept}
-                partition.memories = kept
-                partition.positions = {m.memory_id: i for i, m in enumerate(kept)}
-                partition.retractions = [r for r in partition.retractions if r[0] in ids]
-                partition.view = None
-                partition.generation += 1
-            if not partitions:
-                self._sessions.pop(session_id, None)
-                self._owner_order.pop(session_id, None)
-            self._count -= erased
-            return erased
+            return self._erase_locked(session_id, owner_id, wanted)
+
+    def _erase_locked(self, session_id: str, owner_id: str | None, wanted: set[str] | None) -> int:
+        partitions = self._sessions.get(session_id, {})
+        owners = list(partitions) if owner_id is None else [owner_id]
+        erased = 0
+        for owner in owners:
+            partition = partitions.get(owner)
+            if partition is None:
+                continue
+            kept = [
+                m for m in partition.memories if wanted is not None and m.memory_id not in wanted
+            ]
+            gone = len(partition.memories) - len(kept)
+            if not gone:
+                continue
+            erased += gone
+            if not kept:
+                del partitions[owner]
+                self._owner_order[session_id].remove(owner)
+                continue
+            ids = {m.memory_id for m in kept}
+            partition.memories = kept
+            partition.positions = {m.memory_id: i for i, m in enumerate(kept)}
+            partition.retractions = [r for r in partition.retractions if r[0] in ids]
+            partition.view = None
+            partition.generation += 1
+        if not partitions:
+            self._sessions.pop(session_id, None)
+            self._owner_order.pop(session_id, None)
+        self._count -= erased
+        return erased
 
     def clear(self) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from game_memory.model import (
 from game_memory.store.lexical import LexicalHit
 from game_memory.store.view import PartitionView
 
-__all__ = ["GameMemoryStore", "StoreSnapshot"]
+__all__ = ["GameMemoryStore", "StoreSnapshot", "SurplusErasing"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,4 +208,22 @@ class GameMemoryStore(Protocol):
 
     async def aclose(self) -> None:
         """Release resources; idempotent."""
+        ...
+
+
+@runtime_checkable
+class SurplusErasing(Protocol):
+    """An optional capability of a store: an erase bounded by the owner's count, taken
+    under the store's own lock (the file store's writer lock, a PostgreSQL partition
+    lock). The retention policy uses it when a store has it: its victims are chosen from
+    a snapshot, and two processes evicting from one owner at once otherwise both erased
+    their whole choice, taking the owner below its target. Without it, the policy calls
+    :meth:`GameMemoryStore.erase`, which is exact within one front door only."""
+
+    async def erase_surplus(
+        self, session_id: str, owner_id: str, memory_ids: Sequence[str], keep: int
+    ) -> list[str]:
+        """Erase the first of ``memory_ids`` (in their order) that the owner holds, only as
+        many as take it down to ``keep`` memories counted under the store's lock; return
+        the ids erased. Otherwise as :meth:`GameMemoryStore.erase`."""
         ...
