@@ -151,3 +151,30 @@ async def test_an_interrupted_compaction_is_finished_by_the_next_reader(
     assert not (save / DATA / "rewrite.json").exists()
     assert not log_path(save, "session", "owner", 1).exists()
     assert (await reader.check()).ok
+
+
+async def test_a_compaction_with_nothing_to_do_reports_the_same_size_twice(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """Its own reads of large partitions wrote derived read files (``read/``), in the
+    background and at close: a compaction that freed nothing reported the save 8 MB larger
+    each time, and the next one another "before". Derived files are not counted."""
+    save = tmp_path / "save"
+    store = make_store(save)
+    await store.append_many([make_memory(f"m{n}", tick=n) for n in range(300)])
+    await store.aclose()
+    first = make_store(save)
+    report = await first.compact()
+    await first.aclose()  # read files are written by now
+    assert list((save / DATA / "read").rglob("*.read"))
+    again = make_store(save)
+    second = await again.compact()
+    await again.aclose()
+    assert second.partitions_rewritten == 0
+    assert report.bytes_after == second.bytes_before == second.bytes_after
+    authoritative = sum(
+        len(data)
+        for name, data in files_under(save / DATA).items()
+        if not name.startswith("read/") and not name.endswith(".done.json")
+    )
+    assert second.bytes_after == authoritative

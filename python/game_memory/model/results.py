@@ -89,7 +89,8 @@ class CompactionReport(BaseModel):
 
     Attributes:
         bytes_before: The save's files, in bytes, before (everything under its data
-            folder, backups included).
+            folder, backups included, but the derived read files of ``read/``, which the
+            store rebuilds on demand).
         bytes_after: The same after.
         partitions_rewritten: Owner partitions rewritten (fewer segments, redundant
             retractions dropped, second copies of a record dropped).

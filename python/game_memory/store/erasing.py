@@ -30,6 +30,7 @@ from game_memory.store.engine import StoreEngine, validated_id
 from game_memory.store.journal_traces import BATCH_JOURNAL, finished_path
 from game_memory.store.lifecycle import checked_ids
 from game_memory.store.partitions import identity_hash, partition_hash
+from game_memory.store.read_files import READ_FOLDER
 from game_memory.store.rewrite_journal import REWRITE_JOURNAL, Rewrite
 from game_memory.store.rewriting import STAGED, begin_rewrite, finish_rewrite
 from game_memory.store.state import PartitionState, Segment
@@ -178,13 +179,19 @@ def compact(engine: StoreEngine) -> CompactionReport:
 
 
 def save_bytes(data: Path) -> int:
-    """The size of every regular file under the data folder (links are not followed).
+    """The size of every regular file under the data folder (links are not followed), but
+    its derived read files.
 
-    The traces of finished journals (``*.done.json``, a generation each: ``journal.py``)
-    are left out: bookkeeping of a few bytes that a save's first rewrite creates, which
-    would otherwise show a compaction that frees nothing as growing the save."""
+    Left out: the traces of finished journals (``*.done.json``, a generation each:
+    ``journal_traces.py``), bookkeeping of a few bytes that a save's first rewrite creates,
+    and the ``read/`` folder, derived files that speed up the next open and are rebuilt on
+    demand: the compaction's own reads of large partitions wrote new ones (in the
+    background, and more when the store closed), so a compaction with nothing to do
+    reported the save 8 MB larger each time, and the next one a different "before"."""
     total = 0
-    for folder, _names, files in os.walk(data):
+    for folder, names, files in os.walk(data):
+        if folder == str(data) and READ_FOLDER in names:
+            names.remove(READ_FOLDER)  # derived: not walked
         for name in files:
             if folder == str(data) and name in _TRACES:
                 continue
