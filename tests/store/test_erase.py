@@ -400,3 +400,19 @@ async def test_a_record_of_another_partition_stops_the_erase_before_it_changes_a
         await make_store().erase("session", "mira", ["a0"])
     after = {name: data for name, data in files_under(save).items() if name.endswith(".log")}
     assert after == before
+
+
+def test_the_rewrite_reads_a_records_ids_and_refuses_one_of_another_partition(
+    make_memory: MemoryFactory,
+) -> None:
+    from game_memory.store.documents import encode_document
+    from game_memory.store.partitions import partition_hash
+
+    payload = encode_document(make_memory("m1", owner_id="mira"))
+    session, mira = partition_hash("session"), partition_hash("mira")
+    assert rewriting._memory_id(payload, "o.log", session, mira) == "m1"
+    with pytest.raises(PersistenceError, match="another partition"):
+        rewriting._memory_id(payload, "o.log", session, partition_hash("tomas"))
+    for broken in (b"not json", b'{"memory": 5}', b'{"memory": {"memory_id": 1}}', b"[]"):
+        with pytest.raises(PersistenceError, match="unreadable record"):
+            rewriting._memory_id(broken, "o.log", session, mira)
