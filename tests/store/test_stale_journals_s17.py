@@ -358,7 +358,14 @@ async def test_without_its_trace_an_old_erase_journal_is_refused_by_what_came_af
     put_back(save, "rewrite.json", kept["journal"], without=lost)
     with pytest.raises(PersistenceError, match=r"rewrite\.json was not applied"):
         await make_store(save).append(make_memory("later", owner_id="guard", tick=30))
-    set_aside(save, "rewrite.json")
+    # check reports it and check --fix sets it aside, as the message says, also when only
+    # the save (no trace) tells it is old: check called it an erase to finish, and
+    # --fix --accept-loss said the save was fine with the journal still there.
+    report = await make_store(save).check()
+    assert any("rewrite.json was not applied" in p for p in report.problems), report
+    repaired = await make_store(save).check(fix=True)
+    assert any("moved rewrite.json" in line for line in repaired.repairs), repaired
+    assert not (save / DATA / "rewrite.json").exists()
     assert await ids(make_store(save)) == expected
 
 

@@ -38,7 +38,7 @@ from game_memory.store.audit import DamagedFile, OwnerAudit, SessionAudit
 from game_memory.store.engine import StoreEngine
 from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
-from game_memory.store.rewrite_journal import Rewrite
+from game_memory.store.rewrite_journal import Rewrite, mismatch
 from game_memory.store.salvage import new_damaged_folder, salvage
 from game_memory.store.survey import Survey, survey_store
 
@@ -392,11 +392,17 @@ def _stale_journal(engine: StoreEngine) -> StaleJournalError | None:
     """The save's first journal that is an old copy of a finished operation's (refused,
     never applied: ``journal_traces.py``), if any. Every read and write of the save fails
     on it until it is set aside, so the check reports it first and surveys nothing."""
-    for read in (engine.rewrites.read, engine.journal.read):
-        try:
-            read()
-        except StaleJournalError as exc:
-            return exc
+    try:
+        rewrite = engine.rewrites.read()
+        if rewrite is not None:
+            # As the writer that would finish it checks it (``finish_rewrite``): a journal
+            # with no trace to judge it is compared with the save's ledgers.
+            problem = mismatch(rewrite, engine.ledger, engine.retraction_ledger)
+            if problem is not None:
+                return StaleJournalError(engine.rewrites.path, problem)
+        engine.journal.read()
+    except StaleJournalError as exc:
+        return exc
     return None
 
 
@@ -413,7 +419,7 @@ def _set_aside(engine: StoreEngine, stale: StaleJournalError) -> str:
     fs.fsync_directory(folder)
     fs.fsync_directory(stale.journal.parent)
     return (
-        f"moved {stale.journal.name}, an old copy of a finished operation's journal "
+        f"moved {stale.journal.name}, a journal that cannot be applied safely "
         f"({stale.reason}), to {folder}: it was never applied, and holds no memory"
     )
 

@@ -109,14 +109,18 @@ def older(generation: int, finished: tuple[int, str] | None) -> str | None:
     ``None`` (it is newer than anything finished)."""
     if finished is None or generation > finished[0]:
         return None
-    what = (
-        "it carries no generation (as an earlier release's journal)"
-        if generation == 0
-        else f"its generation, {generation}, is not newer"
-    )
+    if generation == 0:
+        return (
+            "it carries no generation, so an earlier release wrote it, and this save has "
+            f"finished a later operation since ({finished[1]} records generation "
+            f"{finished[0]}): it is an old copy put back, or an earlier release was "
+            "interrupted in this save after this one wrote to it, and the two cannot be "
+            "told apart"
+        )
     return (
-        f"it is older than the last operation this save finished: {what}, and "
-        f"{finished[1]} records generation {finished[0]} as finished"
+        f"it is older than the last operation this save finished: its generation, "
+        f"{generation}, is not newer, and {finished[1]} records generation {finished[0]} as "
+        "finished"
     )
 
 
@@ -125,10 +129,10 @@ def stale_message(journal: Path, reason: str) -> str:
     the repair (the journal holds no memory: set it aside, then check the save)."""
     save = shlex.quote(str(journal.parent.parent))
     return (
-        f"{journal} was not applied: {reason}. It is not the journal of an operation "
-        "interrupted in this save but an old copy put back (by a cloud sync or a backup "
-        "tool restoring one file), or the save changed behind it, and acting on it would "
-        f"destroy memories acknowledged since. Move {journal.name} out of {journal.parent} "
+        f"{journal} was not applied: {reason}. Such a journal is most likely an old copy "
+        "put back (by a cloud sync or a backup tool restoring one file), or the save "
+        "changed behind it, and acting on it could destroy memories acknowledged since. "
+        f"Move {journal.name} out of {journal.parent} "
         f"(it holds no memory; keep it for a post-mortem), then run 'game-memory check "
         f"--save-dir {save}' (or let 'game-memory check --fix --save-dir {save}' set it "
         "aside)"
