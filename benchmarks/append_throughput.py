@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -185,6 +186,15 @@ def main() -> None:
     args = parser.parse_args()
     builds = [here, *(code for code in args.code or [] if os.path.abspath(code) != here)]
     base = Path(tempfile.mkdtemp(prefix="append-throughput-", dir=args.directory))
+    try:  # the stores and traces of this run: removed whatever happens (a Ctrl-C too)
+        report = run_builds(builds, base, args)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps(report, indent=1))
+
+
+def run_builds(builds: list[str], base: Path, args: argparse.Namespace) -> Json:
+    """Measure every build in turns, ``args.rounds`` times, in folders under ``base``."""
     report: Json = {"machine": {"bare_fsync_ms_at_start": bare_fsync_ms(base)}, "builds": {}}
     rounds: dict[str, list[Json]] = {code: [] for code in builds}
     for round_number in range(args.rounds):
@@ -199,7 +209,7 @@ def main() -> None:
                 medians[key] = statistics.median(figures[key] for figures in measured)
         report["builds"][code] = {"median_of_rounds": medians, "rounds": measured}
     report["machine"]["bare_fsync_ms_at_end"] = bare_fsync_ms(base)
-    print(json.dumps(report, indent=1))
+    return report
 
 
 if __name__ == "__main__":

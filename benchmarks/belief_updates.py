@@ -58,6 +58,7 @@ from retrieval_handwritten import (
     sequel_memories,
 )
 from retrieval_sets import DatasetError
+from script_support import json_options
 
 from game_memory import (
     FusionOptions,
@@ -213,7 +214,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     modes = args.modes.split(",")
     if not set(modes) <= set(MODES):
         raise SystemExit(f"--modes takes {','.join(MODES)}")
-    fusion = FusionOptions(**json.loads(args.fusion)) if args.fusion else FusionOptions()
+    fusion = args.fusion or FusionOptions()
     if "hybrid" in modes:
         prepare_named_model(args.model, home)
     settings = expand(RERANKER_FAMILIES, GameAwareMemoryRerankerOptions)
@@ -320,6 +321,23 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def saved_tables(parser: argparse.ArgumentParser, path: str) -> str:
+    """The tables of the run saved at ``path`` (``--markdown``); a file that cannot be read,
+    or is not a belief_updates report, is a usage error naming it, not a traceback."""
+    try:
+        report = json.loads(Path(path).read_text(encoding="utf-8"))
+        if report.get("benchmark", "belief_updates") != "belief_updates":
+            raise ValueError(f"it is the report of {report['benchmark']}")
+        return markdown(report)
+    except OSError as exc:
+        parser.error(f"--markdown {path}: {exc.strerror or exc}")
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        parser.error(
+            f"--markdown {path} is not the JSON of a belief_updates run ({type(exc).__name__}: "
+            f"{exc}); give the file a run wrote with --out FILE"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
@@ -328,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default="default", help="the hybrid mode's named model: default, multilingual"
     )
     parser.add_argument(
-        "--fusion", help="FusionOptions fields as JSON, e.g. '{\"vector_weight\": 0.9}'"
+        "--fusion",
+        type=json_options(FusionOptions),
+        help="FusionOptions fields as JSON, e.g. '{\"vector_weight\": 0.9}'",
     )
     parser.add_argument(
         "--data",
@@ -340,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", metavar="FILE", help="print the tables of a saved run")
     args = parser.parse_args(argv)
     if args.markdown:
-        print(markdown(json.loads(Path(args.markdown).read_text(encoding="utf-8"))))
+        print(saved_tables(parser, args.markdown))
         return 0
     try:
         result = asyncio.run(run(args))

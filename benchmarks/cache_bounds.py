@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from report_out import emit
+from script_support import int_range, worker_failed
 
 Json = dict[str, Any]
 
@@ -107,12 +108,27 @@ async def worker(root: Path, npcs: int, per_npc: int, cache: int, digests: int) 
     return figures
 
 
+def setting_pairs(text: str) -> list[tuple[int, int]]:
+    """``--settings``: ``cache_entries:digest_cache_entries`` pairs separated by commas; a
+    value that is not one is a usage error (the bounds' ranges are the library's to check)."""
+    pairs = []
+    for pair in text.split(","):
+        parts = pair.split(":")
+        if len(parts) != 2 or not all(part.strip().isdigit() for part in parts):
+            raise argparse.ArgumentTypeError(
+                f"{pair!r} is not cache_entries:digest_cache_entries (two whole numbers)"
+            )
+        pairs.append((int(parts[0]), int(parts[1])))
+    return pairs
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--npcs", type=int, default=1_000, help="NPCs in the world")
-    parser.add_argument("--per-npc", type=int, default=100, help="memories per NPC")
+    parser.add_argument("--npcs", type=int_range(1), default=1_000, help="NPCs in the world")
+    parser.add_argument("--per-npc", type=int_range(1), default=100, help="memories per NPC")
     parser.add_argument(
         "--settings",
+        type=setting_pairs,
         default="5000:5000,20000:20000,5000:200000",
         help="cache_entries:digest_cache_entries pairs, comma separated",
     )
@@ -128,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = asyncio.run(worker(Path(root), args.npcs, args.per_npc, int(cache), int(digests)))
         print(json.dumps(figures))
         return 0
-    settings = [tuple(int(part) for part in pair.split(":")) for pair in args.settings.split(",")]
+    settings: list[tuple[int, int]] = args.settings
     with tempfile.TemporaryDirectory(prefix="cache-bounds-") as folder:
         root = Path(folder) / "world"
         root.mkdir()
@@ -138,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             command = [sys.executable, __file__, "--worker", f"{root},{cache},{digests}"]
             command += ["--npcs", str(args.npcs), "--per-npc", str(args.per_npc)]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"the worker failed:\n{done.stderr[-4000:]}")
+            if done.returncode != 0:  # killed by a Ctrl-C: KeyboardInterrupt
+                worker_failed(done, f"the worker of setting {cache}:{digests}")
             runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return emit(
         {

@@ -66,6 +66,7 @@ from npc_sides import (
     projected,
     queries,
 )
+from script_support import int_list, int_range, worker_failed
 
 Json = dict[str, Any]
 WORKLOAD = Path(__file__).resolve().parent / "npc_workload.py"
@@ -141,8 +142,8 @@ def run(command: list[str], path: str, what: str) -> Json:
     if path:
         environment["PYTHONPATH"] = path
     done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"worker {what} failed:\n{done.stderr[-4000:]}")
+    if done.returncode != 0:  # killed by a Ctrl-C: KeyboardInterrupt
+        worker_failed(done, f"worker {what}")
     result: Json = json.loads(done.stdout)
     return result
 
@@ -372,11 +373,18 @@ def measure(args: argparse.Namespace, root: Path, size: int) -> Json:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000", help="memories in the one NPC")
+    parser.add_argument(
+        "--sizes",
+        type=int_list(100, 500_000),
+        default="10000,100000",
+        help="memories in the one NPC, by commas (100..500,000 each)",
+    )
     parser.add_argument("--directory", default=str(Path.home() / ".cache" / "gm-cold-start"))
-    parser.add_argument("--cold-repeats", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="passes over the 16 queries")
-    parser.add_argument("--appends", type=int, default=20)
+    parser.add_argument("--cold-repeats", type=int_range(1, 100), default=3)
+    parser.add_argument(
+        "--repeats", type=int_range(1, 100), default=3, help="passes over the 16 queries"
+    )
+    parser.add_argument("--appends", type=int_range(1, 100_000), default=20)
     parser.add_argument("--fresh", action="store_true", help="seed the saves again")
     parser.add_argument("--seed-only", action="store_true")
     parser.add_argument("--baseline", default="", help="PYTHONPATH of a baseline checkout")
@@ -386,7 +394,7 @@ def main() -> int:
     parser.add_argument("--only-opens", action="store_true", help="skip the session rows")
     parser.add_argument(
         "--alternate",
-        type=int,
+        type=int_range(0, 1_000),
         default=0,
         help="with --baseline: the derived-files rows from this many opens of each, in turns",
     )
@@ -404,7 +412,7 @@ def main() -> int:
     report: Json = {"benchmark": "cold_start", "command": " ".join(sys.argv), "table": []}
     report["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
     workloads = []
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in args.sizes:
         root = directory / str(size)
         if args.fresh:
             shutil.rmtree(root, ignore_errors=True)

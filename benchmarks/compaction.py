@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from script_support import int_range
+
 from game_memory import FileGameMemoryStore, GameMemory, GameMoment
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
@@ -142,8 +144,8 @@ def _markers_left(save: Path, erased: set[int]) -> int:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--memories", type=int, default=20_000)
-    parser.add_argument("--owners", type=int, default=200)
+    parser.add_argument("--memories", type=int_range(1, 10_000_000), default=20_000)
+    parser.add_argument("--owners", type=int_range(1, 1_000_000), default=200)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gm-compaction-") as folder:
         result = asyncio.run(run(Path(folder), args.memories, args.owners))

@@ -48,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 from npc_sides import gm_memory, memory_records
+from script_support import int_range
 
 Decoder = Callable[[bytes], Any]
 
@@ -160,12 +161,20 @@ def measure(decoders: dict[str, Decoder], payloads: list[bytes], rounds: int) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=10_000, help="records per shape")
-    parser.add_argument("--rounds", type=int, default=15, help="passes of each variant")
-    parser.add_argument("--only", help="decode with this variant only, untimed (callgrind)")
-    parser.add_argument("--passes", type=int, default=1, help="with --only: passes to make")
-    arguments = parser.parse_args()
     decoders = variants()
+    parser.add_argument(
+        "--size", type=int_range(1, 1_000_000), default=10_000, help="records per shape"
+    )
+    parser.add_argument(
+        "--rounds", type=int_range(1, 1_000), default=15, help="passes of each variant"
+    )
+    parser.add_argument(
+        "--only", choices=list(decoders), help="decode with this variant only, untimed (callgrind)"
+    )
+    parser.add_argument(
+        "--passes", type=int_range(0, 1_000), default=1, help="with --only: passes to make"
+    )
+    arguments = parser.parse_args()
     shapes = {"npc": npc_payloads(arguments.size), "rich": rich_payloads(arguments.size)}
     if arguments.only:
         for _ in range(arguments.passes):

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from script_support import int_range
+
 from game_memory import (
     FileGameMemoryStore,
     GameMemory,
@@ -147,9 +149,10 @@ async def run(owners: int, appends: int, bound: int) -> dict[str, object]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--owners", type=int, default=4)
-    parser.add_argument("--appends", type=int, default=1_500)
-    parser.add_argument("--bound", type=int, default=500)
+    parser.add_argument("--owners", type=int_range(1, 10_000), default=4)
+    parser.add_argument("--appends", type=int_range(1, 1_000_000), default=1_500)
+    # maximum_memories_per_owner's own range (VectorMemoryStoreOptions)
+    parser.add_argument("--bound", type=int_range(1, 1_000_000), default=500)
     args = parser.parse_args(argv)
     print(json.dumps(asyncio.run(run(args.owners, args.appends, args.bound)), indent=2))
     return 0

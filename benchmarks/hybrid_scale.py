@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from script_support import int_list, int_range, remove_if_empty
 
 from game_memory import (
     FileGameMemoryStore,
@@ -334,13 +335,11 @@ def single_threaded_blas() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="1000,10000,100000")
-    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--sizes", type=int_list(1, 1_000_000), default="1000,10000,100000")
+    parser.add_argument("--repeats", type=int_range(3, 1_000), default=21)
     parser.add_argument("--directory", default=None)
     args = parser.parse_args(argv)
-    sizes = [int(size) for size in args.sizes.split(",")]
-    if not all(1 <= size <= 1_000_000 for size in sizes) or not 3 <= args.repeats <= 1_000:
-        parser.error("sizes must be 1..1,000,000 and repeats 3..1,000")
+    sizes: list[int] = args.sizes
     base_folder = args.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
     base = Path(base_folder or tempfile.gettempdir()) / "game-memory-benchmarks"
     results = []
@@ -351,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(asyncio.run(measure(root, size, args.repeats)))
         finally:
             shutil.rmtree(root, ignore_errors=True)
+            remove_if_empty(base)  # shared by runs: the last one out removes it
     targets = {1_000: None, 10_000: 1.5, 100_000: 2.0}
     report = {
         "benchmark": "hybrid_scale",

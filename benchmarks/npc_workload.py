@@ -87,6 +87,7 @@ from npc_sides import (
     side_files,
     worker,
 )
+from script_support import int_list, worker_failed
 
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 #: Seconds after which a load stamps a read file as checked (``store/read_files.py``'s
@@ -107,8 +108,8 @@ def spawn(
         command = ["strace", "-f", "-c", "--seccomp-bpf", "-e", "trace=fsync,fdatasync", "-o",
                    str(trace), *command]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {kind} worker of {side} failed:\n{done.stderr[-4000:]}")
+    if done.returncode != 0:  # killed by a Ctrl-C: KeyboardInterrupt (script_support.py)
+        worker_failed(done, f"the {kind} worker of {side}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
@@ -386,7 +387,8 @@ async def machine(args: argparse.Namespace, disk: Path) -> Json:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000", help="memories in the one NPC")
+    parser.add_argument("--sizes", type=int_list(100, 500_000), default="10000,100000",
+                        help="memories in the one NPC, by commas (100..500,000 each)")  # fmt: skip
     parser.add_argument("--many-npcs", type=int, default=200,
                         help="also the largest size over this many NPCs (0: skip)")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=6, help="passes over the 16 queries")
@@ -405,13 +407,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--size", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.repeats, args.cold_repeats = "2000", 2, 1
+        args.sizes, args.repeats, args.cold_repeats = [2000], 2, 1
         args.many_npcs = min(args.many_npcs, 20)
         args.appends, args.fsync_appends, args.disk_ingest = 10, 5, 100
         args.long_session = min(args.long_session, 100)
-    args.size_list = [int(size) for size in args.sizes.split(",")]
-    if not all(100 <= size <= 500_000 for size in args.size_list):
-        parser.error("--sizes must be 100..500,000 each")
+    args.size_list = args.sizes
     appends_ok = args.appends >= 1 or args.worker is not None
     if not (1 <= args.repeats <= 100 and 1 <= args.cold_repeats <= 20 and appends_ok):
         parser.error("--repeats 1..100, --cold-repeats 1..20, --appends ≥ 1")

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from script_support import float_list, float_range, int_range, worker_failed
+
 Json = dict[str, Any]
 
 WORDS = [
@@ -143,7 +145,9 @@ def seed(save: Path, count: int, home: str | None) -> None:
         memory = await open_memory(save, model="default", home=home)
         async with memory:
             if memory.notice:
-                raise SystemExit(f"the default model is not available: {memory.notice}")
+                # The message, not the Diagnostic's repr: it names the command (with
+                # --home when one was given) that prepares the model where this run looks.
+                raise SystemExit(f"the default model is not available: {memory.notice.message}")
             await memory.append_many(memories(count))
 
     asyncio.run(run())
@@ -151,20 +155,20 @@ def seed(save: Path, count: int, home: str | None) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--gaps", default="0.002,0.05,0.2")
-    parser.add_argument("--questions", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--memories", type=int, default=200)
+    parser.add_argument("--gaps", type=float_list(0, 60), default="0.002,0.05,0.2")
+    parser.add_argument("--questions", type=int_range(1, 100_000), default=40)
+    parser.add_argument("--rounds", type=int_range(1, 1_000), default=3)
+    parser.add_argument("--memories", type=int_range(1, 1_000_000), default=200)
     parser.add_argument("--home", default=os.environ.get("GAME_MEMORY_HOME"))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
-    parser.add_argument("--gap", type=float, default=0.05, help=argparse.SUPPRESS)
+    parser.add_argument("--gap", type=float_range(0, 60), default=0.05, help=argparse.SUPPRESS)
     parser.add_argument("--spin", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(child(args))))
         return
-    gaps = [float(gap) for gap in args.gaps.split(",")]
+    gaps: list[float] = args.gaps
     with tempfile.TemporaryDirectory(prefix="onnx-spinning-") as folder:
         save = Path(folder) / "save"
         seed(save, args.memories, args.home)
@@ -176,7 +180,9 @@ def main() -> None:
                     command += ["--gap", str(gap), "--questions", str(args.questions)]
                     command += ["--home", args.home] if args.home else []
                     command += ["--spin"] if spin else []
-                    output = subprocess.run(command, check=True, capture_output=True, text=True)
+                    output = subprocess.run(command, check=False, capture_output=True, text=True)
+                    if output.returncode != 0:  # killed by a Ctrl-C: KeyboardInterrupt
+                        worker_failed(output, f"the child of gap {gap} (spinning: {spin})")
                     setting = "spinning" if spin else "not_spinning"
                     runs.setdefault(str(gap), {}).setdefault(setting, []).append(
                         json.loads(output.stdout.splitlines()[-1])

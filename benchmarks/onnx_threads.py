@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from onnx_spinning import WORDS, ask, seed
+from script_support import float_range, int_range, worker_failed
 
 Json = dict[str, Any]
 SETTINGS: dict[str, Json] = {
@@ -86,11 +87,11 @@ async def child(args: argparse.Namespace) -> Json:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--questions", type=int, default=40)
-    parser.add_argument("--gap", type=float, default=0.05)
-    parser.add_argument("--documents", type=int, default=512)
-    parser.add_argument("--memories", type=int, default=200)
+    parser.add_argument("--rounds", type=int_range(1, 1_000), default=3)
+    parser.add_argument("--questions", type=int_range(1, 100_000), default=40)
+    parser.add_argument("--gap", type=float_range(0, 60), default=0.05)
+    parser.add_argument("--documents", type=int_range(1, 1_000_000), default=512)
+    parser.add_argument("--memories", type=int_range(1, 1_000_000), default=200)
     parser.add_argument("--home", default=os.environ.get("GAME_MEMORY_HOME"))
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--save", help=argparse.SUPPRESS)
@@ -111,7 +112,9 @@ def main() -> None:
                 command += ["--questions", str(args.questions)]
                 command += ["--documents", str(args.documents)]
                 command += ["--home", args.home] if args.home else []
-                output = subprocess.run(command, check=True, capture_output=True, text=True)
+                output = subprocess.run(command, check=False, capture_output=True, text=True)
+                if output.returncode != 0:  # killed by a Ctrl-C: KeyboardInterrupt
+                    worker_failed(output, f"the child of setting {setting}")
                 runs[setting].append(json.loads(output.stdout.splitlines()[-1]))
     medians = {
         setting: {key: round(statistics.median(run[key] for run in values), 3) for key in FIGURES}

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from front_door_runs import MODES, FrontDoor, ask, fill
+from report_out import emit
 from retrieval_sets import DatasetError, MemoryRow, content_words
+from script_support import json_options
 
 from game_memory import FusionOptions, GameAwareMemoryRerankerOptions
 from game_memory.onnx import prepare_default_model
@@ -83,8 +85,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     modes = args.modes.split(",")
     if not set(modes) <= set(MODES):
         raise SystemExit(f"--modes takes {','.join(MODES)}")
-    reranker = GameAwareMemoryRerankerOptions(**json.loads(args.reranker or "{}"))
-    fusion = FusionOptions(**json.loads(args.fusion or "{}"))
+    reranker = args.reranker or GameAwareMemoryRerankerOptions()
+    fusion = args.fusion or FusionOptions()
     if "hybrid" in modes:
         prepare_default_model(home)
     rows = [
@@ -153,17 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--home", help="model cache folder (default: $GAME_MEMORY_HOME)")
     parser.add_argument("--modes", default=",".join(MODES), help="hybrid, lexical or both")
-    parser.add_argument("--reranker", help="GameAwareMemoryRerankerOptions fields as JSON")
-    parser.add_argument("--fusion", help="FusionOptions fields as JSON")
+    parser.add_argument(
+        "--reranker",
+        type=json_options(GameAwareMemoryRerankerOptions),
+        help="GameAwareMemoryRerankerOptions fields as JSON",
+    )
+    parser.add_argument(
+        "--fusion", type=json_options(FusionOptions), help="FusionOptions fields as JSON"
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 if a promise fails")
     parser.add_argument("--out", help="also write the JSON to this file")
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))
-    text = json.dumps(report, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
-    print(text)
-    return 1 if args.strict and not report["holds"] else 0
+    written = emit(report, args.out)  # printed first: an --out that fails loses nothing
+    return written or (1 if args.strict and not report["holds"] else 0)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from script_support import remove_if_empty
+
 from game_memory import FileGameMemoryStore, GameMemory, GameMemoryQuery, GameMoment
 from game_memory.durable.names import identity_hash
 from game_memory.store.documents import encode_legacy_document
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if root.resolve().parent == base.resolve():
                 shutil.rmtree(root)
+            remove_if_empty(base)  # shared by runs: the last one out removes it
     json.dump(summarize(args.entries, rounds), sys.stdout, indent=2)
     print()
     return 0

