@@ -34,6 +34,9 @@ async def test_an_unprepared_named_model_falls_back_with_advice_for_that_model(
     assert notice.severity == "warning"
     command = "game-memory models prepare" + ("" if name == "default" else f" {name}")
     assert command in notice.message
+    # The same notice reaches a command line (search, status) and a Python caller: "restart
+    # the server" alone told them to restart something they do not run.
+    assert "or run the command, or open the save, again" in notice.message
 
 
 async def test_a_model_folder_that_cannot_load_is_an_error(tmp_path: Path) -> None:

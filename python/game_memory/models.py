@@ -148,7 +148,8 @@ def _notice(model: str, reason: str, kind: str | None) -> MemoryVectorDiagnostic
     which = "default" if model == "default" else f"{model!r}"
     message = (
         f"recall is lexical only because the {which} embedding model is unavailable: "
-        f"{reason.rstrip('.')}; {advice} the server to enable semantic recall"
+        f"{reason.rstrip('.')}; {advice} the server (or run the command, or open the save, "
+        "again) to enable semantic recall"
     )
     return MemoryVectorDiagnostic(
         code=DEFAULT_MODEL_UNAVAILABLE,
