@@ -206,3 +206,35 @@ async def test_a_pack_of_another_session_is_reported_and_the_salvage_moves_it_as
     found = await search(reader, GameMemoryQuery(session_id="s2", limit=10))
     assert sorted(memory.memory_id for memory in found) == ["e0", "e1", "e2"]
     assert (await make_store().check()).ok
+
+
+async def test_a_partition_an_earlier_salvage_left_is_not_taken_for_another_npcs(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    """Earlier releases repaired the retraction ledger by count: a salvage that lost m0's
+    retraction record kept m0's intent and not m1's. Its own log was then taken for another
+    NPC's (its intents name other retractions of its own), and ``--fix --accept-loss`` gave
+    the intact forget of m1 up. Only an intent another partition lacks a record for makes a
+    swap; one ``--accept-loss`` brings this save to consistent and keeps m1 forgotten."""
+    from game_memory.store.records import encode_record, scan_records
+
+    save = tmp_path / "save"
+    store = make_store(save)
+    for number in range(3):
+        await store.append(make_memory(f"m{number}", owner_id="guard", tick=number))
+    await store.forget("session", "guard", "m0", at(10))
+    await store.forget("session", "guard", "m1", at(10))
+    await store.aclose()
+    log = retraction_log(save, "guard")
+    payloads = scan_records(log.read_bytes(), maximum_payload=1 << 20).payloads
+    log.write_bytes(encode_record(payloads[1]))  # m0's record lost, m1's kept
+    ledger = save / DATA / "retraction-ledger.log"
+    ledger.write_bytes(ledger.read_bytes()[:RECORD_BYTES])  # m0's intent kept, m1's not
+
+    report = await make_store(save).check()
+    assert not any(FOREIGN in problem for problem in report.problems), report.problems
+    repaired = await make_store(save).check(fix=True, accept_loss=True)
+    assert repaired.ok, repaired.problems
+    query = GameMemoryQuery(session_id="session", owner_id="guard", limit=10, at_or_before=at(20))
+    recalled = sorted(m.memory_id for m in await search(make_store(save), query))
+    assert recalled == ["m0", "m2"]  # m1's forget kept; m0's, lost long ago, stays lost

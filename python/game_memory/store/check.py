@@ -530,10 +530,13 @@ def check_store(
         survey = survey_store(engine)
         if unrecovered is None and (fix or accept_loss):
             repairs.extend(_repair(engine, survey))
-            if accept_loss and survey.needs_salvage and not survey.unreadable:
-                repairs.extend(salvage(engine, survey))
-            if repairs:
+            if repairs:  # what the salvage sees is what the repairs left
                 survey = survey_store(engine)
+            if accept_loss and survey.needs_salvage and not survey.unreadable:
+                salvaged = salvage(engine, survey)
+                repairs.extend(salvaged)
+                if salvaged:
+                    survey = survey_store(engine)
         problems = problems_of(survey, engine, list_ids=list_ids)
         if unrecovered is not None:
             problems.append(

@@ -254,11 +254,23 @@ def _set_aside_foreign(
     owner's memory is) when the partition also lacks retractions its intents name (a log
     swapped or renamed), when the memory it names is not the partition's, or when another
     partition of the session holds the very same retraction (a log copied).
+
+    "Lacks retractions its intents name" counts only when another partition of the session
+    has an intent for the retraction that is too many here and no record of it there (the
+    two logs swapped): the count-based repairs of earlier releases (their salvage, and
+    ``check --fix`` adding intents for the last retractions) left healthy partitions whose
+    intents name other retractions of their own, and those were taken for another's, so
+    ``--fix --accept-loss`` gave an intact, acknowledged forget up.
     """
     mirrors: dict[tuple[str, tuple[str, GameMoment]], set[str]] = {}
     for (session_hash, owner_hash), owner in held.items():
         for retraction in owner.retractions:
             mirrors.setdefault((session_hash, retraction), set()).add(owner_hash)
+    unmatched: dict[str, Counter[str]] = {}  # per session: intents naming no record
+    for (session_hash, owner_hash), wanted in expected.items():
+        owner_audit = held.get((session_hash, owner_hash))
+        found_there = Counter(owner_audit.retraction_hashes) if owner_audit else Counter()
+        unmatched.setdefault(session_hash, Counter()).update(wanted - found_there)
     for key, owner in sorted(held.items()):
         if not owner.retractions or not survey.known(*key):
             continue
@@ -268,7 +280,8 @@ def _set_aside_foreign(
         extra = found - wanted
         if not extra:
             continue
-        missing = bool(wanted - found)
+        missing = wanted - found
+        elsewhere = unmatched.get(owner.session_hash, Counter()) - missing
         foreign: set[str] = set()
         for retraction, memory_hash, (path, _offset) in zip(
             owner.retractions, hashes, owner.retraction_sources, strict=True
@@ -276,7 +289,8 @@ def _set_aside_foreign(
             if extra[memory_hash] <= 0:
                 continue
             copied = mirrors[(owner.session_hash, retraction)] - {owner.owner_hash}
-            if missing or memory_hash not in owner.memory_hashes or copied:
+            swapped = bool(missing) and elsewhere[memory_hash] > 0
+            if swapped or memory_hash not in owner.memory_hashes or copied:
                 foreign.add(path)
         if foreign:
             _drop_segments(survey.sessions[owner.session_hash], owner, foreign)
