@@ -145,3 +145,35 @@ def test_the_commands_main_gives_sigint_back_to_python() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("given back\n")
+
+
+def test_the_command_started_with_sigint_ignored_keeps_ignoring_it() -> None:
+    """``nohup game-memory serve ...`` or a script's background job starts the command with
+    SIGINT ignored: it kept running past a Ctrl-C before the quiet start-up handler, which
+    took SIGINT and then gave it back as Python's default, so a Ctrl-C ended it."""
+    probe = textwrap.dedent(
+        """
+        import signal, sys
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        sys.argv[0] = "game-memory"
+        import game_memory
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        from game_memory.cli import main
+        try:
+            main(["--version"])
+        except SystemExit:
+            pass
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        print("still ignored")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("still ignored\n")

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import Any
 
 __all__ = ["interrupted", "is_the_command", "started", "starting"]
 
@@ -41,17 +42,32 @@ def interrupted(_signal_number: int = signal.SIGINT, _frame: FrameType | None = 
     os._exit(130)
 
 
+#: The SIGINT handler the process had before :func:`starting` took it.
+_inherited: list[Any] = []
+
+
 def starting() -> None:
     """When this process is the command, make SIGINT end it quietly until :func:`started`
-    (only the main thread may set a handler; an import elsewhere changes nothing)."""
-    if is_the_command() and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, interrupted)
+    (only the main thread may set a handler; an import elsewhere changes nothing). A
+    process started with SIGINT ignored (``nohup``, a script's background job, a launcher
+    shielding its child) keeps ignoring it: a Ctrl-C in that terminal is not for it."""
+    if not is_the_command() or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        return
+    _inherited.append(previous)
+    signal.signal(signal.SIGINT, interrupted)
 
 
 def started() -> None:
-    """Give SIGINT back to Python (``KeyboardInterrupt``) if :func:`starting` took it."""
+    """Give SIGINT back as the process had it (Python's ``KeyboardInterrupt`` as a rule) if
+    :func:`starting` took it."""
     if (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGINT) is interrupted
     ):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        previous = _inherited.pop() if _inherited else None
+        if previous is None:  # a handler not set from Python: Python's own then
+            previous = signal.default_int_handler
+        signal.signal(signal.SIGINT, previous)

@@ -84,7 +84,8 @@ def test_the_entry_point_keeps_blas_on_one_thread_unless_the_game_says_otherwise
 
     head, call = _ENTRY_SCRIPT.split("from game_memory.cli.frozen_sidecar import main")
     assert call.strip().splitlines() == [
-        "signal.signal(signal.SIGINT, signal.default_int_handler)",
+        "if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:",
+        "    signal.signal(signal.SIGINT, signal.default_int_handler)",
         "sys.exit(main())",
     ]
     probe = head + "print(os.environ['OPENBLAS_NUM_THREADS'], 'numpy' in sys.modules)\n"
@@ -139,6 +140,30 @@ def test_the_runtime_hook_ends_a_ctrl_c_with_interrupted_and_130() -> None:
         line.split()[1] for line in _RUNTIME_HOOK_SCRIPT.splitlines() if line.startswith("import ")
     }
     assert hook_imports == {"_signal"}  # built in: nothing to import that a SIGINT could cut
+
+
+def test_a_sidecar_started_with_sigint_ignored_keeps_ignoring_it() -> None:
+    """A launcher that shields its child (or ``nohup``) starts it with SIGINT ignored: the
+    runtime hook and the entry point leave that alone (a Ctrl-C in the terminal is not for
+    the sidecar). They replaced it, and a Ctrl-C then ended a sidecar meant to survive it."""
+    import signal
+    import subprocess
+    import sys
+
+    from game_memory.bundle.freeze import _ENTRY_SCRIPT, _RUNTIME_HOOK_SCRIPT
+
+    head, _call = _ENTRY_SCRIPT.split("sys.exit(main())")
+    probe = (
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        + _RUNTIME_HOOK_SCRIPT
+        + head.replace("from game_memory.cli.frozen_sidecar import main", "")
+        + "print(signal.getsignal(signal.SIGINT) is signal.SIG_IGN)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
+    assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN  # this process untouched
 
 
 def test_a_bundle_is_never_built_inside_another_bundle(tmp_path: Path) -> None:

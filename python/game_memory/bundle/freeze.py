@@ -108,7 +108,8 @@ EMBEDDING_RUNTIME_MODULES = (
 #: identify or report its players through a library it bundled. The variable is read when
 #: onnxruntime creates its environment, so it is set before anything can import it.
 #: The entry point restores Python's own SIGINT handler (the runtime hook below replaced it)
-#: just before ``main``, whose Ctrl-C handling then takes over.
+#: just before ``main``, whose Ctrl-C handling then takes over; a process started with
+#: SIGINT ignored (a launcher shielding its child) keeps ignoring it.
 _ENTRY_SCRIPT = """\
 import os
 import signal
@@ -119,7 +120,8 @@ os.environ["ORT_DISABLE_TELEMETRY"] = "1"
 
 from game_memory.cli.frozen_sidecar import main
 
-signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.exit(main())
 """
 
@@ -149,7 +151,8 @@ def _game_memory_interrupted(signal_number, frame):
     _exit(130)
 
 
-_signal.signal(_signal.SIGINT, _game_memory_interrupted)
+if _signal.getsignal(_signal.SIGINT) is not _signal.SIG_IGN:  # started ignoring it: stays so
+    _signal.signal(_signal.SIGINT, _game_memory_interrupted)
 """
 
 _LOG_TAIL_CHARACTERS = 3_000
