@@ -99,81 +99,62 @@ sys.exit(main(["--help"]))
 """
 
 
-@pytest.mark.parametrize("argv0", ["game-memory", "game.py"])
-def test_a_real_ctrl_c_while_the_cli_imports_ends_the_command_quietly(
-    tmp_path: Path, argv0: str
-) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_SIGNALLED), str(tmp_path / argv0)],
+def _python(code: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that finds this checkout's library."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *arguments],
         capture_output=True,
         text=True,
         timeout=120,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         check=False,
     )
+
+
+@pytest.mark.parametrize("argv0", ["game-memory", "game.py"])
+def test_a_real_ctrl_c_while_the_cli_imports_ends_the_command_quietly(
+    tmp_path: Path, argv0: str
+) -> None:
+    done = _python(_SIGNALLED, str(tmp_path / argv0))
     if argv0 == "game-memory":
         assert (done.returncode, done.stderr) == (130, "interrupted\n")
     else:  # a program importing the library: Python's own KeyboardInterrupt
         assert done.returncode != 0 and "KeyboardInterrupt" in done.stderr
 
 
-def test_the_commands_main_gives_sigint_back_to_python() -> None:
-    """Once ``main`` runs, a Ctrl-C is the command's (a KeyboardInterrupt it handles)."""
-    probe = textwrap.dedent(
-        """
-        import signal, sys
-        sys.argv[0] = "game-memory"
-        import game_memory
-        from game_memory import _startup
-        assert signal.getsignal(signal.SIGINT) is _startup.interrupted
-        from game_memory.cli import main
-        try:
-            main(["--version"])
-        except SystemExit:
-            pass
-        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        print("given back")
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.endswith("given back\n")
+# The command's SIGINT handler: the quiet one while it imports, then what it had before.
+_HANDLERS = """
+import signal, sys
+if sys.argv[1] == "ignored":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+inherited = signal.getsignal(signal.SIGINT)
+sys.argv[0] = "game-memory"
+import game_memory
+from game_memory import _startup
+starting = signal.getsignal(signal.SIGINT)
+from game_memory.cli import main
+try:
+    main(["--version"])
+except SystemExit:
+    pass
+names = {_startup.interrupted: "quiet", signal.SIG_IGN: "ignored"}
+names[signal.default_int_handler] = "python"
+print(names.get(starting), names.get(signal.getsignal(signal.SIGINT)), starting is inherited)
+"""
 
 
-def test_the_command_started_with_sigint_ignored_keeps_ignoring_it() -> None:
-    """``nohup game-memory serve ...`` or a script's background job starts the command with
-    SIGINT ignored: it kept running past a Ctrl-C before the quiet start-up handler, which
-    took SIGINT and then gave it back as Python's default, so a Ctrl-C ended it."""
-    probe = textwrap.dedent(
-        """
-        import signal, sys
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        sys.argv[0] = "game-memory"
-        import game_memory
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        from game_memory.cli import main
-        try:
-            main(["--version"])
-        except SystemExit:
-            pass
-        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        print("still ignored")
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
+@pytest.mark.parametrize(
+    ("inherited", "expected"),
+    [
+        # Once main runs, a Ctrl-C is the command's (a KeyboardInterrupt it handles).
+        ("python", "quiet python False"),
+        # nohup, a script's background job, a launcher shielding its child: SIGINT ignored
+        # stays ignored (the handler took it, then gave back Python's default: a Ctrl-C
+        # ended a process meant to survive it).
+        ("ignored", "ignored ignored True"),
+    ],
+)
+def test_the_command_gives_sigint_back_as_it_found_it(inherited: str, expected: str) -> None:
+    done = _python(_HANDLERS, inherited)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.endswith("still ignored\n")
+    assert done.stdout.splitlines()[-1] == expected
