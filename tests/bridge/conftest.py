@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from game_memory import open_memory
 from game_memory.bridge.protocol import BridgeConnection, Received, ServerInfo
+from game_memory.bridge.server import BridgeServer
 from game_memory.bridge.service import ProgressCallback
 from game_memory.errors import EmbeddingUnavailableError, MemoryConflictError, StoreBusyError
 from game_memory.model import (
@@ -258,3 +261,39 @@ def ready(make_connection: Callable[..., BridgeConnection]) -> BridgeConnection:
     response = only(connection.receive(initialize()))
     assert "result" in response
     return connection
+
+
+#: :func:`request` under a name the ``call`` fixture's own ``request`` does not hide.
+_request_text = request
+
+#: ``await call(method, params)``: one request's answer (the ``call`` fixture).
+Call = Callable[[str, Any], Awaitable[Any]]
+
+
+@pytest.fixture(params=["lexical", "hashing"])
+async def call(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Call]:
+    """``await call(method, params)``: one request over a bridge session on the real front
+    door (``open_memory`` in ``tmp/save``, lexical and hashing), its answer."""
+    memory = await open_memory(tmp_path / "save", model=request.param)
+    server = BridgeServer(memory, ServerInfo(mode=memory.mode, model=None))
+    session = server.open_session(token=TOKEN)
+    await session.receive(initialize())
+    await session.outbox.get()
+    counter = iter(range(1, 10_000))
+
+    async def calling(method: str, params: Any) -> Any:
+        request_id = next(counter)
+        await session.receive(_request_text(method, params, request_id))
+        async with asyncio.timeout(10):
+            while True:
+                text = await session.outbox.get()
+                assert text is not None
+                message = json.loads(text)
+                if message.get("id") == request_id:
+                    return message
+
+    try:
+        yield calling
+    finally:
+        await server.shutdown()
+        await memory.aclose()

@@ -9,57 +9,20 @@ sockets and pipes still work).
 
 from __future__ import annotations
 
-import asyncio
 import errno
-import json
 import os
 import stat
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from game_memory import open_memory
 from game_memory.bridge.codes import ErrorCode, error_from_exception
-from game_memory.bridge.protocol import ServerInfo
-from game_memory.bridge.server import BridgeServer
 from game_memory.durable import fs
 from game_memory.errors import DerivedIndexError, PersistenceError
 
-from .conftest import TOKEN, initialize
-from .conftest import request as rpc_request
+from .conftest import Call
 
-Call = Any
 _write = os.write
-
-
-@pytest.fixture(params=["lexical", "hashing"])
-async def call(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Call]:
-    """``await call(method, params)``: one request over a bridge session, its answer."""
-    memory = await open_memory(tmp_path / "save", model=request.param)
-    server = BridgeServer(memory, ServerInfo(mode=memory.mode, model=None))
-    session = server.open_session(token=TOKEN)
-    await session.receive(initialize())
-    await session.outbox.get()
-    counter = iter(range(1, 10_000))
-
-    async def calling(method: str, params: Any) -> Any:
-        request_id = next(counter)
-        await session.receive(rpc_request(method, params, request_id))
-        async with asyncio.timeout(10):
-            while True:
-                text = await session.outbox.get()
-                assert text is not None
-                message = json.loads(text)
-                if message.get("id") == request_id:
-                    return message
-
-    try:
-        yield calling
-    finally:
-        await server.shutdown()
-        await memory.aclose()
 
 
 def _remember(tick: int) -> dict[str, Any]:

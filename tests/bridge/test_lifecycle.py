@@ -8,57 +8,15 @@ this checks the params, the results and the error codes end to end: an unknown m
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from game_memory import open_memory
-from game_memory.bridge.protocol import ServerInfo
-from game_memory.bridge.server import BridgeServer, Session
-
-from .conftest import TOKEN, initialize
-from .conftest import request as rpc_request
-
-Call = Any
+from .conftest import Call
 
 
 def moment(tick: int) -> dict[str, Any]:
     return {"timeline_id": "main", "tick": tick}
-
-
-@pytest.fixture(params=["lexical", "hashing"])
-async def call(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Call]:
-    """``await call(method, params)``: one request over a bridge session, its answer."""
-    memory = await open_memory(tmp_path / "save", model=request.param)
-    server = BridgeServer(memory, ServerInfo(mode=memory.mode, model=None))
-    session = server.open_session(token=TOKEN)
-    await session.receive(initialize())
-    await session.outbox.get()
-    counter = iter(range(1, 10_000))
-
-    async def calling(method: str, params: Any) -> Any:
-        return await _call(session, method, params, next(counter))
-
-    try:
-        yield calling
-    finally:
-        await server.shutdown()
-        await memory.aclose()
-
-
-async def _call(session: Session, method: str, params: Any, request_id: int) -> Any:
-    await session.receive(rpc_request(method, params, request_id))
-    async with asyncio.timeout(10):
-        while True:
-            text = await session.outbox.get()
-            assert text is not None
-            message = json.loads(text)
-            if message.get("id") == request_id:
-                return message
 
 
 async def remember(call: Call, memory_id: str, text: str, tick: int, **fields: Any) -> None:

@@ -7,51 +7,11 @@ and a batch over 256 memories is refused with ``-32602``.
 
 from __future__ import annotations
 
-import asyncio
-import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from game_memory import open_memory
 from game_memory.bridge.params import MAXIMUM_REMEMBER_MANY_MEMORIES
-from game_memory.bridge.protocol import ServerInfo
-from game_memory.bridge.server import BridgeServer
 
-from .conftest import TOKEN, initialize
-from .conftest import request as rpc_request
-
-Call = Any
-
-
-@pytest.fixture(params=["lexical", "hashing"])
-async def call(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Call]:
-    """``await call(method, params)``: one request over a bridge session, its answer."""
-    memory = await open_memory(tmp_path / "save", model=request.param)
-    server = BridgeServer(memory, ServerInfo(mode=memory.mode, model=None))
-    session = server.open_session(token=TOKEN)
-    await session.receive(initialize())
-    await session.outbox.get()
-    counter = iter(range(1, 10_000))
-
-    async def calling(method: str, params: Any) -> Any:
-        request_id = next(counter)
-        await session.receive(rpc_request(method, params, request_id))
-        async with asyncio.timeout(10):
-            while True:
-                text = await session.outbox.get()
-                assert text is not None
-                message = json.loads(text)
-                if message.get("id") == request_id:
-                    return message
-
-    try:
-        yield calling
-    finally:
-        await server.shutdown()
-        await memory.aclose()
+from .conftest import Call
 
 
 def entry(text: str, tick: int, **fields: Any) -> dict[str, Any]:
