@@ -35,9 +35,10 @@ sys.exit(main(["--help"]))
 """
 
 
-def _start(argv0: str) -> subprocess.CompletedProcess[str]:
+def _python(code: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter that finds this checkout's library."""
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_STARTING), argv0],
+        [sys.executable, "-c", textwrap.dedent(code), *arguments],
         capture_output=True,
         text=True,
         timeout=120,
@@ -50,13 +51,13 @@ def _start(argv0: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_interrupted_while_importing_says_so_without_a_traceback(
     tmp_path: Path, name: str
 ) -> None:
-    done = _start(str(tmp_path / "bin" / name))
+    done = _python(_STARTING, str(tmp_path / "bin" / name))
     assert done.returncode == 130, done.stderr
     assert done.stderr == "interrupted\n"
 
 
 def test_a_program_importing_the_library_gets_its_keyboard_interrupt(tmp_path: Path) -> None:
-    done = _start(str(tmp_path / "game.py"))
+    done = _python(_STARTING, str(tmp_path / "game.py"))
     assert done.returncode == 3, done.stderr
     assert done.stderr.strip() == "the program saw KeyboardInterrupt"
 
@@ -97,18 +98,6 @@ from game_memory.cli import main
 print("imported after the SIGINT", file=sys.stderr)
 sys.exit(main(["--help"]))
 """
-
-
-def _python(code: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter that finds this checkout's library."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code), *arguments],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-        check=False,
-    )
 
 
 @pytest.mark.parametrize("argv0", ["game-memory", "game.py"])
