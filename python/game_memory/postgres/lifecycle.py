@@ -35,7 +35,7 @@ from game_memory.model.memory import STORED
 from game_memory.postgres.rows import decode_row, sql_key
 from game_memory.postgres.statements import EXISTING
 from game_memory.postgres.writes import append_one, lock_entries
-from game_memory.store.lifecycle import checked_ids, checked_summary, covered
+from game_memory.store.lifecycle import checked_ids, checked_keep, checked_summary, covered
 
 __all__ = [
     "PostgresLifecycle",
@@ -136,8 +136,7 @@ class PostgresLifecycle(abc.ABC):
         _validated_id(session_id, "session_id")
         _validated_id(owner_id, "owner_id")
         wanted = list(checked_ids(memory_ids))
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+        keep = checked_keep(keep)
         return await self._database(
             "erasing memories",
             lambda c: erase_surplus_rows(c, session_id, owner_id, wanted, keep),

@@ -28,7 +28,7 @@ from game_memory.model import CompactionReport
 from game_memory.store.copies import remove_temporary
 from game_memory.store.engine import StoreEngine, validated_id
 from game_memory.store.journal_traces import BATCH_JOURNAL, finished_path
-from game_memory.store.lifecycle import checked_ids
+from game_memory.store.lifecycle import checked_ids, checked_keep
 from game_memory.store.partitions import identity_hash, partition_hash
 from game_memory.store.read_files import READ_FOLDER
 from game_memory.store.rewrite_journal import REWRITE_JOURNAL, Rewrite
@@ -107,8 +107,7 @@ def erase_surplus(
     validated_id(session_id, "session_id")
     validated_id(owner_id, "owner_id")
     wanted = checked_ids(memory_ids)
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-        raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+    keep = checked_keep(keep)
     session_hash, owner_hash = partition_hash(session_id), partition_hash(owner_id)
     engine.layout.guard()
     with engine.locked():

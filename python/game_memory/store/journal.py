@@ -60,6 +60,7 @@ from game_memory.store.journal_traces import (
     next_generation,
     older,
     retire,
+    whole_number,
 )
 from game_memory.store.ledger import RECORD_BYTES, Ledger
 
@@ -212,9 +213,11 @@ class MigrationJournal:
             generation = document.get("generation", 0)
             after = document.get("ledger_records_after")
             limits = document.get("segment_limits") if version == 2 else None
-            if version not in (1, 2) or not _count(before):
+            if version not in (1, 2) or not whole_number(before):
                 raise ValueError("bad fields")
-            if not _count(generation) or (after is not None and not _count(after, before)):
+            if not whole_number(generation) or (
+                after is not None and not whole_number(after, before)
+            ):
                 raise ValueError("a bad generation or ledger count")
             if not isinstance(names, list) or any(
                 not isinstance(name, str) or not _PACK_RELATIVE.match(name) for name in names
@@ -225,14 +228,14 @@ class MigrationJournal:
                 or len(item) != 2
                 or not isinstance(item[0], str)
                 or not _SEGMENT_RELATIVE.match(item[0])
-                or not _count(item[1], -1)
+                or not whole_number(item[1], -1)
                 for item in segments
             ):
                 raise ValueError("a segment entry is malformed or outside the store")
             if limits is not None and (
                 not isinstance(limits, list)
                 or len(limits) != len(segments)
-                or not all(_count(limit) for limit in limits)
+                or not all(whole_number(limit) for limit in limits)
             ):
                 raise ValueError("bad segment limits")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -320,11 +323,6 @@ class MigrationJournal:
             data[offset + _GROUP_FIELD : offset + RECORD_BYTES]
             for offset in range(0, len(data) - RECORD_BYTES + 1, RECORD_BYTES)
         ]
-
-
-def _count(value: object, least: int = 0) -> bool:
-    """Whether ``value`` is an int (not a bool) of at least ``least``."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def _unchanged(path: Path, info: os.stat_result) -> bool:

@@ -31,6 +31,7 @@ __all__ = [
     "older",
     "retire",
     "stale_message",
+    "whole_number",
 ]
 
 BATCH_JOURNAL = "migration.json"
@@ -52,8 +53,10 @@ class StaleJournalError(PersistenceError):
         self.reason = reason
 
 
-def _generation(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def whole_number(value: object, least: int = 0) -> bool:
+    """Whether ``value`` is an int (not a bool) of at least ``least``: what a journal's
+    counts and generations must be."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def finished_path(journal: Path) -> Path:
@@ -81,7 +84,7 @@ def last_finished(data: Path) -> tuple[int, str] | None:
             generation = json.loads(read[0]).get("generation", 0)
         except (ValueError, AttributeError):
             continue
-        if _generation(generation) and (newest is None or generation > newest[0]):
+        if whole_number(generation) and (newest is None or generation > newest[0]):
             newest = (generation, trace.name)
     return newest
 

@@ -37,6 +37,7 @@ from game_memory.model import GameMemory, GameMemoryKind, GameMoment, check_boun
 __all__ = [
     "EVICTION_HALF_LIFE_TICKS",
     "checked_ids",
+    "checked_keep",
     "checked_summary",
     "covered",
     "eviction_order",
@@ -57,6 +58,17 @@ def hides_from(retraction: GameMoment, at: GameMoment | None) -> bool:
 def covered(existing: Iterable[GameMoment], at: GameMoment) -> bool:
     """Whether retractions already hide the memory from ``at`` on (a new one adds nothing)."""
     return any(m.timeline_id == at.timeline_id and m.tick <= at.tick for m in existing)
+
+
+def checked_keep(keep: object) -> int:
+    """The count of memories an ``erase_surplus`` leaves (``store.protocol.SurplusErasing``).
+
+    Raises:
+        InvalidArgumentError: not a whole number of 0 or more (a bool is none).
+    """
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
+        raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+    return keep
 
 
 def checked_ids(memory_ids: Sequence[str], what: str = "memory_ids") -> tuple[str, ...]:

@@ -50,7 +50,7 @@ from game_memory.model import (
 )
 from game_memory.model.memory import memory_list
 from game_memory.store.lexical import SMALL_SNAPSHOT, lexical_search
-from game_memory.store.lifecycle import checked_ids
+from game_memory.store.lifecycle import checked_ids, checked_keep
 from game_memory.store.memory_partitions import MemoryPartitions, build_view
 from game_memory.store.protocol import StoreSnapshot
 from game_memory.store.view import PartitionView
@@ -305,8 +305,7 @@ class InMemoryGameMemoryStore:
         _validated_id(session_id, "session_id")
         _validated_id(owner_id, "owner_id")
         wanted = list(checked_ids(memory_ids))
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise InvalidArgumentError(f"keep must be a whole number of memories, not {keep!r}")
+        keep = checked_keep(keep)
         return self._partitions.erase_surplus(session_id, owner_id, wanted, keep)
 
     async def consolidate(
