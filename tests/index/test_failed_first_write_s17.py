@@ -120,7 +120,11 @@ def test_a_full_index_disk_says_free_space_not_delete_the_index() -> None:
     from game_memory.durable import fs
     from game_memory.index.partition import derived_error
 
-    full = fs.DiskFullError("could not write o-x.entries: the disk is full")
-    message = str(derived_error(full))
+    try:  # as the library raises it: translated from the OSError, which it chains
+        raise fs.DiskFullError("could not write o-x.entries: the disk is full") from OSError(
+            errno.ENOSPC, "No space left on device"
+        )
+    except fs.DiskFullError as full:
+        message = str(derived_error(full))
     assert "free space on the index folder's disk" in message
     assert "delete the index folder" not in message

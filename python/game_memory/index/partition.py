@@ -71,7 +71,7 @@ def derived_error(exc: PersistenceError) -> DerivedIndexError:
             "writable, as neither deleting it nor a rebuild can help until then; recall is "
             "lexical meanwhile)"
         )
-    if isinstance(exc, fs.DiskFullError) or fs.disk_full(exc) is not None:
+    if fs.disk_full(exc) is not None:
         return DerivedIndexError(
             f"{exc} (this is the derived vector index, not the save: free space on the index "
             "folder's disk; the memories are saved, and one left without a vector gets it when "
