@@ -13,7 +13,7 @@ import pytest
 
 from game_memory import open_memory
 from game_memory.bridge.protocol import BridgeConnection, Received, ServerInfo
-from game_memory.bridge.server import BridgeServer
+from game_memory.bridge.server import BridgeServer, Session
 from game_memory.bridge.service import ProgressCallback
 from game_memory.errors import EmbeddingUnavailableError, MemoryConflictError, StoreBusyError
 from game_memory.model import (
@@ -263,8 +263,17 @@ def ready(make_connection: Callable[..., BridgeConnection]) -> BridgeConnection:
     return connection
 
 
-#: :func:`request` under a name the ``call`` fixture's own ``request`` does not hide.
-_request_text = request
+async def answered(session: Session, method: str, params: Any, request_id: int) -> Any:
+    """Send one request to a bridge ``session``; its answer (notifications passed over)."""
+    await session.receive(request(method, params, request_id))
+    async with asyncio.timeout(10):
+        while True:
+            text = await session.outbox.get()
+            assert text is not None
+            message = json.loads(text)
+            if message.get("id") == request_id:
+                return message
+
 
 #: ``await call(method, params)``: one request's answer (the ``call`` fixture).
 Call = Callable[[str, Any], Awaitable[Any]]
@@ -282,15 +291,7 @@ async def call(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[
     counter = iter(range(1, 10_000))
 
     async def calling(method: str, params: Any) -> Any:
-        request_id = next(counter)
-        await session.receive(_request_text(method, params, request_id))
-        async with asyncio.timeout(10):
-            while True:
-                text = await session.outbox.get()
-                assert text is not None
-                message = json.loads(text)
-                if message.get("id") == request_id:
-                    return message
+        return await answered(session, method, params, next(counter))
 
     try:
         yield calling

@@ -6,8 +6,6 @@ this also checks that the bridge passes the key through untouched.
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +13,10 @@ import pytest
 
 from game_memory import open_memory
 from game_memory.bridge.protocol import ServerInfo
-from game_memory.bridge.server import BridgeServer, Session
+from game_memory.bridge.server import BridgeServer
 from game_memory.model import GameMemoryKind, GameMoment, content_memory_id
 
-from .conftest import TOKEN, initialize, request
-
-
-async def _call(session: Session, method: str, params: Any, request_id: int) -> Any:
-    await session.receive(request(method, params, request_id))
-    async with asyncio.timeout(10):
-        while True:
-            text = await session.outbox.get()
-            assert text is not None
-            message = json.loads(text)
-            if message.get("id") == request_id:
-                return message
+from .conftest import TOKEN, answered, initialize
 
 
 def _remember(text: str, tick: int, key: str | None) -> dict[str, Any]:
@@ -54,11 +41,11 @@ async def test_recall_as_of_a_moment_answers_with_the_version_believed_then(
     await session.receive(initialize())
     await session.outbox.get()
     try:
-        first = await _call(
+        first = await answered(
             session, "memory.remember", _remember("The bridge to Eastmarch is open.", 100, "b"), 1
         )
         assert first["result"]["memory"]["belief_key"] == "b"
-        await _call(
+        await answered(
             session,
             "memory.remember",
             _remember("The bridge to Eastmarch collapsed in the storm.", 500, "b"),
@@ -66,7 +53,7 @@ async def test_recall_as_of_a_moment_answers_with_the_version_believed_then(
         )
         answers = {}
         for request_id, tick in ((3, 300), (4, 900)):
-            recalled = await _call(
+            recalled = await answered(
                 session,
                 "memory.recall",
                 {
