@@ -9,6 +9,10 @@ A file system that has no locks at all (``ENOLCK``: NFS without its lock daemon;
 FUSE and SMB mounts answer ``EOPNOTSUPP``) cannot guard a save against a second writer:
 taking the lock there raises ``PersistenceError`` naming the lock file and where to put
 the save instead, never a bare ``OSError``.
+
+When the wait times out, ``StoreBusyError`` names the process holding the lock where the
+system says (Linux's ``/proc/locks``); that lookup runs only then, never on the path of
+a write that gets the lock.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import contextlib
 import errno
 import logging
 import os
+import re
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Final
@@ -144,13 +150,110 @@ def _unlock_file(fd: int) -> None:
             pass
 
 
+#: Where Linux lists every file lock: ``1: FLOCK  ADVISORY  WRITE 12345 08:01:123456 0 EOF``
+#: (the device's major and minor numbers in hex, the inode in decimal; a waiter has ``->``
+#: after the id).
+_PROC_LOCKS: Final = Path("/proc/locks")
+#: How ``/proc/locks`` calls the lock :func:`_lock_file` takes where there is ``fcntl``:
+#: Python's ``fcntl.flock`` is ``flock(2)`` on Linux (``fcntl``'s own locks read ``POSIX``,
+#: open file description locks ``OFDLCK``), and ``LOCK_EX`` reads ``WRITE``.
+_FLOCK_KIND: Final = "FLOCK"
+_FLOCK_ACCESS: Final = "WRITE"
+#: Bounds on what a refusal quotes of the holder's command line.
+_CMDLINE_BYTES: Final = 4_096
+_PROGRAM_CHARS: Final = 80
+#: A Python interpreter in front of the script it runs (``python3.12 .../game-memory``).
+_PYTHON: Final = re.compile(r"python[0-9.]*")
+
+
+def _flock_holder(
+    lines: Iterable[str], device: tuple[int, int], inode: int, own_pid: int
+) -> int | None:
+    """The pid holding an exclusive ``flock`` on the file ``(device, inode)`` according to
+    ``lines`` of ``/proc/locks``, or ``None``.
+
+    Waiters (``->``), other kinds of lock, lines of other files, our own pid (another
+    thread of ours holds it, so there is no one else to name), pids this namespace cannot
+    see (``0``, ``-1``) and malformed lines are skipped: never raises for the text.
+    """
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 6 or fields[1] == "->":
+            continue
+        kind, access, pid_text, where = fields[1], fields[3], fields[4], fields[5]
+        if kind != _FLOCK_KIND or access != _FLOCK_ACCESS:
+            continue
+        parts = where.split(":")
+        if len(parts) != 3:
+            continue
+        try:
+            pid = int(pid_text)
+            found = (int(parts[0], 16), int(parts[1], 16)), int(parts[2])
+        except ValueError:
+            continue
+        if found == (device, inode) and pid > 0 and pid != own_pid:
+            return pid
+    return None
+
+
+def _hidden(arg: str) -> bool:
+    """Whether a refusal shows ``arg`` of the holder's command line as ``…``: it may hold a
+    password (a URL, a ``user@host``) or it is a script (``python -c``, several lines)."""
+    return "://" in arg or "@" in arg or "\n" in arg
+
+
+def _program(cmdline: bytes) -> str:
+    """A short, printable name of the program run by ``cmdline`` (``/proc/<pid>/cmdline``:
+    arguments ended by NUL), or ``""``: the program's file name and its arguments, without a
+    Python interpreter in front of a script, some arguments shown as ``…`` (:func:`_hidden`),
+    cut to ``_PROGRAM_CHARS`` characters."""
+    args = [arg.decode("utf-8", "replace") for arg in cmdline.split(b"\0") if arg]
+    if len(args) > 1 and _PYTHON.fullmatch(os.path.basename(args[0])) and args[1][0] != "-":
+        args = args[1:]
+    if not args:
+        return ""
+    shown = [os.path.basename(args[0])]
+    shown += ["…" if _hidden(arg) else arg for arg in args[1:]]
+    text = "".join(c if c.isprintable() else "?" for c in " ".join(shown)).strip()
+    return text if len(text) <= _PROGRAM_CHARS else text[: _PROGRAM_CHARS - 1] + "…"
+
+
+def _lock_holder(path: Path) -> str | None:
+    """Who holds the ``flock`` on ``path``: ``"process 12345 (game-memory serve --stdio)"``
+    (or without the program where its command line cannot be read), or ``None`` where the
+    system does not say: no ``fcntl`` (the lock is not an ``flock``), no ``/proc/locks``
+    (not Linux), no match (the holder just left, another pid namespace), or no permission.
+
+    Runs only once a wait has timed out. Never raises: it only adds to a refusal.
+    """
+    if fcntl is None:
+        return None
+    try:
+        stat = os.stat(path, follow_symlinks=False)
+        device = (os.major(stat.st_dev), os.minor(stat.st_dev))
+        with _PROC_LOCKS.open(encoding="ascii", errors="replace") as locks:
+            pid = _flock_holder(locks, device, stat.st_ino, os.getpid())
+    except (OSError, ValueError):
+        return None
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            program = _program(file.read(_CMDLINE_BYTES))
+    except (FileNotFoundError, ProcessLookupError):  # the holder just left
+        return None
+    except OSError:  # no permission: the pid is still worth naming
+        program = ""
+    return f"process {pid} ({program})" if program else f"process {pid}"
+
+
 class ProcessLock:
     """Serialize writers across threads of this process and across processes.
 
     A ``threading.Lock`` orders this process's threads; an ``flock`` on the lock file (on
     Windows, a lock of its first byte) orders processes (the kernel releases it if the
-    holder dies, even by ``kill -9``). Waiting is
-    bounded by ``timeout`` seconds, then ``StoreBusyError`` names the lock file.
+    holder dies, even by ``kill -9``). Waiting is bounded by ``timeout`` seconds, then
+    ``StoreBusyError`` names the lock file and, where the system says, the process holding it.
 
     Not reentrant. Lock files on network file systems may not exclude other machines.
     """
@@ -242,9 +345,17 @@ class ProcessLock:
             self._thread_lock.release()
 
     def _busy(self) -> StoreBusyError:
+        """The refusal once ``timeout`` has passed: the lock file and, where the system
+        says (:func:`_lock_holder`), the process holding it, so a player knows which of the
+        game, an editor's sidecar or a forgotten terminal to close."""
+        waited = f"the store is locked by another writer ({self._path}) for more than "
+        waited += f"{self._timeout:g} s"
+        holder = _lock_holder(self._path)
+        if holder is None:
+            return StoreBusyError(f"{waited}; retry, or check for a stuck process using this save")
         return StoreBusyError(
-            f"the store is locked by another writer ({self._path}) for more than "
-            f"{self._timeout:g} s; retry, or check for a stuck process using this save"
+            f"{waited}, held by {holder}; retry, or check whether that process is stuck or "
+            "still using this save"
         )
 
     def __enter__(self) -> ProcessLock:
