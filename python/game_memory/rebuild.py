@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from functools import partial
 
 from game_memory.durable.fs import refused_access
+from game_memory.durable.names import identity_hash
 from game_memory.embedding.embedder import Embedder
 from game_memory.errors import CapacityExceededError, DerivedIndexError, StoreClosedError
-from game_memory.index.entries import EntryState
+from game_memory.index.entries import EntryState, memory_hash
+from game_memory.index.join import PartitionJoin
 from game_memory.index.protocol import VectorIndex
 from game_memory.model import (
     DiagnosticSeverity,
@@ -87,6 +89,12 @@ async def index_status(
     every memory of the session pending (none of its vectors is trusted), the reason is
     logged (logger ``game_memory.index``, a warning), and ``rebuild`` repairs it without
     help.
+
+    Orphans are counted against a read of the save made *after* the index was read: the
+    first read comes before it, so a memory another task or process saved and indexed in
+    between has an entry but no place in that read, and counting it made a status taken
+    while the game remembers read ``DEGRADED`` (and a rebuild's final status fail). Only
+    when the joins find orphans is the save read again (no cost otherwise).
     """
     views = await session_views(store, session_id, options)
     try:
@@ -117,13 +125,42 @@ async def index_status(
         return VectorMemoryStatus.from_counts(
             identity, ready=0, pending=total, stale=0, orphans=0 if total else len(damaged)
         )
+    orphans = sum(j.orphans for j in joins)
+    if orphans:
+        current = await session_views(store, session_id, options)
+        orphans = await run(lambda: _still_orphaned(joins, current))
     return VectorMemoryStatus.from_counts(
         identity,
         ready=sum(j.ready for j in joins),
         pending=sum(j.pending for j in joins),
         stale=sum(j.stale for j in joins),
-        orphans=sum(j.orphans for j in joins),
+        orphans=orphans,
     )
+
+
+def _still_orphaned(joins: Sequence[PartitionJoin], current: Sequence[PartitionView]) -> int:
+    """How many orphan entries of ``joins`` name a memory absent from ``current`` as well
+    (blocking: it hashes the ids of the partitions with orphans).
+
+    ``current`` must be read after the index the joins read: an entry is written after its
+    memory is saved, so every memory an entry then named and the save held is in it. An
+    entry still absent is a true orphan (an erase whose index step has not run yet, or
+    never ran). A memory of a join's own view stays counted where the join put it (ready,
+    pending, stale), never as an orphan, even if an erase dropped it since.
+    """
+    later = {identity_hash(view.owner_id): view for view in current}
+    count = 0
+    for joined in joins:
+        partition = joined.partition
+        if not joined.orphans or partition is None:
+            continue
+        held = set(joined.view.memory_ids) if joined.view is not None else set()
+        newer = later.get(partition.owner_hash)
+        if newer is not None:
+            held.update(newer.memory_ids)
+        saved = {memory_hash(memory_id) for memory_id in held}
+        count += sum(1 for hashed in partition.position if hashed not in saved)
+    return count
 
 
 async def rebuild_session(

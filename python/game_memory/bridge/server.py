@@ -184,8 +184,7 @@ class Session:
                     f"timeout: {call.method} did not finish within the server's deadline of "
                     f"{seconds:g} s and was cancelled; "
                     + (
-                        "the batches it wrote stay, so calling it again resumes where it "
-                        "stopped (the deadline is the server's rebuild deadline)"
+                        f"{_REBUILD_KEEPS} (the deadline is the server's rebuild deadline)"
                         if rebuild
                         else "try again or ask for less"
                     ),
@@ -270,12 +269,22 @@ async def _settled(work: asyncio.Future[Any]) -> Any:
                 return work.result()  # the write itself was cancelled: raises that
 
 
+#: What a cancelled ``memory.rebuild`` leaves: the only read whose work outlives it (each
+#: batch's vectors are written before the next starts, ``rebuild.py``).
+_REBUILD_KEEPS = "the batches it wrote stay, so calling it again resumes where it stopped"
+
+
 def _shutting_down(method: str) -> RpcError:
+    """The answer of a read the shutdown cancelled past its grace; it says what stays."""
+    outcome = (
+        _REBUILD_KEEPS
+        if method == "memory.rebuild"
+        else "it changes nothing (a write is never abandoned: it is answered once it has settled)"
+    )
     return RpcError(
         ErrorCode.SHUTTING_DOWN,
-        f"{method} was abandoned because the server is shutting down; it changes nothing "
-        "(a write is never abandoned: it is answered once it has settled); start a new "
-        "server and send it again",
+        f"{method} was abandoned because the server is shutting down; {outcome}; start a "
+        "new server and send it again",
         {"kind": "ShuttingDown"},
     )
 
