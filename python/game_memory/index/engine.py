@@ -586,10 +586,17 @@ class IndexEngine(IndexLayout):
         :meth:`tidy`): tombstones not compacted away, a rewrite mark, row files of a
         generation the entries do not name or temporary files of entries or rows (sorted).
 
+        An owner with no entries file counts when a rewrite mark, row files or files of
+        codes (of any generation) or temporary files of them are left: what an erase
+        killed midway leaves, a first append killed before its entries, or the files of
+        codes an erase by a build that predates them left when it deleted the entries and
+        rows. They may hold erased memories' vectors, and nothing else ever removes them
+        (no entries name them), so the session reads as damaged until an erase or a rebuild
+        does.
+
         One listing of the session folder and the partitions as :meth:`partition` reads
-        them, without the lock: a rewrite in progress shows the same, so confirm under the
-        lock. Owners with row files but no entries file (a first append killed before its
-        entries) are not counted; a partition that cannot be read is left to
+        them, without the lock: a rewrite (or an owner's first append) in progress shows the
+        same, so confirm under the lock. A partition that cannot be read is left to
         :meth:`verify_partition`.
         """
         names: dict[str, list[str]] = {}
@@ -605,7 +612,7 @@ class IndexEngine(IndexLayout):
             except DerivedIndexError:
                 continue
             if partition is None:
-                if marked:
+                if marked or leftover_names(files, owner_hash, None):
                     found.append(owner_hash)
                 continue
             keep = partition.tag if partition.records else None

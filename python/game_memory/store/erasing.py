@@ -12,7 +12,10 @@ An erase removes the memories' records from their log segments and packs, their
 retractions, their ledger intents (the capacity count goes down) and their copies outside
 the partition (``copies.py``); no byte of them is left in the save when it returns.
 A compaction erases nothing: it rewrites the partitions whose files could be fewer, drops
-redundant retractions, and deletes what an interrupted write left behind.
+redundant retractions, and deletes what an interrupted write left behind, and the read files
+(``read_files.py``) of partitions the save no longer holds: what an erase by a build that
+predates them left (they hold the erased memories' ids and text). An erase of an owner or a
+session whose records are already gone removes its read files too.
 """
 
 from __future__ import annotations
@@ -30,12 +33,16 @@ from game_memory.store.engine import StoreEngine, validated_id
 from game_memory.store.journal_traces import BATCH_JOURNAL, finished_path
 from game_memory.store.lifecycle import checked_ids, checked_keep
 from game_memory.store.partitions import identity_hash, partition_hash
-from game_memory.store.read_files import READ_FOLDER
+from game_memory.store.read_files import (
+    READ_FOLDER,
+    remove_read_files,
+    remove_unheld_read_files,
+)
 from game_memory.store.rewrite_journal import REWRITE_JOURNAL, Rewrite
 from game_memory.store.rewriting import STAGED, begin_rewrite, finish_rewrite
 from game_memory.store.state import PartitionState, Segment
 
-__all__ = ["compact", "erase", "erase_surplus", "save_bytes"]
+__all__ = ["compact", "erase", "erase_surplus", "held_partitions", "save_bytes"]
 
 _TRACES = frozenset(finished_path(Path(name)).name for name in (BATCH_JOURNAL, REWRITE_JOURNAL))
 
@@ -83,6 +90,8 @@ def erase(
             erased += len(present)
             hashes.update(identity_hash(memory_id) for memory_id in present)
         if not erased:
+            if wanted is None:  # records already gone (an older build's erase): derived too
+                remove_read_files(engine.data, session_hash, owner_hash, durable=True)
             return 0
         _rewrite_erasing(engine, session_hash, owner_hash, None if wanted is None else hashes)
         return erased
@@ -169,6 +178,7 @@ def compact(engine: StoreEngine) -> CompactionReport:
                     rewritten += 1
             removed += _remove_empty_packs(engine, session_hash, directory)
             removed += _remove_empty_folder(directory)
+        removed += remove_unheld_read_files(engine.data, held_partitions(engine))
         return CompactionReport(
             bytes_before=before,
             bytes_after=save_bytes(engine.data),
@@ -208,6 +218,20 @@ def _owners(engine: StoreEngine, session_hash: str) -> list[str]:
         | set(engine.intents.owner_hashes(session_hash))
         | set(engine.retraction_intents.owner_hashes(session_hash))
     )
+
+
+def held_partitions(engine: StoreEngine) -> dict[str, set[str]]:
+    """Every session the save holds (a folder, or ledger intents) and, per session, its
+    owners with records (logs or packs) or intents (under the lock, after a refresh): the
+    partitions whose read files ``compact`` keeps (``read_files.remove_unheld_read_files``),
+    and a check would keep."""
+    held: dict[str, set[str]] = {}
+    for session_hash in _sessions(engine):
+        held[session_hash] = set(engine.cache.owner_hashes(engine.session_folder(session_hash)))
+    for intents in (engine.intents, engine.retraction_intents):
+        for session_hash in intents.session_hashes():
+            held.setdefault(session_hash, set()).update(intents.owner_hashes(session_hash))
+    return held
 
 
 def _sessions(engine: StoreEngine) -> list[str]:

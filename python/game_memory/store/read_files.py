@@ -35,6 +35,11 @@ or foreign read file) makes it ignored: the partition is read from its records a
 and a new read file replaces it. Records appended since it was written are read from the
 logs. The ledger check of every read (``reader.py``) is unchanged, and every memory handed
 out is read from the save and checked there. Deleting the ``read`` folder is always safe.
+A partition's read files go with it: an erase or compaction that rewrites it removes them,
+an erase that finds its records already gone (erased by a build that predates read files)
+removes them too, and ``compact`` removes those of every partition with neither records nor
+ledger intents, and the folders of sessions the save no longer holds
+(:func:`remove_unheld_read_files`): they hold the erased memories' ids and text.
 
 Written atomically (temporary file, fsync, rename), so a kill or a power loss leaves the
 old file, the new one, or a temporary file readers never look at.
@@ -45,23 +50,24 @@ records the read file's identity (device, inode, size, modification and change t
 ``fstat`` saw it before the check) and its header's CRC-32; a later load of the very same
 file (equal identity and header CRC) skips the arrays' CRCs and the checks that scan an
 array's values (postings and tags name memories the part holds, locations name files it
-covers: the checked load made them on these very bytes). The stamp is written only after the
-read file is fsynced (its bytes as checked are then durable: a power loss cannot give the
-stamped file other bytes) and only if the file's identity did not change while it was
-checked and synced; the stamp itself is written atomically and durably (temporary file,
-fsync, rename, folder fsync) and carries its own CRC-32. A partition's load hands the stamp
-to the store's read-file thread (``later``): its three fsyncs stay off the first recall
-after a load (a load of 10k memories after a session that appended took 21.8 ms with them
-and 10.7 without, where an fsync takes 2 ms), and the thread stamps the file only if it
-still has the identity the load checked, or the store does as it closes (``upkeep.py``). Any
-write to the read file moves its change time (user code cannot set it back), and a replaced
-file is another inode: either way the stamp no longer matches and the next load checks
-everything again, then stamps anew. A write moves the change time only to the file system's
-clock tick, which can be coarse (a few ms; 2 s on FAT), so a file changed less than
-:data:`SETTLED_NS` before the load is not stamped: a write in the very tick of its last
-change could leave its identity as it was. A missing, damaged or mismatching stamp is simply
-a full check. What a stamp cannot see is damage that leaves the file's size and times
-unchanged (a disk returning other bytes), as for the save files a read file covers
+covers: the checked load made them on these very bytes). The stamp is written only after
+the read file is fsynced (its bytes as checked are then durable: a power loss cannot give
+the stamped file other bytes) and only if the file's identity did not change while it was
+checked and synced, and only while the partition still has records (a read file left of an
+erased partition is never stamped); the stamp itself is written atomically and durably
+(temporary file, fsync, rename, folder fsync) and carries its own CRC-32. A partition's
+load hands the stamp to the store's read-file thread (``later``): its three fsyncs stay off
+the first recall after a load (a load of 10k memories after a session that appended took
+21.8 ms with them and 10.7 without, where an fsync takes 2 ms), and the thread stamps the
+file only if it still has the identity the load checked, or the store does as it closes
+(``upkeep.py``). Any write to the read file moves its change time (user code cannot set it
+back), and a replaced file is another inode: either way the stamp no longer matches and the
+next load checks everything again, then stamps anew. A write moves the change time only to
+the file system's clock tick, which can be coarse (a few ms; 2 s on FAT), so a file changed
+less than :data:`SETTLED_NS` before the load is not stamped: a write in the very tick of
+its last change could leave its identity as it was. A missing, damaged or mismatching stamp
+is simply a full check. What a stamp cannot see is damage that leaves the file's size and
+times unchanged (a disk returning other bytes), as for the save files a read file covers
 (``Covered.unchanged``); deleting the stamps (or the ``read`` folder) brings the full check
 back.
 
@@ -81,10 +87,11 @@ import itertools
 import json
 import logging
 import os
+import re
 import stat
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,11 +101,14 @@ import numpy.typing as npt
 
 from game_memory.durable import fs, portable
 from game_memory.durable.checksum import crc32
+from game_memory.durable.names import segment_path
 from game_memory.errors import PersistenceError
 from game_memory.store.descriptors import out_of_descriptors
 from game_memory.store.packed_ids import PackedIds, unpacked_ids
+from game_memory.store.packs import read_pack_index
 from game_memory.store.postings import encode_terms
 from game_memory.store.read_stamps import (
+    Identity,
     map_file,
     read_stamp,
     stamp_path,
@@ -125,7 +135,9 @@ __all__ = [
     "read_stamp",
     "remove_parts",
     "remove_read_files",
+    "remove_unheld_read_files",
     "stamp_path",
+    "unheld_read_files",
     "write_read_file",
 ]
 
@@ -145,6 +157,11 @@ _READ_BUFFER = 1 << 18
 _MAXIMUM_MAPPED = 1 << 40
 _LOG = logging.getLogger("game_memory.store")
 _TABLES = ("timelines", "scopes", "beliefs", "tags")
+
+#: A session's folder of read files (``s-<sha256(session)>``) and an owner's file in it (a
+#: part, its stamps, a temporary file of either: ``o-<sha256(owner)>.``...).
+_SESSION_NAME = re.compile(r"^s-([0-9a-f]{64})$")
+_OWNER_FILE = re.compile(r"^o-([0-9a-f]{64})\.")
 
 #: A read file is stamped only if its change time is at least this old (ns) when a load
 #: takes its identity: later writes then land on a later clock tick and move it.
@@ -319,36 +336,151 @@ def remove_parts(session_directory: str, owner_hash: str, first: int) -> None:
         number += 1
 
 
-def remove_read_files(data: Path, session_hash: str, owner_hash: str | None = None) -> None:
+def remove_read_files(
+    data: Path, session_hash: str, owner_hash: str | None = None, *, durable: bool = False
+) -> int:
     """Delete the read files of a session, or of one owner of it (an erase or compaction
-    rewrote it): parts, stamps and temporary files. Idempotent.
+    rewrote it): parts, stamps and temporary files; how many. Idempotent.
+
+    ``durable`` fsyncs the folder after a removal, so a power loss cannot bring the files
+    back: for an erase that rewrote nothing (the partition's records were already gone,
+    erased by a build that predates read files), whose only removal is this one.
 
     An owner's rewrite leaves the session's other owners' read files: they hold none of
     its memories, and one naming a pack the rewrite replaced no longer matches that file
     (its range's CRC-32 is computed again from the new pack) and is replaced at its next
     read, like any stale part. Until 7 December 2026 they were removed too, which on
     Windows fails for a file this process has mapped (one of another NPC it recalled).
+
+    Raises:
+        PersistenceError: the folder could not be listed or a file removed.
     """
     folder = data / READ_FOLDER / f"s-{session_hash}"
     if not read_folders_real(data, folder.name):
         _unlink_link(data, folder.name)  # nothing behind it is listed or deleted
-        return
+        return 0
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
-        return
+        return 0
     except OSError as exc:
         raise PersistenceError(f"could not list {folder}: {exc.strerror}") from exc
     owned = None if owner_hash is None else f"o-{owner_hash}."
-    for name in names:
-        if owned is not None and not name.startswith(owned):
+    return _remove_names(
+        folder, [name for name in names if owned is None or name.startswith(owned)], durable
+    )
+
+
+def unheld_read_files(data: Path, held: Mapping[str, Collection[str]]) -> list[Path]:
+    """The read files of every partition that holds nothing: what
+    :func:`remove_unheld_read_files` removes (for a check that reports before it repairs).
+
+    Raises:
+        PersistenceError: a folder could not be listed.
+    """
+    root = data / READ_FOLDER
+    return [
+        root / session / name
+        for session in _session_names(data)
+        if read_folders_real(data, session)
+        for name in _unheld_names(root / session, held.get(session[2:]))
+    ]
+
+
+def remove_unheld_read_files(data: Path, held: Mapping[str, Collection[str]]) -> int:
+    """Delete the read files of every partition that holds nothing, durably; how many.
+
+    ``held`` maps each session the save still holds to its owners that have records or
+    ledger intents (the caller's view under the writer lock, after recovery). Every owner's
+    files in ``read/s-<session>/`` whose owner is not held go (parts, stamps, temporary
+    files), and so does the folder of a session not held at all.
+
+    Why: an erase by a build that predates read files deletes the partition's records and
+    leaves its read files, which hold the erased memories' ids, hashes and tokenized text;
+    no load replaces them (the partition is never read again), so without this sweep they
+    outlived the erase for good. Only the files this module names are removed (a foreign
+    file in a session's folder stays, and so does that folder); links are removed, never
+    followed, and a ``read`` folder that is a link is left alone (``check`` names it).
+
+    Raises:
+        PersistenceError: a folder could not be listed or a file removed.
+    """
+    root = data / READ_FOLDER
+    removed = 0
+    for session in _session_names(data):
+        owners = held.get(session[2:])
+        if not read_folders_real(data, session):
+            if owners is None:
+                _unlink_link(data, session)  # the link itself, never what it names
             continue
+        folder = root / session
+        removed += _remove_names(folder, _unheld_names(folder, owners), durable=True)
+        if owners is None:
+            _remove_empty_read_folder(folder)
+    return removed
+
+
+def _session_names(data: Path) -> list[str]:
+    """The session folders (``s-<hash>``) in the ``read`` folder, sorted; none when it is
+    absent or a link (never followed)."""
+    root = data / READ_FOLDER
+    if not read_folders_real(data):
+        return []
+    try:
+        return sorted(name for name in os.listdir(root) if _SESSION_NAME.match(name))
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise PersistenceError(f"could not list {root}: {exc.strerror}") from exc
+
+
+def _unheld_names(folder: Path, owners: Collection[str] | None) -> list[str]:
+    """The names in a session's folder of read files of an owner not among ``owners``
+    (``None``: of any owner), sorted."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise PersistenceError(f"could not list {folder}: {exc.strerror}") from exc
+    return sorted(
+        name
+        for name in names
+        if (match := _OWNER_FILE.match(name)) is not None
+        and (owners is None or match.group(1) not in owners)
+    )
+
+
+def _remove_names(folder: Path, names: Sequence[str], durable: bool) -> int:
+    """Unlink ``names`` in ``folder`` (a link itself, never what it names; a folder among
+    them is left alone: this module writes none); how many went. With ``durable`` the
+    folder is fsynced after a removal."""
+    removed = 0
+    for name in names:
+        path = folder / name
         try:
-            os.unlink(folder / name)
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                continue
+            os.unlink(path)
         except FileNotFoundError:
-            pass
+            continue
         except OSError as exc:
-            raise PersistenceError(f"could not remove {folder / name}: {exc.strerror}") from exc
+            raise PersistenceError(f"could not remove {path}: {exc.strerror}") from exc
+        removed += 1
+    if removed and durable:
+        fs.fsync_directory(folder)
+    return removed
+
+
+def _remove_empty_read_folder(folder: Path) -> None:
+    """Remove a session's folder of read files if nothing is left in it (a reader may have
+    written a file meanwhile, or a foreign file stays: then the folder stays too)."""
+    try:
+        os.rmdir(folder)
+    except OSError as exc:
+        _LOG.debug("the read folder %s was not removed (%s)", folder, exc)
+        return
+    fs.fsync_directory(folder.parent)
 
 
 def file_crc(path: str, start: int, end: int, *, mapped: bool = False) -> int | None:
@@ -529,13 +661,67 @@ def load_read_file(
             _LOG.info("the read file %s is damaged or stale (%s); it will be rebuilt", path, exc)
             return None
         if vouched != header_crc and started - identity[4] >= SETTLED_NS:
+            files = read.part.files
             if later is None:
-                write_stamp(path, fd, identity, header_crc)
+                if _partition_held(path, session_hash, owner_hash, files):
+                    write_stamp(path, fd, identity, header_crc)
             else:
-                later(functools.partial(stamp_unchanged, path, identity, header_crc))
+                later(
+                    functools.partial(
+                        _stamp_held, path, session_hash, owner_hash, files, identity, header_crc
+                    )
+                )
         return read
     finally:
         os.close(fd)
+
+
+def _stamp_held(
+    path: Path,
+    session_hash: str,
+    owner_hash: str,
+    files: Sequence[Covered],
+    identity: Identity,
+    header_crc: int,
+) -> bool:
+    """The stamp job a load hands to ``later``: :func:`read_stamps.stamp_unchanged`, if
+    the partition still has records (:func:`_partition_held`); whether a stamp was written
+    (never raises). Checked here, on the read-file thread, not by the load."""
+    if not _partition_held(path, session_hash, owner_hash, files):
+        return False
+    return stamp_unchanged(path, identity, header_crc)
+
+
+def _partition_held(
+    path: Path, session_hash: str, owner_hash: str, files: Sequence[Covered]
+) -> bool:
+    """Whether the partition whose read file is at ``path`` (covering ``files``) still has
+    records in the save: its first log segment exists, or a pack the part covers still
+    lists the owner. Never raises (an unreadable pack counts as not listing it).
+
+    A read file of a partition with no records is never stamped: an erase by a build that
+    predates read files leaves them behind, holding the erased memories' ids and text, and
+    a stamp would be one more file about them (``compact`` removes both). A part that only
+    no longer matches the save is left unstamped too: it is stale, and replaced at its
+    next read. One ``lstat`` for a partition that has a log, the index of a pack or two for
+    one compacted into packs.
+    """
+    directory = path.parent.parent.parent / f"s-{session_hash}"
+    if os.path.lexists(segment_path(directory, owner_hash, 0)):
+        return True
+    for covered in files:
+        if not covered.name.startswith("p-"):
+            continue
+        pack = os.path.join(directory, covered.name)
+        try:
+            info = os.lstat(pack)
+            if stat.S_ISREG(info.st_mode) and owner_hash in (
+                read_pack_index(pack, info, info.st_size).owners
+            ):
+                return True
+        except (OSError, PersistenceError):
+            continue
+    return False
 
 
 def header_crc_of(path: Path) -> int | None:
