@@ -384,7 +384,13 @@ read_path.LAZY_MINIMUM = 8
 read_path.APPENDED_MINIMUM = 8
 read_path.CLOSING_MERGE_MEMORIES = 0
 
-def dying(path, data):
+keep = read_files.fs.atomic_write
+
+def dying(path, data, *args, **kwargs):
+    if not str(path).endswith(".read"):
+        # Not a part: a stamp of the 40's part, which this load may write when the part is
+        # over 2 s old (read_files.SETTLED_NS) on a busy machine, must not kill early.
+        return keep(path, data, *args, **kwargs)
     if not isinstance(data, bytes):  # the pieces a read file is written from
         data = b"".join(bytes(memoryview(piece).cast("B")) for piece in data)
     temporary = path.with_name(path.name + ".0123.tmp")
