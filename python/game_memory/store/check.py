@@ -23,22 +23,34 @@ segment that is another partition's (copied, swapped or renamed) is damage, whic
 (``survey.py``). A damaged pack that holds no intact record of its session (one copied
 from another session's folder) is named on its own. An erase or a compaction left
 unfinished (``rewrite.json``) is reported alone: ``fix=True`` finishes it first (as any
-writer would), then checks the rest.
+writer would), then checks the rest. A journal that must not be applied (an old copy put
+back: ``journal_traces.py``) is reported alone too, and ``fix=True`` sets it aside; if it
+is an erase's, the memories it names that the ledger no longer counts get no intent from
+that check (the erase may have been committed), and their erase is finished where the
+save is as the erase's rewrite of the ledgers leaves it (:func:`_finish_erases`).
+
+Opening the save (``StoreEngine.settle``, at every store object's first use, this check's
+included) rolls back a batch that never committed and reconciles a killed group commit
+before the check looks: the report names what it did, among the repairs, so a plain check
+never calls a save consistent without saying that the open changed it.
 """
 
 from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Sequence
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
 from game_memory.model import StoreCheckReport
 from game_memory.store.audit import DamagedFile, OwnerAudit, SessionAudit
-from game_memory.store.engine import StoreEngine
+from game_memory.store.engine import Settled, StoreEngine
+from game_memory.store.journal import RolledBack
 from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
-from game_memory.store.rewrite_journal import Rewrite, mismatch
+from game_memory.store.rewrite_journal import Rewrite, erased_intents
+from game_memory.store.rewriting import begin_rewrite, finish_rewrite, stale_reason
 from game_memory.store.salvage import new_damaged_folder, salvage
 from game_memory.store.survey import Survey, survey_store
 
@@ -395,9 +407,9 @@ def _stale_journal(engine: StoreEngine) -> StaleJournalError | None:
     try:
         rewrite = engine.rewrites.read()
         if rewrite is not None:
-            # As the writer that would finish it checks it (``finish_rewrite``): a journal
-            # with no trace to judge it is compared with the save's ledgers.
-            problem = mismatch(rewrite, engine.ledger, engine.retraction_ledger)
+            # As the writer that would finish it judges it (``finish_rewrite``): by the
+            # save's ledgers, or for an earlier release's, by whether it is under way.
+            problem = stale_reason(engine.rewrite_context, rewrite)
             if problem is not None:
                 return StaleJournalError(engine.rewrites.path, problem)
         engine.journal.read()
@@ -406,9 +418,10 @@ def _stale_journal(engine: StoreEngine) -> StaleJournalError | None:
     return None
 
 
-def _set_aside(engine: StoreEngine, stale: StaleJournalError) -> str:
+def _set_aside(engine: StoreEngine, stale: StaleJournalError, erase: Rewrite | None) -> str:
     """Move an old journal into a new ``damaged/<UTC time>/`` folder (it holds no memory;
-    kept there for a post-mortem); the repair, as a sentence."""
+    kept there for a post-mortem); the repair, as a sentence. ``erase``: what the journal
+    names, if it is an erase's (its memories the ledger still counts are kept)."""
     folder = new_damaged_folder(engine.data)
     try:
         os.replace(stale.journal, folder / stale.journal.name)
@@ -418,10 +431,135 @@ def _set_aside(engine: StoreEngine, stale: StaleJournalError) -> str:
         ) from exc
     fs.fsync_directory(folder)
     fs.fsync_directory(stale.journal.parent)
-    return (
+    sentence = (
         f"moved {stale.journal.name}, a journal that cannot be applied safely "
         f"({stale.reason}), to {folder}: it was never applied, and holds no memory"
     )
+    if erase is not None and erase.generation == 0:
+        sentence += (
+            f". If an earlier release was interrupted in this erase ({_scope(erase)}) "
+            "before it changed the partition, what it names is still in the save: erase "
+            "it again"
+        )
+    return sentence
+
+
+def _erase_named(engine: StoreEngine, stale: StaleJournalError) -> Rewrite | None:
+    """What a refused journal about to be set aside erases, if it is an erase's."""
+    if stale.journal != engine.rewrites.path:
+        return None
+    named = engine.rewrites.named()
+    return named if named is not None and named.erases else None
+
+
+def _withhold(survey: Survey, erases: Sequence[Rewrite]) -> dict[tuple[str, str], set[str]]:
+    """Take out of ``survey.unlisted`` (memories without an intent, which ``--fix`` would
+    give one) those an erase journal set aside names, by partition: that erase was
+    committed, so they never get an intent again (they would be un-erased)."""
+    withheld: dict[tuple[str, str], set[str]] = {}
+    if not erases:
+        return withheld
+    kept: list[tuple[OwnerAudit, str]] = []
+    for owner, memory_hash in survey.unlisted:
+        key = (owner.session_hash, owner.owner_hash)
+        if any(erase.covers(*key, memory_hash) for erase in erases):
+            withheld.setdefault(key, set()).add(memory_hash)
+        else:
+            kept.append((owner, memory_hash))
+    survey.unlisted = kept
+    return withheld
+
+
+def _finish_erases(
+    engine: StoreEngine,
+    survey: Survey,
+    withheld: dict[tuple[str, str], set[str]],
+    erases: Sequence[Rewrite],
+) -> list[str]:
+    """Erase, for good, the memories of :func:`_withhold` (as a new, journaled erase of
+    just those: crash-safe like any) where the save is as that erase's rewrite of the
+    ledgers leaves it: the ledger holds no intent of anything the journal names, and
+    neither the partition nor the ledger is damaged. The repairs. Elsewhere (the journal
+    may be an old copy, and they memories learned again whose intents were lost) nothing
+    is erased: :func:`_withheld_problems` names them.
+
+    Raises:
+        PersistenceError: the partition could not be rewritten.
+    """
+    repairs: list[str] = []
+    if survey.damaged_intents:
+        return repairs
+    for (session_hash, owner_hash), hashes in sorted(withheld.items()):
+        owner = survey.sessions[session_hash].owner(owner_hash)
+        naming = [erase for erase in erases if erase.touches(session_hash, owner_hash)]
+        if owner.damaged or any(erased_intents(engine.ledger, erase)[0] for erase in naming):
+            continue
+        engine.layout.require_format(3)
+        engine.checkpoint()  # the rewrite renumbers the ledger: every intent durable first
+        rewrite = Rewrite("erase", session_hash, owner_hash, frozenset(hashes))
+        finish_rewrite(
+            engine.rewrite_context, begin_rewrite(engine.rewrite_context, rewrite), verify=False
+        )
+        count = len(hashes)
+        repairs.append(
+            f"finished the erase of {count} memor{'y' if count == 1 else 'ies'} of "
+            f"{owner.name(survey.session_id(owner))} that the erase journal set aside names "
+            "and the ledger no longer counted: that erase was committed, so it is finished, "
+            "never undone"
+        )
+    return repairs
+
+
+def _withheld_problems(survey: Survey, withheld: dict[tuple[str, str], set[str]]) -> list[str]:
+    """The memories of :func:`_withhold` left in the save (:func:`_finish_erases` did not
+    erase them), as sentences."""
+    problems: list[str] = []
+    for (session_hash, owner_hash), hashes in sorted(withheld.items()):
+        owner = survey.sessions[session_hash].owner(owner_hash)
+        count = len(hashes)
+        problems.append(
+            f"{owner.name(survey.session_id(owner))}: {count} memor"
+            f"{'y has' if count == 1 else 'ies have'} no ledger intent, and the erase "
+            "journal set aside names them: check --fix gave them none (that erase may have "
+            "been committed), nor finished their erase (the ledger still holds other intents "
+            "the journal names, or the partition or the ledger is damaged: it may be an old "
+            "copy, and they memories learned again). Erase them again if they were erased; "
+            "if not, check --fix again gives them their intents"
+        )
+    return problems
+
+
+def _settled(settled: Settled) -> list[str]:
+    """What opening the save did before the check looked (``StoreEngine.settle``), as
+    repairs: it changed the save, and the check must say so."""
+    repairs = [
+        f"{_rolled_back(rolled)}, when the save was opened (before this check)"
+        for rolled in settled.batches
+    ]
+    if settled.dropped:
+        plural = "s" if settled.dropped > 1 else ""
+        repairs.append(
+            f"dropped {settled.dropped} pending ledger intent{plural} of appends a killed "
+            "writer never acknowledged, when the save was opened (before this check)"
+        )
+    if settled.added:
+        plural = "s" if settled.added > 1 else ""
+        repairs.append(
+            f"added {settled.added} missing ledger intent{plural} (of memories a power loss "
+            "left without one), when the save was opened (before this check)"
+        )
+    return repairs
+
+
+def _rolled_back(rolled: RolledBack) -> str:
+    """A rolled-back batch in words: what it was and how many intents it had written."""
+    count = f"{rolled.intents} intent{'' if rolled.intents == 1 else 's'}"
+    if rolled.appended:
+        return (
+            f"rolled back an append_many batch that never committed ({count}; never "
+            "acknowledged: the batch is absent, as if never sent)"
+        )
+    return f"rolled back an uncommitted migration batch ({count}; the next open migrates again)"
 
 
 def _recover(engine: StoreEngine) -> list[str]:
@@ -429,7 +567,8 @@ def _recover(engine: StoreEngine) -> list[str]:
     repairs: list[str] = []
     unwritten = engine.ledger.unwritten_tail()
     retraction_unwritten = engine.retraction_ledger.unwritten_tail()
-    uncommitted = engine.journal.read() is not None
+    batch = engine.journal.read()
+    uncommitted = batch is not None
     appended = engine.journal.last_version == 2
     rewrite = engine.rewrites.read()
     before = engine.ledger.count() - unwritten // RECORD_BYTES
@@ -443,12 +582,8 @@ def _recover(engine: StoreEngine) -> list[str]:
     ):
         if cut:
             repairs.append(f"cut {cut} bytes of a torn record off {ledger.path}")
-    if uncommitted:
-        repairs.append(
-            "rolled back an append_many batch that never committed (never acknowledged)"
-            if appended
-            else "rolled back an uncommitted migration batch (the next open migrates again)"
-        )
+    if batch is not None:
+        repairs.append(_rolled_back(RolledBack(appended, max(0, before - batch[0]))))
     if rewrite is not None:
         repairs.append(f"finished {describe_rewrite(rewrite)}")
     dropped = before - engine.ledger.count() + reconciled_adds
@@ -466,17 +601,19 @@ def _recover(engine: StoreEngine) -> list[str]:
 def describe_rewrite(rewrite: Rewrite) -> str:
     """An unfinished rewrite in words (hashes shortened; never an id or a text)."""
     what = "an erase" if rewrite.erases else "a compaction"
+    writer = "its writer (an earlier release)" if rewrite.generation == 0 else "its writer"
+    return f"{what} {_scope(rewrite)} that {writer} did not finish"
+
+
+def _scope(rewrite: Rewrite) -> str:
+    """What a rewrite covers, in words (hashes shortened)."""
     if rewrite.owner_hash is None:
-        scope = f"of session s-{rewrite.session_hash[:12]}…"
-    elif rewrite.memory_hashes is not None:
+        return f"of session s-{rewrite.session_hash[:12]}…"
+    owner = f"owner o-{rewrite.owner_hash[:12]}… in session s-{rewrite.session_hash[:12]}…"
+    if rewrite.memory_hashes is not None:
         count = len(rewrite.memory_hashes)
-        scope = (
-            f"of {count} memor{'y' if count == 1 else 'ies'} of owner o-{rewrite.owner_hash[:12]}… "
-            f"in session s-{rewrite.session_hash[:12]}…"
-        )
-    else:
-        scope = f"of owner o-{rewrite.owner_hash[:12]}… in session s-{rewrite.session_hash[:12]}…"
-    return f"{what} {scope} that its writer did not finish"
+        return f"of {count} memor{'y' if count == 1 else 'ies'} of {owner}"
+    return f"of {owner}"
 
 
 def check_store(
@@ -488,15 +625,18 @@ def check_store(
     append of another process waits until the check is done (readers are not blocked).
     ``accept_loss`` implies ``fix``.
     """
-    repairs: list[str] = []
     engine.layout.guard()
     with engine.locked():
         engine.layout.guard()
+        repairs = _settled(engine.take_settled())
+        erases: list[Rewrite] = []  # the erase journals set aside
         stale = _stale_journal(engine)
         for _ in range(2):  # two journals at most: the batch's and the rewrite's
             if stale is None or not (fix or accept_loss):
                 break
-            repairs.append(_set_aside(engine, stale))
+            erase = _erase_named(engine, stale)
+            repairs.append(_set_aside(engine, stale, erase))
+            erases.extend([] if erase is None else [erase])
             stale = _stale_journal(engine)
         if stale is not None:
             return StoreCheckReport(
@@ -515,7 +655,7 @@ def check_store(
                     "and only needs finishing): the next write, a read, or check --fix "
                     "finishes it. Check again then",
                 ),
-                repairs=(),
+                repairs=tuple(repairs),
             )
         unrecovered: PersistenceError | None = None
         if fix or accept_loss:
@@ -528,16 +668,26 @@ def check_store(
                 if not accept_loss:
                     unrecovered = exc
         survey = survey_store(engine)
+        withheld = _withhold(survey, erases)
         if unrecovered is None and (fix or accept_loss):
-            repairs.extend(_repair(engine, survey))
-            if repairs:  # what the salvage sees is what the repairs left
+            finished = _finish_erases(engine, survey, withheld, erases)
+            if finished:
+                repairs.extend(finished)
                 survey = survey_store(engine)
+                withheld = _withhold(survey, erases)
+            repaired = _repair(engine, survey)
+            repairs.extend(repaired)
+            if repaired or finished:  # what the salvage sees is what the repairs left
+                survey = survey_store(engine)
+                withheld = _withhold(survey, erases)
             if accept_loss and survey.needs_salvage and not survey.unreadable:
                 salvaged = salvage(engine, survey)
                 repairs.extend(salvaged)
                 if salvaged:
                     survey = survey_store(engine)
+                    withheld = _withhold(survey, erases)
         problems = problems_of(survey, engine, list_ids=list_ids)
+        problems.extend(_withheld_problems(survey, withheld))
         if unrecovered is not None:
             problems.append(
                 f"check --fix could not recover the save, so it repaired nothing: {unrecovered}"

@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from game_memory.errors import CapacityExceededError, PersistenceError
@@ -45,6 +46,7 @@ from game_memory.store.appends import append_records, cut_tail
 from game_memory.store.capacity import full_message
 from game_memory.store.documents import encode_document
 from game_memory.store.group_writes import Held, write_group
+from game_memory.store.journal import RolledBack
 from game_memory.store.layout import DATA_FOLDER, STORE_FORMAT_VERSION
 from game_memory.store.ledger import RECORD_BYTES, Ledger, LedgerEntry
 from game_memory.store.packs import plan_packs
@@ -58,12 +60,27 @@ __all__ = [
     "DATA_FOLDER",
     "STORE_FORMAT_VERSION",
     "Marks",
+    "Settled",
     "StoreEngine",
     "damage_advice",
     "validated_id",
 ]
 
 _log = logging.getLogger("game_memory.store")
+
+
+@dataclass
+class Settled:
+    """What :meth:`StoreEngine.settle` resolved of a dead writer's leftovers when the save
+    was opened, not yet reported: ``check`` names it (opening the save changed it before
+    the check looked) and takes it (:meth:`StoreEngine.take_settled`)."""
+
+    #: The batches that never committed, rolled back.
+    batches: list[RolledBack] = field(default_factory=list)
+    #: Pending intents of a killed group commit dropped, and intents a power loss took
+    #: written again (``reconcile.py``).
+    dropped: int = 0
+    added: int = 0
 
 
 class StoreEngine(StoreReader):
@@ -89,6 +106,8 @@ class StoreEngine(StoreReader):
         self.unsynced = UnsyncedMarker(self.data / "unsynced.log")
         #: Intents dropped and added by reconciling so far (``check`` reports them).
         self.reconciled = (0, 0)
+        #: What opening the save resolved, until ``check`` reports it (:class:`Settled`).
+        self.settled = Settled()
 
     def prepare(
         self, session_hash: str, owner_hash: str, memory: GameMemory | None = None
@@ -254,17 +273,25 @@ class StoreEngine(StoreReader):
 
         A batch journal found under the writer lock is a dead writer's (a batch commits
         before its writer lets the lock go): it is rolled back. A corrupt one is left to
-        the reads, which fail closed on it, and to ``check``, which names it."""
+        the reads, which fail closed on it, and to ``check``, which names it. What was
+        rolled back or reconciled is kept in :attr:`settled` for ``check`` to report: it
+        changed the save before any check could look."""
         if self.unsynced.read() is None and not os.path.lexists(self.journal.path):
             return
         self.layout.guard()
         with self.locked():
             self.layout.guard()
             try:
-                if self.journal.roll_back():
-                    self._verified.clear()
+                rolled = self.journal.roll_back()
             except PersistenceError as exc:
                 _log.warning("a batch journal was not rolled back at open: %s", exc)
+                rolled = None
+            if rolled is not None:
+                self._verified.clear()
+                self.settled.batches.append(rolled)
+                _log.info(
+                    "rolled back a batch that never committed (%d intents) at open", rolled.intents
+                )
             unsynced = self.unsynced.read()
             if unsynced is None:
                 return
@@ -272,9 +299,18 @@ class StoreEngine(StoreReader):
             info = self.ledger.stat()
             if unwritten and info is not None:
                 self.ledger.truncate((info.st_size - unwritten) // RECORD_BYTES)
+            dropped, added = self.reconciled
             self._reconcile(unsynced, force=False)
+            self.settled.dropped += self.reconciled[0] - dropped
+            self.settled.added += self.reconciled[1] - added
             if checkpoint:
                 self.checkpoint()
+
+    def take_settled(self) -> Settled:
+        """What :meth:`settle` resolved and no check reported yet; reported once (under the
+        writer lock, as ``check`` calls it)."""
+        settled, self.settled = self.settled, Settled()
+        return settled
 
     def _reconcile(
         self, unsynced: Unsynced, *, force: bool, info: os.stat_result | None = None

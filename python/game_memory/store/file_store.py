@@ -531,7 +531,9 @@ class FileGameMemoryStore:
         Holds the writer lock while it runs, so the report is of one consistent state. It
         tells an append that was never acknowledged (only the newest intent can be one)
         from acknowledged memories that are lost or unreadable, and names the partition,
-        the count and the cause; never a memory's text.
+        the count and the cause; never a memory's text. Opening the store (its first use,
+        this check's included) rolls back a batch a killed writer never committed before
+        anything reads it: what that did is named among the repairs, ``fix`` or not.
 
         Args:
             fix: Apply the repairs that cannot lose an acknowledged memory: cut torn tails

@@ -64,7 +64,7 @@ from game_memory.store.journal_traces import (
 )
 from game_memory.store.ledger import RECORD_BYTES, Ledger
 
-__all__ = ["BATCH_JOURNAL", "REWRITE_JOURNAL", "MigrationJournal"]
+__all__ = ["BATCH_JOURNAL", "REWRITE_JOURNAL", "MigrationJournal", "RolledBack"]
 
 _PACK_RELATIVE = re.compile(r"^s-([0-9a-f]{64})/p-[1-9][0-9]{0,8}\.pack$")
 _SEGMENT_RELATIVE = re.compile(r"^s-([0-9a-f]{64})/o-([0-9a-f]{64})(\.[1-9][0-9]{0,8})?\.log$")
@@ -84,6 +84,16 @@ class _Batch:
     segments: list[tuple[str, int]]
     after: int | None
     limits: list[int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class RolledBack:
+    """A batch :meth:`MigrationJournal.roll_back` undid, for ``check`` to name."""
+
+    #: An ``append_many`` batch (journal version 2), not a legacy migration's.
+    appended: bool
+    #: How many of its intents the ledger held when it was undone (all cut).
+    intents: int
 
 
 class MigrationJournal:
@@ -170,8 +180,9 @@ class MigrationJournal:
         durably (renamed to its trace: see the module docstring)."""
         retire(self.path)
 
-    def roll_back(self) -> bool:
-        """Undo an uncommitted batch (see the module docstring); whether there was one.
+    def roll_back(self) -> RolledBack | None:
+        """Undo an uncommitted batch (see the module docstring); what it undid, ``None`` if
+        there was none.
 
         Raises:
             PersistenceError: the journal is corrupt or disagrees with the save (then
@@ -179,8 +190,9 @@ class MigrationJournal:
         """
         found = self.read_all()
         if found is None:
-            return False
+            return None
         before, packs, segments = found
+        undone = RolledBack(self.last_version == 2, max(0, self._ledger.count() - before))
         folders: set[Path] = set()
         for path, size in segments:
             if size < 0:
@@ -196,7 +208,7 @@ class MigrationJournal:
         if self._ledger.count() > before:
             self._ledger.truncate(before)
         self.commit()
-        return True
+        return undone
 
     def _parse(self, data: bytes) -> _Batch:
         """The journal's fields, checked for shape.

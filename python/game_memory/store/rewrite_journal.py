@@ -36,8 +36,16 @@ every reader and writer alike. The other two fields let the writer that finishes
 check the save against it, for when no trace can judge it (``rewriting.py``): ``ledgers``,
 the counts of both ledgers as the phase found them (for ``switch``, as the rewrite of the
 ledgers left them), and for an erase ``erased_intents``, how many intents of the memories
-it erases the ledger held when it began and a SHA-256 of their positions and hashes. An
-earlier release's journal has neither, and is judged by its generation alone.
+it erases the ledger held when it began and a SHA-256 of their positions and hashes.
+
+An earlier release's journal has none of the three. Without a trace it is finished as that
+release's own recovery would. With one, its generation cannot say whether it is an old copy
+or an erase an earlier release was interrupted in after this one finished an operation
+(the player went back to an older build): refusing the second would undo a committed erase
+(``check --fix`` sets a refused journal aside). So :meth:`RewriteJournal.read` does not
+refuse it but marks it (``Rewrite.doubt``), and the writer that would finish it judges it
+by the save (``rewriting.stale_reason``): it is finished only where the save shows its
+rewrite under way, and refused otherwise.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from game_memory.store.journal_traces import (
     last_finished,
     next_generation,
     older,
+    predates,
 )
 from game_memory.store.ledger import Ledger
 
@@ -89,6 +98,10 @@ class Rewrite:
     #: For an erase: how many intents of what it erases the ledger held when it began, and
     #: the SHA-256 of their positions and memory hashes (``None``: not known).
     erased_intents: tuple[int, str] | None = None
+    #: Set only for an earlier release's journal (no generation) in a save with a trace:
+    #: why its generation alone would call it an old copy (``journal_traces.predates``).
+    #: The save decides then (``rewriting.stale_reason``). Never written to the journal.
+    doubt: str | None = None
 
     @property
     def erases(self) -> bool:
@@ -241,13 +254,34 @@ class RewriteJournal:
     def read(self) -> Rewrite | None:
         """Read the journal from disk; ``None`` if there is none.
 
+        An earlier release's journal in a save with a trace comes back with its ``doubt``
+        set, for the save to judge (see the module docstring).
+
         Raises:
             PersistenceError: the journal is corrupt (names anything but hashes, an unknown
                 operation or phase, or an unsupported version), or its rewrite is finished
-                (an old copy put back: see the module docstring).
+                (an old copy put back: its generation is not newer than a trace's).
         """
         # The traces first: a live journal read after them is newer than they are.
         finished = last_finished(self.path.parent)
+        rewrite = self.named()
+        if rewrite is None:
+            return None
+        if rewrite.generation == 0 and finished is not None:
+            return dataclasses.replace(rewrite, doubt=predates(finished))
+        stale = older(rewrite.generation, finished)
+        if stale is not None:
+            raise StaleJournalError(self.path, stale)
+        return rewrite
+
+    def named(self) -> Rewrite | None:
+        """What the journal names, however old it is (no trace consulted); ``None`` if
+        there is none. For ``check``, which must know what an erase journal it set aside
+        names.
+
+        Raises:
+            PersistenceError: the journal is corrupt (as :meth:`read`).
+        """
         read = fs.read_file(self.path, _MAXIMUM_BYTES)
         if read is None:
             return None
@@ -282,9 +316,6 @@ class RewriteJournal:
             raise PersistenceError(
                 f"{self.path} is corrupt ({exc}); restore the save from a backup"
             ) from exc
-        stale = older(generation, finished)
-        if stale is not None:
-            raise StaleJournalError(self.path, stale)
         return Rewrite(
             operation,
             session,
