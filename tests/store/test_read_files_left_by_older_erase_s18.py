@@ -196,3 +196,27 @@ async def test_compact_removes_the_read_folder_of_a_session_the_save_no_longer_h
     assert report.files_removed >= len(list(kept.iterdir()))
     assert owner_files(save, "mira", "session") == held  # a session the save holds: kept
     assert foreign.exists()  # not a read file: never touched
+
+
+async def test_check_names_the_read_files_of_a_partition_with_no_records_and_fix_removes_them(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    save = tmp_path / "save"
+    left = await erased_by_an_older_build(make_store, make_memory, save, tmp_path)
+    store = make_store()
+    report = await store.check()
+    assert not report.ok
+    named = [problem for problem in report.problems if "read file" in problem]
+    assert len(named) == 1
+    assert named[0].startswith(f"{len(left)} read file")
+    assert "of NPCs the save no longer holds" in named[0]
+    assert named[0].endswith("check --fix or compact removes them")
+    assert all(path.exists() for path in left)  # a plain check removes nothing
+    fixed = await store.check(fix=True)
+    assert fixed.ok, fixed.problems
+    assert any(f"removed {len(left)} read file" in repair for repair in fixed.repairs)
+    assert owner_files(save, "mira") == []
+    assert parts(save, "anna")  # a partition the save holds keeps its own
+    assert len(await store.enumerate("session", "anna")) == COUNT
+    assert (await store.check()).ok
+    await store.aclose()

@@ -453,7 +453,12 @@ def run_check(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
 
     repairing = args.fix
-    work = "a repair is never stopped halfway" if repairing else "it changes nothing"
+    work = (
+        "a repair is never stopped halfway"
+        if repairing
+        else "it repairs nothing; opening the save may roll back a killed batch, which the "
+        "report names"
+    )
     try:
         with finish_on_interrupt(
             f"interrupted: the check goes on to the end ({work}) and then reports what it "

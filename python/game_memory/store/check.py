@@ -46,9 +46,11 @@ from game_memory.errors import PersistenceError
 from game_memory.model import StoreCheckReport
 from game_memory.store.audit import DamagedFile, OwnerAudit, SessionAudit
 from game_memory.store.engine import Settled, StoreEngine
+from game_memory.store.erasing import held_partitions
 from game_memory.store.journal import RolledBack
 from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
+from game_memory.store.read_files import READ_FOLDER, remove_unheld_read_files, unheld_read_files
 from game_memory.store.rewrite_journal import Rewrite, erased_intents
 from game_memory.store.rewriting import begin_rewrite, finish_rewrite, stale_reason
 from game_memory.store.salvage import new_damaged_folder, salvage
@@ -529,6 +531,36 @@ def _withheld_problems(survey: Survey, withheld: dict[tuple[str, str], set[str]]
     return problems
 
 
+def _unheld_read_files(engine: StoreEngine, *, fix: bool) -> tuple[list[str], list[str]]:
+    """Read files of partitions the save no longer holds (``read_files.unheld_read_files``:
+    what an erase by a build that predates read files leaves; they hold the erased
+    memories' ids and text): removed with ``fix`` (a repair), else reported (a problem).
+    ``([], [])`` when there are none, or when the save is too damaged to say which
+    partitions it holds (the problems above say why)."""
+    try:
+        held = held_partitions(engine)
+        if fix:
+            removed = remove_unheld_read_files(engine.data, held)
+            if not removed:
+                return [], []
+            return [
+                f"removed {removed} read file{'s' if removed > 1 else ''} of NPCs the save no "
+                "longer holds (derived files an erase by an earlier release left; they held "
+                "the erased memories' ids and text)"
+            ], []
+        unheld = unheld_read_files(engine.data, held)
+    except PersistenceError:
+        return [], []
+    if not unheld:
+        return [], []
+    return [], [
+        f"{len(unheld)} read file{'s' if len(unheld) > 1 else ''} of NPCs the save no longer "
+        f"holds {'are' if len(unheld) > 1 else 'is'} left in {engine.data / READ_FOLDER} "
+        "(derived files an erase by an earlier release left; they may hold the erased "
+        "memories' ids and text): check --fix or compact removes them"
+    ]
+
+
 def _settled(settled: Settled) -> list[str]:
     """What opening the save did before the check looked (``StoreEngine.settle``), as
     repairs: it changed the save, and the check must say so."""
@@ -688,6 +720,9 @@ def check_store(
                     withheld = _withhold(survey, erases)
         problems = problems_of(survey, engine, list_ids=list_ids)
         problems.extend(_withheld_problems(survey, withheld))
+        swept, unheld = _unheld_read_files(engine, fix=unrecovered is None and (fix or accept_loss))
+        repairs.extend(swept)
+        problems.extend(unheld)
         if unrecovered is not None:
             problems.append(
                 f"check --fix could not recover the save, so it repaired nothing: {unrecovered}"

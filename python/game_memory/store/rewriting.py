@@ -158,7 +158,7 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite, *, verify: bool = 
             _rewrite_ledgers(context, rewrite, None)
             _forget_cached(context, rewrite)  # its descriptors and maps before its files
             remove_tree(directory)
-            remove_read_files(context.data, rewrite.session_hash)  # derived copies too
+            remove_read_files(context.data, rewrite.session_hash, durable=True)  # derived too
             context.journal.remove(rewrite.generation)
             _forget_cached(context, rewrite)  # and whatever a read cached meanwhile
             return
@@ -172,7 +172,9 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite, *, verify: bool = 
     # and again at the end, for whatever a read cached meanwhile (as before the switch).
     _forget_cached(context, rewrite)
     _switch(rewrite, directory)
-    remove_read_files(context.data, rewrite.session_hash, rewrite.owner_hash)  # derived too
+    remove_read_files(
+        context.data, rewrite.session_hash, rewrite.owner_hash, durable=True
+    )  # derived copies too: a power loss must not bring an erased memory's back
     context.journal.remove(rewrite.generation)
     _forget_cached(context, rewrite)
 
