@@ -6,7 +6,7 @@ hidden behind ``TYPE_CHECKING`` is still a circle). Floors, from the top::
     cli, bridge, demo            the ways in (bridge and demo never import cli)
     bundle                       shipping: the sidecar bundle and the addon zip (under cli)
     opening, memory, rebuild,    the front door, what builds it, and its upkeep
-    models, lifecycle,
+    catch_up, models, lifecycle,
     forgetting, ingest,
     write_guards
     recall                       the pipeline over explicit collaborators
@@ -46,9 +46,10 @@ ALLOWED: dict[str, set[str]] = {
     "recall": SEAMS | {"index", "recall"},
     "memory": SEAMS
     | {"index", "recall", "memory", "rebuild", "forgetting", "ingest", "models", "lifecycle"}
-    | {"write_guards"},
+    | {"write_guards", "catch_up"},
     "ingest": SEAMS | {"index", "recall", "forgetting", "ingest", "write_guards"},
     "rebuild": SEAMS | {"index", "recall", "rebuild"},
+    "catch_up": SEAMS | {"index", "recall", "rebuild", "catch_up", "write_guards"},
     "forgetting": SEAMS | {"index", "recall", "forgetting", "write_guards"},
     "write_guards": BASE | {"write_guards"},
     "models": SEAMS | {"index", "recall", "memory", "rebuild", "models", "onnx"},

@@ -14,6 +14,10 @@ recall pipeline):
   Any vector failure falls back to lexical recall.
 * Vectors of another identity are stale: a partition holding any is recalled lexically
   until ``rebuild`` (:mod:`game_memory.rebuild`), which never mixes models.
+* Memories saved without a vector (the process was killed before writing it, or the save
+  was written in lexical mode) are embedded in the background, one NPC at a time, once a
+  hybrid recall of their NPC finds them (:mod:`game_memory.catch_up`); until then, and if
+  that fails, they are recalled lexically and ``rebuild`` embeds them.
 * ``forget``, ``erase``, ``consolidate``, ``compact`` and the retention policy (memory over
   a whole game) are :class:`~game_memory.forgetting.MemoryOverTime`'s, a base of this class.
 """
@@ -22,13 +26,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import TypeVar
 
+from game_memory.catch_up import CatchUps, catch_up_owner
 from game_memory.embedding.embedder import Embedder
 from game_memory.embedding.gate import EmbeddingGate
 from game_memory.embedding.projector import MemoryTextProjector
@@ -56,7 +63,6 @@ from game_memory.model import (
     MigrationReport,
     RecallResult,
     StoreCheckReport,
-    VectorMemoryState,
     VectorMemoryStatus,
     check_bounded_id,
 )
@@ -91,6 +97,9 @@ def _closed() -> StoreClosedError:
 
 #: Most owners a front door remembers having prefetched (``VectorMemoryStore._prefetch``).
 PREFETCHED_OWNERS = 4_096
+
+#: The diagnostic of saved memories left without a vector (``forgetting.py``, ``ingest.py``).
+_APPEND_FAILED = "memory_embedding_append_failed"
 
 
 def _started() -> None:
@@ -186,6 +195,34 @@ def _check_parts(authoritative: object, index: object, projector: object, notice
         raise InvalidArgumentError(
             f"notice must be a MemoryVectorDiagnostic or None, not {type(notice).__name__}"
         )
+
+
+def _not_semantic(session_id: str, status: VectorMemoryStatus) -> GameMemoryError:
+    """What a ``require_semantic`` recall that fell back raises, by the session's status:
+    a rebuild (or the catch-up) repairs an index that needs one, a retry does not."""
+    if status.stale_entries:
+        return DerivedIndexError(
+            f"the vector index of session {session_id!r} holds vectors of another model, so "
+            "semantic recall is off until memory.rebuild (or 'game-memory rebuild') "
+            "re-embeds it"
+        )
+    if status.requires_rebuild:
+        return _unembedded(session_id, f"{status.pending_entries:,} memories")
+    return EmbeddingUnavailableError(
+        "semantic recall failed for this query (the server log has the diagnostic); "
+        "retry, or recall without require_semantic"
+    )
+
+
+def _unembedded(session_id: str, which: str) -> DerivedIndexError:
+    """``require_semantic`` refused: ``which`` memories of the session have no vector."""
+    return DerivedIndexError(
+        f"{which} of session {session_id!r} have no vector of the active model (saved while "
+        "no model was loaded, or just before the process stopped), so semantic recall of "
+        "them is off: a recall of their NPC starts embedding them in the background, once "
+        "per NPC (recall again in a moment; a memory_embedding_catch_up_failed diagnostic "
+        "says it failed), or memory.rebuild (or 'game-memory rebuild') embeds them now"
+    )
 
 
 def _check_session(session_id: str) -> None:
@@ -297,6 +334,9 @@ class VectorMemoryStore(MemoryOverTime):
         self._pool_started = False
         #: Owners whose first recall prefetched their index partition (``_prefetch``).
         self._prefetched: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._rebuilding: set[str] = set()
+        #: The background embedding of memories recalls find without a vector.
+        self._catch_ups = CatchUps(self._catch_up, self._rebuilding.__contains__)
         self._parts = RecallParts(
             authoritative,
             index,
@@ -306,8 +346,8 @@ class VectorMemoryStore(MemoryOverTime):
             self._run,
             self._report,
             self._executor,
+            None if self._embedder is None else self._missing,
         )
-        self._rebuilding: set[str] = set()
         self._warned_stale: set[str] = set()
         self._erase_gate = EraseGate()
         self._eviction_guard = EvictionGuard(self._erase_gate)  # an eviction is an erase
@@ -393,12 +433,46 @@ class VectorMemoryStore(MemoryOverTime):
         return await run_in_pool(self._executor, function, _closed)
 
     async def _report(self, diagnostic: MemoryVectorDiagnostic) -> None:
-        """Deliver a diagnostic; a session's rebuild-required warning only once until rebuilt."""
+        """Deliver a diagnostic; a session's rebuild-required warning only once until rebuilt.
+
+        An append that saved memories but could not index them lets the catch-up try the
+        owners of its session once more (:meth:`CatchUps.rearm`).
+        """
         if diagnostic.code == REBUILD_REQUIRED and diagnostic.session_id is not None:
             if diagnostic.session_id in self._warned_stale:
                 return
             self._warned_stale.add(diagnostic.session_id)
+        elif diagnostic.code == _APPEND_FAILED and diagnostic.session_id is not None:
+            self._catch_ups.rearm(diagnostic.session_id)
         await self._diagnostics.report(diagnostic)
+
+    def _noted(self, noted: list[str], session_id: str, owner_id: str) -> None:
+        """:meth:`_missing`, with ``owner_id`` added to ``noted`` (a recall's own list)."""
+        noted.append(owner_id)
+        self._missing(session_id, owner_id)
+
+    def _missing(self, session_id: str, owner_id: str) -> None:
+        """The recall's hook (``RecallParts.missing``): an owner's memories lack vectors;
+        queue their catch-up unless the front door is closing."""
+        if self._state is _State.OPEN:
+            self._catch_ups.request(session_id, owner_id)
+
+    async def _catch_up(self, session_id: str, owner_id: str) -> None:
+        """Embed the owner's memories that lack a vector (:func:`catch_up_owner`), under the
+        erase gate as an append writes; run by :class:`CatchUps`, one owner at a time."""
+        if self._embedder is None or self.index is None:
+            return
+        await catch_up_owner(
+            session_id,
+            owner_id,
+            store=self.authoritative,
+            index=self.index,
+            embedder=self._embedder,
+            options=self.options,
+            run=self._run,
+            report=self._report,
+            gate=self._erase_gate.appending,
+        )
 
     def _hybrid(self) -> tuple[VectorIndex, Embedder]:
         if self._embedder is None or self.index is None:
@@ -415,8 +489,10 @@ class VectorMemoryStore(MemoryOverTime):
         :meth:`consolidate` appends one, with the same checks.
 
         Cancelling the caller does not undo an append: it runs to its end (saved, then
-        indexed) and only then is the cancellation raised, so a memory saved always gets
-        its vector (``write_guards.finished``); ``aclose`` waits for it too.
+        indexed) and only then is the cancellation raised, so a memory saved gets its
+        vector while the process lives (``write_guards.finished``); ``aclose`` waits for it
+        too. One left without (the process was killed in between, the embedding failed) is
+        embedded by the catch-up once a recall of its NPC finds it (``catch_up.py``).
 
         Returns:
             ``True`` if the memory was new, ``False`` if an equivalent one was there.
@@ -499,6 +575,11 @@ class VectorMemoryStore(MemoryOverTime):
         ``False``). Stages: STORAGE_MIGRATION, AUTHORITATIVE_SNAPSHOT (reused by the vector
         path), LEXICAL_SEARCH, EMBEDDING, VECTOR_INDEX_READ, VECTOR_SCORING, RERANK.
 
+        A hybrid recall that finds memories of an NPC saved without a vector answers with
+        the vectors there are (those memories lexically) and starts embedding them in the
+        background (``catch_up.py``, once per NPC): later recalls of that NPC find them by
+        meaning too.
+
         Args:
             query: What to recall.
             require_semantic: Fail instead of answering lexically alone when vector recall
@@ -515,7 +596,8 @@ class VectorMemoryStore(MemoryOverTime):
             EmbeddingUnavailableError: ``require_semantic`` without a model or when the
                 model failed; any vector failure with ``fail_when_embedding_unavailable``.
             DerivedIndexError: ``require_semantic`` (or ``fail_when_embedding_unavailable``)
-                while the session's index needs a rebuild.
+                while the session's index needs a rebuild: vectors of another model, or
+                memories without a vector (the message says the catch-up has started).
         """
         self._check_open()
         if not isinstance(query, GameMemoryQuery):
@@ -532,19 +614,17 @@ class VectorMemoryStore(MemoryOverTime):
         # After the store's read was handed to its thread (the recall's first hop): starting
         # the prefetch's thread first would delay the read, the longer of the two.
         asyncio.get_running_loop().call_soon(self._prefetch, query)
-        result = await recall(query, self._parts, maximum_snapshot_entries=maximum_snapshot_entries)
+        parts, lacking = self._parts, list[str]()
+        if require_semantic and parts.missing is not None:
+            # The owners this recall finds without vectors, noted as it names them: a
+            # status read after it would race with the catch-up it starts.
+            parts = dataclasses.replace(parts, missing=functools.partial(self._noted, lacking))
+        result = await recall(query, parts, maximum_snapshot_entries=maximum_snapshot_entries)
         if require_semantic and result.fallback:
-            status = await self.get_status(query.session_id)
-            if status.state is VectorMemoryState.REBUILD_REQUIRED:
-                raise DerivedIndexError(
-                    f"the vector index of session {query.session_id!r} holds vectors of "
-                    "another model, so semantic recall is off until memory.rebuild (or "
-                    "'game-memory rebuild') re-embeds it"
-                )
-            raise EmbeddingUnavailableError(
-                "semantic recall failed for this query (the server log has the diagnostic); "
-                "retry, or recall without require_semantic"
-            )
+            if lacking:
+                npcs = "1 NPC" if len(lacking) == 1 else f"{len(lacking):,} NPCs"
+                raise _unembedded(query.session_id, f"memories of {npcs}")
+            raise _not_semantic(query.session_id, await self.get_status(query.session_id))
         return result
 
     # -- status and rebuild -------------------------------------------------------------
@@ -642,6 +722,11 @@ class VectorMemoryStore(MemoryOverTime):
         self._warned_stale.discard(session_id)
         return status
 
+    async def _quiesced(self) -> None:
+        """Stop the catch-ups, then wait for the writes in flight (``aclose``'s wait)."""
+        await self._catch_ups.aclose()
+        await self._writes.drained()
+
     # -- maintenance --------------------------------------------------------------------
 
     async def migrate(self) -> MigrationReport:
@@ -662,8 +747,10 @@ class VectorMemoryStore(MemoryOverTime):
         Calls made from here on raise ``StoreClosedError``; the writes already begun
         (``append``, ``append_many``, ``consolidate``, ``forget``, ``erase``) run to their
         end first, so none is cut off between the save and the index (each is bounded by
-        the store's commit and its embeddings' deadlines). Cancelled meanwhile, the close
-        still waits for them, closes, and then raises the cancellation.
+        the store's commit and its embeddings' deadlines). A running catch-up is cancelled
+        and waited for (the batch it is writing is written whole first; what it had not
+        embedded yet is embedded by a later front door's catch-up, or a rebuild). Cancelled
+        meanwhile, the close still waits for them, closes, and then raises the cancellation.
 
         The authoritative store is closed even when the index's close fails (its derived
         files are written and its lock released); that failure is raised after. So is it
@@ -678,7 +765,7 @@ class VectorMemoryStore(MemoryOverTime):
         self._one_loop.check()
         self._state = _State.CLOSING
         try:
-            await finished(self._writes.drained())
+            await finished(self._quiesced())
             if self.provider is not None and self.options.dispose_embedding_provider:
                 await _close_provider(self.provider, self.options.embedding_timeout)
         finally:

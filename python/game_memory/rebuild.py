@@ -32,7 +32,7 @@ from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.protocol import GameMemoryStore
 from game_memory.store.view import PartitionView
 
-__all__ = ["index_status", "rebuild_session", "session_views"]
+__all__ = ["index_status", "rebuild_session", "session_views", "still_saved"]
 
 logger = logging.getLogger("game_memory.index")
 
@@ -232,7 +232,7 @@ async def rebuild_session(
         try:
             vectors = await embedder.embed_documents(batch, f"rebuild of session {session_id!r}")
             async with gate() if gate is not None else contextlib.nullcontext():
-                kept = await _still_saved(store, session_id, batch)
+                kept = await still_saved(store, session_id, batch)
                 if kept:
                     chosen = [batch[position] for position in kept]
                     rows = vectors[kept] if len(kept) < len(batch) else vectors
@@ -276,7 +276,7 @@ async def rebuild_session(
     return status
 
 
-async def _still_saved(
+async def still_saved(
     store: GameMemoryStore, session_id: str, batch: Sequence[GameMemory]
 ) -> list[int]:
     """The positions in ``batch`` of the memories the save still holds as they are (same

@@ -171,7 +171,10 @@ class Pair:
                 finally:
                     self.provider.document_fault = Fault.NONE
             if kind == "recall":
-                result = await door.recall(argument, require_semantic=flag)
+                try:
+                    result = await door.recall(argument, require_semantic=flag)
+                finally:  # the catch-up it started ends before the next step, on both pairs
+                    await door._catch_ups.idle()
                 stages = [stage.stage for stage in result.snapshot.stages]
                 return result.hits, result.fallback, stages, result.snapshot.authoritative_memories
             if kind == "status":

@@ -12,6 +12,10 @@ Codes the hybrid store reports (ids attached in brackets)::
                                                  [session, memory]
     memory_vector_index_reset           WARNING  a rebuild deleted a damaged partition [session]
     memory_embedding_rebuild_completed  INFORMATION  nothing is left to rebuild [session]
+    memory_vectors_caught_up            INFORMATION  memories saved without a vector were
+                                                 embedded in the background [session, owner]
+    memory_embedding_catch_up_failed    WARNING  that background embedding failed
+                                                 [session, owner]
 
 ``details`` is ``{"exception": "<exception class name>"}`` when an exception caused it.
 """

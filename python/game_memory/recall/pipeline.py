@@ -8,7 +8,9 @@
    the visible, ready vectors. Any failure here, or vectors of another model in the session,
    makes the query lexical (``fallback``) with a diagnostic, unless
    ``fail_when_embedding_unavailable``. Without an embedder (lexical mode) this step is
-   skipped and nothing falls back.
+   skipped and nothing falls back. An owner whose join finds memories without a vector
+   (none of another model) is named to ``RecallParts.missing``, whose owner (the front
+   door) may embed them later; this recall answers with the vectors there are.
 3. Fuse both rankings, rerank on game time, cut to the query's limit. Only memories of
    the snapshot can come back, whatever the index holds.
 
@@ -59,7 +61,15 @@ from game_memory.recall.vectors import top_vector_candidates
 from game_memory.store.protocol import GameMemoryStore, StoreSnapshot
 from game_memory.store.view import PartitionView
 
-__all__ = ["REBUILD_REQUIRED", "RecallParts", "Report", "Runner", "recall", "report_failure"]
+__all__ = [
+    "REBUILD_REQUIRED",
+    "Missing",
+    "RecallParts",
+    "Report",
+    "Runner",
+    "recall",
+    "report_failure",
+]
 
 logger = logging.getLogger("game_memory.recall")
 
@@ -80,6 +90,11 @@ class Runner(Protocol):
 #: Delivers one diagnostic (never raises).
 Report = Callable[[MemoryVectorDiagnostic], Awaitable[None]]
 
+#: Told ``(session_id, owner_id)`` of an owner some of whose memories have no vector of the
+#: active model (and none has a vector of another): called on the event loop, after the
+#: recall scored what there is; it must return at once and never raise.
+Missing = Callable[[str, str], None]
+
 
 @dataclass(frozen=True, slots=True)
 class RecallParts:
@@ -94,14 +109,20 @@ class RecallParts:
     report: Report
     #: A pool a large matrix-vector product is shared with (``recall/product.py``).
     helper: Executor | None = None
+    #: Told of owners whose memories lack vectors (:data:`Missing`); ``None``: nobody asks.
+    missing: Missing | None = None
 
 
 class _Unavailable(Exception):
-    """Vector recall cannot serve this query; lexical recall answers alone."""
+    """Vector recall cannot serve this query; lexical recall answers alone.
 
-    def __init__(self, code: str, message: str) -> None:
+    ``lacking`` names the owners whose memories have no vector yet (:data:`Missing`).
+    """
+
+    def __init__(self, code: str, message: str, lacking: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.code = code
+        self.lacking = lacking
 
 
 #: No index at all: a store opened without one recalls lexically by design, not as a fallback
@@ -283,6 +304,7 @@ async def _recall_with(
             raise
         except _Unavailable as exc:
             fallback = True
+            _tell_missing(parts, query.session_id, exc.lacking)
             if exc.code != _NO_INDEX:
                 # Every other reason is one a game should hear of (the docs promise a
                 # diagnostic for each): a folder deleted or never built, another model's
@@ -374,14 +396,27 @@ def _validate_reranked(ranked: Sequence[FusedCandidate], fused: Sequence[FusedCa
         raise DerivedIndexError("the reranker returned an unknown or repeated candidate")
 
 
+#: The scoring parts of a recall (join, active rows, visibility mask per partition) and
+#: the owners whose memories lack a vector (:data:`Missing`).
+_Parts = tuple[list[tuple[PartitionJoin, FloatMatrix, np.ndarray]], list[str]]
+
+
+def _tell_missing(parts: RecallParts, session_id: str, lacking: Sequence[str]) -> None:
+    """Name each owner of ``lacking`` to ``parts.missing`` (nothing to do when none)."""
+    if lacking and parts.missing is not None:
+        for owner_id in lacking:
+            parts.missing(session_id, owner_id)
+
+
 def _read_parts(
     index: VectorIndex,
     embedder: Embedder,
     options: VectorMemoryStoreOptions,
     query: GameMemoryQuery,
     views: Sequence[PartitionView],
-) -> list[tuple[PartitionJoin, FloatMatrix, np.ndarray]]:
-    """Join each view to its index partition and load the active matrices (blocking)."""
+) -> _Parts:
+    """Join each view to its index partition and load the active matrices (blocking); with
+    the owners whose memories lack a vector (none when a partition holds stale ones)."""
     identity = embedder.identity
     joins: list[tuple[PartitionView, PartitionJoin]] = []
     entries = 0
@@ -406,12 +441,14 @@ def _read_parts(
     for view, joined in joins:
         if joined.ready:
             parts.append((joined, index.vectors(joined, identity), view.mask(query)))
+    lacking = [view.owner_id for view, joined in joins if joined.pending]
     if not parts and views:
         raise _Unavailable(
             _UNINDEXED,
             "No memory of this query has a vector of the active model yet.",
+            lacking,
         )
-    return parts
+    return parts, lacking
 
 
 #: Most rows a recall scores on the event loop, when the index answers from memory
@@ -426,7 +463,7 @@ def _cached_parts(
     options: VectorMemoryStoreOptions,
     query: GameMemoryQuery,
     views: Sequence[PartitionView],
-) -> list[tuple[PartitionJoin, FloatMatrix, np.ndarray]] | None:
+) -> _Parts | None:
     """What :func:`_read_parts` would return, when the index holds every view's join and
     rows in memory and they are few (:data:`INLINE_ROWS`); ``None`` when the blocking path
     must run (anything to read, check or report, or more rows)."""
@@ -453,7 +490,8 @@ def _cached_parts(
     too_many = entries * identity.dimensions > options.maximum_vector_comparisons_per_search
     if not held or too_many:
         return None
-    return [(joined, matrix, view.mask(query)) for joined, matrix, view in held]
+    lacking = [view.owner_id for joined, _, view in held if joined.pending]
+    return [(joined, matrix, view.mask(query)) for joined, matrix, view in held], lacking
 
 
 #: Turns of the event loop an early embedding is given before the snapshot (see
@@ -529,13 +567,13 @@ async def _vector_recall(
     stages.append(GameMemorySearchStage.measured(Stage.EMBEDDING, embedding, 1, 1))
 
     def read_and_score() -> tuple[
-        tuple[list[tuple[GameMemory, float]], list[np.ndarray]], int, float, float
+        tuple[list[tuple[GameMemory, float]], list[np.ndarray]], int, float, float, list[str]
     ]:
         # A compaction racing this read replaces the partition under us; the second
         # attempt reads the new generation (a third race in a row is reported).
         for attempt in range(_ATTEMPTS):
             try:
-                joined = _read_parts(index, embedder, parts.options, query, views)
+                joined, lacking = _read_parts(index, embedder, parts.options, query, views)
                 break
             except PartitionReplacedError:
                 if attempt == _ATTEMPTS - 1:
@@ -544,15 +582,17 @@ async def _vector_recall(
         read_at = time.perf_counter()
         hits = top_vector_candidates(joined, vector, limit, parts.helper, copies)
         ready = sum(j.ready for j, _, _ in joined)
-        return hits, ready, read_at, time.perf_counter()
+        return hits, ready, read_at, time.perf_counter(), lacking
 
     cached = _cached_parts(index, embedder, parts.options, query, views)
     if cached is not None:  # held in memory and small: scored here, without a thread hop
         read_at = time.perf_counter()
-        hits = top_vector_candidates(cached, vector, limit, parts.helper, copies)
-        ready, scored_at = sum(j.ready for j, _, _ in cached), time.perf_counter()
+        held, lacking = cached
+        hits = top_vector_candidates(held, vector, limit, parts.helper, copies)
+        ready, scored_at = sum(j.ready for j, _, _ in held), time.perf_counter()
     else:
-        hits, ready, read_at, scored_at = await parts.run(read_and_score)
+        hits, ready, read_at, scored_at, lacking = await parts.run(read_and_score)
+    _tell_missing(parts, query.session_id, lacking)
     stages.append(
         GameMemorySearchStage.measured(Stage.VECTOR_INDEX_READ, read_at - embedded_at, ready, ready)
     )
