@@ -81,6 +81,7 @@ async def catch_up_owner(
     run: Runner,
     report: Report,
     gate: Gate,
+    rebuilding: Callable[[str], bool] = lambda _session_id: False,
 ) -> int:
     """Embed the owner's memories that have no ready vector of the active model.
 
@@ -90,7 +91,10 @@ async def catch_up_owner(
     left alone (a rebuild replaces them). Reports ``memory_vectors_caught_up``
     (information, ``details.count``) when it wrote vectors, or
     ``memory_embedding_catch_up_failed`` (warning) when a step failed: the batches written
-    stay, the rest stays lexically recallable until a later catch-up or a rebuild.
+    stay, the rest stays lexically recallable until a later catch-up or a rebuild. It ends
+    early, reporting nothing, when ``rebuilding(session_id)`` turns true before a batch (the
+    rebuild embeds the rest) or the owner was erased meanwhile (a batch's re-read finds
+    none of its memories, and the owner holds none).
 
     Returns:
         How many vectors were written.
@@ -101,14 +105,23 @@ async def catch_up_owner(
     """
     written = 0
     try:
-        todo = await _without_vectors(session_id, owner_id, store, index, embedder, options, run)
+        found = await _without_vectors(session_id, owner_id, store, index, embedder, options, run)
         size = min(options.rebuild_batch_size, CATCH_UP_BATCH)
+        view, todo = found if found is not None else (None, [])
         for start in range(0, len(todo), size):
-            batch = todo[start : start + size]
+            if rebuilding(session_id):
+                return written  # a rebuild of the session embeds the rest, and reports
+            chunk = todo[start : start + size]
+            # Decoded a batch at a time, off the event loop: decoding every memory an NPC
+            # of 30,000 lacks vectors for took 1.6 s, which the loop's other work waited.
+            batch = await run(partial(_memories_at, view, chunk))
             vectors = await embedder.embed_documents(batch, f"catch-up of owner {owner_id!r}")
-            written += await finished(
+            kept = await finished(
                 _write_batch(session_id, batch, vectors, store, index, embedder, run, gate)
             )
+            written += kept
+            if not kept and not await _holds_owner(store, session_id, owner_id):
+                return written  # erased meanwhile (the NPC or its session): nothing to report
     except (asyncio.CancelledError, StoreClosedError):
         raise  # the front door is closing: nothing failed
     except Exception as exc:
@@ -148,25 +161,38 @@ async def _without_vectors(
     embedder: Embedder,
     options: VectorMemoryStoreOptions,
     run: Runner,
-) -> list[GameMemory]:
-    """The owner's memories without a ready vector of the active model, read now; none
-    when the owner holds vectors of another model (stale: a rebuild's to replace)."""
+) -> tuple[PartitionView, list[int]] | None:
+    """The owner's view, read now, and the positions of its memories without a ready
+    vector of the active model (nothing decoded); ``None`` when there are none, or when the
+    owner holds vectors of another model (stale: a rebuild's to replace)."""
     query = GameMemoryQuery(session_id=session_id, owner_id=owner_id, limit=0)
     views = (await store.snapshot(query, maximum_entries=options.maximum_index_entries)).views
     if not views:
-        return []
+        return None
     view = views[0]
     joined = await run(lambda: index.join(view, embedder.identity))
     if joined.stale or not joined.pending:
-        return []
-    return _unready(view, joined)
+        return None
+    return view, await run(partial(_unready, view, joined))
 
 
-def _unready(view: PartitionView, joined: PartitionJoin) -> list[GameMemory]:
-    """The memories of ``view`` that ``joined`` found no ready vector for, in view order."""
+def _unready(view: PartitionView, joined: PartitionJoin) -> list[int]:
+    """The positions in ``view`` of the memories ``joined`` found no ready vector for."""
     ready = np.zeros(len(view), dtype=bool)
     ready[joined.positions] = True
-    return view.memories_at(np.flatnonzero(~ready).tolist())
+    positions: list[int] = np.flatnonzero(~ready).tolist()
+    return positions
+
+
+def _memories_at(view: PartitionView | None, positions: Sequence[int]) -> list[GameMemory]:
+    """The memories at ``positions`` of ``view`` (decoded now: blocking)."""
+    return [] if view is None else view.memories_at(positions)
+
+
+async def _holds_owner(store: GameMemoryStore, session_id: str, owner_id: str) -> bool:
+    """Whether the save holds any memory of the owner now (read now)."""
+    query = GameMemoryQuery(session_id=session_id, owner_id=owner_id, limit=0)
+    return bool((await store.snapshot(query)).views)
 
 
 async def _write_batch(
@@ -259,11 +285,25 @@ class CatchUps:
         while self._queued and not self._closed:
             (session_id, owner_id), _ = self._queued.popitem(last=False)
             if self._rebuilding(session_id):
-                self._tried.get(session_id, set()).discard(owner_id)  # the rebuild's now
+                self._untried(session_id, owner_id)  # the rebuild's now
                 continue
             try:
                 await self._work(session_id, owner_id)
             except StoreClosedError:
                 return  # closed under it: nothing failed
+            except asyncio.CancelledError:
+                if not self._closed:
+                    # Not aclose: the loop ended under it (a front door used across several
+                    # ``asyncio.run``). The owner and the queued ones were not caught up:
+                    # the next recall that finds them starts them again.
+                    self._untried(session_id, owner_id)
+                    for queued_session, queued_owner in self._queued:
+                        self._untried(queued_session, queued_owner)
+                    self._queued.clear()
+                raise
             except Exception:  # the work reports its own failures; anything else is a bug
                 logger.exception("the catch-up of owner %r failed", owner_id)
+
+    def _untried(self, session_id: str, owner_id: str) -> None:
+        """Let ``request`` queue the owner again."""
+        self._tried.get(session_id, set()).discard(owner_id)

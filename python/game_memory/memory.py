@@ -346,7 +346,7 @@ class VectorMemoryStore(MemoryOverTime):
             self._run,
             self._report,
             self._executor,
-            None if self._embedder is None else self._missing,
+            None if self._embedder is None or not self.options.catch_up else self._missing,
         )
         self._warned_stale: set[str] = set()
         self._erase_gate = EraseGate()
@@ -472,6 +472,7 @@ class VectorMemoryStore(MemoryOverTime):
             run=self._run,
             report=self._report,
             gate=self._erase_gate.appending,
+            rebuilding=self._rebuilding.__contains__,
         )
 
     def _hybrid(self) -> tuple[VectorIndex, Embedder]:

@@ -7,6 +7,8 @@ save and its index write, or a lexical front door, leaves them.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +23,9 @@ from game_memory import (
     VectorMemoryState,
     VectorMemoryStore,
 )
+from game_memory import catch_up as catch_up_module
 from game_memory.catch_up import CatchUps
+from game_memory.store.view import PartitionView
 from support.providers import Fault, FaultyProvider
 from support.vectors import Diagnostics, MemoryFactory, VectorStoreFactory, query, until
 
@@ -279,3 +283,125 @@ async def test_no_catch_up_starts_while_a_rebuild_of_the_session_runs() -> None:
     catch_ups.request("other", "npc")  # closed: none starts
 
     assert worked == [("calm", "npc"), ("busy", "npc")]
+
+
+async def test_a_catch_up_decodes_a_batch_at_a_time_off_the_event_loop(
+    tmp_path: Path,
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Decoding every memory an NPC of 30,000 lacked vectors for took 1.6 s on the event
+    loop (an audit's probe): every other request of the front door waited that long."""
+    await saved_lexically(tmp_path / "save", cats(make_memory, 40))
+    store = make_vector_store()
+    decoded: list[tuple[int, int]] = []
+    real = catch_up_module._memories_at
+
+    def recording(view: PartitionView | None, positions: Sequence[int]) -> list[GameMemory]:
+        decoded.append((threading.get_ident(), len(positions)))
+        return real(view, positions)
+
+    monkeypatch.setattr(catch_up_module, "_memories_at", recording)
+    await store.recall(query(BY_MEANING, owner_id="owner"))
+    await caught_up(store)
+
+    assert decoded and all(thread != threading.get_ident() for thread, _ in decoded)
+    assert max(count for _, count in decoded) <= catch_up_module.CATCH_UP_BATCH
+    assert sum(count for _, count in decoded) == 40
+    assert (await store.get_status("session")).state is VectorMemoryState.READY
+
+
+async def test_a_rebuild_begun_during_a_catch_up_ends_it_before_its_next_batch(
+    tmp_path: Path,
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+    diagnostics: Diagnostics,
+) -> None:
+    await saved_lexically(tmp_path / "save", cats(make_memory, 3))
+    store = make_vector_store(options={"rebuild_batch_size": 1})
+
+    def rebuild_begins(_: Sequence[str]) -> None:
+        store._rebuilding.add("session")  # as rebuild() marks its session
+
+    provider.on_documents = rebuild_begins
+    await store.recall(query(BY_MEANING, owner_id="owner"))
+    await caught_up(store)
+
+    assert provider.documents.calls == 1  # the batch under way is written; no other
+    assert not [d for d in diagnostics if d.code == CAUGHT_UP]
+    status = await store.get_status("session")
+    assert (status.ready_entries, status.pending_entries) == (1, 2)
+
+
+async def test_a_catch_up_ends_when_its_npc_is_erased(
+    tmp_path: Path,
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+    diagnostics: Diagnostics,
+) -> None:
+    await saved_lexically(tmp_path / "save", cats(make_memory, 3))
+    store = make_vector_store(options={"rebuild_batch_size": 1})
+    erased: list[int] = []
+
+    async def erase_the_npc(_: Sequence[str]) -> None:
+        if not erased:
+            erased.append(await store.erase("session", "owner"))
+
+    provider.on_documents = erase_the_npc
+    await store.recall(query(BY_MEANING, owner_id="owner"))
+    await caught_up(store)
+
+    assert erased == [3]
+    assert provider.documents.calls == 1  # not the two batches of an NPC that is gone
+    assert not [d for d in diagnostics if d.code == CAUGHT_UP]
+    status = await store.get_status("session")
+    assert (status.ready_entries, status.pending_entries, status.orphan_entries) == (0, 0, 0)
+
+
+def test_a_catch_up_cut_by_the_end_of_its_event_loop_starts_again_in_the_next(
+    tmp_path: Path,
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+) -> None:
+    """A front door used across two ``asyncio.run`` (docs/api.md allows it): the first
+    loop ended during the catch-up, which left the NPC marked as tried for good."""
+    asyncio.run(saved_lexically(tmp_path / "save", cats(make_memory, 3)))
+    store = make_vector_store()
+    provider.document_fault = Fault.HANG
+
+    async def first() -> None:
+        await store.recall(query(BY_MEANING, owner_id="owner"))
+        await until(lambda: provider.documents.in_flight == 1, "the catch-up's embedding")
+
+    asyncio.run(first())  # ends with the catch-up hung in its embedding: cancelled
+
+    async def second() -> VectorMemoryState:
+        provider.document_fault = Fault.NONE
+        await store.recall(query(BY_MEANING, owner_id="owner"))
+        await caught_up(store)
+        state = (await store.get_status("session")).state
+        await store.aclose()
+        return state
+
+    assert asyncio.run(second()) is VectorMemoryState.READY
+
+
+async def test_a_front_door_told_not_to_catch_up_embeds_nothing(
+    tmp_path: Path,
+    make_vector_store: VectorStoreFactory,
+    make_memory: MemoryFactory,
+    provider: FaultyProvider,
+) -> None:
+    """``catch_up=False``: what a tool that only reads opens with (the CLI's ``search``)."""
+    await saved_lexically(tmp_path / "save", cats(make_memory, 3))
+    store = make_vector_store(options={"catch_up": False})
+    answered = await store.recall(query(BY_MEANING, owner_id="owner"))
+    await caught_up(store)
+
+    assert answered.fallback and provider.documents.calls == 0
+    status = await store.get_status("session")
+    assert (status.ready_entries, status.pending_entries) == (0, 3)

@@ -275,10 +275,10 @@ async def test_a_vector_computed_from_other_content_is_never_used(
     # Same id, other content, other save, same index: the digest no longer matches.
     other = make_vector_store(save=tmp_path / "other-save")
     await other.authoritative.append(make_memory("m1", text="an axe by the door"))
-    result = await other.recall(query("feline"))
-    assert result.memories == () and result.fallback
     status = await other.get_status("session")
     assert (status.ready_entries, status.pending_entries) == (0, 1)
+    result = await other.recall(query("feline"))  # then embeds m1's content in the background
+    assert result.memories == () and result.fallback
 
 
 async def test_vectors_of_another_model_are_stale_and_recall_is_lexical_until_a_rebuild(

@@ -46,6 +46,7 @@ from game_memory.memory import VectorMemoryStore
 from game_memory.model import DiagnosticSink, GameMemoryQuery, GameMoment, MemoryVectorDiagnostic
 from game_memory.models import NAMED_MODELS
 from game_memory.opening import open_memory, resolve_folder
+from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.store.file_store import FileGameMemoryStore
 
 __all__ = [
@@ -112,12 +113,16 @@ def _with_memory(
         new_save = create and is_new_save(args.save_dir)
     _show_warnings()
 
+    options = settings.options
+    if create_index is False:  # a command that only reads embeds and writes no vector either
+        options = (options or VectorMemoryStoreOptions()).model_copy(update={"catch_up": False})
+
     async def main() -> int:
         memory = await open_memory(
             database or args.save_dir,
             index=index,
             model=getattr(args, "model", "lexical"),
-            options=settings.options,
+            options=options,
             reranker=settings.reranker,
             create=create,
             create_index=create_index,

@@ -58,6 +58,11 @@ class VectorMemoryStoreOptions(BaseModel):
             1.1 µs of one core a memory. Off: a game short of memory keeps and reads
             none, only the float32 rows (a file index still writes its files of codes
             at close, for the processes that read them).
+        catch_up: Embed in the background the memories a hybrid recall finds without a
+            vector of the active model (``catch_up.py``: saved in lexical mode, or just
+            before a process was killed), one NPC at a time, once per NPC. Off: they stay
+            lexically recalled until ``rebuild`` (a tool that only reads, such as the CLI's
+            ``search``, writes nothing).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -79,6 +84,7 @@ class VectorMemoryStoreOptions(BaseModel):
     fusion: FusionOptions = FusionOptions()
     maximum_memories_per_owner: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
     int8_copies: bool = True
+    catch_up: bool = True
 
     def candidate_limit(self, limit: int) -> int:
         """How many candidates each channel returns for a query of ``limit``."""
