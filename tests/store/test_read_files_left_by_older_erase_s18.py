@@ -220,3 +220,97 @@ async def test_check_names_the_read_files_of_a_partition_with_no_records_and_fix
     assert len(await store.enumerate("session", "anna")) == COUNT
     assert (await store.check()).ok
     await store.aclose()
+
+
+# -- a check never calls an NPC the save holds "no longer held" (journal review, findings 4, 5)
+
+
+def flip_a_bit(save: Path, session_id: str, owner_id: str, text: str) -> None:
+    """Damage one record of an owner's log: one bit of ``text`` in it."""
+    log = save / DATA / f"s-{identity_hash(session_id)}" / f"o-{identity_hash(owner_id)}.log"
+    data = bytearray(log.read_bytes())
+    data[data.rindex(text.encode())] ^= 0x20
+    log.write_bytes(bytes(data))
+
+
+def every_read_file(save: Path) -> list[Path]:
+    return sorted(path for path in (save / DATA / "read").rglob("*.read") if path.is_file())
+
+
+async def test_read_files_of_npcs_held_by_intents_alone_are_neither_reported_nor_removed(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    # mira's log in "session" and the whole "slot" folder are lost: the ledger still holds
+    # their intents (the check reports those memories as lost), so the save holds both
+    # NPCs. The newest intent's partition (anna's) is damaged too, which stopped check
+    # --fix's recovery before it refreshed the intents. A plain check called them NPCs the
+    # save no longer holds, and check --fix deleted their read files.
+    save = tmp_path / "save"
+    store = make_store()
+    for owner, session in (("mira", "session"), ("mira", "slot"), ("anna", "session")):
+        await store.append_many(
+            [
+                make_memory(f"{owner}-{n}", session_id=session, owner_id=owner, tick=n, text=MIRA)
+                for n in range(COUNT)
+            ]
+        )
+    await store.append(make_memory("anna-last", owner_id="anna", tick=99, text="a rare word"))
+    for owner, session in (("mira", "session"), ("mira", "slot"), ("anna", "session")):
+        assert len(await store.enumerate(session, owner)) >= COUNT
+    await store.aclose()
+    read = every_read_file(save)
+    assert len(read) == 3
+    (save / DATA / f"s-{identity_hash('session')}" / f"o-{identity_hash('mira')}.log").unlink()
+    shutil.rmtree(save / DATA / f"s-{identity_hash('slot')}")
+    flip_a_bit(save, "session", "anna", "a rare word")
+    report = await make_store().check()
+    assert any("acknowledged memories are lost" in p for p in report.problems), report
+    assert not any("read file" in p for p in report.problems), report
+    fixed = await make_store().check(fix=True)
+    assert not any("read file" in line for line in fixed.repairs + fixed.problems), fixed
+    assert every_read_file(save) == read
+
+
+async def test_check_fix_removes_no_read_file_while_the_save_is_damaged(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    # Read files the save really no longer holds (mira's, left by an older build's erase),
+    # in a save with a damaged record elsewhere: check --fix only names them until the
+    # damage is repaired (derived files may be all that is left of memories it lost).
+    save = tmp_path / "save"
+    left = await erased_by_an_older_build(make_store, make_memory, save, tmp_path)
+    store = make_store()
+    await store.append(make_memory("bard-0", owner_id="bard", text="a rare word"))
+    await store.aclose()
+    flip_a_bit(save, "session", "bard", "a rare word")
+    for accept_loss in (False, True):
+        fixed = await make_store().check(fix=True, accept_loss=accept_loss)
+        named = [problem for problem in fixed.problems if "read file" in problem]
+        assert len(named) == 1 and named[0].startswith(f"{len(left)} read file"), fixed
+        assert named[0].endswith("(it removes none from a damaged save)"), fixed
+        assert not any("read file" in line for line in fixed.repairs), fixed
+        assert all(path.exists() for path in left)
+    repaired = await make_store().check(fix=True)  # salvaged above: now it removes them
+    assert repaired.ok and any(f"removed {len(left)} read file" in r for r in repaired.repairs)
+    assert owner_files(save, "mira") == []
+
+
+async def test_a_folder_named_like_a_read_file_is_not_reported_as_one(
+    make_store: StoreFactory, make_memory: MemoryFactory, tmp_path: Path
+) -> None:
+    # check --fix and compact never remove a folder (this module writes none), so a check
+    # that counted one reported it forever, with a repair that did nothing.
+    save = tmp_path / "save"
+    store = make_store()
+    await fill(store, make_memory, "session")
+    assert len(await store.enumerate("session", "anna")) == COUNT
+    await store.aclose()
+    folder = read_session(save) / f"o-{identity_hash('ghost')}.read"
+    folder.mkdir(parents=True)
+    held = {identity_hash("session"): {ANNA, identity_hash("mira")}}
+    assert read_file_module.unheld_read_files(save / DATA, held) == []
+    store = make_store()
+    assert (await store.check()).ok
+    assert (await store.check(fix=True)).repairs == ()
+    assert (await store.compact()).files_removed == 0
+    assert folder.is_dir()

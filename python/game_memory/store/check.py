@@ -24,10 +24,15 @@ segment that is another partition's (copied, swapped or renamed) is damage, whic
 from another session's folder) is named on its own. An erase or a compaction left
 unfinished (``rewrite.json``) is reported alone: ``fix=True`` finishes it first (as any
 writer would), then checks the rest. A journal that must not be applied (an old copy put
-back: ``journal_traces.py``) is reported alone too, and ``fix=True`` sets it aside; if it
-is an erase's, the memories it names that the ledger no longer counts get no intent from
-that check (the erase may have been committed), and their erase is finished where the
-save is as the erase's rewrite of the ledgers leaves it (:func:`_finish_erases`).
+back, or an earlier release's in a save this one finished an operation in:
+``journal_traces.py``) is reported alone too, and ``fix=True`` sets it aside, with the
+staged files (``*.new``) of the partition it names. If it is an erase's, the memories it
+names that the ledger no longer counts get no intent from that check: the erase may have
+been committed (an earlier release interrupted in it), or the journal may be an old copy
+and they memories learned again, and nothing in the save tells the two apart. Nothing is
+erased either (that would destroy them in the second case): the check names them
+(:func:`_withheld_problems`), to be erased again if they were erased; the next
+``check --fix`` (no journal names them any longer) gives them their intents.
 
 Opening the save (``StoreEngine.settle``, at every store object's first use, this check's
 included) rolls back a batch that never committed and reconciles a killed group commit
@@ -40,6 +45,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from game_memory.durable import fs
 from game_memory.errors import PersistenceError
@@ -51,8 +57,8 @@ from game_memory.store.journal import RolledBack
 from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import RECORD_BYTES, LedgerEntry
 from game_memory.store.read_files import READ_FOLDER, remove_unheld_read_files, unheld_read_files
-from game_memory.store.rewrite_journal import Rewrite, erased_intents
-from game_memory.store.rewriting import begin_rewrite, finish_rewrite, stale_reason
+from game_memory.store.rewrite_journal import Rewrite, mismatch
+from game_memory.store.rewriting import staged_files
 from game_memory.store.salvage import new_damaged_folder, salvage
 from game_memory.store.survey import Survey, survey_store
 
@@ -409,9 +415,9 @@ def _stale_journal(engine: StoreEngine) -> StaleJournalError | None:
     try:
         rewrite = engine.rewrites.read()
         if rewrite is not None:
-            # As the writer that would finish it judges it (``finish_rewrite``): by the
-            # save's ledgers, or for an earlier release's, by whether it is under way.
-            problem = stale_reason(engine.rewrite_context, rewrite)
+            # As the writer that would finish it checks it (``finish_rewrite``): a journal
+            # with no trace to judge it is compared with the save's ledgers.
+            problem = mismatch(rewrite, engine.ledger, engine.retraction_ledger)
             if problem is not None:
                 return StaleJournalError(engine.rewrites.path, problem)
         engine.journal.read()
@@ -420,10 +426,19 @@ def _stale_journal(engine: StoreEngine) -> StaleJournalError | None:
     return None
 
 
-def _set_aside(engine: StoreEngine, stale: StaleJournalError, erase: Rewrite | None) -> str:
+def _set_aside(engine: StoreEngine, stale: StaleJournalError, named: Rewrite | None) -> str:
     """Move an old journal into a new ``damaged/<UTC time>/`` folder (it holds no memory;
-    kept there for a post-mortem); the repair, as a sentence. ``erase``: what the journal
-    names, if it is an erase's (its memories the ledger still counts are kept)."""
+    kept there for a post-mortem), then the staged files of the partition it names
+    (``named``: what it names, if it is a rewrite's; :func:`_set_aside_staged`); the
+    repair, as a sentence.
+
+    The journal goes first: it is what could act. A crash between the two leaves staged
+    files that nothing acts on (the next rewrite of their partition starts by removing
+    them, and a journal put back with them is refused), which ``compact`` removes.
+
+    Raises:
+        PersistenceError: a file could not be moved.
+    """
     folder = new_damaged_folder(engine.data)
     try:
         os.replace(stale.journal, folder / stale.journal.name)
@@ -433,31 +448,75 @@ def _set_aside(engine: StoreEngine, stale: StaleJournalError, erase: Rewrite | N
         ) from exc
     fs.fsync_directory(folder)
     fs.fsync_directory(stale.journal.parent)
+    staged = 0 if named is None else _set_aside_staged(engine, named, folder)
     sentence = (
         f"moved {stale.journal.name}, a journal that cannot be applied safely "
         f"({stale.reason}), to {folder}: it was never applied, and holds no memory"
     )
-    if erase is not None and erase.generation == 0:
+    if staged:
         sentence += (
-            f". If an earlier release was interrupted in this erase ({_scope(erase)}) "
-            "before it changed the partition, what it names is still in the save: erase "
-            "it again"
+            f"; moved the {staged} staged file{'s' if staged > 1 else ''} (*.new) of the "
+            "partition it names there too: never switched in, so the partition's own files "
+            "are as they were"
+        )
+    if named is not None and named.erases and named.generation == 0:
+        sentence += (
+            f". If an earlier release was interrupted in this erase ({_scope(named)}), "
+            "what it names is still in the save: erase it again"
         )
     return sentence
 
 
-def _erase_named(engine: StoreEngine, stale: StaleJournalError) -> Rewrite | None:
-    """What a refused journal about to be set aside erases, if it is an erase's."""
+def _set_aside_staged(engine: StoreEngine, named: Rewrite, folder: Path) -> int:
+    """Move the staged files (``*.new``) of the partition a journal set aside names into
+    ``folder``, as ``s-<session hash>.<name>``, and fsync both folders; how many. They
+    would otherwise sit where a later journal's switch renames them over the partition's
+    files (``rewriting.staged_files``). Named as a salvage names what it sets aside, so a
+    later erase of the partition deletes them too (``copies.py``): they hold its records.
+
+    Raises:
+        PersistenceError: the session's folder could not be listed, or a file moved.
+    """
+    moved = 0
+    paths = staged_files(engine.data, named)
+    for path in paths:
+        try:
+            os.replace(path, folder / f"{path.parent.name}.{path.name}")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise PersistenceError(f"could not move {path} aside: {exc.strerror or exc}") from exc
+        moved += 1
+    if moved:
+        fs.fsync_directory(folder)
+        fs.fsync_directory(paths[0].parent)
+    return moved
+
+
+def _rewrite_named(engine: StoreEngine, stale: StaleJournalError) -> Rewrite | None:
+    """What a refused rewrite journal about to be set aside names (``None`` for the batch
+    journal): ``check`` must know which partition's staged files go with it, and which
+    memories an erase journal names.
+
+    Raises:
+        PersistenceError: the journal is corrupt (it was read just before, so only if it
+            changed since).
+    """
     if stale.journal != engine.rewrites.path:
         return None
-    named = engine.rewrites.named()
-    return named if named is not None and named.erases else None
+    return engine.rewrites.named()
 
 
 def _withhold(survey: Survey, erases: Sequence[Rewrite]) -> dict[tuple[str, str], set[str]]:
     """Take out of ``survey.unlisted`` (memories without an intent, which ``--fix`` would
-    give one) those an erase journal set aside names, by partition: that erase was
-    committed, so they never get an intent again (they would be un-erased)."""
+    give one) those an erase journal this check set aside names, by partition.
+
+    Why: that erase may have been committed (an earlier release interrupted in it, after
+    it rewrote the ledger), and an intent would un-erase them; or the journal is an old
+    copy, and they are memories learned again. Nothing in the save tells the two apart,
+    so neither is done: they stay as they are, without an intent, and are named
+    (:func:`_withheld_problems`). The next ``check --fix`` sets no journal aside, so it
+    gives them their intents."""
     withheld: dict[tuple[str, str], set[str]] = {}
     if not erases:
         return withheld
@@ -472,74 +531,44 @@ def _withhold(survey: Survey, erases: Sequence[Rewrite]) -> dict[tuple[str, str]
     return withheld
 
 
-def _finish_erases(
-    engine: StoreEngine,
-    survey: Survey,
-    withheld: dict[tuple[str, str], set[str]],
-    erases: Sequence[Rewrite],
-) -> list[str]:
-    """Erase, for good, the memories of :func:`_withhold` (as a new, journaled erase of
-    just those: crash-safe like any) where the save is as that erase's rewrite of the
-    ledgers leaves it: the ledger holds no intent of anything the journal names, and
-    neither the partition nor the ledger is damaged. The repairs. Elsewhere (the journal
-    may be an old copy, and they memories learned again whose intents were lost) nothing
-    is erased: :func:`_withheld_problems` names them.
-
-    Raises:
-        PersistenceError: the partition could not be rewritten.
-    """
-    repairs: list[str] = []
-    if survey.damaged_intents:
-        return repairs
-    for (session_hash, owner_hash), hashes in sorted(withheld.items()):
-        owner = survey.sessions[session_hash].owner(owner_hash)
-        naming = [erase for erase in erases if erase.touches(session_hash, owner_hash)]
-        if owner.damaged or any(erased_intents(engine.ledger, erase)[0] for erase in naming):
-            continue
-        engine.layout.require_format(3)
-        engine.checkpoint()  # the rewrite renumbers the ledger: every intent durable first
-        rewrite = Rewrite("erase", session_hash, owner_hash, frozenset(hashes))
-        finish_rewrite(
-            engine.rewrite_context, begin_rewrite(engine.rewrite_context, rewrite), verify=False
-        )
-        count = len(hashes)
-        repairs.append(
-            f"finished the erase of {count} memor{'y' if count == 1 else 'ies'} of "
-            f"{owner.name(survey.session_id(owner))} that the erase journal set aside names "
-            "and the ledger no longer counted: that erase was committed, so it is finished, "
-            "never undone"
-        )
-    return repairs
-
-
 def _withheld_problems(survey: Survey, withheld: dict[tuple[str, str], set[str]]) -> list[str]:
-    """The memories of :func:`_withhold` left in the save (:func:`_finish_erases` did not
-    erase them), as sentences."""
+    """The memories of :func:`_withhold`, as sentences that say what to do."""
     problems: list[str] = []
     for (session_hash, owner_hash), hashes in sorted(withheld.items()):
         owner = survey.sessions[session_hash].owner(owner_hash)
-        count = len(hashes)
+        one = len(hashes) == 1
+        it, memories = ("it", "the memory") if one else ("them", "the memories")
         problems.append(
-            f"{owner.name(survey.session_id(owner))}: {count} memor"
-            f"{'y has' if count == 1 else 'ies have'} no ledger intent, and the erase "
-            "journal set aside names them: check --fix gave them none (that erase may have "
-            "been committed), nor finished their erase (the ledger still holds other intents "
-            "the journal names, or the partition or the ledger is damaged: it may be an old "
-            "copy, and they memories learned again). Erase them again if they were erased; "
-            "if not, check --fix again gives them their intents"
+            f"{owner.name(survey.session_id(owner))}: {len(hashes)} "
+            f"{'memory has' if one else 'memories have'} no ledger intent, and the erase "
+            f"journal check --fix set aside names {it}: check --fix gave {it} none and "
+            "erased nothing, because that erase may have been committed and left unfinished, "
+            f"or the journal may be an old copy and {memories} learned again, which the save "
+            f"cannot tell apart. Erase {it} again if {'it was' if one else 'they were'} "
+            f"erased; if not, check --fix again gives {it} {'its' if one else 'their'} "
+            f"intent{'' if one else 's'}"
         )
     return problems
 
 
-def _unheld_read_files(engine: StoreEngine, *, fix: bool) -> tuple[list[str], list[str]]:
+def _unheld_read_files(
+    engine: StoreEngine, survey: Survey, *, fix: bool, damaged: bool
+) -> tuple[list[str], list[str]]:
     """Read files of partitions the save no longer holds (``read_files.unheld_read_files``:
     what an erase by a build that predates read files leaves; they hold the erased
     memories' ids and text): removed with ``fix`` (a repair), else reported (a problem).
-    ``([], [])`` when there are none, or when the save is too damaged to say which
-    partitions it holds (the problems above say why)."""
+
+    ``damaged``: this check found the save damaged (before or after its repairs). Then
+    they are only reported, never removed: they may be all that is left of memories the
+    save lost, and a save's damage is repaired first. ``([], [])`` when there are none, or
+    when the survey could not read which partitions the save holds (a ledger record or a
+    folder unreadable: the problems above say why).
+    """
+    if _unknowable(survey):
+        return [], []
     try:
         held = held_partitions(engine)
-        if fix:
+        if fix and not damaged:
             removed = remove_unheld_read_files(engine.data, held)
             if not removed:
                 return [], []
@@ -553,12 +582,33 @@ def _unheld_read_files(engine: StoreEngine, *, fix: bool) -> tuple[list[str], li
         return [], []
     if not unheld:
         return [], []
+    remedy = (
+        "check --fix removes them once the damage above is repaired (it removes none from a "
+        "damaged save)"
+        if damaged
+        else "check --fix or compact removes them"
+    )
     return [], [
         f"{len(unheld)} read file{'s' if len(unheld) > 1 else ''} of NPCs the save no longer "
         f"holds {'are' if len(unheld) > 1 else 'is'} left in {engine.data / READ_FOLDER} "
         "(derived files an erase by an earlier release left; they may hold the erased "
-        "memories' ids and text): check --fix or compact removes them"
+        f"memories' ids and text): {remedy}"
     ]
+
+
+def _damaged(survey: Survey) -> bool:
+    """Whether the survey found the save damaged, or could not read all of it."""
+    return survey.needs_salvage or bool(survey.unreadable) or _unknowable(survey)
+
+
+def _unknowable(survey: Survey) -> bool:
+    """Whether the survey could not read which partitions the save holds: a ledger, a
+    ledger record, or a folder it could not read."""
+    return (
+        not (survey.listed and survey.ledger_read and survey.retraction_ledger_read)
+        or bool(survey.damaged_intents or survey.damaged_retraction_intents)
+        or bool(survey.unknown_sessions or survey.unknown)
+    )
 
 
 def _settled(settled: Settled) -> list[str]:
@@ -666,9 +716,9 @@ def check_store(
         for _ in range(2):  # two journals at most: the batch's and the rewrite's
             if stale is None or not (fix or accept_loss):
                 break
-            erase = _erase_named(engine, stale)
-            repairs.append(_set_aside(engine, stale, erase))
-            erases.extend([] if erase is None else [erase])
+            named = _rewrite_named(engine, stale)
+            repairs.append(_set_aside(engine, stale, named))
+            erases.extend([named] if named is not None and named.erases else [])
             stale = _stale_journal(engine)
         if stale is not None:
             return StoreCheckReport(
@@ -701,15 +751,11 @@ def check_store(
                     unrecovered = exc
         survey = survey_store(engine)
         withheld = _withhold(survey, erases)
+        damaged = _damaged(survey)
         if unrecovered is None and (fix or accept_loss):
-            finished = _finish_erases(engine, survey, withheld, erases)
-            if finished:
-                repairs.extend(finished)
-                survey = survey_store(engine)
-                withheld = _withhold(survey, erases)
             repaired = _repair(engine, survey)
             repairs.extend(repaired)
-            if repaired or finished:  # what the salvage sees is what the repairs left
+            if repaired:  # what the salvage sees is what the repairs left
                 survey = survey_store(engine)
                 withheld = _withhold(survey, erases)
             if accept_loss and survey.needs_salvage and not survey.unreadable:
@@ -720,7 +766,12 @@ def check_store(
                     withheld = _withhold(survey, erases)
         problems = problems_of(survey, engine, list_ids=list_ids)
         problems.extend(_withheld_problems(survey, withheld))
-        swept, unheld = _unheld_read_files(engine, fix=unrecovered is None and (fix or accept_loss))
+        swept, unheld = _unheld_read_files(
+            engine,
+            survey,
+            fix=unrecovered is None and (fix or accept_loss),
+            damaged=damaged or unrecovered is not None or _damaged(survey),
+        )
         repairs.extend(swept)
         problems.extend(unheld)
         if unrecovered is not None:

@@ -222,9 +222,18 @@ def _owners(engine: StoreEngine, session_hash: str) -> list[str]:
 
 def held_partitions(engine: StoreEngine) -> dict[str, set[str]]:
     """Every session the save holds (a folder, or ledger intents) and, per session, its
-    owners with records (logs or packs) or intents (under the lock, after a refresh): the
-    partitions whose read files ``compact`` keeps (``read_files.remove_unheld_read_files``),
-    and a check would keep."""
+    owners with records (logs or packs) or intents (under the lock): the partitions whose
+    read files ``compact`` and ``check --fix`` keep (``read_files.remove_unheld_read_files``).
+
+    Both intents indexes are refreshed here first, never trusted as a caller left them: a
+    plain check refreshes neither, and a recovery that stopped at a damaged partition may
+    not have either, and an index behind its ledger calls an NPC the save still holds (by
+    intents alone: its log lost) one it no longer holds.
+
+    Raises:
+        PersistenceError: a ledger or the data folder could not be read.
+    """
+    engine.refresh()
     held: dict[str, set[str]] = {}
     for session_hash in _sessions(engine):
         held[session_hash] = set(engine.cache.owner_hashes(engine.session_folder(session_hash)))

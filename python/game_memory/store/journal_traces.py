@@ -9,13 +9,6 @@ after its operation finished (by a cloud sync or a backup tool restoring one fil
 applying it would destroy memories acknowledged since, so it is refused with
 :class:`StaleJournalError`, which ``game-memory check`` reports and ``check --fix`` sets
 aside (a journal holds no memory).
-
-A journal with no generation (an earlier release's) in a save with a trace
-(:func:`predates`) is either such an old copy or the journal of an earlier release
-interrupted in this save after this one finished an operation there. A batch journal is
-refused then (the batch was never acknowledged: keeping its records loses nothing). A
-rewrite journal is not refused by its generation alone: it may be an erase, committed, that
-must be finished, never undone, so the save decides (``rewriting.stale_reason``).
 """
 
 from __future__ import annotations
@@ -36,7 +29,6 @@ __all__ = [
     "last_finished",
     "next_generation",
     "older",
-    "predates",
     "retire",
     "stale_message",
     "whole_number",
@@ -122,25 +114,16 @@ def older(generation: int, finished: tuple[int, str] | None) -> str | None:
         return None
     if generation == 0:
         return (
-            f"{predates(finished)}: it is an old copy put back after that operation, or an "
-            "earlier release was interrupted in this save after this one wrote to it, and "
-            "the two cannot be told apart"
+            "it carries no generation, so an earlier release wrote it, and this save has "
+            f"finished a later operation since ({finished[1]} records generation "
+            f"{finished[0]}): it is an old copy put back, or an earlier release was "
+            "interrupted in this save after this one wrote to it, and the two cannot be "
+            "told apart"
         )
     return (
         f"it is older than the last operation this save finished: its generation, "
         f"{generation}, is not newer, and {finished[1]} records generation {finished[0]} as "
         "finished"
-    )
-
-
-def predates(finished: tuple[int, str]) -> str:
-    """What a journal with no generation is, in a save with the trace ``finished``
-    (:func:`last_finished`): an earlier release's, written before or after the operation
-    that trace records, which its generation cannot tell."""
-    return (
-        "it carries no generation, so an earlier release wrote it, and this save has "
-        f"finished an operation of this release ({finished[1]} records generation "
-        f"{finished[0]})"
     )
 
 

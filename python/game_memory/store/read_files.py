@@ -436,17 +436,21 @@ def _session_names(data: Path) -> list[str]:
 
 def _unheld_names(folder: Path, owners: Collection[str] | None) -> list[str]:
     """The names in a session's folder of read files of an owner not among ``owners``
-    (``None``: of any owner), sorted."""
+    (``None``: of any owner), sorted: exactly what :func:`_remove_names` removes, so a
+    check never reports what its ``--fix`` leaves (a folder with such a name is not one:
+    this module writes none; a link is, removed itself, never followed)."""
     try:
-        names = os.listdir(folder)
+        with os.scandir(folder) as entries:
+            found = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
     except FileNotFoundError:
         return []
     except OSError as exc:
         raise PersistenceError(f"could not list {folder}: {exc.strerror}") from exc
     return sorted(
         name
-        for name in names
-        if (match := _OWNER_FILE.match(name)) is not None
+        for name, folder_named_so in found
+        if not folder_named_so
+        and (match := _OWNER_FILE.match(name)) is not None
         and (owners is None or match.group(1) not in owners)
     )
 

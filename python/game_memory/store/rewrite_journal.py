@@ -36,16 +36,15 @@ every reader and writer alike. The other two fields let the writer that finishes
 check the save against it, for when no trace can judge it (``rewriting.py``): ``ledgers``,
 the counts of both ledgers as the phase found them (for ``switch``, as the rewrite of the
 ledgers left them), and for an erase ``erased_intents``, how many intents of the memories
-it erases the ledger held when it began and a SHA-256 of their positions and hashes.
+it erases the ledger held when it began and a SHA-256 of their positions and hashes. An
+earlier release's journal has neither, and is judged by its generation alone.
 
-An earlier release's journal has none of the three. Without a trace it is finished as that
-release's own recovery would. With one, its generation cannot say whether it is an old copy
-or an erase an earlier release was interrupted in after this one finished an operation
-(the player went back to an older build): refusing the second would undo a committed erase
-(``check --fix`` sets a refused journal aside). So :meth:`RewriteJournal.read` does not
-refuse it but marks it (``Rewrite.doubt``), and the writer that would finish it judges it
-by the save (``rewriting.stale_reason``): it is finished only where the save shows its
-rewrite under way, and refused otherwise.
+So in a save with a trace it is refused even where it is the journal of an erase an earlier
+release was interrupted in after this one finished an operation there: nothing tells that
+from an old copy (not staged files either: a sync tool brings them back with the journal),
+and finishing an old copy destroys what was learned since. ``check --fix`` sets it aside,
+and what it names is erased again (``check.py``). :meth:`RewriteJournal.named` reads a
+journal without that judgement, for ``check`` alone.
 """
 
 from __future__ import annotations
@@ -68,7 +67,6 @@ from game_memory.store.journal_traces import (
     last_finished,
     next_generation,
     older,
-    predates,
 )
 from game_memory.store.ledger import Ledger
 
@@ -98,10 +96,6 @@ class Rewrite:
     #: For an erase: how many intents of what it erases the ledger held when it began, and
     #: the SHA-256 of their positions and memory hashes (``None``: not known).
     erased_intents: tuple[int, str] | None = None
-    #: Set only for an earlier release's journal (no generation) in a save with a trace:
-    #: why its generation alone would call it an old copy (``journal_traces.predates``).
-    #: The save decides then (``rewriting.stale_reason``). Never written to the journal.
-    doubt: str | None = None
 
     @property
     def erases(self) -> bool:
@@ -254,21 +248,16 @@ class RewriteJournal:
     def read(self) -> Rewrite | None:
         """Read the journal from disk; ``None`` if there is none.
 
-        An earlier release's journal in a save with a trace comes back with its ``doubt``
-        set, for the save to judge (see the module docstring).
-
         Raises:
             PersistenceError: the journal is corrupt (names anything but hashes, an unknown
                 operation or phase, or an unsupported version), or its rewrite is finished
-                (an old copy put back: its generation is not newer than a trace's).
+                (an old copy put back: see the module docstring).
         """
         # The traces first: a live journal read after them is newer than they are.
         finished = last_finished(self.path.parent)
         rewrite = self.named()
         if rewrite is None:
             return None
-        if rewrite.generation == 0 and finished is not None:
-            return dataclasses.replace(rewrite, doubt=predates(finished))
         stale = older(rewrite.generation, finished)
         if stale is not None:
             raise StaleJournalError(self.path, stale)
@@ -276,8 +265,9 @@ class RewriteJournal:
 
     def named(self) -> Rewrite | None:
         """What the journal names, however old it is (no trace consulted); ``None`` if
-        there is none. For ``check``, which must know what an erase journal it set aside
-        names.
+        there is none. Only for ``check``, which must know what an erase journal it sets
+        aside names (its memories get no intent from that check); every reader and writer
+        uses :meth:`read`, which refuses an old copy.
 
         Raises:
             PersistenceError: the journal is corrupt (as :meth:`read`).

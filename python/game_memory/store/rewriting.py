@@ -29,27 +29,11 @@ finished. Readers never see a partition between two of these steps: while a jour
 exists they wait for the writer lock (``engine.py``).
 
 A journal left by a dead writer is finished only if the save is in a state its rewrite
-leaves at the phase it names (:func:`stale_reason`): an old copy of a journal put back
-after its rewrite was done would erase what was learned since, or delete segments written
-since. This release's journals record what to check (``rewrite_journal.mismatch``). An
-earlier release's journal in a save with a trace (``Rewrite.doubt``) records nothing, and
-is finished only where the save shows its rewrite under way, which an old copy put back
-after its rewrite finished cannot show:
-
-* at ``files`` or ``switch``, staged files (``*.new``) of its partition are there (only a
-  rewrite under way leaves them: every writer finishes a journal before it writes, and
-  staging starts by removing them), and at ``switch`` of an erase the ledger already holds
-  no intent of what it erases; or
-* for an erase, the ledger holds no intent of what it erases while the partition's files
-  still hold a record of it (a session erase: while the session's folder is still there):
-  the ledgers were rewritten, the files not yet switched. Finishing it then drops only
-  records the ledger no longer counts.
-
-Such a journal, once accepted, is given a generation and the checks of this release's
-(:func:`_adopt`), so a crash while it is finished leaves a journal judged as any other.
-An erase an earlier release was interrupted in before it changed a file of the partition
-(``copies``, or ``files`` before anything was staged) shows neither, cannot be told from an
-old copy, and stays refused: setting it aside keeps what it named (erase it again).
+leaves at the phase it names (``rewrite_journal.mismatch``): an old copy of a journal put
+back after its rewrite was done would erase what was learned since, or delete segments
+written since. Staged files are never taken as proof that a rewrite is under way (a sync
+tool that restores deleted files brings them back with an old journal, and any file can
+carry their names): a refused journal's are set aside with it (:func:`staged_files`).
 """
 
 from __future__ import annotations
@@ -70,7 +54,7 @@ from game_memory.durable.names import identity_hash, partition_hash, segment_pat
 from game_memory.errors import PersistenceError
 from game_memory.store.copies import ErasedId, remove_copies, remove_tree
 from game_memory.store.documents import DocumentError
-from game_memory.store.journal_traces import StaleJournalError, next_generation
+from game_memory.store.journal_traces import StaleJournalError
 from game_memory.store.ledger import Ledger
 from game_memory.store.packs import encode_pack, pack_path, read_pack_index, read_pack_range
 from game_memory.store.partitions import PartitionCache
@@ -85,7 +69,7 @@ __all__ = [
     "begin_rewrite",
     "finish_rewrite",
     "split_segments",
-    "stale_reason",
+    "staged_files",
 ]
 
 STAGED = ".new"
@@ -139,11 +123,9 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite, *, verify: bool = 
             written.
     """
     if verify:
-        problem = stale_reason(context, rewrite)
+        problem = mismatch(rewrite, context.ledger, context.retraction_ledger)
         if problem is not None:
             raise StaleJournalError(context.journal.path, problem)
-        if rewrite.doubt is not None:
-            rewrite = _adopt(context, rewrite)
     # Before any file is deleted or replaced: other processes' caches of the partition
     # (or the session) are not reused from here on (``rewrite_counts.py``). Counted again
     # when a recovery finishes it: a count too many only costs a re-read.
@@ -177,90 +159,6 @@ def finish_rewrite(context: RewriteContext, rewrite: Rewrite, *, verify: bool = 
     )  # derived copies too: a power loss must not bring an erased memory's back
     context.journal.remove(rewrite.generation)
     _forget_cached(context, rewrite)
-
-
-def stale_reason(context: RewriteContext, rewrite: Rewrite) -> str | None:
-    """Why the journal of ``rewrite``, found on disk, must not be finished (the save is in
-    no state its rewrite leaves), or ``None``: finish it. Under the writer lock. See the
-    module docstring: this release's journals are checked against what they record, an
-    earlier release's in a save with a trace by whether the save shows it under way.
-
-    Raises:
-        PersistenceError: the ledger or a file of the partition is damaged.
-    """
-    if rewrite.doubt is None:
-        return mismatch(rewrite, context.ledger, context.retraction_ledger)
-    if _under_way(context, rewrite):
-        return None
-    return (
-        f"{rewrite.doubt}, and the save shows none of its rewrite under way (no staged file "
-        "of its partition; no record of what it erases left once the ledger dropped its "
-        "intents): it is an old copy put back after its rewrite finished, or an earlier "
-        "release was interrupted in it before it changed a file of the partition, and the "
-        "two cannot be told apart"
-    )
-
-
-def _under_way(context: RewriteContext, rewrite: Rewrite) -> bool:
-    """Whether the save shows the rewrite of an earlier release's journal under way (see
-    the module docstring)."""
-    directory = context.data / f"s-{rewrite.session_hash}"
-    owner_hash = rewrite.owner_hash
-    ledger_dropped = rewrite.erases and erased_intents(context.ledger, rewrite)[0] == 0
-    if (
-        rewrite.phase != "copies"
-        and owner_hash is not None
-        and os.path.isdir(directory)
-        and _staged_names(directory, owner_hash)
-    ):
-        return rewrite.phase == "files" or not rewrite.erases or ledger_dropped
-    return ledger_dropped and _holds_erased(context, rewrite, directory)
-
-
-def _holds_erased(context: RewriteContext, rewrite: Rewrite, directory: Path) -> bool:
-    """Whether the partition's files hold a record of a memory ``rewrite`` erases (a
-    session erase: whether the session's folder is there at all; its erase deletes it).
-
-    Raises:
-        PersistenceError: a file of the partition is damaged.
-    """
-    if not os.path.isdir(directory):
-        return False
-    owner_hash = rewrite.owner_hash
-    if owner_hash is None:
-        return True
-    session_hash = rewrite.session_hash
-    maximum = context.maximum_file_bytes
-    erased = _covered(rewrite, session_hash, owner_hash)
-    for pack in _read_packs(directory, session_hash, owner_hash, maximum):
-        if any(erased(memory_id) for memory_id, _payload in pack.mine):
-            return True
-    owner: str = owner_hash
-
-    def identify(payload: bytes, path: str) -> str:
-        return _memory_id(payload, path, session_hash, owner)
-
-    memories = _read_series(directory, owner_hash, "o", identify, maximum)
-    return any(erased(memory_id) for memory_id, _payload in memories.items)
-
-
-def _adopt(context: RewriteContext, rewrite: Rewrite) -> Rewrite:
-    """An earlier release's journal the save showed under way, rewritten as this release's
-    (atomically and durably): a generation newer than the save's traces, so its trace
-    records one when it is finished, and the checks :func:`begin_rewrite` records, as the
-    save is now (``mismatch`` accepts every state its phase leaves from here). A crash
-    while it is finished then leaves a journal judged as any of this release's."""
-    ledgers = (context.ledger.count(), context.retraction_ledger.count())
-    erased = erased_intents(context.ledger, rewrite) if rewrite.erases else None
-    adopted = dataclasses.replace(
-        rewrite,
-        generation=next_generation(context.data),
-        ledgers=ledgers,
-        erased_intents=erased,
-        doubt=None,
-    )
-    context.journal.write(adopted)
-    return adopted
 
 
 def split_segments(records: list[bytes], maximum_file_bytes: int) -> list[bytes]:
@@ -574,6 +472,31 @@ def _staged_names(directory: Path, owner_hash: str) -> list[str]:
         if match is not None and match.group(1) in (None, owner_hash):
             names.append(entry.name)
     return names
+
+
+def staged_files(data: Path, rewrite: Rewrite) -> list[Path]:
+    """The staged files (``*.new``) of the partition ``rewrite`` covers, sorted: its owner's
+    series and the session's packs (a session's: every one in its folder), which a
+    ``switch`` of it would rename over the partition's files.
+
+    For ``check --fix``, which sets them aside with a journal it refuses: only a rewrite
+    under way stages files (staging starts by removing them, and every writer finishes a
+    journal before it writes), so once that journal is set aside they are leftovers that
+    nothing may act on, and must not sit where a later journal's switch would take them.
+
+    Raises:
+        PersistenceError: the session's folder could not be listed.
+    """
+    directory = data / f"s-{rewrite.session_hash}"
+    if os.path.islink(directory) or not os.path.isdir(directory):
+        return []  # what a link names is never touched (``check`` names the link)
+    owners = (None, rewrite.owner_hash)
+    return [
+        directory / entry.name
+        for entry in fs.list_directory(directory, links=[])  # links left out, never moved
+        if (match := _STAGED_NAME.match(entry.name)) is not None
+        and (rewrite.owner_hash is None or match.group(1) in owners)
+    ]
 
 
 def _remove_staged(directory: Path, owner_hash: str) -> None:
