@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
@@ -28,6 +29,7 @@ __all__ = [
     "schema_url",
     "server_url",
     "shared_server_url",
+    "temporary_database",
     "temporary_schema",
 ]
 
@@ -88,6 +90,28 @@ def temporary_schema(url: str, prefix: str = "t") -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as connection:
             connection.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@contextmanager
+def temporary_database(url: str, prefix: str = "gm_t") -> Iterator[str]:
+    """A new database on the test server (dropped afterwards, its sessions ended), with
+    pgvector in ``public``; yields its URL, with the server's default ``search_path``
+    (``"$user", public``).
+
+    For a test that needs ``public`` to hold a save: the shared test database's ``public``
+    must stay empty, since :func:`temporary_schema`'s URLs put it second on their path.
+    """
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f"CREATE DATABASE {name}")
+    try:
+        created = urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
+        with psycopg.connect(created, autocommit=True) as connection:
+            connection.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
+        yield created
+    finally:
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 _shared: dict[str, object] = {}

@@ -17,6 +17,25 @@ process, not a store call and then an index write. A connection the server close
 sat idle (``idle_session_timeout``, ``pg_terminate_backend``, a shutdown) is noticed when it
 is handed out and replaced, so no call fails for it.
 
+Every connection is also bounded in time, so no call waits forever on a database that
+stopped answering (``docs/postgres.md``, "When the database stops answering"):
+
+* TCP keepalives and ``tcp_user_timeout`` derived from the pool's ``timeout``, unless the URL
+  sets them: a host that vanished or a network that dropped the connection fails the call as
+  a lost connection within about ``timeout`` (libpq's default waits 2 hours or more);
+* ``lock_timeout`` (the pool's ``timeout``: a lock wait becomes ``StoreBusyError``, as the
+  file store's lock does) and ``idle_in_transaction_session_timeout`` (:data:`_IDLE_FACTOR`
+  times it, at least a minute: the server ends a stalled peer's transaction and frees its
+  locks), each only where nobody chose a value: ``pg_settings.source`` is ``default``, so a
+  value from the server's configuration, ``ALTER ROLE``/``ALTER DATABASE``, the URL's
+  ``options`` or ``PGOPTIONS`` is kept;
+* a close that waited its grace for calls still running cuts the connections they are
+  blocked on (:meth:`ConnectionPool.aclose`), so a server that froze while still
+  acknowledging TCP holds up neither the close nor the process's exit.
+
+A server that refuses a connection for its connection limit (``max_connections``, a
+database's or role's ``CONNECTION LIMIT``) is :class:`StoreBusyError`, not "unreachable".
+
 psycopg's errors never escape this package: :func:`translate` maps them to the project's
 error tree. No message holds the password of a URL: a URL libpq would misread (a ``%``,
 ``@`` or ``/`` left unencoded in its password shifts where libpq sees the host, port and
@@ -26,9 +45,12 @@ connection, named by its host alone when that is unambiguous (:func:`url_problem
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import re
 import select
+import socket
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Final
@@ -74,6 +96,24 @@ _PORTS = re.compile(r"[0-9]+(?:,[0-9]*)*")
 #: The quoted parts of a libpq parse error, which repeat the URL's text around the fault.
 _QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
 
+
+_LOG = logging.getLogger(__name__)
+
+#: ``idle_in_transaction_session_timeout`` is this many times the pool's ``timeout`` (and at
+#: least :data:`_IDLE_FLOOR` seconds): no transaction of this package sits idle for more
+#: than a few milliseconds between its statements (each runs a few statements back to back,
+#: with no embedding or other wait inside), so only a stalled or partitioned peer meets it.
+_IDLE_FACTOR: Final = 4
+_IDLE_FLOOR: Final = 60.0
+#: Seconds a close still waits, after cutting the connections of calls that outlived its
+#: grace, for those calls to fail and their threads to end.
+_AFTER_CUT: Final = 2.0
+#: libpq's words for a server that refused a connection for its connection limit (SQLSTATE
+#: 53300, which libpq does not report for a refused connection): ``max_connections``, a
+#: database's or a role's ``CONNECTION LIMIT``, the slots reserved for superusers.
+_CONNECTION_LIMIT = re.compile(
+    r"too many connections|too many clients|remaining connection slots are reserved", re.I
+)
 
 #: Lost connections seen by this process's pools, per database (``describe_database``):
 #: a pool whose count is behind drops its idle connections before handing one out.
@@ -212,6 +252,12 @@ def translate(
             f"({detail}). A memory's session, owner and memory ids together must fit one "
             "key entry (about 2,700 bytes of UTF-8, see docs/postgres.md): use shorter ids"
         )
+    if isinstance(exc, pg_errors.IdleInTransactionSessionTimeout):
+        return _unreachable(error)(
+            f"{where} ended the connection while {what} ({detail}): a transaction sat idle "
+            "past idle_in_transaction_session_timeout (this process or its network stalled), "
+            "so none of it was saved; retry"
+        )
     if isinstance(exc, psycopg.OperationalError) and _lost_connection(exc):
         return _unreachable(error)(
             f"could not reach {where} while {what} ({detail}); check that the server is "
@@ -265,6 +311,94 @@ def _lost_connection(exc: psycopg.Error) -> bool:
     return state is None or state.startswith("08") or state in _DISCONNECTED
 
 
+def _network_settings(url: str, timeout: float) -> dict[str, int]:
+    """libpq's TCP settings that notice a dead peer within about ``timeout`` seconds, less
+    those ``url`` sets itself (a URL's explicit value wins).
+
+    Keepalive probes start after ``timeout / 2`` s of silence and give up after three
+    unanswered ones ``timeout / 6`` s apart; ``tcp_user_timeout`` fails a connection whose
+    sent data stays unacknowledged for ``timeout``. Both are answered by a live host's
+    kernel, so a slow statement is never cut; a host that vanished or a network that
+    dropped the connection is. libpq ignores them on a Unix-domain socket.
+    """
+    wanted = {
+        "keepalives": 1,
+        "keepalives_idle": max(1, round(timeout / 2)),
+        "keepalives_interval": max(1, round(timeout / 6)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": max(1_000, round(timeout * 1_000)),
+    }
+    given = conninfo_to_dict(url)
+    return {name: value for name, value in wanted.items() if name not in given}
+
+
+def _session_settings(timeout: float) -> str:
+    """The statements that set up a new connection's session (one round trip).
+
+    ``synchronous_commit`` is always forced on (durability is not the operator's to
+    lower). ``lock_timeout`` (``timeout``) and ``idle_in_transaction_session_timeout``
+    (:data:`_IDLE_FACTOR` times it, at least :data:`_IDLE_FLOOR` s) are set only where their
+    ``pg_settings.source`` is ``default``: a value the operator chose anywhere (the server's
+    configuration, ``ALTER ROLE``/``ALTER DATABASE ... SET``, the URL's ``options``,
+    ``PGOPTIONS``), ``0`` included, is kept.
+    """
+    lock = max(1, round(timeout * 1_000))
+    idle = max(round(_IDLE_FLOOR * 1_000), _IDLE_FACTOR * lock)
+    return (
+        "SET synchronous_commit = on; "
+        "SELECT set_config(s.name, w.value, false) FROM pg_settings AS s "
+        f"JOIN (VALUES ('lock_timeout', '{lock}'), "
+        f"('idle_in_transaction_session_timeout', '{idle}')) AS w (name, value) "
+        "ON w.name = s.name WHERE s.source = 'default'"
+    )
+
+
+def _over_connection_limit(exc: psycopg.Error) -> bool:
+    """Whether the server refused a new connection for its connection limit."""
+    return exc.sqlstate == "53300" or bool(_CONNECTION_LIMIT.search(str(exc)))
+
+
+def _duplicate_socket(connection: psycopg.Connection[Any]) -> socket.socket | None:
+    """A duplicate of ``connection``'s socket, to shut it down from another thread while a
+    call is blocked on it (:meth:`ConnectionPool.interrupt`), or ``None`` where the system
+    cannot duplicate it. Taken by the thread that holds the connection, so libpq cannot
+    close (and the process reuse) the descriptor meanwhile; a duplicate is never the
+    descriptor libpq closes, so shutting it down later cannot hit another socket."""
+    try:
+        return socket.fromfd(connection.pgconn.socket, socket.AF_INET, socket.SOCK_STREAM)
+    except (OSError, ValueError, AttributeError, psycopg.Error):
+        return None
+
+
+async def _returned(wait: Callable[[], object], seconds: float) -> bool:
+    """Whether blocking ``wait()`` returned within ``seconds``.
+
+    It runs in a daemon thread of its own, not the event loop's executor: a wait that never
+    returns (a call blocked on a server that froze) then holds up neither the loop's
+    shutdown nor the process's exit.
+    """
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def settle() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            wait()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle)
+
+    threading.Thread(target=run, name="game-memory-pg-close", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(done), seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
@@ -311,7 +445,8 @@ class ConnectionPool:
             selects a schema).
         size: Most connections open at once; a caller beyond it waits up to ``timeout``.
         timeout: Seconds to wait for a free connection (then ``StoreBusyError``) and to
-            connect.
+            connect; also what bounds a lock wait (``lock_timeout``), a dead peer
+            (keepalives, ``tcp_user_timeout``) and a close's grace (module docstring).
         configure: Called with each new connection (after the session settings), for
             type registration.
         error: The error class connection failures become.
@@ -339,19 +474,30 @@ class ConnectionPool:
         self._timeout = timeout
         self._configure = configure
         self._error = error
+        self._network: dict[str, Any] = _network_settings(url, timeout)  # libpq keywords
+        self._session = _session_settings(timeout)
         self._idle: list[psycopg.Connection[Any]] = []
+        #: Connections handed out (pooled or direct), with a duplicate of each one's socket.
+        self._borrowed: dict[psycopg.Connection[Any], socket.socket | None] = {}
         self._losses_seen = _LOSSES.get(self.where, 0)
         self._open = 0
         self._closed = False
         self._condition = threading.Condition()
 
     def _connect(self, *, configure: bool = True) -> psycopg.Connection[Any]:
+        """A new connection with the session settings (module docstring) and ``configure``.
+
+        Raises:
+            StoreBusyError: the server refused it for its connection limit.
+            GameMemoryError: anything else, as :func:`translate` words it.
+        """
         try:
             connection = psycopg.connect(
                 self.url,
                 autocommit=True,
                 connect_timeout=max(1, round(self._timeout)),
                 application_name=_APPLICATION,
+                **self._network,
             )
         except psycopg.ProgrammingError as exc:  # the URL; __init__ refuses what it knows
             raise self._error(
@@ -359,10 +505,13 @@ class ConnectionPool:
                 f"({_redacted(exc)}). {_ENCODE_ADVICE}"
             ) from None  # the cause's text quotes the URL
         except psycopg.Error as exc:
+            if _over_connection_limit(exc):
+                raise self._busy_server(exc) from exc
             raise translate(exc, "connecting", self.where, error=self._error) from exc
         try:
-            # Whatever the server's or the role's default: a commit returns once durable.
-            connection.execute("SET synchronous_commit = on")
+            # synchronous_commit whatever the server's or the role's default (a commit
+            # returns once durable); lock and idle-transaction bounds where none was chosen.
+            connection.execute(self._session)
             if configure and self._configure is not None:
                 self._configure(connection)
         except BaseException as exc:
@@ -371,6 +520,34 @@ class ConnectionPool:
                 raise translate(exc, "connecting", self.where, error=self._error) from exc
             raise
         return connection
+
+    def _busy_server(self, exc: psycopg.Error) -> StoreBusyError:
+        """The error for a connection the server refused for its connection limit."""
+        user = "vector index" if issubclass(self._error, DerivedIndexError) else "store"
+        return StoreBusyError(
+            f"{self.where} refused a new connection: its connection limit is reached "
+            f"({_first_line(exc)}). Retry later; or raise the server's max_connections (or "
+            "the database's or role's CONNECTION LIMIT); or open fewer connections: this "
+            f"{user} opens up to {self._size} per process, and open_memory's store and "
+            "vector index up to 4 each (max_connections), 8 per process on one database, "
+            "one more while the schema is first checked"
+        )
+
+    def _lend(self, connection: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        """Record ``connection`` as in use, with a duplicate of its socket (so that
+        :meth:`interrupt` can cut it); called by the thread that holds it."""
+        duplicate = _duplicate_socket(connection)
+        with self._condition:
+            self._borrowed[connection] = duplicate
+        return connection
+
+    def _unlend(self, connection: psycopg.Connection[Any]) -> None:
+        """Forget that ``connection`` is in use (before anything closes it)."""
+        with self._condition:
+            duplicate = self._borrowed.pop(connection, None)
+            self._condition.notify_all()
+        if duplicate is not None:
+            duplicate.close()  # a duplicate: libpq's descriptor stays open
 
     def _acquire(self) -> psycopg.Connection[Any]:
         with self._condition:
@@ -416,6 +593,7 @@ class ConnectionPool:
         return True
 
     def _release(self, connection: psycopg.Connection[Any]) -> None:
+        self._unlend(connection)
         healthy = not connection.closed and not connection.broken
         if healthy and connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             healthy = False  # never hand out a connection inside a transaction
@@ -442,7 +620,7 @@ class ConnectionPool:
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         """Borrow a connection (autocommit) for one call."""
-        connection = self._acquire()
+        connection = self._lend(self._acquire())
         try:
             yield connection
         finally:
@@ -456,8 +634,9 @@ class ConnectionPool:
             raise self._error(f"the connections to {self.where} are closed")
         connection = self._connect(configure=False)
         try:
-            yield connection
+            yield self._lend(connection)
         finally:
+            self._unlend(connection)
             with contextlib.suppress(psycopg.Error):
                 connection.close()
 
@@ -466,6 +645,58 @@ class ConnectionPool:
         """Borrow a connection inside one transaction: committed on exit, rolled back on error."""
         with self.connection() as connection, connection.transaction():
             yield connection
+
+    def in_use(self) -> int:
+        """How many connections are handed out (calls running on this pool)."""
+        with self._condition:
+            return len(self._borrowed)
+
+    def _wait_unused(self) -> None:
+        """Block until no connection is handed out."""
+        with self._condition:
+            while self._borrowed:
+                self._condition.wait()
+
+    def interrupt(self) -> int:
+        """Shut down the socket of every connection in use; how many.
+
+        For a close that stopped waiting (:meth:`aclose`) and nothing else: a call
+        blocked on a server that stopped answering then fails as a lost connection (libpq
+        reads the end of the stream; what it wrote may or may not have committed, as with
+        any lost connection), and its thread ends. Only the sockets' duplicates are
+        touched, never a descriptor libpq may have closed meanwhile.
+        """
+        with self._condition:
+            duplicates = [d for d in self._borrowed.values() if d is not None]
+            for duplicate in duplicates:
+                with contextlib.suppress(OSError):
+                    duplicate.shutdown(socket.SHUT_RDWR)
+        return len(duplicates)
+
+    async def aclose(self, running: Callable[[], object] | None = None) -> None:
+        """Close the pool once the calls running on it end, waiting at most ``timeout`` s.
+
+        ``running`` blocks until the owner's calls are done (a store's executor shutdown);
+        by default, until no connection is in use. Calls still running after that grace are
+        blocked on a server that stopped answering (a host that vanished is cut by the
+        keepalives within about ``timeout``; one that froze while its kernel still
+        acknowledges TCP never is): their connections are cut (:meth:`interrupt`), so they
+        fail as lost connections, a warning names the database, and the close returns,
+        whether or not their threads have ended :data:`_AFTER_CUT` s later.
+        """
+        wait = running if running is not None else self._wait_unused
+        grace = self._timeout
+        if (running is not None or self.in_use()) and not await _returned(wait, grace):
+            _LOG.warning(
+                "closing %s: %d call(s) still waited for it after %g s (did it stop "
+                "answering?); cutting their connections, so they fail as lost connections",
+                self.where,
+                self.in_use(),
+                grace,
+            )
+            self.interrupt()
+            await _returned(wait, _AFTER_CUT)
+        self.close()
 
     def close(self) -> None:
         """Close every idle connection and refuse new calls; idempotent."""

@@ -91,7 +91,9 @@ class PostgresVectorIndex:
             the joins kept hold views of at most this many memories in all (a view keeps
             the memories it parsed alive: bound it with the store's ``cache_entries``).
         max_connections: Connections of this index object, 1..64.
-        timeout: Seconds to connect, and to wait for a free connection.
+        timeout: Seconds to connect, to wait for a free connection or another writer's
+            lock, and the bound on a dead peer and on ``aclose`` (see
+            :class:`PostgresGameMemoryStore`).
         migrate: Bring the schema up to date on first use.
 
     Raises:
@@ -420,9 +422,12 @@ class PostgresVectorIndex:
         return 0
 
     async def aclose(self) -> None:
-        """Close the connections; idempotent."""
+        """Close the connections; idempotent. Calls still running in other threads get at
+        most ``timeout`` s to end; then their connections are cut, as
+        :meth:`PostgresGameMemoryStore.aclose <game_memory.postgres.PostgresGameMemoryStore.aclose>`
+        does."""
         self._closed = True
-        self._pool.close()
+        await self._pool.aclose()
 
 
 def _groups(memories: Sequence[GameMemory]) -> dict[tuple[str, str], list[int]]:

@@ -89,6 +89,8 @@ class PostgresLifecycle(abc.ABC):
 
         Raises:
             MemoryNotFoundError: the owner holds no memory ``memory_id``.
+            StoreBusyError: another writer held the owner's lock past ``lock_timeout``
+                (the store's ``timeout``); nothing changed, retry later.
         """
         for value, what in ((session_id, "session_id"), (owner_id, "owner_id")):
             _validated_id(value, what)
@@ -111,6 +113,8 @@ class PostgresLifecycle(abc.ABC):
 
         Raises:
             InvalidArgumentError: ``memory_ids`` without ``owner_id``, or a bad id.
+            StoreBusyError: another writer held a lock it needs past ``lock_timeout`` (the
+                store's ``timeout``); nothing changed, retry later.
         """
         _validated_id(session_id, "session_id")
         if owner_id is not None:

@@ -52,7 +52,6 @@ from game_memory.model import (
     StoreCheckReport,
     check_bounded_id,
 )
-from game_memory.model.conflicts import memory_conflict
 from game_memory.postgres.check import check_database
 from game_memory.postgres.connection import ConnectionPool, translate
 from game_memory.postgres.lifecycle import PostgresLifecycle
@@ -96,7 +95,9 @@ class PostgresGameMemoryStore(PostgresLifecycle):
     Args:
         url: A ``postgresql://`` URL. Tables live in the first schema of its
             ``search_path`` (``?options=-csearch_path%3Dgame,public`` picks one; the
-            ``vector`` extension's schema must be on the path too).
+            ``vector`` extension's schema must be on the path too), which must exist: the
+            first call refuses one that does not (``PersistenceError``), and never uses a
+            later schema's tables (``schema.py``).
         maximum_partition_entries: Most memories of one owner partition, 1..1,000,000.
         maximum_entries: Most memories of the whole store (its schema), 1..1,000,000, or
             ``None`` (the default: no store-wide bound). Setting it serializes every append
@@ -105,7 +106,10 @@ class PostgresGameMemoryStore(PostgresLifecycle):
             1..1,000,000.
         cache_entries: Parsed memories kept across partitions, 1..10,000,000.
         max_connections: Connections (and worker threads) of this store object, 1..64.
-        timeout: Seconds to connect, and to wait for a free connection.
+        timeout: Seconds to connect, to wait for a free connection, and to wait for another
+            writer's lock (``lock_timeout``, then ``StoreBusyError``); a connection whose
+            host stopped answering fails within about as long, and ``aclose`` waits at
+            most as long for running calls (``docs/postgres.md``).
         migrate: Bring the schema up to date on first use (idempotent, safe from many
             processes). With ``False`` a database at another version is refused.
 
@@ -244,50 +248,36 @@ class PostgresGameMemoryStore(PostgresLifecycle):
 
         Raises:
             MemoryConflictError: an id already holds (or the batch gives it) different
-                content; nothing of the batch is added.
+                content; nothing of the batch is added. It names the first such memory in
+                batch order, with the in-memory and file stores' words (``writes.py``).
             CapacityExceededError: a partition would exceed ``maximum_partition_entries``,
-                or the store ``maximum_entries``; nothing is added.
+                or the store ``maximum_entries`` (and nothing conflicts); nothing is added.
             PersistenceError: the database is unreachable or refuses the write.
             StoreBusyError: the batch kept racing concurrent appends of the same ids.
         """
         items = list(memories)
         if not all(isinstance(memory, GameMemory) for memory in items):
             raise InvalidArgumentError("append_many takes GameMemory objects")
-        groups: dict[tuple[str, str], dict[str, GameMemory]] = {}
-        for memory in items:
-            group = groups.setdefault((memory.session_id, memory.owner_id), {})
-            previous = group.setdefault(memory.memory_id, memory)
-            if previous != memory:
-                raise memory_conflict(memory, in_batch=True)
-        if not groups:
+        if not items:
             return []
         await self._ensure_ready()
 
-        def append(connection: psycopg.Connection[Any]) -> set[tuple[str, str, str]]:
+        def append(connection: psycopg.Connection[Any]) -> list[bool]:
             for _ in range(_RACE_ATTEMPTS):
-                stored: set[tuple[str, str, str]] = set()
-                added = append_batch(
+                results = append_batch(
                     connection,
-                    groups,
+                    items,
                     self.maximum_partition_entries,
                     self.where,
                     self.maximum_entries,
-                    stored,
                 )
-                if added is not None:
-                    return stored
+                if results is not None:
+                    return results
             raise StoreBusyError(
                 f"a batch kept racing concurrent appends of the same ids in {self.where}; retry it"
             )
 
-        stored = await self._run(lambda: self._call("appending memories", append))
-        results: list[bool] = []
-        seen: set[tuple[str, str, str]] = set()
-        for memory in items:
-            key = (memory.session_id, memory.owner_id, memory.memory_id)
-            results.append(key not in stored and key not in seen)
-            seen.add(key)
-        return results
+        return await self._run(lambda: self._call("appending memories", append))
 
     # -- reads --------------------------------------------------------------------------
 
@@ -387,9 +377,16 @@ class PostgresGameMemoryStore(PostgresLifecycle):
         )
 
     async def aclose(self) -> None:
-        """Close the store; idempotent. Waits for running calls, then closes the connections."""
+        """Close the store; idempotent. Waits for running calls, then closes the connections.
+
+        The wait is bounded by ``timeout``: a call still blocked then waits on a database
+        that stopped answering (a server frozen while its host still acknowledges TCP: the
+        keepalives end a vanished host's calls sooner). Its connection is cut, so it fails
+        as a lost connection (``reason`` ``"unreachable"``: like any lost connection, its
+        write may or may not have committed), a warning names the database, and the close
+        returns.
+        """
         if self._state is _State.CLOSED:
             return
         self._state = _State.CLOSED
-        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
-        self._pool.close()
+        await self._pool.aclose(lambda: self._executor.shutdown(wait=True))
