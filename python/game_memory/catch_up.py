@@ -46,7 +46,7 @@ from game_memory.model import (
     GameMemoryQuery,
     MemoryVectorDiagnostic,
 )
-from game_memory.rebuild import still_saved
+from game_memory.rebuild import write_still_saved
 from game_memory.recall.options import VectorMemoryStoreOptions
 from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.protocol import GameMemoryStore
@@ -87,7 +87,7 @@ async def catch_up_owner(
 
     Reads the owner's view, joins it to its index partition, and embeds what the join
     finds without a vector, in batches (:data:`CATCH_UP_BATCH`); each batch is written as
-    a rebuild's is (:func:`_write_batch`). An owner holding vectors of another model is
+    a rebuild's is (``rebuild.write_still_saved``). An owner holding vectors of another model is
     left alone (a rebuild replaces them). Reports ``memory_vectors_caught_up``
     (information, ``details.count``) when it wrote vectors, or
     ``memory_embedding_catch_up_failed`` (warning) when a step failed: the batches written
@@ -106,8 +106,10 @@ async def catch_up_owner(
     written = 0
     try:
         found = await _without_vectors(session_id, owner_id, store, index, embedder, options, run)
+        if found is None:
+            return 0  # nothing without a vector, or another model's vectors (a rebuild's)
+        view, todo = found
         size = min(options.rebuild_batch_size, CATCH_UP_BATCH)
-        view, todo = found if found is not None else (None, [])
         for start in range(0, len(todo), size):
             if rebuilding(session_id):
                 return written  # a rebuild of the session embeds the rest, and reports
@@ -116,8 +118,12 @@ async def catch_up_owner(
             # of 30,000 lacks vectors for took 1.6 s, which the loop's other work waited.
             batch = await run(partial(_memories_at, view, chunk))
             vectors = await embedder.embed_documents(batch, f"catch-up of owner {owner_id!r}")
+            # Through ``finished``: cancelled, the batch is still written whole (the index
+            # write runs on in its thread anyway) before the gate is let go.
             kept = await finished(
-                _write_batch(session_id, batch, vectors, store, index, embedder, run, gate)
+                write_still_saved(
+                    session_id, batch, vectors, store, index, embedder.identity, run, gate
+                )
             )
             written += kept
             if not kept and not await _holds_owner(store, session_id, owner_id):
@@ -184,38 +190,15 @@ def _unready(view: PartitionView, joined: PartitionJoin) -> list[int]:
     return positions
 
 
-def _memories_at(view: PartitionView | None, positions: Sequence[int]) -> list[GameMemory]:
+def _memories_at(view: PartitionView, positions: Sequence[int]) -> list[GameMemory]:
     """The memories at ``positions`` of ``view`` (decoded now: blocking)."""
-    return [] if view is None else view.memories_at(positions)
+    return view.memories_at(positions)
 
 
 async def _holds_owner(store: GameMemoryStore, session_id: str, owner_id: str) -> bool:
     """Whether the save holds any memory of the owner now (read now)."""
     query = GameMemoryQuery(session_id=session_id, owner_id=owner_id, limit=0)
     return bool((await store.snapshot(query)).views)
-
-
-async def _write_batch(
-    session_id: str,
-    batch: Sequence[GameMemory],
-    vectors: np.ndarray,
-    store: GameMemoryStore,
-    index: VectorIndex,
-    embedder: Embedder,
-    run: Runner,
-    gate: Gate,
-) -> int:
-    """Write the vectors of the batch's memories the save still holds as they were embedded
-    (read again under ``gate``, as an append holds it: an erase waits, and is waited for);
-    the number written. Run through ``finished``: cancelled, it still writes the batch
-    whole (the index write runs on in its thread anyway) before the gate is let go."""
-    async with gate():
-        kept = await still_saved(store, session_id, batch)
-        if kept:
-            chosen = [batch[position] for position in kept]
-            rows = vectors[kept] if len(kept) < len(batch) else vectors
-            await run(partial(index.write, chosen, rows, embedder.identity))
-    return len(kept)
 
 
 _Key = tuple[str, str]

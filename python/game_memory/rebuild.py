@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 
+import numpy as np
+
 from game_memory.durable.fs import refused_access
 from game_memory.durable.names import identity_hash
 from game_memory.embedding.embedder import Embedder
@@ -32,7 +34,7 @@ from game_memory.recall.pipeline import Report, Runner, report_failure
 from game_memory.store.protocol import GameMemoryStore
 from game_memory.store.view import PartitionView
 
-__all__ = ["index_status", "rebuild_session", "session_views", "still_saved"]
+__all__ = ["index_status", "rebuild_session", "session_views", "still_saved", "write_still_saved"]
 
 logger = logging.getLogger("game_memory.index")
 
@@ -231,12 +233,7 @@ async def rebuild_session(
         batch = todo[start : start + batch_size]
         try:
             vectors = await embedder.embed_documents(batch, f"rebuild of session {session_id!r}")
-            async with gate() if gate is not None else contextlib.nullcontext():
-                kept = await still_saved(store, session_id, batch)
-                if kept:
-                    chosen = [batch[position] for position in kept]
-                    rows = vectors[kept] if len(kept) < len(batch) else vectors
-                    await run(partial(index.write, chosen, rows, identity))
+            await write_still_saved(session_id, batch, vectors, store, index, identity, run, gate)
         except (asyncio.CancelledError, StoreClosedError):
             raise  # the caller's doing, not a failed batch: nothing to record
         except Exception as exc:
@@ -274,6 +271,31 @@ async def rebuild_session(
             session_id=session_id,
         )
     return status
+
+
+async def write_still_saved(
+    session_id: str,
+    batch: Sequence[GameMemory],
+    vectors: np.ndarray,
+    store: GameMemoryStore,
+    index: VectorIndex,
+    identity: MemoryEmbeddingIdentity,
+    run: Runner,
+    gate: Callable[[], contextlib.AbstractAsyncContextManager[None]] | None,
+) -> int:
+    """Write the vectors of the batch's memories the save still holds as they were embedded,
+    read again under ``gate()`` as an append holds the front door's erase gate (an erase
+    waits, and is waited for); how many were written. A memory erased while its batch was
+    embedded, or replaced under its id, gets no vector (it would outlive its erase, or stand
+    for content the save no longer holds). A rebuild's batches and a catch-up's
+    (``catch_up.py``) are written here."""
+    async with gate() if gate is not None else contextlib.nullcontext():
+        kept = await still_saved(store, session_id, batch)
+        if kept:
+            chosen = [batch[position] for position in kept]
+            rows = vectors[kept] if len(kept) < len(batch) else vectors
+            await run(partial(index.write, chosen, rows, identity))
+    return len(kept)
 
 
 async def still_saved(

@@ -151,3 +151,15 @@ def named_schema(owner: str, name: str) -> str:
     with _shared_lock:
         _shared["schemas"].append(schema)  # type: ignore[attr-defined]
     return schema_url(url, schema)
+
+
+def wait_until_gone(admin_url: str, pid: int) -> None:
+    """Wait until the server has ended backend ``pid`` (its goodbye is then sent)."""
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        for _ in range(500):
+            row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+            found = row.fetchone()
+            if found is not None and found[0] == 0:
+                return
+            threading.Event().wait(0.02)
+    raise AssertionError(f"backend {pid} is still there")

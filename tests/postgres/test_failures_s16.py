@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from game_memory.postgres.connection import (
     translate,
 )
 from game_memory.postgres.copy import copy_save
+from postgres.server import wait_until_gone
 
 MemoryFactory = Callable[..., GameMemory]
 
@@ -55,18 +55,6 @@ MISREAD_URLS = [
 def _option(url: str, setting: str) -> str:
     """``url`` (a test schema's, which has ``options``) with one more ``-c`` setting."""
     return f"{url}%20-c{quote(setting, safe='')}"
-
-
-def _wait_until_gone(admin_url: str, pid: int) -> None:
-    """Wait until the server has ended backend ``pid`` (its goodbye is then sent)."""
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        for _ in range(500):
-            row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
-            found = row.fetchone()
-            if found is not None and found[0] == 0:
-                return
-            threading.Event().wait(0.02)
-    raise AssertionError(f"backend {pid} is still there")
 
 
 # -- 1. no part of a password in any message ---------------------------------------------
@@ -220,7 +208,7 @@ async def test_connections_the_server_closes_when_idle_are_replaced_not_failed(
         for number in range(3):
             assert await store.append(make_memory(f"m{number}"))
             pid = await store._run(lambda: store._call("", lambda c: c.info.backend_pid))
-            _wait_until_gone(postgres_server, pid)  # the server closed it for being idle
+            wait_until_gone(postgres_server, pid)  # the server closed it for being idle
         assert await store.count() == 3
     finally:
         await store.aclose()
@@ -235,7 +223,7 @@ def test_a_connection_an_administrator_ended_while_idle_is_replaced(
             pid = connection.info.backend_pid
         with psycopg.connect(postgres_server, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        _wait_until_gone(postgres_server, pid)
+        wait_until_gone(postgres_server, pid)
         with pool.connection() as connection:
             assert connection.execute("SELECT 1").fetchone() == (1,)
             assert connection.info.backend_pid != pid
@@ -263,7 +251,7 @@ def test_an_idle_session_timeout_met_by_a_statement_reads_as_a_lost_connection(
     """SQLSTATE 57P05 was not counted as a disconnection, so not worded as one."""
     with psycopg.connect(_option(database, "idle_session_timeout=100"), autocommit=True) as raw:
         pid = raw.info.backend_pid
-        _wait_until_gone(database, pid)
+        wait_until_gone(database, pid)
         with pytest.raises(psycopg.OperationalError) as raised:
             raw.execute("SELECT 1")
     assert raised.value.sqlstate == "57P05"
@@ -291,7 +279,7 @@ def test_when_the_check_cannot_see_a_loss_one_call_fails_and_the_rest_reconnect(
         with psycopg.connect(postgres_server, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
         for pid in pids:
-            _wait_until_gone(postgres_server, pid)
+            wait_until_gone(postgres_server, pid)
         with pytest.raises(psycopg.OperationalError), pool.connection() as connection:
             connection.execute("SELECT 1")
         for each in (pool, pool, other):

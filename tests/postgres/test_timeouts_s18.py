@@ -26,6 +26,7 @@ from game_memory.postgres.connection import (
     IndexDatabaseUnreachableError,
     translate,
 )
+from postgres.server import wait_until_gone
 
 MemoryFactory = Callable[..., GameMemory]
 Reader = Callable[[Callable[[psycopg.Connection[Any]], Any]], Awaitable[Any]]
@@ -195,24 +196,12 @@ def test_a_transaction_the_server_ended_for_idling_reads_as_a_lost_connection(
     with psycopg.connect(url) as raw:
         raw.execute("SELECT 1")
         pid = raw.info.backend_pid
-        _wait_until_gone(postgres_server, pid)
+        wait_until_gone(postgres_server, pid)
         with pytest.raises(psycopg.Error) as raised:
             raw.execute("SELECT 1")
     error = translate(raised.value, "erasing memories", "the database")
     assert isinstance(error, DatabaseUnreachableError), error
     assert "retry" in str(error)
-
-
-def _wait_until_gone(admin_url: str, pid: int) -> None:
-    """Wait until the server has ended backend ``pid``."""
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        for _ in range(500):
-            row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
-            found = row.fetchone()
-            if found is not None and found[0] == 0:
-                return
-            threading.Event().wait(0.02)
-    raise AssertionError(f"backend {pid} is still there")
 
 
 # -- the server's connection limit -----------------------------------------------------------
